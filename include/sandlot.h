@@ -1,0 +1,254 @@
+/* libsandlot — create locked-down sandboxes, run commands in them, move files
+ * in and out, track what changed, destroy them without a trace.
+ *
+ * Conventions (written down in docs/errors.md and docs/libsandlot.md):
+ *  - Every fallible call takes `sandlot_error_t **err` last and returns -1 or
+ *    NULL on failure, storing an error the caller must free with
+ *    sandlot_error_free().  err may be NULL when the caller does not care.
+ *  - Handles are opaque.  Strings passed in are copied; strings returned are
+ *    owned by the handle they came from unless the comment says otherwise.
+ *  - All functions are thread-safe with respect to different sandboxes and,
+ *    unless noted, with respect to the same sandbox.  Callbacks run on the
+ *    library's I/O thread: they must not block for long and must not call
+ *    sandlot_proc_wait() or any synchronous file call on the same sandbox.
+ */
+#ifndef SANDLOT_H
+#define SANDLOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SANDLOT_API __attribute__((visibility("default")))
+
+/* ---- errors ------------------------------------------------------------ */
+
+typedef struct sandlot_error sandlot_error_t;
+
+/* errno-style status of the error (> 0), e.g. ENOENT for a missing file,
+ * ENOSPC when the sandbox disk is full, EINVAL for a bad argument. */
+SANDLOT_API int sandlot_error_status(const sandlot_error_t *err);
+/* One-line message, outermost context first.  Owned by err. */
+SANDLOT_API const char *sandlot_error_message(const sandlot_error_t *err);
+SANDLOT_API void sandlot_error_free(sandlot_error_t *err);
+
+/* ---- sandbox options --------------------------------------------------- */
+
+typedef enum {
+	SANDLOT_NET_NONE = 0, /* own network namespace with loopback only */
+} sandlot_network_t;
+
+typedef struct sandlot_options {
+	const char *image;          /* "host" (default) */
+	uint64_t memory_bytes;      /* memory incl. swap; default 512 MiB */
+	uint32_t cpus_milli;        /* CPU quota in thousandths of a CPU; 0 = no quota */
+	uint32_t pids;              /* max processes incl. init; default 256 */
+	uint64_t disk_bytes;        /* /home/user + /tmp quota; default 1 GiB */
+	uint64_t nofile;            /* RLIMIT_NOFILE for commands; default 1024 */
+	const char *const *env;     /* extra "K=V" for every command; NULL-terminated */
+	const char *hostname;       /* default "sandlot" */
+	sandlot_network_t network;
+	const char *data_dir;       /* default $SANDLOT_DATA_DIR or /var/lib/sandlot */
+	const char *init_path;      /* default $SANDLOT_INIT or next to the library's user */
+} sandlot_options_t;
+
+/* Fill opts with the defaults above. */
+SANDLOT_API void sandlot_options_init(sandlot_options_t *opts);
+
+/* ---- sandbox lifecycle ------------------------------------------------- */
+
+typedef struct sandlot sandlot_t;
+
+/* Create and start a sandbox: namespaces, cgroup, storage, seccomp policy,
+ * sandlot-init running as its PID 1.  Returns a handle the caller must
+ * release with sandlot_destroy().  On failure nothing is left behind. */
+SANDLOT_API sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err);
+
+/* Kill every process in the sandbox, release its cgroup, storage and uid
+ * range, and free the handle.  Safe to call at any time, including while
+ * commands run (they are reported as killed).  Never fails; NULL is a no-op. */
+SANDLOT_API void sandlot_destroy(sandlot_t *sb);
+
+/* Globally unique id ("sb-" followed by 26 lowercase base32 characters). */
+SANDLOT_API const char *sandlot_id(const sandlot_t *sb);
+
+/* Host pid of the sandbox's init (for diagnostics and tests). */
+SANDLOT_API pid_t sandlot_init_pid(const sandlot_t *sb);
+
+/* Whether the sandbox is still usable (its init is alive). */
+SANDLOT_API int sandlot_alive(const sandlot_t *sb);
+
+typedef struct sandlot_usage {
+	uint64_t memory_bytes;      /* current memory use of the whole sandbox */
+	uint64_t memory_peak_bytes; /* high-water mark, 0 if the host cannot tell */
+	uint32_t pids;              /* processes now, init included */
+	uint64_t cpu_usec;          /* CPU time consumed */
+	uint64_t oom_kills;         /* OOM kills so far */
+	uint64_t pids_limit_hits;   /* forks refused by the pids limit so far */
+} sandlot_usage_t;
+
+SANDLOT_API int sandlot_usage(sandlot_t *sb, sandlot_usage_t *out, sandlot_error_t **err);
+
+/* ---- processes --------------------------------------------------------- */
+
+typedef enum { SANDLOT_STDOUT = 1, SANDLOT_STDERR = 2 } sandlot_stream_t;
+
+typedef struct sandlot_exit {
+	int exit_code;          /* exit status if exited, else -1 */
+	int signal;             /* terminating signal if killed, else 0 */
+	int timed_out;          /* killed because timeout_ms passed */
+	int oom_killed;         /* the sandbox hit its memory limit during the run */
+	int pids_limited;       /* a fork was refused by the pids limit during the run */
+	int start_error;        /* errno if the command could not start (then exit_code 127 or 126) */
+	uint64_t duration_ms;   /* wall time from start to exit */
+} sandlot_exit_t;
+
+typedef struct sandlot_exec_callbacks {
+	/* Output as it arrives.  Return 0 to keep receiving, or 1 to pause this
+	 * stream until sandlot_proc_resume_output() (flow control). */
+	int (*on_output)(void *userdata, sandlot_stream_t stream, const void *data, size_t len);
+	/* Called exactly once when the process has ended (or failed to start). */
+	void (*on_exit)(void *userdata, const sandlot_exit_t *status);
+	void *userdata;
+} sandlot_exec_callbacks_t;
+
+typedef struct sandlot_exec_spec {
+	const char *const *argv;   /* required; argv[0] is looked up in PATH */
+	const char *const *env;    /* extra "K=V", override the sandbox's; may be NULL */
+	const char *cwd;           /* default /home/user; relative = under /home/user */
+	int stdin_pipe;            /* 1: stdin fed by sandlot_proc_write_stdin(); 0: /dev/null */
+	uint64_t timeout_ms;       /* 0 = none; on expiry the process group is killed */
+} sandlot_exec_spec_t;
+
+typedef struct sandlot_proc sandlot_proc_t;
+
+/* Start a command.  Returns a handle owned by the caller (release with
+ * sandlot_proc_free() after on_exit has run or after sandlot_proc_wait()). */
+SANDLOT_API sandlot_proc_t *sandlot_exec(sandlot_t *sb, const sandlot_exec_spec_t *spec,
+					 const sandlot_exec_callbacks_t *cb, sandlot_error_t **err);
+
+/* Feed stdin (blocks while the sandbox side has no room: flow control).
+ * len == 0 is a no-op.  Fails with EPIPE once the process has exited. */
+SANDLOT_API int sandlot_proc_write_stdin(sandlot_proc_t *p, const void *data, size_t len,
+					 sandlot_error_t **err);
+SANDLOT_API int sandlot_proc_close_stdin(sandlot_proc_t *p, sandlot_error_t **err);
+
+/* Send a signal to the process group of the command. */
+SANDLOT_API int sandlot_proc_kill(sandlot_proc_t *p, int sig, sandlot_error_t **err);
+
+SANDLOT_API void sandlot_proc_resume_output(sandlot_proc_t *p);
+
+/* Block until the process has ended; fills *out if non-NULL. */
+SANDLOT_API int sandlot_proc_wait(sandlot_proc_t *p, sandlot_exit_t *out, sandlot_error_t **err);
+
+SANDLOT_API pid_t sandlot_proc_pid(const sandlot_proc_t *p); /* pid inside the sandbox */
+SANDLOT_API void sandlot_proc_free(sandlot_proc_t *p);
+
+/* ---- files (paths are inside the sandbox; relative = under /home/user) -- */
+
+/* Source/sink callbacks for streaming transfers.  A read_fn returns bytes
+ * produced (0 = end, -1 = error with errno set); a write_fn returns 0 or -1. */
+typedef ssize_t (*sandlot_read_fn)(void *userdata, void *buf, size_t len);
+typedef int (*sandlot_write_fn)(void *userdata, const void *buf, size_t len);
+
+#define SANDLOT_WRITE_MKDIRS 0x1   /* create missing parent directories */
+
+/* Write a file atomically: the data goes to a temporary file that replaces
+ * path only when all of it was written.  On any failure (ENOSPC included)
+ * no partial file is left. */
+SANDLOT_API int sandlot_file_write(sandlot_t *sb, const char *path, uint32_t mode, unsigned flags,
+				   sandlot_read_fn src, void *userdata, sandlot_error_t **err);
+SANDLOT_API int sandlot_file_write_fd(sandlot_t *sb, const char *path, uint32_t mode,
+				      unsigned flags, int fd, sandlot_error_t **err);
+
+/* Read a regular file, streaming it to sink.  ENOENT if missing. */
+SANDLOT_API int sandlot_file_read(sandlot_t *sb, const char *path, sandlot_write_fn sink,
+				  void *userdata, sandlot_error_t **err);
+SANDLOT_API int sandlot_file_read_fd(sandlot_t *sb, const char *path, int fd,
+				     sandlot_error_t **err);
+
+typedef enum {
+	SANDLOT_FILE = 'f',
+	SANDLOT_DIR = 'd',
+	SANDLOT_SYMLINK = 'l',
+	SANDLOT_OTHER = 'o',
+} sandlot_file_type_t;
+
+typedef struct sandlot_stat {
+	sandlot_file_type_t type;
+	uint32_t mode;        /* permission bits */
+	uint64_t size;
+	int64_t mtime_ns;     /* nanoseconds since the epoch */
+} sandlot_stat_t;
+
+SANDLOT_API int sandlot_stat(sandlot_t *sb, const char *path, sandlot_stat_t *out,
+			     sandlot_error_t **err);
+
+typedef struct sandlot_dirent {
+	char *name;
+	sandlot_stat_t st;
+} sandlot_dirent_t;
+
+/* List a directory (not recursive).  *out is an array of *count entries the
+ * caller frees with sandlot_dirents_free(). */
+SANDLOT_API int sandlot_list(sandlot_t *sb, const char *path, sandlot_dirent_t **out,
+			     size_t *count, sandlot_error_t **err);
+SANDLOT_API void sandlot_dirents_free(sandlot_dirent_t *entries, size_t count);
+
+#define SANDLOT_MKDIR_PARENTS 0x1
+SANDLOT_API int sandlot_mkdir(sandlot_t *sb, const char *path, uint32_t mode, unsigned flags,
+			      sandlot_error_t **err);
+
+#define SANDLOT_REMOVE_RECURSIVE 0x1
+SANDLOT_API int sandlot_remove(sandlot_t *sb, const char *path, unsigned flags,
+			       sandlot_error_t **err);
+
+/* ---- change tracking ---------------------------------------------------- */
+
+typedef enum {
+	SANDLOT_CREATED = 'c',
+	SANDLOT_MODIFIED = 'm',
+	SANDLOT_DELETED = 'd',
+} sandlot_change_kind_t;
+
+typedef struct sandlot_change {
+	sandlot_change_kind_t kind;
+	char *path;           /* absolute path inside the sandbox */
+	sandlot_file_type_t type;
+	uint64_t size;        /* 0 for deleted entries */
+} sandlot_change_t;
+
+typedef struct sandlot_changes {
+	sandlot_change_t *items;
+	size_t count;
+	int truncated;        /* the workspace had more entries than the scan limit */
+} sandlot_changes_t;
+
+/* Compare the workspace (/home/user) with the previous scan and return what
+ * was created, modified or deleted since.  The first call (made by
+ * sandlot_create) records the baseline.  The caller frees *out with
+ * sandlot_changes_free(). */
+SANDLOT_API int sandlot_changes_scan(sandlot_t *sb, sandlot_changes_t *out, sandlot_error_t **err);
+SANDLOT_API void sandlot_changes_free(sandlot_changes_t *c);
+
+/* ---- parsing helpers shared by the CLI and the daemon ------------------ */
+
+/* "512M", "1G", "1.5GiB", "1048576" → bytes.  Units K/M/G/T are binary
+ * (1024-based), with or without "i"/"B".  Rejects empty, negative, zero
+ * when !allow_zero, overflow and junk. */
+SANDLOT_API int sandlot_parse_size(const char *s, int allow_zero, uint64_t *out,
+				   sandlot_error_t **err);
+/* "500ms", "30s", "2m", "1h", "1m30s", bare number = seconds → milliseconds. */
+SANDLOT_API int sandlot_parse_duration(const char *s, uint64_t *out_ms, sandlot_error_t **err);
+/* "2", "0.5", "1.25" → thousandths of a CPU. */
+SANDLOT_API int sandlot_parse_cpus(const char *s, uint32_t *out_milli, sandlot_error_t **err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,130 @@
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+
+int sandlot__write_all(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+ssize_t sandlot__read_full(int fd, void *buf, size_t n)
+{
+	char *p = buf;
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = read(fd, p + got, n - got);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+int sandlot__write_file(const char *path, const char *data, int create)
+{
+	int flags = O_WRONLY | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0);
+	cleanup_close int fd = open(path, flags, 0644);
+	if (fd < 0)
+		return -1;
+	if (sandlot__write_all(fd, data, strlen(data)) < 0)
+		return -1;
+	int r = close(steal_fd(&fd));
+	return r;
+}
+
+char *sandlot__read_file(const char *path, size_t max)
+{
+	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	char *buf = malloc(max + 1);
+	if (!buf)
+		return NULL;
+	ssize_t n = sandlot__read_full(fd, buf, max);
+	if (n < 0) {
+		free(buf);
+		return NULL;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+int sandlot__mkdir_p(const char *path, mode_t mode)
+{
+	cleanup_free char *copy = strdup(path);
+	if (!copy)
+		return -1;
+	for (char *p = copy + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(copy, mode) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	if (mkdir(copy, mode) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+void sandlot__new_id(const char *prefix, char *buf)
+{
+	static const char b32[] = "abcdefghijklmnopqrstuvwxyz234567";
+	unsigned char r[17] = { 0 };
+	size_t got = 0;
+	while (got < 16) {
+		ssize_t n = getrandom(r + got, 16 - got, 0);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			abort(); /* the kernel's CSPRNG is not optional */
+		}
+		got += (size_t)n;
+	}
+	size_t pl = strlen(prefix);
+	memcpy(buf, prefix, pl);
+	/* 26 base32 characters carry 130 bits; the last two are zero. */
+	for (int i = 0; i < 26; i++) {
+		int bit = i * 5, byte = bit / 8, off = bit % 8;
+		unsigned v = ((unsigned)r[byte] << 8 | r[byte + 1]) >> (11 - off);
+		buf[pl + (size_t)i] = b32[v & 31];
+	}
+	buf[pl + 26] = '\0';
+}
+
+uint64_t sandlot__now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t sandlot__now_ms(void)
+{
+	return sandlot__now_ns() / 1000000u;
+}

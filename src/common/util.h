@@ -1,0 +1,29 @@
+/* Small helpers shared by libsandlot, the CLI and the daemon. */
+#ifndef SANDLOT_COMMON_UTIL_H
+#define SANDLOT_COMMON_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+/* Write all n bytes, retrying on EINTR and short writes.  0 or -1 (errno). */
+int sandlot__write_all(int fd, const void *buf, size_t n);
+/* Read until n bytes or EOF.  Returns bytes read, or -1 (errno). */
+ssize_t sandlot__read_full(int fd, void *buf, size_t n);
+/* Write a short string to a file (e.g. cgroup or /proc knobs): open with
+ * O_WRONLY|O_CLOEXEC (plus O_CREAT|O_TRUNC when create), write, close. */
+int sandlot__write_file(const char *path, const char *data, int create);
+/* Read a whole small file (at most max bytes) into a new NUL-terminated string. */
+char *sandlot__read_file(const char *path, size_t max);
+/* mkdir -p with mode; existing directories are fine. */
+int sandlot__mkdir_p(const char *path, mode_t mode);
+/* A new globally unique id: prefix followed by 26 lowercase base32 chars
+ * (128 random bits from getrandom).  buf must hold strlen(prefix)+27. */
+void sandlot__new_id(const char *prefix, char *buf);
+/* Monotonic clock in ms / ns. */
+uint64_t sandlot__now_ms(void);
+uint64_t sandlot__now_ns(void);
+
+#endif

@@ -1,0 +1,83 @@
+/* sandlot-init: PID 1 of every sandbox.
+ *
+ * The host starts it (already inside the sandbox's new namespaces, before
+ * the root is switched) as
+ *
+ *   sandlot-init [options]
+ *
+ * with these descriptors open:
+ *   3  the protocol connection (spec/protocol.md)
+ *   4  status pipe: setup failure is reported here as one line of text
+ *      ("errno message"), then init exits 1; on success it is closed
+ *      right before HELLO is sent
+ *   5  seccomp program for user commands: raw `struct sock_filter` array
+ *      (memfd, read from offset 0), or absent with --no-seccomp (tests only)
+ *   6  workspace storage: a detached mount (fsmount/open_tree fd) that
+ *      becomes the sandbox's writable storage, or absent with --tmpfs-storage
+ *
+ * Options (all numbers decimal):
+ *   --uid N --gid N        sandbox user (default 1000/1000)
+ *   --nofile N             RLIMIT_NOFILE for commands
+ *   --fsize N              RLIMIT_FSIZE for commands (bytes)
+ *   --disk N               size of the tmpfs storage with --tmpfs-storage
+ *   --hostname NAME
+ *   --no-seccomp           do not filter commands (unit tests of init only)
+ *   --tmpfs-storage        storage on tmpfs of --disk bytes instead of fd 6
+ *   --home DIR             workspace directory (default /home/user)
+ *   --no-setup             skip init_setup() entirely (unit tests of the loop
+ *                          run init on the host this way, never in production)
+ *
+ * Setup (setup.c) builds the root filesystem and switches to it; the loop
+ * (loop.c and friends) then serves the protocol until the host goes away.
+ */
+#ifndef SANDLOT_INIT_H
+#define SANDLOT_INIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <linux/filter.h>
+
+#define INIT_FD_PROTO 3
+#define INIT_FD_STATUS 4
+#define INIT_FD_SECCOMP 5
+#define INIT_FD_STORAGE 6
+
+#define INIT_HOME "/home/user"
+#define INIT_SCAN_LIMIT 100000
+
+struct init_config {
+	uid_t uid;
+	gid_t gid;
+	uint64_t nofile;
+	uint64_t fsize;
+	uint64_t disk;
+	const char *hostname;
+	const char *home;       /* workspace and default cwd: INIT_HOME; tests may override with --home */
+	int no_seccomp;
+	int tmpfs_storage;
+	/* Loaded by init_setup() from fd 5; NULL/0 with --no-seccomp. */
+	struct sock_filter *filter;
+	unsigned short filter_len;
+};
+
+/* Parse argv into cfg; prints a message and returns -1 on bad usage. */
+int init_parse_args(int argc, char **argv, struct init_config *cfg);
+
+/* Build the sandbox root, pivot into it, load the seccomp program.  On
+ * failure writes "errno message" to the status fd and returns -1; the
+ * caller exits 1.  (setup.c) */
+int init_setup(struct init_config *cfg);
+
+/* Serve the protocol on fd 3 until the host disconnects or sends SHUTDOWN;
+ * kills every process before returning.  Sends HELLO first and closes the
+ * status fd just before.  Returns the exit status for init.  (loop.c) */
+int init_serve(const struct init_config *cfg);
+
+/* In a freshly forked child, about to run a user command: drop to the
+ * sandbox user, clear every capability (bounding and ambient included),
+ * set no_new_privs, rlimits and oom_score_adj, then load the seccomp filter.
+ * Only async-signal-safe calls.  Returns 0 or -1 with errno set.  (setup.c) */
+int init_drop_privileges(const struct init_config *cfg);
+
+#endif

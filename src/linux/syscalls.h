@@ -1,0 +1,65 @@
+/* Raw system calls that glibc 2.36 does not wrap (or wraps too recently to
+ * rely on).  Every bare syscall() in sandlot lives here; each wrapper fails
+ * with ENOSYS when the build headers lack the syscall number. */
+#ifndef SANDLOT_LINUX_SYSCALLS_H
+#define SANDLOT_LINUX_SYSCALLS_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <linux/openat2.h>
+
+static inline int sys_pivot_root(const char *new_root, const char *put_old)
+{
+#ifdef __NR_pivot_root
+	return (int)syscall(__NR_pivot_root, new_root, put_old);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_openat2(int dirfd, const char *path, struct open_how *how)
+{
+#ifdef __NR_openat2
+	return (int)syscall(__NR_openat2, dirfd, path, how, sizeof(*how));
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_close_range(unsigned first, unsigned last, unsigned flags)
+{
+#ifdef __NR_close_range
+	return (int)syscall(__NR_close_range, first, last, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_pidfd_open(pid_t pid, unsigned flags)
+{
+#ifdef __NR_pidfd_open
+	return (int)syscall(__NR_pidfd_open, pid, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_pidfd_send_signal(int pidfd, int sig, void *info, unsigned flags)
+{
+#ifdef __NR_pidfd_send_signal
+	return (int)syscall(__NR_pidfd_send_signal, pidfd, sig, info, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+#endif
