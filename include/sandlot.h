@@ -105,6 +105,7 @@ typedef struct sandlot_exit {
 	int pids_limited;       /* a fork was refused by the pids limit during the run */
 	int start_error;        /* errno if the command could not start (then exit_code 127 or 126) */
 	uint64_t duration_ms;   /* wall time from start to exit */
+	char error[256];        /* why it could not start, when start_error != 0 */
 } sandlot_exit_t;
 
 typedef struct sandlot_exec_callbacks {

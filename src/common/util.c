@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -127,4 +128,18 @@ uint64_t sandlot__now_ns(void)
 uint64_t sandlot__now_ms(void)
 {
 	return sandlot__now_ns() / 1000000u;
+}
+
+void sandlot__trace(const char *phase)
+{
+	static int on = -1;
+	static uint64_t t0;
+	if (on < 0)
+		on = getenv("SANDLOT_TRACE") != NULL;
+	if (!on)
+		return;
+	uint64_t now = sandlot__now_ns();
+	if (phase)
+		fprintf(stderr, "sandlot-trace: %-14s %7.3f ms\n", phase, (double)(now - t0) / 1e6);
+	t0 = now;
 }

@@ -26,4 +26,8 @@ void sandlot__new_id(const char *prefix, char *buf);
 uint64_t sandlot__now_ms(void);
 uint64_t sandlot__now_ns(void);
 
+/* With SANDLOT_TRACE set, print to stderr the time since the previous
+ * call, labelled `phase` (NULL just resets the clock).  For benchmarks. */
+void sandlot__trace(const char *phase);
+
 #endif

@@ -55,6 +55,7 @@ struct init_config {
 	const char *hostname;
 	const char *home;       /* workspace and default cwd: INIT_HOME; tests may override with --home */
 	int no_seccomp;
+	int no_setup;           /* --no-setup */
 	int tmpfs_storage;
 	/* Loaded by init_setup() from fd 5; NULL/0 with --no-seccomp. */
 	struct sock_filter *filter;

@@ -62,4 +62,12 @@ static inline int sys_pidfd_send_signal(int pidfd, int sig, void *info, unsigned
 #endif
 }
 
+/* clone(2) without a new stack: the child continues like after fork() but
+ * in the new namespaces given by flags.  Only async-signal-safe calls are
+ * allowed in the child of a multi-threaded parent. */
+static inline pid_t sys_clone_fork(unsigned long flags)
+{
+	return (pid_t)syscall(__NR_clone, flags, NULL, NULL, NULL, 0UL);
+}
+
 #endif

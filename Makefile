@@ -1,0 +1,46 @@
+# Front door.  `make` builds everything into build/bin; `make demo` and
+# `make check` also install what they need with apt-get on Debian.
+MESON ?= meson
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+PYTEST ?= /usr/bin/python3 -m pytest
+
+BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev e2fsprogs
+TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind
+
+.PHONY: all deps test-deps demo check unit asan integration clean
+
+all: $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+	@mkdir -p $(BUILD)/bin
+	@cp -f $(BUILD)/src/cli/sandlot $(BUILD)/src/init/sandlot-init $(BUILD)/bin/
+
+$(BUILD)/build.ninja:
+	$(MESON) setup $(BUILD)
+
+# Install missing Debian packages (root only; no-op when all are present).
+deps:
+	@scripts/apt-install.sh $(BUILD_DEPS)
+
+test-deps: deps
+	@scripts/apt-install.sh $(TEST_DEPS)
+
+demo: deps all
+	@scripts/demo.sh
+
+check: test-deps all
+	@scripts/check.sh
+
+unit: all
+	$(MESON) test -C $(BUILD) --suite unit --print-errorlogs
+
+asan:
+	@[ -f $(ASAN_BUILD)/build.ninja ] || $(MESON) setup $(ASAN_BUILD) -Db_sanitize=address,undefined -Db_lundef=false
+	ninja -C $(ASAN_BUILD) $$(cd $(ASAN_BUILD) && ninja -t targets all | grep -o '^tests/[^:]*test-[a-z-]*' | sort -u)
+	$(MESON) test -C $(ASAN_BUILD) --suite unit --print-errorlogs
+
+integration: all
+	$(PYTEST) -q tests/integration
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests (plain build), the same unit tests under
+# ASan+UBSan, the integration tests driving the real CLI, and a leak check.
+# Ends with one summary line "N passed, N failed, N skipped".
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+ASAN_BUILD=${ASAN_BUILD:-build-asan}
+PYTEST=${PYTEST:-/usr/bin/python3 -m pytest}
+passed=0 failed=0 skipped=0
+
+# Count results of the last `meson test` run from its JSON log.
+count_meson() {
+	local log=$1/meson-logs/testlog.json
+	[ -f "$log" ] || { failed=$((failed + 1)); return; }
+	local p f s
+	read -r p f s < <(/usr/bin/python3 - "$log" <<'PY'
+import json, sys
+p = f = s = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line)["result"]
+    if r in ("OK", "EXPECTEDFAIL"): p += 1
+    elif r == "SKIP": s += 1
+    else: f += 1
+print(p, f, s)
+PY
+)
+	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+}
+
+echo "== unit tests"
+meson test -C "$BUILD" --suite unit --print-errorlogs --num-processes 2
+count_meson "$BUILD"
+
+echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+if [ ! -f "$ASAN_BUILD/build.ninja" ]; then
+	meson setup "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+fi
+targets=$(cd "$ASAN_BUILD" && ninja -t targets all | grep -oE '^tests/[^:]*(test-[a-z-]+|fuzz-proto-replay)' | sort -u)
+# shellcheck disable=SC2086
+if ninja -C "$ASAN_BUILD" $targets >/dev/null; then
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		meson test -C "$ASAN_BUILD" --suite unit --print-errorlogs --num-processes 2 --no-rebuild
+	count_meson "$ASAN_BUILD"
+else
+	echo "ASan build failed"
+	failed=$((failed + 1))
+fi
+
+echo "== integration tests"
+out=$(mktemp)
+$PYTEST -q -rs -p no:cacheprovider tests/integration 2>&1 | tee "$out"
+line=$(grep -E '^=+ .* in [0-9.]+s' "$out" | tail -n 1)
+for kind in passed failed skipped error errors; do
+	n=$(echo "$line" | grep -oE "[0-9]+ $kind" | grep -oE '^[0-9]+' || true)
+	n=${n:-0}
+	case $kind in
+	passed) passed=$((passed + n)) ;;
+	skipped) skipped=$((skipped + n)) ;;
+	*) failed=$((failed + n)) ;;
+	esac
+done
+[ -n "$line" ] || failed=$((failed + 1))
+rm -f "$out"
+
+echo
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

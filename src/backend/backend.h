@@ -1,0 +1,33 @@
+/* Sandbox backends behind one function table, chosen once per sandbox.
+ *
+ * A backend starts a sandbox whose PID 1 is sandlot-init and hands back a
+ * connected byte stream to it; everything above (exec, files, changes)
+ * speaks spec/protocol.md over that stream and does not care whether the
+ * other end is a namespace sandbox or a microVM.
+ */
+#ifndef SANDLOT_BACKEND_H
+#define SANDLOT_BACKEND_H
+
+#include "sandlot.h"
+#include "common/error.h"
+
+struct sandlot;
+
+struct sandlot_backend_ops {
+	const char *name;
+	/* Start the sandbox described by sb->opts.  On success sets sb->conn_fd
+	 * (the protocol stream) and sb->backend (private state); on failure
+	 * leaves nothing behind. */
+	int (*start)(struct sandlot *sb, sandlot_error_t **err);
+	/* Kill everything and release every resource.  Never fails. */
+	void (*stop)(struct sandlot *sb);
+	int (*usage)(struct sandlot *sb, sandlot_usage_t *out, sandlot_error_t **err);
+	pid_t (*init_pid)(const struct sandlot *sb);
+};
+
+extern const struct sandlot_backend_ops sandlot__backend_ns;
+
+/* The backend for an image name ("host" → ns).  NULL + error if unknown. */
+const struct sandlot_backend_ops *sandlot__backend_for(const char *image, sandlot_error_t **err);
+
+#endif

@@ -1,0 +1,344 @@
+/* The `ns` backend: a sandbox made of Linux namespaces, a cgroup, a seccomp
+ * filter and its own storage, with sandlot-init as PID 1.
+ *
+ * Parent side (host root, this file):
+ *   1. take a host uid range, create the cgroup, prepare storage and the
+ *      seccomp program — all before clone, so the child needs no malloc;
+ *   2. clone into new user, pid, mount, net, ipc and uts namespaces;
+ *   3. write the child's uid/gid maps, put it into the cgroup, make it
+ *      immune to the OOM killer (commands are not), then release it;
+ *   4. read the status pipe: empty EOF means init finished its setup.
+ * Child side (before exec, async-signal-safe only): wait for release,
+ * become uid 0 of the new namespace, move fds into place, exec init.
+ * Init then builds the root filesystem (src/init/setup.c).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "common/cleanup.h"
+#include "common/util.h"
+#include "core/internal.h"
+#include "init/init.h"
+#include "linux/cgroup.h"
+#include "linux/seccomp.h"
+#include "linux/storage.h"
+#include "linux/syscalls.h"
+#include "linux/userns.h"
+
+struct ns_state {
+	pid_t pid;
+	int pidfd;
+	struct sandlot_uid_slot slot;
+	sandlot_cgroup_t *cg;
+	struct sandlot_storage storage;
+};
+
+static void ns_release(struct ns_state *ns)
+{
+	if (ns->pid > 0) {
+		if (ns->pidfd >= 0)
+			sys_pidfd_send_signal(ns->pidfd, SIGKILL, NULL, 0);
+		else
+			kill(ns->pid, SIGKILL);
+		/* When PID 1 of a pid namespace dies the kernel kills every other
+		 * process in it and reaps them before the init is reaped. */
+		while (waitpid(ns->pid, NULL, __WALL) < 0 && errno == EINTR)
+			;
+		ns->pid = 0;
+		sandlot__trace("destroy: reap");
+	}
+	if (ns->pidfd >= 0)
+		close(ns->pidfd);
+	ns->pidfd = -1;
+	sandlot__cgroup_destroy(ns->cg);
+	ns->cg = NULL;
+	sandlot__trace("destroy: cgroup");
+	sandlot__storage_release(&ns->storage);
+	sandlot__uid_slot_release(&ns->slot);
+}
+
+/* Child after clone: only raw syscalls (the parent may be multi-threaded,
+ * so malloc and stdio locks may be held by threads that do not exist here).
+ * Reports a failure as "errno message" on the status pipe. */
+static __attribute__((noreturn)) void child_fail(int status_fd, const char *what)
+{
+	char buf[160];
+	int e = errno, n = 0;
+	char num[16];
+	int k = 0;
+	do {
+		num[k++] = (char)('0' + e % 10);
+		e /= 10;
+	} while (e && k < 15);
+	while (k)
+		buf[n++] = num[--k];
+	buf[n++] = ' ';
+	for (const char *p = what; *p && n < (int)sizeof(buf) - 2; p++)
+		buf[n++] = *p;
+	buf[n++] = '\n';
+	if (write(status_fd, buf, (size_t)n) < 0) {
+		/* nothing more we can do */
+	}
+	_exit(127);
+}
+
+struct child_args {
+	int sync_rd, status_wr, sock, seccomp_fd, storage_fd, devnull;
+	const char *init_path;
+	char *const *argv;
+};
+
+static __attribute__((noreturn)) void child_main(const struct child_args *a)
+{
+	char c;
+	/* Wait until the parent wrote our uid map and cgroup; EOF means the
+	 * parent gave up on us. */
+	ssize_t n;
+	do
+		n = read(a->sync_rd, &c, 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		_exit(1);
+	if (setgroups(0, NULL) < 0)
+		child_fail(a->status_wr, "setgroups");
+	if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+		child_fail(a->status_wr, "become root of the user namespace");
+
+	/* Move the descriptors init expects to 3..6, going through high
+	 * numbers first so no dup2 clobbers a source. */
+	int src[4] = { a->sock, a->status_wr, a->seccomp_fd, a->storage_fd };
+	int hi[4];
+	for (int i = 0; i < 4; i++) {
+		hi[i] = -1;
+		if (src[i] >= 0 && (hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 100)) < 0)
+			child_fail(a->status_wr, "dup");
+	}
+	int status_fd = hi[1];
+	for (int i = 0; i < 4; i++)
+		if (hi[i] >= 0 && dup2(hi[i], INIT_FD_PROTO + i) < 0)
+			child_fail(status_fd, "dup2");
+	if (dup2(a->devnull, 0) < 0 || dup2(a->devnull, 1) < 0 || dup2(a->devnull, 2) < 0)
+		child_fail(status_fd, "dup2 stdio");
+	if (sys_close_range(INIT_FD_STORAGE + 1, ~0U, 0) < 0) {
+		for (int fd = INIT_FD_STORAGE + 1; fd < 1024; fd++)
+			close(fd);
+	}
+	char *const envp[] = { NULL };
+	execve(a->init_path, a->argv, envp);
+	child_fail(INIT_FD_STATUS, "exec sandlot-init");
+}
+
+/* Read init's setup report: EOF with no data is success. */
+static int read_status(int fd, sandlot_error_t **err)
+{
+	char buf[600];
+	size_t len = 0;
+	uint64_t deadline = sandlot__now_ms() + 10000;
+	for (;;) {
+		int64_t left = (int64_t)(deadline - sandlot__now_ms());
+		if (left <= 0)
+			return sandlot__error(err, ETIMEDOUT, "sandbox setup did not finish in 10 s");
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int r = poll(&p, 1, (int)left);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return sandlot__error_errno(err, errno, "wait for sandbox setup");
+		if (r == 0)
+			continue;
+		ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return sandlot__error_errno(err, errno, "read sandbox setup status");
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		if (len == sizeof(buf) - 1)
+			break;
+	}
+	if (len == 0)
+		return 0;
+	buf[len] = '\0';
+	char *nl = strchr(buf, '\n');
+	if (nl)
+		*nl = '\0';
+	char *end;
+	long e = strtol(buf, &end, 10);
+	if (end == buf || e <= 0 || e > 4095)
+		e = EIO;
+	while (*end == ' ')
+		end++;
+	return sandlot__error(err, (int)e, "sandbox setup failed: %s", *end ? end : buf);
+}
+
+static int ns_start(struct sandlot *sb, sandlot_error_t **err)
+{
+	struct ns_state *ns = calloc(1, sizeof(*ns));
+	if (!ns)
+		return sandlot__error(err, ENOMEM, "out of memory");
+	ns->pidfd = -1;
+	ns->slot.lock_fd = -1;
+	ns->storage.mount_fd = -1;
+
+	cleanup_close int sync_rd = -1, sync_wr = -1, status_rd = -1, status_wr = -1;
+	cleanup_close int sock_host = -1, sock_child = -1, devnull = -1;
+	int fds[2];
+
+	sandlot__trace(NULL);
+	if (sandlot__uid_slot_acquire(sb->data_dir, &ns->slot, err) < 0)
+		goto fail;
+	sandlot__trace("uid slot");
+	struct sandlot_cgroup_limits lim = {
+		.memory_bytes = sb->opts.memory_bytes,
+		.cpus_milli = sb->opts.cpus_milli,
+		.pids = sb->opts.pids,
+	};
+	ns->cg = sandlot__cgroup_create(sb->id, &lim, err);
+	if (!ns->cg)
+		goto fail;
+	sandlot__trace("cgroup");
+	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, ns->slot.base,
+				    &ns->storage, err) < 0)
+		goto fail;
+	sandlot__trace("storage");
+	char cache_dir[4200];
+	snprintf(cache_dir, sizeof(cache_dir), "%s/cache", sb->data_dir);
+	int seccomp_fd = sandlot__seccomp_program_fd(cache_dir, err);
+	if (seccomp_fd < 0)
+		goto fail;
+	sandlot__trace("seccomp");
+
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		goto fail_errno;
+	sync_rd = fds[0], sync_wr = fds[1];
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		goto fail_errno;
+	status_rd = fds[0], status_wr = fds[1];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
+		goto fail_errno;
+	sock_host = fds[0], sock_child = fds[1];
+	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (devnull < 0)
+		goto fail_errno;
+
+	/* Everything the child needs, built before clone. */
+	char a_nofile[32], a_fsize[32], a_disk[32];
+	snprintf(a_nofile, sizeof(a_nofile), "%llu", (unsigned long long)sb->opts.nofile);
+	snprintf(a_fsize, sizeof(a_fsize), "%llu", (unsigned long long)sb->opts.disk_bytes);
+	snprintf(a_disk, sizeof(a_disk), "%llu", (unsigned long long)sb->opts.disk_bytes);
+	char *argv[24];
+	int ac = 0;
+	argv[ac++] = (char *)"sandlot-init";
+	argv[ac++] = (char *)"--nofile";
+	argv[ac++] = a_nofile;
+	argv[ac++] = (char *)"--fsize";
+	argv[ac++] = a_fsize;
+	argv[ac++] = (char *)"--hostname";
+	argv[ac++] = sb->hostname;
+	if (ns->storage.kind == SANDLOT_STORAGE_TMPFS) {
+		argv[ac++] = (char *)"--tmpfs-storage";
+		argv[ac++] = (char *)"--disk";
+		argv[ac++] = a_disk;
+	}
+	argv[ac] = NULL;
+	struct child_args ca = {
+		.sync_rd = sync_rd, .status_wr = status_wr, .sock = sock_child,
+		.seccomp_fd = seccomp_fd, .storage_fd = ns->storage.mount_fd, .devnull = devnull,
+		.init_path = sb->init_path, .argv = argv,
+	};
+
+	pid_t pid = sys_clone_fork(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET |
+				   CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD);
+	if (pid < 0) {
+		sandlot__error_errno(err, errno, "clone sandbox namespaces");
+		goto fail;
+	}
+	if (pid == 0)
+		child_main(&ca);
+	ns->pid = pid;
+	ns->pidfd = sys_pidfd_open(pid, 0);
+	sandlot__trace("clone");
+
+	close(sync_rd), sync_rd = -1;
+	close(status_wr), status_wr = -1;
+	close(sock_child), sock_child = -1;
+	if (sandlot__userns_write_maps(pid, ns->slot.base, err) < 0)
+		goto fail;
+	sandlot__trace("uid map");
+	if (sandlot__cgroup_add_pid(ns->cg, pid, err) < 0)
+		goto fail;
+	sandlot__trace("cgroup add");
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
+	/* Keep the OOM killer off init: it needs CAP_SYS_RESOURCE, which some
+	 * hosts' root lacks; there commands still rank above init because
+	 * init_drop_privileges() raises their score. */
+	if (sandlot__write_file(path, "-1000", 0) < 0 && errno != EACCES && errno != EPERM) {
+		sandlot__error_errno(err, errno, "protect sandbox init from the OOM killer");
+		goto fail;
+	}
+	if (write(sync_wr, "g", 1) != 1)
+		goto fail_errno;
+	close(sync_wr), sync_wr = -1;
+
+	if (read_status(status_rd, err) < 0)
+		goto fail;
+	sandlot__trace("init setup");
+	/* Init has attached the storage in its own namespace; the host's
+	 * handle is no longer needed and must not keep it alive. */
+	sandlot__storage_release(&ns->storage);
+
+	sb->conn_fd = steal_fd(&sock_host);
+	sb->backend = ns;
+	return 0;
+
+fail_errno:
+	sandlot__error_errno(err, errno, "create sandbox");
+fail:
+	ns_release(ns);
+	free(ns);
+	return -1;
+}
+
+static void ns_stop(struct sandlot *sb)
+{
+	struct ns_state *ns = sb->backend;
+	if (!ns)
+		return;
+	ns_release(ns);
+	free(ns);
+	sb->backend = NULL;
+}
+
+static int ns_usage(struct sandlot *sb, sandlot_usage_t *out, sandlot_error_t **err)
+{
+	struct ns_state *ns = sb->backend;
+	return sandlot__cgroup_usage(ns->cg, out, err);
+}
+
+static pid_t ns_init_pid(const struct sandlot *sb)
+{
+	const struct ns_state *ns = sb->backend;
+	return ns ? ns->pid : 0;
+}
+
+const struct sandlot_backend_ops sandlot__backend_ns = {
+	.name = "ns",
+	.start = ns_start,
+	.stop = ns_stop,
+	.usage = ns_usage,
+	.init_pid = ns_init_pid,
+};

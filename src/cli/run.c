@@ -1,0 +1,567 @@
+/* sandlot run: create a sandbox, run one command, tear it down. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/util.h"
+#include "transfer.h"
+
+static const char run_help[] =
+	"NAME\n"
+	"    sandlot run - run one command in a fresh sandbox\n"
+	"\n"
+	"SYNOPSIS\n"
+	"    sandlot run [OPTIONS] -- COMMAND [ARG...]\n"
+	"\n"
+	"DESCRIPTION\n"
+	"    Creates a sandbox, uploads files, runs COMMAND (an argv, not a shell\n"
+	"    string: use `sh -c '...'` for shell syntax) with its output streamed\n"
+	"    live, downloads files, destroys the sandbox, and exits with the\n"
+	"    command's status.  COMMAND runs as an unprivileged user in\n"
+	"    /home/user (its HOME) with a read-only view of the host's /usr, no\n"
+	"    network but loopback, and a private writable /home/user and /tmp.\n"
+	"    No daemon is needed.  Must run as root.\n"
+	"\n"
+	"OPTIONS\n"
+	"    -m, --memory SIZE      memory limit including swap (default 512M)\n"
+	"        --cpus N           CPU quota, e.g. 0.5 or 2 (default: no quota)\n"
+	"        --pids N           maximum number of processes (default 256)\n"
+	"        --disk SIZE        size of /home/user + /tmp together (default 1G);\n"
+	"                           writes past it fail with ENOSPC\n"
+	"    -t, --timeout DURATION kill the command and exit 124 after DURATION,\n"
+	"                           e.g. 500ms, 30s, 2m, 1h (default 5m; 0 = none)\n"
+	"    -e, --env KEY=VALUE    set an environment variable (repeatable)\n"
+	"    -w, --workdir DIR      working directory (default /home/user;\n"
+	"                           relative paths are under /home/user)\n"
+	"    -u, --upload LOCAL[:REMOTE]\n"
+	"                           copy a file or directory in before the command\n"
+	"                           (repeatable); REMOTE defaults to LOCAL's name in\n"
+	"                           /home/user, a REMOTE ending in / is a directory\n"
+	"    -d, --download REMOTE[:LOCAL]\n"
+	"                           copy a file or directory out after the command\n"
+	"                           (repeatable); LOCAL defaults to REMOTE's name in\n"
+	"                           the current directory; a missing REMOTE is an error\n"
+	"    -i, --interactive      pass this program's stdin to the command\n"
+	"                           (default: the command's stdin is /dev/null)\n"
+	"        --json             do not stream; print one JSON object at the end:\n"
+	"                           exit_code, signal, timed_out, oom_killed,\n"
+	"                           pids_limited, truncated, duration_ms, stdout,\n"
+	"                           stderr, changes (files created, modified or\n"
+	"                           deleted under /home/user), sandbox_id\n"
+	"        --output-limit SIZE\n"
+	"                           with --json, keep at most SIZE of each output\n"
+	"                           stream (default 1M); the rest is dropped and\n"
+	"                           \"truncated\" is true\n"
+	"        --nofile N         open-file limit for the command (default 1024)\n"
+	"        --hostname NAME    hostname inside the sandbox (default sandlot)\n"
+	"        --image NAME       root filesystem image (default host)\n"
+	"    -h, --help             show this help\n"
+	"\n"
+	"EXIT STATUS\n"
+	"    The command's exit status; 124 if it timed out; 128+N if signal N\n"
+	"    killed it (an out-of-memory kill is 137 and reported on stderr);\n"
+	"    127 if it was not found, 126 if it could not be executed; 125 if\n"
+	"    sandlot itself failed (including a failed --upload or --download);\n"
+	"    2 for bad arguments.\n"
+	"\n"
+	"EXAMPLES\n"
+	"    sandlot run -- python3 -c 'print(6 * 7)'\n"
+	"    sandlot run --memory 256M --timeout 10s -u data.csv -d out.png:plot.png \\\n"
+	"        -- python3 analyse.py\n"
+	"    sandlot run --json -- sh -c 'echo hi > note.txt'\n";
+
+enum {
+	OPT_CPUS = 256, OPT_PIDS, OPT_DISK, OPT_JSON, OPT_OUTPUT_LIMIT, OPT_NOFILE,
+	OPT_HOSTNAME, OPT_IMAGE,
+};
+
+static const struct option run_opts[] = {
+	{ "memory", required_argument, NULL, 'm' },
+	{ "cpus", required_argument, NULL, OPT_CPUS },
+	{ "pids", required_argument, NULL, OPT_PIDS },
+	{ "disk", required_argument, NULL, OPT_DISK },
+	{ "timeout", required_argument, NULL, 't' },
+	{ "env", required_argument, NULL, 'e' },
+	{ "workdir", required_argument, NULL, 'w' },
+	{ "upload", required_argument, NULL, 'u' },
+	{ "download", required_argument, NULL, 'd' },
+	{ "interactive", no_argument, NULL, 'i' },
+	{ "json", no_argument, NULL, OPT_JSON },
+	{ "output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT },
+	{ "nofile", required_argument, NULL, OPT_NOFILE },
+	{ "hostname", required_argument, NULL, OPT_HOSTNAME },
+	{ "image", required_argument, NULL, OPT_IMAGE },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* Output collected in --json mode, capped. */
+struct capture {
+	char *buf;
+	size_t len, cap, limit;
+	int truncated;
+};
+
+struct run_state {
+	int json;
+	struct capture out, err;
+	int exit_pipe[2];   /* written by on_exit so the main thread wakes up */
+};
+
+static int capture_add(struct capture *c, const void *data, size_t len)
+{
+	size_t room = c->limit > c->len ? c->limit - c->len : 0;
+	if (len > room) {
+		c->truncated = 1;
+		len = room;
+	}
+	if (len == 0)
+		return 0;
+	if (c->len + len > c->cap) {
+		size_t cap = c->cap ? c->cap : 4096;
+		while (cap < c->len + len)
+			cap *= 2;
+		char *nb = realloc(c->buf, cap);
+		if (!nb) {
+			c->truncated = 1;
+			return 0;
+		}
+		c->buf = nb;
+		c->cap = cap;
+	}
+	memcpy(c->buf + c->len, data, len);
+	c->len += len;
+	return 0;
+}
+
+static int on_output(void *ud, sandlot_stream_t stream, const void *data, size_t len)
+{
+	struct run_state *st = ud;
+	if (st->json)
+		return capture_add(stream == SANDLOT_STDOUT ? &st->out : &st->err, data, len);
+	/* Live output; a closed terminal just drops it. */
+	sandlot__write_all(stream == SANDLOT_STDOUT ? 1 : 2, data, len);
+	return 0;
+}
+
+static void on_exit_cb(void *ud, const sandlot_exit_t *ex)
+{
+	struct run_state *st = ud;
+	if (write(st->exit_pipe[1], "x", 1) < 0) {
+		/* the main thread also wakes up on its own deadline */
+	}
+}
+
+static int parse_count(const char *opt, const char *s, uint64_t max, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (!*s || *end || errno || v == 0 || v > max || s[0] == '-')
+		return cli_usage_error("run", "invalid %s \"%s\": expected a whole number from 1 to %llu",
+				       opt, s, (unsigned long long)max);
+	*out = v;
+	return 0;
+}
+
+/* JSON strings must be UTF-8: keep valid sequences, replace invalid bytes
+ * with U+FFFD so binary output still yields valid JSON. */
+static json_t *json_text(const char *buf, size_t len)
+{
+	json_t *s = json_stringn(buf ? buf : "", buf ? len : 0);
+	if (s)
+		return s;
+	char *clean = malloc(len * 3 + 1);
+	size_t o = 0;
+	if (!clean)
+		return json_string("");
+	for (size_t i = 0; i < len;) {
+		unsigned char c = (unsigned char)buf[i];
+		size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+		int ok = n > 0 && i + n <= len && c != 0;
+		for (size_t k = 1; ok && k < n; k++)
+			ok = ((unsigned char)buf[i + k] >> 6) == 2;
+		if (ok && n > 1) {
+			json_t *probe = json_stringn(buf + i, n); /* rejects overlongs, surrogates */
+			ok = probe != NULL;
+			json_decref(probe);
+		}
+		if (ok) {
+			memcpy(clean + o, buf + i, n);
+			o += n;
+			i += n;
+		} else {
+			memcpy(clean + o, "\xEF\xBF\xBD", 3);
+			o += 3;
+			i++;
+		}
+	}
+	json_t *r = json_stringn(clean, o);
+	free(clean);
+	return r ? r : json_string("");
+}
+
+static const char *kind_name(sandlot_change_kind_t k)
+{
+	return k == SANDLOT_CREATED ? "created" : k == SANDLOT_MODIFIED ? "modified" : "deleted";
+}
+
+static const char *type_name(sandlot_file_type_t t)
+{
+	return t == SANDLOT_FILE ? "file" : t == SANDLOT_DIR ? "directory" : t == SANDLOT_SYMLINK ? "symlink" : "other";
+}
+
+static void print_json(const char *id, const sandlot_exit_t *ex, const struct run_state *st,
+		       const sandlot_changes_t *ch, json_t *errors)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "sandbox_id", json_string(id));
+	json_object_set_new(o, "exit_code", ex->signal ? json_null() : json_integer(ex->exit_code));
+	json_object_set_new(o, "signal", ex->signal ? json_integer(ex->signal) : json_null());
+	json_object_set_new(o, "timed_out", json_boolean(ex->timed_out));
+	json_object_set_new(o, "oom_killed", json_boolean(ex->oom_killed));
+	json_object_set_new(o, "pids_limited", json_boolean(ex->pids_limited));
+	json_object_set_new(o, "truncated", json_boolean(st->out.truncated || st->err.truncated));
+	json_object_set_new(o, "duration_ms", json_integer((json_int_t)ex->duration_ms));
+	json_object_set_new(o, "stdout", json_text(st->out.buf, st->out.len));
+	json_object_set_new(o, "stderr", json_text(st->err.buf, st->err.len));
+	json_t *arr = json_array();
+	for (size_t i = 0; ch && i < ch->count; i++) {
+		json_t *c = json_object();
+		json_object_set_new(c, "path", json_text(ch->items[i].path, strlen(ch->items[i].path)));
+		json_object_set_new(c, "kind", json_string(kind_name(ch->items[i].kind)));
+		json_object_set_new(c, "type", json_string(type_name(ch->items[i].type)));
+		json_object_set_new(c, "size", json_integer((json_int_t)ch->items[i].size));
+		json_array_append_new(arr, c);
+	}
+	json_object_set_new(o, "changes", arr);
+	json_object_set_new(o, "changes_truncated", json_boolean(ch && ch->truncated));
+	if (ex->start_error)
+		json_object_set_new(o, "error", json_string(ex->error));
+	json_object_set(o, "errors", errors);
+	char *text = json_dumps(o, JSON_COMPACT);
+	if (text) {
+		puts(text);
+		free(text);
+	}
+	json_decref(o);
+}
+
+static int exit_status(const sandlot_exit_t *ex)
+{
+	if (ex->timed_out)
+		return EXIT_TIMEOUT;
+	if (ex->signal)
+		return 128 + ex->signal;
+	return ex->exit_code;
+}
+
+/* Wait for the command while relaying our own stdin (with -i) and turning
+ * SIGINT/SIGTERM/SIGHUP into signals for the command; a second signal
+ * kills it for good. */
+static void supervise(sandlot_proc_t *p, struct run_state *st, int interactive, int sigfd)
+{
+	int stdin_open = interactive;
+	int signals = 0;
+	char buf[65536];
+	for (;;) {
+		struct pollfd fds[3] = {
+			{ .fd = st->exit_pipe[0], .events = POLLIN },
+			{ .fd = sigfd, .events = POLLIN },
+			{ .fd = stdin_open ? 0 : -1, .events = POLLIN },
+		};
+		if (poll(fds, 3, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (fds[0].revents)
+			break;
+		if (fds[1].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			if (read(sigfd, &si, sizeof(si)) == sizeof(si)) {
+				signals++;
+				sandlot_proc_kill(p, signals > 1 ? SIGKILL : (int)si.ssi_signo, NULL);
+			}
+		}
+		if (fds[2].revents) {
+			ssize_t n = read(0, buf, sizeof(buf));
+			if (n <= 0 || sandlot_proc_write_stdin(p, buf, (size_t)n, NULL) < 0) {
+				sandlot_proc_close_stdin(p, NULL);
+				stdin_open = 0;
+			}
+		}
+	}
+}
+
+int cmd_run(int argc, char **argv)
+{
+	sandlot_options_t opts;
+	sandlot_options_init(&opts);
+	uint64_t timeout_ms = 5 * 60 * 1000, output_limit = 1 << 20, v;
+	const char *workdir = NULL;
+	int json = 0, interactive = 0;
+	size_t nenv = 0, nup = 0, ndown = 0;
+	cleanup_free const char **env = calloc((size_t)argc + 1, sizeof(char *));
+	cleanup_free struct transfer *up = calloc((size_t)argc + 1, sizeof(struct transfer));
+	cleanup_free struct transfer *down = calloc((size_t)argc + 1, sizeof(struct transfer));
+	sandlot_error_t *err = NULL;
+	cleanup_close int sigfd = -1;
+	int rc = EXIT_SANDLOT;
+	if (!env || !up || !down)
+		return EXIT_SANDLOT;
+
+#define USAGE_FROM_ERR(opt)                                                          \
+	do {                                                                         \
+		rc = cli_usage_error("run", "%s: %s", opt, sandlot_error_message(err)); \
+		sandlot_error_free(err);                                             \
+		goto out;                                                            \
+	} while (0)
+
+	optind = 1;
+	opterr = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, "+m:t:e:w:u:d:ih", run_opts, NULL)) != -1) {
+		switch (c) {
+		case 'm':
+			if (sandlot_parse_size(optarg, 0, &opts.memory_bytes, &err) < 0)
+				USAGE_FROM_ERR("--memory");
+			break;
+		case OPT_CPUS:
+			if (sandlot_parse_cpus(optarg, &opts.cpus_milli, &err) < 0)
+				USAGE_FROM_ERR("--cpus");
+			break;
+		case OPT_PIDS:
+			if (parse_count("--pids", optarg, 1u << 22, &v) != 0) {
+				rc = EXIT_USAGE;
+				goto out;
+			}
+			if (v < 2) {
+				rc = cli_usage_error("run", "--pids must be at least 2 (init and the command)");
+				goto out;
+			}
+			opts.pids = (uint32_t)v;
+			break;
+		case OPT_DISK:
+			if (sandlot_parse_size(optarg, 0, &opts.disk_bytes, &err) < 0)
+				USAGE_FROM_ERR("--disk");
+			break;
+		case 't':
+			if (sandlot_parse_duration(optarg, &timeout_ms, &err) < 0)
+				USAGE_FROM_ERR("--timeout");
+			break;
+		case 'e':
+			if (!strchr(optarg, '=') || optarg[0] == '=') {
+				rc = cli_usage_error("run", "invalid --env \"%s\": expected KEY=VALUE", optarg);
+				goto out;
+			}
+			env[nenv++] = optarg;
+			break;
+		case 'w':
+			workdir = optarg;
+			break;
+		case 'u':
+		case 'd':
+			if (transfer_parse(optarg, c == 'u', c == 'u' ? &up[nup] : &down[ndown]) < 0) {
+				rc = cli_usage_error("run", "invalid --%s \"%s\": expected %s",
+						     c == 'u' ? "upload" : "download", optarg,
+						     c == 'u' ? "LOCAL[:REMOTE]" : "REMOTE[:LOCAL]");
+				goto out;
+			}
+			if (c == 'u')
+				nup++;
+			else
+				ndown++;
+			break;
+		case 'i':
+			interactive = 1;
+			break;
+		case OPT_JSON:
+			json = 1;
+			break;
+		case OPT_OUTPUT_LIMIT:
+			if (sandlot_parse_size(optarg, 1, &output_limit, &err) < 0)
+				USAGE_FROM_ERR("--output-limit");
+			break;
+		case OPT_NOFILE:
+			if (parse_count("--nofile", optarg, 1u << 20, &opts.nofile) != 0) {
+				rc = EXIT_USAGE;
+				goto out;
+			}
+			break;
+		case OPT_HOSTNAME:
+			opts.hostname = optarg;
+			break;
+		case OPT_IMAGE:
+			opts.image = optarg;
+			break;
+		case 'h':
+			fputs(run_help, stdout);
+			rc = 0;
+			goto out;
+		case '?':
+		default:
+			if (optopt && optopt < 256)
+				rc = cli_usage_error("run", "unknown option -%c", optopt);
+			else if (optopt)
+				rc = cli_usage_error("run", "option %s needs a value", argv[optind - 1]);
+			else
+				rc = cli_usage_error("run", "unknown option %s", argv[optind - 1]);
+			goto out;
+		}
+	}
+	if (optind >= argc) {
+		rc = cli_usage_error("run", "no command given: sandlot run [OPTIONS] -- COMMAND [ARG...]");
+		goto out;
+	}
+	if (geteuid() != 0) {
+		cli_err("run: sandlot needs root to create sandboxes (uid maps, cgroups, loop storage)");
+		rc = EXIT_SANDLOT;
+		goto out;
+	}
+	/* Check local paths before spending anything on a sandbox. */
+	for (size_t i = 0; i < nup; i++) {
+		if (access(up[i].local, R_OK) < 0) {
+			rc = cli_usage_error("run", "--upload %s: %s", up[i].local, strerror(errno));
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < ndown; i++) {
+		cleanup_free char *dir = strdup(down[i].local);
+		char *slash = dir ? strrchr(dir, '/') : NULL;
+		const char *parent = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
+		struct stat pst;
+		if (stat(parent, &pst) < 0 || !S_ISDIR(pst.st_mode) || access(parent, W_OK) < 0) {
+			rc = cli_usage_error("run", "--download %s: cannot write into %s%s%s",
+					     down[i].local, parent, errno ? ": " : "",
+					     errno ? strerror(errno) : "");
+			goto out;
+		}
+	}
+	opts.env = env;
+
+	/* Signals arrive through a signalfd; the library's I/O thread blocks
+	 * them all.  SIGPIPE is ignored: a closed terminal is not our death. */
+	signal(SIGPIPE, SIG_IGN);
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGHUP);
+	sigaddset(&sigs, SIGQUIT);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);
+	sigfd = signalfd(-1, &sigs, SFD_CLOEXEC);
+
+	sandlot__trace(NULL);
+	sandlot_t *sb = sandlot_create(&opts, &err);
+	if (!sb) {
+		cli_err("%s", sandlot_error_message(err));
+		sandlot_error_free(err);
+		rc = EXIT_SANDLOT;
+		goto out;
+	}
+	for (size_t i = 0; i < nup; i++) {
+		if (transfer_upload(sb, &up[i], &err) < 0) {
+			cli_err("--upload %s: %s", up[i].local, sandlot_error_message(err));
+			sandlot_error_free(err);
+			sandlot_destroy(sb);
+			rc = EXIT_SANDLOT;
+			goto out;
+		}
+	}
+	/* The command's changes are measured from here, uploads excluded. */
+	sandlot_changes_t ch = { 0 };
+	if (json && sandlot_changes_scan(sb, &ch, NULL) == 0)
+		sandlot_changes_free(&ch);
+
+	struct run_state st = { .json = json };
+	st.out.limit = st.err.limit = output_limit;
+	if (pipe2(st.exit_pipe, O_CLOEXEC) < 0) {
+		cli_err("pipe: %s", strerror(errno));
+		sandlot_destroy(sb);
+		goto out;
+	}
+	sandlot_exec_spec_t spec = {
+		.argv = (const char *const *)argv + optind,
+		.cwd = workdir,
+		.stdin_pipe = interactive,
+		.timeout_ms = timeout_ms,
+	};
+	sandlot_exec_callbacks_t cb = { .on_output = on_output, .on_exit = on_exit_cb, .userdata = &st };
+	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, &err);
+	sandlot_exit_t ex = { .exit_code = -1 };
+	if (!p) {
+		cli_err("%s", sandlot_error_message(err));
+		sandlot_error_free(err);
+		sandlot_destroy(sb);
+		goto out_pipe;
+	}
+	sandlot__trace("exec start");
+	supervise(p, &st, interactive, sigfd);
+	sandlot__trace("exec done");
+	sandlot_proc_wait(p, &ex, NULL);
+	sandlot_proc_free(p);
+
+	json_t *errors = json_array();
+	int transfer_failed = 0;
+	if (json && !ex.start_error) {
+		if (sandlot_changes_scan(sb, &ch, &err) < 0) {
+			json_array_append_new(errors, json_string(sandlot_error_message(err)));
+			sandlot_error_free(err);
+			err = NULL;
+		}
+	}
+	for (size_t i = 0; i < ndown; i++) {
+		if (transfer_download(sb, &down[i], &err) < 0) {
+			cli_err("--download %s: %s", down[i].remote, sandlot_error_message(err));
+			json_array_append_new(errors, json_string(sandlot_error_message(err)));
+			sandlot_error_free(err);
+			err = NULL;
+			transfer_failed = 1;
+		}
+	}
+	if (json)
+		print_json(sandlot_id(sb), &ex, &st, &ch, errors);
+	json_decref(errors);
+	sandlot_changes_free(&ch);
+	sandlot_destroy(sb);
+
+	if (ex.start_error) {
+		if (!json)
+			cli_err("%s", ex.error);
+		rc = ex.exit_code;
+	} else {
+		if (!json && ex.timed_out)
+			cli_err("command timed out and was killed");
+		else if (!json && ex.oom_killed)
+			cli_err("command ran out of memory (limit %llu bytes); the kernel killed it",
+				(unsigned long long)opts.memory_bytes);
+		else if (!json && ex.pids_limited)
+			cli_err("warning: the process limit (%u) refused a fork", opts.pids);
+		rc = exit_status(&ex);
+		if (transfer_failed)
+			rc = EXIT_SANDLOT;
+	}
+	free(st.out.buf);
+	free(st.err.buf);
+out_pipe:
+	close(st.exit_pipe[0]);
+	close(st.exit_pipe[1]);
+out:
+	for (size_t i = 0; i < nup; i++)
+		transfer_free(&up[i]);
+	for (size_t i = 0; i < ndown; i++)
+		transfer_free(&down[i]);
+	return rc;
+}

@@ -1,0 +1,524 @@
+/* File operations and change tracking, performed by init inside the
+ * sandbox (spec/protocol.md, "Files" and "Change tracking"). */
+#include "internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+#define CREDIT_BATCH (64u * 1024)
+
+/* A request stream: one request, zero or more item frames, then OK/ERROR. */
+struct req {
+	struct sl_stream s;
+	sandlot_t *sb;
+	int done;
+	sandlot_error_t *error;
+	char what[160];
+	uint8_t *ok;
+	uint32_t ok_len;
+	/* Item frames (DATA, ENTRIES, CHANGES); called with conn->lock held. */
+	void (*on_item)(struct req *r, const struct sl_frame_header *h, const uint8_t *payload);
+	void *ctx;
+};
+
+static void req_on_frame(struct sl_stream *s, const struct sl_frame_header *h, const uint8_t *payload)
+{
+	struct req *r = (struct req *)s;
+	if (h->type == SL_MSG_OK || h->type == SL_MSG_ERROR) {
+		if (h->type == SL_MSG_OK) {
+			r->ok = malloc(h->length ? h->length : 1);
+			if (r->ok) {
+				memcpy(r->ok, payload, h->length);
+				r->ok_len = h->length;
+			} else {
+				sandlot__error(&r->error, ENOMEM, "%s: out of memory", r->what);
+			}
+		} else if (!r->error) {
+			sandlot__error_from_frame(&r->error, payload, h->length, r->what);
+		}
+		sandlot__stream_unregister_locked(s);
+		r->done = 1;
+		pthread_cond_broadcast(&s->conn->cond);
+		return;
+	}
+	if (r->on_item)
+		r->on_item(r, h, payload);
+}
+
+static void req_on_lost(struct sl_stream *s)
+{
+	struct req *r = (struct req *)s;
+	if (!r->error)
+		sandlot__error(&r->error, EPIPE, "%s: the sandbox is gone", r->what);
+	r->done = 1;
+	pthread_cond_broadcast(&s->conn->cond);
+}
+
+static int req_start(sandlot_t *sb, struct req *r, uint8_t type, const char *path,
+		     struct sl_msg *m, sandlot_error_t **err)
+{
+	r->sb = sb;
+	if (sandlot__stream_register(&sb->conn, &r->s, req_on_frame, req_on_lost) < 0)
+		return sandlot__error(err, EPIPE, "%s: the sandbox is gone", r->what);
+	sl_msg_begin(m, type, 0, r->s.id);
+	if (path)
+		sl_msg_put_str(m, SL_TAG_PATH, path);
+	return 0;
+}
+
+/* Send the request built in m; on failure the stream is dropped. */
+static int req_send(struct req *r, struct sl_msg *m, sandlot_error_t **err)
+{
+	if (sandlot__conn_send(&r->sb->conn, m, err) < 0) {
+		pthread_mutex_lock(&r->sb->conn.lock);
+		sandlot__stream_unregister_locked(&r->s);
+		pthread_mutex_unlock(&r->sb->conn.lock);
+		return -1;
+	}
+	return 0;
+}
+
+/* Wait for the end of the request; returns 0 or -1 with its error. */
+static int req_wait(struct req *r, sandlot_error_t **err)
+{
+	struct sl_conn *c = &r->sb->conn;
+	pthread_mutex_lock(&c->lock);
+	while (!r->done)
+		pthread_cond_wait(&c->cond, &c->lock);
+	pthread_mutex_unlock(&c->lock);
+	if (r->error) {
+		if (err) {
+			sandlot_error_free(*err);
+			*err = r->error;
+		} else {
+			sandlot_error_free(r->error);
+		}
+		r->error = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+static void req_cleanup(struct req *r)
+{
+	free(r->ok);
+	sandlot_error_free(r->error);
+}
+
+static int check_path(const char *path, const char *op, sandlot_error_t **err)
+{
+	if (!path || !*path)
+		return sandlot__error(err, EINVAL, "%s: empty path", op);
+	if (strlen(path) > 4096)
+		return sandlot__error(err, ENAMETOOLONG, "%s: path longer than 4096 bytes", op);
+	return 0;
+}
+
+/* ---- write ------------------------------------------------------------- */
+
+int sandlot_file_write(sandlot_t *sb, const char *path, uint32_t mode, unsigned flags,
+		       sandlot_read_fn src, void *userdata, sandlot_error_t **err)
+{
+	if (check_path(path, "write", err) < 0)
+		return -1;
+	struct req r = { 0 };
+	snprintf(r.what, sizeof(r.what), "write %.140s", path);
+	struct sl_msg m;
+	if (req_start(sb, &r, SL_MSG_FWRITE, path, &m, err) < 0)
+		return -1;
+	sl_msg_put_u32(&m, SL_TAG_MODE, mode ? mode : 0644);
+	sl_msg_put_u32(&m, SL_TAG_FLAGS, flags & SANDLOT_WRITE_MKDIRS ? 1 : 0);
+	if (req_send(&r, &m, err) < 0)
+		return -1;
+
+	uint8_t *buf = malloc(SANDLOT_PROTO_MAX_DATA);
+	int local_errno = buf ? 0 : ENOMEM;
+	const char *local_what = "out of memory";
+	for (;;) {
+		pthread_mutex_lock(&sb->conn.lock);
+		int done = r.done;
+		pthread_mutex_unlock(&sb->conn.lock);
+		if (done || local_errno) /* init gave up early (e.g. ENOSPC) */
+			break;
+		ssize_t n = src(userdata, buf, SANDLOT_PROTO_MAX_DATA);
+		if (n < 0) {
+			local_errno = errno ? errno : EIO;
+			local_what = "reading the source failed";
+			break;
+		}
+		sl_msg_begin(&m, SL_MSG_DATA, n == 0 ? SANDLOT_PROTO_FLAG_END : 0, r.s.id);
+		sl_msg_put_raw(&m, buf, (size_t)n);
+		if (sandlot__conn_send(&sb->conn, &m, NULL) < 0)
+			break; /* the connection died: req_wait reports it */
+		if (n == 0)
+			break;
+	}
+	free(buf);
+	if (local_errno) {
+		/* Abort: init removes its temporary file and answers ECANCELED. */
+		sandlot__conn_send_u32(&sb->conn, SL_MSG_KILL, r.s.id, SL_TAG_SIGNAL, SIGKILL, NULL);
+		req_wait(&r, NULL);
+		req_cleanup(&r);
+		return sandlot__error(err, local_errno, "write %s: %s", path, local_what);
+	}
+	int rc = req_wait(&r, err);
+	req_cleanup(&r);
+	return rc;
+}
+
+static ssize_t fd_source(void *ud, void *buf, size_t len)
+{
+	int fd = *(int *)ud;
+	for (;;) {
+		ssize_t n = read(fd, buf, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		return n;
+	}
+}
+
+int sandlot_file_write_fd(sandlot_t *sb, const char *path, uint32_t mode, unsigned flags, int fd,
+			  sandlot_error_t **err)
+{
+	return sandlot_file_write(sb, path, mode, flags, fd_source, &fd, err);
+}
+
+/* ---- read -------------------------------------------------------------- */
+
+struct read_ctx {
+	sandlot_write_fn sink;
+	void *ud;
+	uint32_t consumed;
+	int local_errno;
+};
+
+static void read_item(struct req *r, const struct sl_frame_header *h, const uint8_t *payload)
+{
+	struct read_ctx *ctx = r->ctx;
+	if (h->type != SL_MSG_DATA || ctx->local_errno)
+		return;
+	if (h->length && ctx->sink(ctx->ud, payload, h->length) < 0) {
+		ctx->local_errno = errno ? errno : EIO;
+		sandlot__conn_send_u32(r->s.conn, SL_MSG_KILL, r->s.id, SL_TAG_SIGNAL, SIGKILL, NULL);
+		return;
+	}
+	ctx->consumed += h->length;
+	if (ctx->consumed >= CREDIT_BATCH && !(h->flags & SANDLOT_PROTO_FLAG_END)) {
+		sandlot__conn_send_u32(r->s.conn, SL_MSG_CREDIT, r->s.id, SL_TAG_CREDIT,
+				       ctx->consumed, NULL);
+		ctx->consumed = 0;
+	}
+}
+
+int sandlot_file_read(sandlot_t *sb, const char *path, sandlot_write_fn sink, void *userdata,
+		      sandlot_error_t **err)
+{
+	if (check_path(path, "read", err) < 0)
+		return -1;
+	struct read_ctx ctx = { .sink = sink, .ud = userdata };
+	struct req r = { 0 };
+	r.on_item = read_item;
+	r.ctx = &ctx;
+	snprintf(r.what, sizeof(r.what), "read %.140s", path);
+	struct sl_msg m;
+	if (req_start(sb, &r, SL_MSG_FREAD, path, &m, err) < 0 || req_send(&r, &m, err) < 0)
+		return -1;
+	int rc = req_wait(&r, ctx.local_errno ? NULL : err);
+	req_cleanup(&r);
+	if (ctx.local_errno)
+		return sandlot__error_errno(err, ctx.local_errno, "read %s: writing the data failed", path);
+	return rc;
+}
+
+static int fd_sink(void *ud, const void *buf, size_t len)
+{
+	return sandlot__write_all(*(int *)ud, buf, len);
+}
+
+int sandlot_file_read_fd(sandlot_t *sb, const char *path, int fd, sandlot_error_t **err)
+{
+	return sandlot_file_read(sb, path, fd_sink, &fd, err);
+}
+
+/* ---- stat, list, mkdir, remove ----------------------------------------- */
+
+/* Fill st from the records of one entry; returns the NAME if asked. */
+static void parse_stat_rec(const struct sl_rec *rec, sandlot_stat_t *st)
+{
+	uint8_t t;
+	uint32_t mode;
+	uint64_t size;
+	int64_t mt;
+	switch (rec->tag) {
+	case SL_TAG_FTYPE:
+		if (sl_rec_u8(rec, &t) == 0)
+			st->type = (sandlot_file_type_t)t;
+		break;
+	case SL_TAG_MODE:
+		if (sl_rec_u32(rec, &mode) == 0)
+			st->mode = mode;
+		break;
+	case SL_TAG_SIZE:
+		if (sl_rec_u64(rec, &size) == 0)
+			st->size = size;
+		break;
+	case SL_TAG_MTIME_NS:
+		if (sl_rec_i64(rec, &mt) == 0)
+			st->mtime_ns = mt;
+		break;
+	default:
+		break;
+	}
+}
+
+int sandlot_stat(sandlot_t *sb, const char *path, sandlot_stat_t *out, sandlot_error_t **err)
+{
+	if (check_path(path, "stat", err) < 0)
+		return -1;
+	struct req r = { 0 };
+	snprintf(r.what, sizeof(r.what), "stat %.140s", path);
+	struct sl_msg m;
+	if (req_start(sb, &r, SL_MSG_STAT, path, &m, err) < 0 || req_send(&r, &m, err) < 0)
+		return -1;
+	if (req_wait(&r, err) < 0) {
+		req_cleanup(&r);
+		return -1;
+	}
+	memset(out, 0, sizeof(*out));
+	out->type = SANDLOT_OTHER;
+	struct sl_rec_iter it;
+	struct sl_rec rec;
+	sl_rec_iter_init(&it, r.ok, r.ok_len);
+	while (sl_rec_next(&it, &rec) == 1)
+		parse_stat_rec(&rec, out);
+	req_cleanup(&r);
+	return 0;
+}
+
+struct list_ctx {
+	sandlot_dirent_t *items;
+	size_t n, cap;
+	int oom;
+};
+
+static void list_item(struct req *r, const struct sl_frame_header *h, const uint8_t *payload)
+{
+	struct list_ctx *ctx = r->ctx;
+	if (h->type != SL_MSG_ENTRIES || ctx->oom)
+		return;
+	struct sl_rec_iter it;
+	struct sl_rec rec;
+	sl_rec_iter_init(&it, payload, h->length);
+	while (sl_rec_next(&it, &rec) == 1) {
+		if (rec.tag == SL_TAG_NAME) {
+			if (ctx->n == ctx->cap) {
+				size_t cap = ctx->cap ? ctx->cap * 2 : 32;
+				sandlot_dirent_t *ni = realloc(ctx->items, cap * sizeof(*ni));
+				if (!ni) {
+					ctx->oom = 1;
+					return;
+				}
+				ctx->items = ni;
+				ctx->cap = cap;
+			}
+			sandlot_dirent_t *e = &ctx->items[ctx->n];
+			memset(e, 0, sizeof(*e));
+			e->st.type = SANDLOT_OTHER;
+			e->name = sl_rec_str(&rec);
+			if (!e->name) {
+				ctx->oom = 1;
+				return;
+			}
+			ctx->n++;
+		} else if (ctx->n > 0) {
+			parse_stat_rec(&rec, &ctx->items[ctx->n - 1].st);
+		}
+	}
+}
+
+void sandlot_dirents_free(sandlot_dirent_t *entries, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		free(entries[i].name);
+	free(entries);
+}
+
+int sandlot_list(sandlot_t *sb, const char *path, sandlot_dirent_t **out, size_t *count,
+		 sandlot_error_t **err)
+{
+	if (check_path(path, "list", err) < 0)
+		return -1;
+	struct list_ctx ctx = { 0 };
+	struct req r = { 0 };
+	r.on_item = list_item;
+	r.ctx = &ctx;
+	snprintf(r.what, sizeof(r.what), "list %.140s", path);
+	struct sl_msg m;
+	if (req_start(sb, &r, SL_MSG_LIST, path, &m, err) < 0 || req_send(&r, &m, err) < 0)
+		return -1;
+	int rc = req_wait(&r, err);
+	req_cleanup(&r);
+	if (rc == 0 && ctx.oom)
+		rc = sandlot__error(err, ENOMEM, "list %s: out of memory", path);
+	if (rc < 0) {
+		sandlot_dirents_free(ctx.items, ctx.n);
+		return -1;
+	}
+	*out = ctx.items;
+	*count = ctx.n;
+	return 0;
+}
+
+static int simple_request(sandlot_t *sb, uint8_t type, const char *op, const char *path,
+			  int with_mode, uint32_t mode, uint32_t flags, sandlot_error_t **err)
+{
+	if (check_path(path, op, err) < 0)
+		return -1;
+	struct req r = { 0 };
+	snprintf(r.what, sizeof(r.what), "%s %.140s", op, path);
+	struct sl_msg m;
+	if (req_start(sb, &r, type, path, &m, err) < 0)
+		return -1;
+	if (with_mode)
+		sl_msg_put_u32(&m, SL_TAG_MODE, mode);
+	sl_msg_put_u32(&m, SL_TAG_FLAGS, flags);
+	if (req_send(&r, &m, err) < 0)
+		return -1;
+	int rc = req_wait(&r, err);
+	req_cleanup(&r);
+	return rc;
+}
+
+int sandlot_mkdir(sandlot_t *sb, const char *path, uint32_t mode, unsigned flags,
+		  sandlot_error_t **err)
+{
+	return simple_request(sb, SL_MSG_MKDIR, "mkdir", path, 1, mode ? mode : 0755,
+			      flags & SANDLOT_MKDIR_PARENTS ? 1 : 0, err);
+}
+
+int sandlot_remove(sandlot_t *sb, const char *path, unsigned flags, sandlot_error_t **err)
+{
+	return simple_request(sb, SL_MSG_REMOVE, "remove", path, 0, 0,
+			      flags & SANDLOT_REMOVE_RECURSIVE ? 1 : 0, err);
+}
+
+/* ---- changes ----------------------------------------------------------- */
+
+struct scan_ctx {
+	sandlot_changes_t *out;
+	size_t cap;
+	int oom;
+};
+
+static void scan_item(struct req *r, const struct sl_frame_header *h, const uint8_t *payload)
+{
+	struct scan_ctx *ctx = r->ctx;
+	sandlot_changes_t *c = ctx->out;
+	if (h->type != SL_MSG_CHANGES || ctx->oom)
+		return;
+	struct sl_rec_iter it;
+	struct sl_rec rec;
+	sl_rec_iter_init(&it, payload, h->length);
+	while (sl_rec_next(&it, &rec) == 1) {
+		if (rec.tag == SL_TAG_KIND) {
+			uint8_t k;
+			if (sl_rec_u8(&rec, &k) < 0)
+				continue;
+			if (c->count == ctx->cap) {
+				size_t cap = ctx->cap ? ctx->cap * 2 : 32;
+				sandlot_change_t *ni = realloc(c->items, cap * sizeof(*ni));
+				if (!ni) {
+					ctx->oom = 1;
+					return;
+				}
+				c->items = ni;
+				ctx->cap = cap;
+			}
+			sandlot_change_t *e = &c->items[c->count++];
+			memset(e, 0, sizeof(*e));
+			e->kind = (sandlot_change_kind_t)k;
+			e->type = SANDLOT_OTHER;
+		} else if (c->count > 0) {
+			sandlot_change_t *e = &c->items[c->count - 1];
+			uint8_t t;
+			if (rec.tag == SL_TAG_PATH && !e->path) {
+				e->path = sl_rec_str(&rec);
+				if (!e->path)
+					ctx->oom = 1;
+			} else if (rec.tag == SL_TAG_FTYPE && sl_rec_u8(&rec, &t) == 0) {
+				e->type = (sandlot_file_type_t)t;
+			} else if (rec.tag == SL_TAG_SIZE) {
+				sl_rec_u64(&rec, &e->size);
+			}
+		}
+	}
+}
+
+void sandlot_changes_free(sandlot_changes_t *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->count; i++)
+		free(c->items[i].path);
+	free(c->items);
+	c->items = NULL;
+	c->count = 0;
+}
+
+static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, sandlot_error_t **err)
+{
+	memset(out, 0, sizeof(*out));
+	struct scan_ctx ctx = { .out = out };
+	struct req r = { 0 };
+	r.on_item = scan_item;
+	r.ctx = &ctx;
+	snprintf(r.what, sizeof(r.what), "scan workspace");
+	struct sl_msg m;
+	if (req_start(sb, &r, SL_MSG_SCAN, NULL, &m, err) < 0)
+		return -1;
+	sl_msg_put_u32(&m, SL_TAG_FLAGS, baseline ? 1 : 0);
+	if (req_send(&r, &m, err) < 0)
+		return -1;
+	int rc = req_wait(&r, err);
+	if (rc == 0) {
+		struct sl_rec_iter it;
+		struct sl_rec rec;
+		sl_rec_iter_init(&it, r.ok, r.ok_len);
+		while (sl_rec_next(&it, &rec) == 1) {
+			uint8_t t;
+			if (rec.tag == SL_TAG_TRUNCATED && sl_rec_u8(&rec, &t) == 0)
+				out->truncated = t != 0;
+		}
+	}
+	req_cleanup(&r);
+	/* Drop entries whose path did not arrive (malformed group). */
+	size_t k = 0;
+	for (size_t i = 0; i < out->count; i++)
+		if (out->items[i].path)
+			out->items[k++] = out->items[i];
+	out->count = k;
+	if (rc == 0 && ctx.oom)
+		rc = sandlot__error(err, ENOMEM, "scan workspace: out of memory");
+	if (rc < 0)
+		sandlot_changes_free(out);
+	return rc;
+}
+
+int sandlot_changes_scan(sandlot_t *sb, sandlot_changes_t *out, sandlot_error_t **err)
+{
+	return changes_scan(sb, out, 0, err);
+}
+
+int sandlot__changes_baseline(sandlot_t *sb, sandlot_error_t **err)
+{
+	sandlot_changes_t c;
+	int rc = changes_scan(sb, &c, 1, err);
+	sandlot_changes_free(&c);
+	return rc;
+}

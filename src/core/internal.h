@@ -1,0 +1,104 @@
+/* libsandlot internals: the sandbox object and the protocol connection.
+ *
+ * Threading model.  One I/O thread per process (started on first use) reads
+ * the connections of all sandboxes with epoll and dispatches frames to
+ * streams.  Stream handlers run on that thread with conn->lock held; they
+ * update state and broadcast conn->cond, which the synchronous API calls on
+ * other threads wait on.  Frames are written by whichever thread needs to,
+ * under conn->wlock.  Lock order: timers lock → conn->lock → conn->wlock.
+ */
+#ifndef SANDLOT_CORE_INTERNAL_H
+#define SANDLOT_CORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "sandlot.h"
+#include "backend/backend.h"
+#include "common/error.h"
+#include "common/proto.h"
+
+struct sl_conn;
+struct sl_stream;
+
+typedef void (*sl_frame_fn)(struct sl_stream *s, const struct sl_frame_header *h,
+			    const uint8_t *payload);
+/* The connection died while the stream was open. */
+typedef void (*sl_lost_fn)(struct sl_stream *s);
+
+struct sl_stream {
+	uint32_t id;
+	struct sl_conn *conn;
+	sl_frame_fn on_frame;
+	sl_lost_fn on_lost;
+	struct sl_stream *next;
+	int registered;
+};
+
+struct sl_conn {
+	int fd;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_mutex_t wlock;
+	struct sl_reader reader;
+	struct sl_stream *streams;
+	uint32_t next_id;
+	int hello;
+	int dead;      /* no more frames will arrive */
+	int io_done;   /* the I/O thread has let go of this connection */
+	int kind;      /* tag for the epoll dispatcher; must stay first-ish */
+};
+
+/* Set up conn on a connected socket and hand it to the I/O thread. */
+int sandlot__conn_open(struct sl_conn *c, int fd, sandlot_error_t **err);
+/* Wait (up to timeout_ms) for HELLO.  -1 with an error on timeout/death. */
+int sandlot__conn_wait_hello(struct sl_conn *c, uint64_t timeout_ms, sandlot_error_t **err);
+/* Shut the socket down, wait until the I/O thread dropped it, free all. */
+void sandlot__conn_close(struct sl_conn *c);
+
+/* Register s with a fresh id (lock must NOT be held).  -1 if conn dead. */
+int sandlot__stream_register(struct sl_conn *c, struct sl_stream *s, sl_frame_fn on_frame,
+			     sl_lost_fn on_lost);
+/* Remove s; call with conn->lock held. */
+void sandlot__stream_unregister_locked(struct sl_stream *s);
+
+/* Finish m and write it (under wlock).  Frees m.  -1 with EPIPE if dead. */
+int sandlot__conn_send(struct sl_conn *c, struct sl_msg *m, sandlot_error_t **err);
+/* Convenience: a frame with a single u32 record (KILL, CREDIT). */
+int sandlot__conn_send_u32(struct sl_conn *c, uint8_t type, uint32_t stream, uint16_t tag,
+			   uint32_t v, sandlot_error_t **err);
+
+/* Exec timeouts, fired on the I/O thread. */
+struct sl_timer {
+	uint64_t deadline_ms;
+	void (*fire)(struct sl_timer *t);
+	struct sl_timer *next;
+	int armed;
+};
+void sandlot__timer_arm(struct sl_timer *t);
+void sandlot__timer_disarm(struct sl_timer *t);
+
+/* Turn an ERROR frame's payload into a sandlot error with context. */
+int sandlot__error_from_frame(sandlot_error_t **err, const uint8_t *payload, uint32_t len,
+			      const char *what);
+
+struct sandlot {
+	char id[32];
+	sandlot_options_t opts;     /* strings below are owned copies */
+	char *image, *hostname, *data_dir, *init_path;
+	char **env;                 /* full default environment, NULL-terminated */
+	const struct sandlot_backend_ops *ops;
+	void *backend;
+	int conn_fd;
+	struct sl_conn conn;
+	int conn_open;
+};
+
+/* Record the workspace baseline for change tracking (no report). */
+int sandlot__changes_baseline(sandlot_t *sb, sandlot_error_t **err);
+
+/* Merge env lists: later entries override earlier ones with the same key. */
+char **sandlot__env_merge(char *const *base, const char *const *extra);
+void sandlot__strv_free(char **v);
+
+#endif

@@ -1,0 +1,299 @@
+/* Sandbox lifecycle: options, create, destroy. */
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+
+#define DEFAULT_MEMORY (512ull << 20)
+#define DEFAULT_DISK (1ull << 30)
+#define DEFAULT_PIDS 256
+#define DEFAULT_NOFILE 1024
+#define MIN_MEMORY (16ull << 20)
+#define MIN_DISK (16ull << 20)
+
+void sandlot_options_init(sandlot_options_t *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->image = "host";
+	o->memory_bytes = DEFAULT_MEMORY;
+	o->pids = DEFAULT_PIDS;
+	o->disk_bytes = DEFAULT_DISK;
+	o->nofile = DEFAULT_NOFILE;
+	o->hostname = "sandlot";
+	o->network = SANDLOT_NET_NONE;
+}
+
+void sandlot__strv_free(char **v)
+{
+	if (!v)
+		return;
+	for (char **p = v; *p; p++)
+		free(*p);
+	free(v);
+}
+
+static size_t key_len(const char *kv)
+{
+	const char *eq = strchr(kv, '=');
+	return eq ? (size_t)(eq - kv) : strlen(kv);
+}
+
+char **sandlot__env_merge(char *const *base, const char *const *extra)
+{
+	size_t nb = 0, ne = 0;
+	while (base && base[nb])
+		nb++;
+	while (extra && extra[ne])
+		ne++;
+	char **out = calloc(nb + ne + 1, sizeof(char *));
+	if (!out)
+		return NULL;
+	size_t n = 0;
+	for (size_t i = 0; i < nb + ne; i++) {
+		const char *kv = i < nb ? base[i] : extra[i - nb];
+		size_t kl = key_len(kv);
+		size_t j;
+		for (j = 0; j < n; j++)
+			if (key_len(out[j]) == kl && strncmp(out[j], kv, kl) == 0)
+				break;
+		char *dup = strdup(kv);
+		if (!dup) {
+			sandlot__strv_free(out);
+			return NULL;
+		}
+		if (j < n) {
+			free(out[j]);
+			out[j] = dup;
+		} else {
+			out[n++] = dup;
+		}
+	}
+	return out;
+}
+
+static int validate_env(const char *const *env, sandlot_error_t **err)
+{
+	for (size_t i = 0; env && env[i]; i++) {
+		const char *eq = strchr(env[i], '=');
+		if (!eq || eq == env[i])
+			return sandlot__error(err, EINVAL,
+					      "invalid environment entry \"%s\": expected KEY=VALUE", env[i]);
+	}
+	return 0;
+}
+
+/* sandlot-init next to the running program (build/bin, or an install's
+ * bin/ + libexec/sandlot/), unless SANDLOT_INIT or the options say where. */
+static char *find_init(const char *given, sandlot_error_t **err)
+{
+	const char *env = getenv("SANDLOT_INIT");
+	const char *want = given ? given : env;
+	if (want) {
+		if (access(want, X_OK) < 0)
+			return sandlot__error_errno(err, errno, "sandlot-init at %s", want), NULL;
+		return strdup(want);
+	}
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			static const char *const rel[] = {
+				"/sandlot-init", "/../libexec/sandlot/sandlot-init",
+				"/../lib/sandlot/sandlot-init", "/../bin/sandlot-init",
+			};
+			for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(rel); i++) {
+				char cand[PATH_MAX + 64];
+				snprintf(cand, sizeof(cand), "%s%s", self, rel[i]);
+				if (access(cand, X_OK) == 0)
+					return realpath(cand, NULL);
+			}
+		}
+	}
+	static const char *const sys[] = {
+		"/usr/libexec/sandlot/sandlot-init", "/usr/local/libexec/sandlot/sandlot-init",
+		"/usr/lib/sandlot/sandlot-init",
+	};
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(sys); i++)
+		if (access(sys[i], X_OK) == 0)
+			return strdup(sys[i]);
+	sandlot__error(err, ENOENT,
+		       "sandlot-init not found next to this program; set SANDLOT_INIT to its path");
+	return NULL;
+}
+
+static int check_hostname(const char *h, sandlot_error_t **err)
+{
+	size_t n = strlen(h);
+	if (n == 0 || n > 63)
+		return sandlot__error(err, EINVAL, "invalid hostname \"%s\": 1 to 63 characters", h);
+	for (const char *p = h; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || *p == '-'))
+			return sandlot__error(err, EINVAL,
+					      "invalid hostname \"%s\": letters, digits and '-' only", h);
+	return 0;
+}
+
+static const char *const default_env[] = {
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=/home/user",
+	"USER=user",
+	"LOGNAME=user",
+	"SHELL=/bin/bash",
+	"LANG=C.UTF-8",
+	"TMPDIR=/tmp",
+	"HOSTNAME=sandlot",
+	/* Agents watch output live; Python block-buffers it when not a tty. */
+	"PYTHONUNBUFFERED=1",
+	NULL,
+};
+
+sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
+{
+	sandlot_options_t defaults;
+	if (!opts) {
+		sandlot_options_init(&defaults);
+		opts = &defaults;
+	}
+	if (opts->memory_bytes && opts->memory_bytes < MIN_MEMORY)
+		return sandlot__error(err, EINVAL, "memory limit below the minimum of 16M"), NULL;
+	if (opts->disk_bytes && opts->disk_bytes < MIN_DISK)
+		return sandlot__error(err, EINVAL, "disk size below the minimum of 16M"), NULL;
+	if (opts->pids == 1)
+		return sandlot__error(err, EINVAL, "pids limit must leave room for init and a command (at least 2)"), NULL;
+	if (validate_env(opts->env, err) < 0)
+		return NULL;
+	if (opts->hostname && check_hostname(opts->hostname, err) < 0)
+		return NULL;
+	const struct sandlot_backend_ops *ops = sandlot__backend_for(opts->image, err);
+	if (!ops)
+		return NULL;
+
+	sandlot_t *sb = calloc(1, sizeof(*sb));
+	if (!sb)
+		return sandlot__error(err, ENOMEM, "out of memory"), NULL;
+	sb->opts = *opts;
+	sb->conn_fd = -1;
+	if (!sb->opts.memory_bytes)
+		sb->opts.memory_bytes = DEFAULT_MEMORY;
+	if (!sb->opts.disk_bytes)
+		sb->opts.disk_bytes = DEFAULT_DISK;
+	if (!sb->opts.pids)
+		sb->opts.pids = DEFAULT_PIDS;
+	if (!sb->opts.nofile)
+		sb->opts.nofile = DEFAULT_NOFILE;
+	sandlot__new_id("sb-", sb->id);
+
+	const char *dd = opts->data_dir ? opts->data_dir : getenv("SANDLOT_DATA_DIR");
+	sb->image = strdup(opts->image ? opts->image : "host");
+	sb->hostname = strdup(opts->hostname ? opts->hostname : "sandlot");
+	sb->data_dir = strdup(dd && *dd ? dd : "/var/lib/sandlot");
+	char host_env[80];
+	snprintf(host_env, sizeof(host_env), "HOSTNAME=%s", sb->hostname ? sb->hostname : "");
+	const char *const hn[] = { host_env, NULL };
+	char **base = sandlot__env_merge((char *const *)default_env, hn);
+	sb->env = base ? sandlot__env_merge(base, opts->env) : NULL;
+	sandlot__strv_free(base);
+	if (!sb->image || !sb->hostname || !sb->data_dir || !sb->env) {
+		sandlot__error(err, ENOMEM, "out of memory");
+		goto fail;
+	}
+	sb->opts.image = sb->image;
+	sb->opts.hostname = sb->hostname;
+	sb->opts.data_dir = sb->data_dir;
+	sb->opts.env = NULL; /* folded into sb->env */
+	sb->init_path = find_init(opts->init_path, err);
+	if (!sb->init_path)
+		goto fail;
+	sb->opts.init_path = sb->init_path;
+	if (sandlot__mkdir_p(sb->data_dir, 0700) < 0) {
+		sandlot__error_errno(err, errno, "create data directory %s", sb->data_dir);
+		goto fail;
+	}
+
+	sb->ops = ops;
+	if (ops->start(sb, err) < 0)
+		goto fail;
+	if (sandlot__conn_open(&sb->conn, sb->conn_fd, err) < 0) {
+		close(sb->conn_fd);
+		ops->stop(sb);
+		goto fail;
+	}
+	sb->conn_open = 1;
+	if (sandlot__conn_wait_hello(&sb->conn, 10000, err) < 0)
+		goto fail_started;
+	sandlot__trace("hello");
+	if (sandlot__changes_baseline(sb, err) < 0)
+		goto fail_started;
+	sandlot__trace("baseline scan");
+	return sb;
+
+fail_started:
+	sandlot__error_wrap(err, "create sandbox");
+	sandlot_destroy(sb);
+	return NULL;
+fail:
+	sandlot__error_wrap(err, "create sandbox");
+	sandlot__strv_free(sb->env);
+	free(sb->image);
+	free(sb->hostname);
+	free(sb->data_dir);
+	free(sb->init_path);
+	free(sb);
+	return NULL;
+}
+
+void sandlot_destroy(sandlot_t *sb)
+{
+	if (!sb)
+		return;
+	/* Kill first: every open stream then ends as "connection lost". */
+	sandlot__trace(NULL);
+	if (sb->ops)
+		sb->ops->stop(sb);
+	sandlot__trace("destroy: stop");
+	if (sb->conn_open)
+		sandlot__conn_close(&sb->conn);
+	sandlot__trace("destroy: conn");
+	sandlot__strv_free(sb->env);
+	free(sb->image);
+	free(sb->hostname);
+	free(sb->data_dir);
+	free(sb->init_path);
+	free(sb);
+}
+
+const char *sandlot_id(const sandlot_t *sb)
+{
+	return sb->id;
+}
+
+pid_t sandlot_init_pid(const sandlot_t *sb)
+{
+	return sb->ops ? sb->ops->init_pid(sb) : 0;
+}
+
+int sandlot_alive(const sandlot_t *sb)
+{
+	sandlot_t *m = (sandlot_t *)sb;
+	pthread_mutex_lock(&m->conn.lock);
+	int alive = !m->conn.dead;
+	pthread_mutex_unlock(&m->conn.lock);
+	return alive;
+}
+
+int sandlot_usage(sandlot_t *sb, sandlot_usage_t *out, sandlot_error_t **err)
+{
+	memset(out, 0, sizeof(*out));
+	return sb->ops->usage(sb, out, err);
+}

@@ -1,0 +1,195 @@
+/* cgroup limits, accounting and kill for one sandbox.
+ *
+ * One interface, three implementations behind a function table chosen once,
+ * at first use, for the whole process (as crun's cgroup-*.c):
+ *
+ *   v2    unified hierarchy: <root>/sandlot/<name>, root = /sys/fs/cgroup
+ *         when that is cgroup2, else /sys/fs/cgroup/unified (hybrid hosts).
+ *   v1    legacy hierarchies: /sys/fs/cgroup/<controller>/sandlot/<name> for
+ *         memory, pids, cpu, cpuacct and freezer (those that are mounted;
+ *         co-mounted ones such as "cpu,cpuacct" share one directory).
+ *   none  no usable cgroups: limits cannot be applied.
+ *
+ * Detection: v2 if statfs("/sys/fs/cgroup") is cgroup2; else v1 if
+ * /sys/fs/cgroup/memory is a cgroup v1 mount; else none.  Environment
+ * overrides, read once at first use (meant for tests and odd hosts):
+ *   SANDLOT_CGROUP=v1|v2|none   force the implementation
+ *   SANDLOT_CGROUP_V2_ROOT=dir  cgroup2 directory to create "sandlot" under
+ *   SANDLOT_CGROUP_V1_ROOT=dir  directory holding the v1 controller mounts
+ *
+ * Every function here follows the error contract of common/error.h.  The
+ * functions are safe to call from several threads on different handles; a
+ * handle itself is not locked.
+ */
+#ifndef SANDLOT_LINUX_CGROUP_H
+#define SANDLOT_LINUX_CGROUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+
+struct sandlot_cgroup_limits {
+	uint64_t memory_bytes; /* memory incl. swap (no swap beyond it); 0 = none */
+	uint32_t cpus_milli;   /* CPU quota in thousandths of a CPU; 0 = none */
+	uint32_t pids;         /* max tasks (threads count, as in pids.max); 0 = none */
+};
+
+typedef struct sandlot_cgroup sandlot_cgroup_t;
+
+/* "v1", "v2" or "none": the implementation this process uses (decided at
+ * the first call of any function here).  An invalid SANDLOT_CGROUP value
+ * reports "none" and makes sandlot__cgroup_create() fail saying why. */
+const char *sandlot__cgroup_mode(void);
+
+/* Create the sandbox's cgroup(s) named `name` under a "sandlot" parent in each
+ * hierarchy used (the parent is created on demand and never removed) and
+ * apply the limits.  `name` must be one path component of [A-Za-z0-9._-]
+ * (not "." or ".."), at most 128 characters; lim may be NULL (no limits).
+ *
+ * Fails with EEXIST if a cgroup of that name exists already (it is left
+ * alone), with ENOTSUP naming the controller when a limit is asked for that
+ * the host cannot enforce (in "none" mode: any limit), or with the errno of
+ * the cgroup file that refused a value.  On failure nothing is left behind.
+ *
+ * In "none" mode a call without limits succeeds and returns a handle with no
+ * directories: add_pid and usage are no-ops, kill fails with ENOTSUP (the
+ * caller must kill through the pid namespace instead).
+ *
+ * Returns a handle the caller releases with sandlot__cgroup_destroy(). */
+sandlot_cgroup_t *sandlot__cgroup_create(const char *name, const struct sandlot_cgroup_limits *lim,
+					 sandlot_error_t **err);
+
+/* Move process `pid` (all its threads) into the cgroup(s).  Its future
+ * children are born there.  In v1 a failure may leave it in some of the
+ * hierarchies; kill/destroy still find it there. */
+int sandlot__cgroup_add_pid(sandlot_cgroup_t *cg, pid_t pid, sandlot_error_t **err);
+
+/* Fill *out (all fields, zeroed first) with usage counters: memory now and
+ * peak (peak 0 where the host cannot tell: v2 before memory.peak, 5.19),
+ * tasks now (pids.current: threads count, and so do zombies until reaped;
+ * without a pids controller, the processes in cgroup.procs), CPU time, OOM
+ * kills and forks refused by the pids limit.  A counter the host does not
+ * provide (e.g. memory on a v2 hierarchy without the memory controller)
+ * stays 0.  Fails only if the cgroup cannot be read (e.g. it is gone). */
+int sandlot__cgroup_usage(sandlot_cgroup_t *cg, sandlot_usage_t *out, sandlot_error_t **err);
+
+/* Kill every process in the cgroup(s), including ones that setsid() or
+ * double-forked, and wait (at most about 2 s) until no process is left.
+ * v2: cgroup.kill (5.14+; older kernels: SIGKILL every pid in cgroup.procs,
+ * repeated).  v1: freeze through the freezer hierarchy so nothing can fork,
+ * SIGKILL every pid in cgroup.procs of every hierarchy, thaw, repeat until
+ * empty (no freezer hierarchy: the same without freezing).
+ * Killed processes that are children of the caller stay zombies until the
+ * caller reaps them; they no longer count as "in the cgroup".
+ * The caller must not itself be in the cgroup (v1 would freeze it).
+ * Returns 0 once empty; ETIMEDOUT if processes remain after the deadline
+ * (e.g. stuck in uninterruptible sleep); ENOTSUP in "none" mode.  The cgroup
+ * stays usable (in v1 it is thawed again) and can take new processes. */
+int sandlot__cgroup_kill(sandlot_cgroup_t *cg, sandlot_error_t **err);
+
+/* Kill whatever is still inside, remove the cgroup directories this handle
+ * created (retrying rmdir on EBUSY for up to about 1 s) and free cg.
+ * NULL is a no-op.  Never fails and logs nothing: a directory that cannot be
+ * removed is left for sandlot__cgroup_cleanup_stale(). */
+void sandlot__cgroup_destroy(sandlot_cgroup_t *cg);
+
+/* Remove leftover cgroups under the "sandlot" parent(s) whose names start
+ * with `prefix` and that hold no process, e.g. after a crash.  A cgroup
+ * holding any process (in any v1 hierarchy) is left alone.  Only meant for
+ * start-up: a cgroup created but not yet populated by a concurrent
+ * sandlot__cgroup_create() caller also looks stale.  Returns the number of
+ * sandbox cgroups (names) removed; never fails. */
+int sandlot__cgroup_cleanup_stale(const char *prefix);
+
+/* Directory of the cgroup for `controller` ("memory", "pids", "cpu",
+ * "cpuacct", "freezer"), for tests and diagnostics.  v2 has one directory
+ * whatever the controller ("" is the usual spelling); in v1 "" means the
+ * memory directory.  NULL when the hierarchy is not used (or in "none"
+ * mode).  The string is owned by cg. */
+const char *sandlot__cgroup_path(sandlot_cgroup_t *cg, const char *controller);
+
+/* ---- internal: shared by cgroup.c, cgroup-v1.c and cgroup-v2.c ---------- */
+
+/* v1 hierarchies used, in the order processes are added to them (freezer
+ * first so a process is freezable as soon as it is anywhere). */
+enum sandlot_cg_ctrl {
+	SL_CG_FREEZER,
+	SL_CG_MEMORY,
+	SL_CG_PIDS,
+	SL_CG_CPU,
+	SL_CG_CPUACCT,
+	SL_CG_NCTRL,
+};
+
+struct sandlot_cgroup {
+	const struct sandlot_cgroup_ops *ops;
+	char *name;
+	/* v1: one directory per controller (NULL if that hierarchy is not
+	 * mounted; co-mounted controllers share the same string contents).
+	 * v2: dir[0] only. */
+	char *dir[SL_CG_NCTRL];
+	/* The directory was made by this handle and is removed by destroy;
+	 * false for the second name of a co-mounted hierarchy. */
+	bool owned[SL_CG_NCTRL];
+};
+
+struct sandlot_cgroup_ops {
+	const char *mode;
+	/* cg->name is set and every dir NULL; fill dirs, make them, apply lim.
+	 * On failure remove what was made (sandlot__cgroup_rmdirs). */
+	int (*create)(sandlot_cgroup_t *cg, const struct sandlot_cgroup_limits *lim,
+		      sandlot_error_t **err);
+	int (*add_pid)(sandlot_cgroup_t *cg, pid_t pid, sandlot_error_t **err);
+	int (*usage)(sandlot_cgroup_t *cg, sandlot_usage_t *out, sandlot_error_t **err);
+	int (*kill)(sandlot_cgroup_t *cg, sandlot_error_t **err);
+	int (*cleanup_stale)(const char *prefix);
+	const char *(*path)(sandlot_cgroup_t *cg, const char *controller);
+};
+
+extern const struct sandlot_cgroup_ops sandlot__cgroup_v1_ops;
+extern const struct sandlot_cgroup_ops sandlot__cgroup_v2_ops;
+
+/* Roots chosen at first use (environment overrides applied). */
+const char *sandlot__cgroup_v1_root(void);
+const char *sandlot__cgroup_v2_root(void);
+
+/* Shared helpers (cgroup.c). */
+
+/* Read "<dir>/<file>" (at most 64 KiB) into a new string, NULL + errno. */
+char *sandlot__cg_read(const char *dir, const char *file);
+/* Write value to "<dir>/<file>"; 0 or -1 with errno. */
+int sandlot__cg_write(const char *dir, const char *file, const char *value);
+/* Whether "<dir>/<file>" exists. */
+bool sandlot__cg_exists(const char *dir, const char *file);
+/* Read a decimal number from "<dir>/<file>" (first token); -1 + errno. */
+int sandlot__cg_read_u64(const char *dir, const char *file, uint64_t *out);
+/* Find "key N" in a flat-keyed file such as memory.events; -1 (errno ENOENT
+ * if the file or key is missing). */
+int sandlot__cg_read_key(const char *dir, const char *file, const char *key, uint64_t *out);
+/* Pids listed in "<dir>/cgroup.procs" into a new array (*n entries).  NULL
+ * with errno on failure; an empty cgroup gives a non-NULL array, *n == 0. */
+pid_t *sandlot__cg_procs(const char *dir, size_t *n);
+/* SIGKILL every pid in "<dir>/cgroup.procs".  Returns how many were listed
+ * (0 = empty), -1 + errno if the file cannot be read. */
+int sandlot__cg_kill_procs(const char *dir);
+/* rmdir, retrying on EBUSY for up to about timeout_ms.  0 or -1 + errno;
+ * ENOENT counts as success. */
+int sandlot__cg_rmdir(const char *dir, unsigned timeout_ms);
+/* Remove the directories the handle owns (reverse order), ignoring errors. */
+void sandlot__cg_rmdirs(sandlot_cgroup_t *cg);
+/* snprintf into a PATH_MAX buffer: 0, or -1 with errno ENAMETOOLONG when the
+ * result does not fit (a cut path would name the wrong directory). */
+int sandlot__cg_pathf(char *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sleep ms milliseconds. */
+void sandlot__cg_sleep_ms(unsigned ms);
+/* CPU quota/period in microseconds for cpus_milli thousandths of a CPU.
+ * The kernel refuses quotas under 1 ms, so below 0.01 CPU the period grows
+ * from 100 ms to 1 s (its maximum) instead. */
+void sandlot__cg_cpu_quota(uint32_t cpus_milli, uint64_t *quota_us, uint64_t *period_us);
+/* Whether the cgroup (any directory of it) holds no process; lists
+ * cgroup.procs.  A directory that is gone counts as empty. */
+bool sandlot__cg_dir_empty(const char *dir);
+
+#endif

@@ -1,0 +1,228 @@
+#include "storage.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+
+extern char **environ;
+
+static const char *find_mkfs(void)
+{
+	static const char *const candidates[] = {
+		"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4", "/usr/sbin/mke2fs", "/sbin/mke2fs",
+	};
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(candidates); i++)
+		if (access(candidates[i], X_OK) == 0)
+			return candidates[i];
+	return NULL;
+}
+
+/* Build the template image for this size once (mkfs is the slow part) and
+ * keep it in <data_dir>/cache; concurrent builders race harmlessly to the
+ * final rename. */
+static int ensure_template(const char *data_dir, uint64_t bytes, char *path, size_t pathlen,
+			   sandlot_error_t **err)
+{
+	char dir[4096], tmp[4200];
+	snprintf(dir, sizeof(dir), "%s/cache", data_dir);
+	snprintf(path, pathlen, "%s/ext4-%llu.img", dir, (unsigned long long)bytes);
+	if (access(path, R_OK) == 0)
+		return 0;
+	if (sandlot__mkdir_p(dir, 0700) < 0)
+		return sandlot__error_errno(err, errno, "create %s", dir);
+	const char *mkfs = find_mkfs();
+	if (!mkfs)
+		return sandlot__error(err, ENOENT,
+				      "mkfs.ext4 not found (install e2fsprogs, or set SANDLOT_STORAGE=tmpfs)");
+	snprintf(tmp, sizeof(tmp), "%s/.ext4-%llu.%d.tmp", dir, (unsigned long long)bytes, (int)getpid());
+	cleanup_close int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return sandlot__error_errno(err, errno, "create %s", tmp);
+	if (ftruncate(fd, (off_t)bytes) < 0) {
+		unlink(tmp);
+		return sandlot__error_errno(err, errno, "size %s", tmp);
+	}
+	/* No journal (scratch storage, unmounted cleanly or discarded), no
+	 * reserved blocks (the quota is what the user asked for), an inode per
+	 * 8 KiB (agents create many small files: node_modules, caches). */
+	char *const argv[] = {
+		(char *)mkfs, (char *)"-q", (char *)"-F", (char *)"-t", (char *)"ext4",
+		(char *)"-O", (char *)"^has_journal,^resize_inode",
+		(char *)"-m", (char *)"0", (char *)"-i", (char *)"8192",
+		(char *)"-E", (char *)"lazy_itable_init=1,nodiscard",
+		(char *)"-L", (char *)"sandlot", tmp, NULL,
+	};
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	pid_t pid;
+	int rc = posix_spawn(&pid, mkfs, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc != 0) {
+		unlink(tmp);
+		return sandlot__error_errno(err, rc, "run %s", mkfs);
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		unlink(tmp);
+		return sandlot__error(err, EIO, "%s failed on %s", mkfs, tmp);
+	}
+	if (rename(tmp, path) < 0) {
+		unlink(tmp);
+		return sandlot__error_errno(err, errno, "rename %s", tmp);
+	}
+	return 0;
+}
+
+/* Copy only the allocated extents of the template (a few hundred KiB). */
+static int copy_sparse(int src, int dst, uint64_t bytes)
+{
+	if (ftruncate(dst, (off_t)bytes) < 0)
+		return -1;
+	off_t off = 0;
+	for (;;) {
+		off_t data = lseek(src, off, SEEK_DATA);
+		if (data < 0)
+			return errno == ENXIO ? 0 : -1;
+		off_t hole = lseek(src, data, SEEK_HOLE);
+		if (hole < 0)
+			return -1;
+		off_t in = data, out = data;
+		while (in < hole) {
+			ssize_t n = copy_file_range(src, &in, dst, &out, (size_t)(hole - in), 0);
+			if (n < 0)
+				return -1;
+			if (n == 0)
+				break;
+		}
+		off = hole;
+	}
+}
+
+static int attach_loop(int img_fd, char *dev, size_t devlen, sandlot_error_t **err)
+{
+	cleanup_close int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+	if (ctl < 0)
+		return sandlot__error_errno(err, errno, "open /dev/loop-control");
+	for (int attempt = 0; attempt < 64; attempt++) {
+		int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+		if (n < 0)
+			return sandlot__error_errno(err, errno, "find a free loop device");
+		snprintf(dev, devlen, "/dev/loop%d", n);
+		int lfd = open(dev, O_RDWR | O_CLOEXEC);
+		if (lfd < 0) {
+			if (errno == ENOENT) { /* devtmpfs has not created the node yet */
+				usleep(1000);
+				continue;
+			}
+			return sandlot__error_errno(err, errno, "open %s", dev);
+		}
+		struct loop_config cfg;
+		memset(&cfg, 0, sizeof(cfg));
+		cfg.fd = (unsigned)img_fd;
+		cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+		if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0)
+			return lfd;
+		int e = errno;
+		close(lfd);
+		if (e != EBUSY) /* EBUSY: someone else took it between the two calls */
+			return sandlot__error_errno(err, e, "configure %s", dev);
+	}
+	return sandlot__error(err, EBUSY, "no free loop device after 64 attempts");
+}
+
+static int mount_ext4(const char *dev, sandlot_error_t **err)
+{
+	cleanup_close int fs = fsopen("ext4", FSOPEN_CLOEXEC);
+	if (fs < 0)
+		return sandlot__error_errno(err, errno, "fsopen ext4");
+	if (fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+	    /* Never zero inode tables in the background: the image stays sparse. */
+	    fsconfig(fs, FSCONFIG_SET_FLAG, "noinit_itable", NULL, 0) < 0 ||
+	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+		return sandlot__error_errno(err, errno, "mount ext4 from %s", dev);
+	int m = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+	if (m < 0)
+		return sandlot__error_errno(err, errno, "fsmount %s", dev);
+	return m;
+}
+
+static int prepare_tree(int root, uid_t base, sandlot_error_t **err)
+{
+	if (mkdirat(root, "home", 0755) < 0 ||
+	    fchownat(root, "home", base + 1000, base + 1000, AT_SYMLINK_NOFOLLOW) < 0)
+		return sandlot__error_errno(err, errno, "prepare home in storage");
+	if (mkdirat(root, "tmp", 01777) < 0 || fchmodat(root, "tmp", 01777, 0) < 0 ||
+	    fchownat(root, "tmp", base, base, AT_SYMLINK_NOFOLLOW) < 0)
+		return sandlot__error_errno(err, errno, "prepare tmp in storage");
+	return 0;
+}
+
+int sandlot__storage_create(const char *data_dir, const char *id, uint64_t bytes, uid_t base,
+			    struct sandlot_storage *out, sandlot_error_t **err)
+{
+	out->mount_fd = -1;
+	out->bytes = bytes;
+	const char *force = getenv("SANDLOT_STORAGE");
+	if ((force && strcmp(force, "tmpfs") == 0) || access("/dev/loop-control", F_OK) < 0) {
+		out->kind = SANDLOT_STORAGE_TMPFS;
+		return 0;
+	}
+	out->kind = SANDLOT_STORAGE_EXT4;
+
+	char tpl[4200], img[4200], dev[64];
+	if (ensure_template(data_dir, bytes, tpl, sizeof(tpl), err) < 0)
+		return sandlot__error_wrap(err, "storage template");
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/storage", data_dir);
+	if (sandlot__mkdir_p(dir, 0700) < 0)
+		return sandlot__error_errno(err, errno, "create %s", dir);
+	snprintf(img, sizeof(img), "%s/%s.img", dir, id);
+
+	cleanup_close int src = open(tpl, O_RDONLY | O_CLOEXEC);
+	if (src < 0)
+		return sandlot__error_errno(err, errno, "open %s", tpl);
+	cleanup_close int fd = open(img, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return sandlot__error_errno(err, errno, "create %s", img);
+	/* Ephemeral storage: the name goes now, the loop device keeps the
+	 * inode alive exactly as long as the sandbox's mount exists. */
+	int copied = copy_sparse(src, fd, bytes);
+	int e = errno;
+	unlink(img);
+	if (copied < 0)
+		return sandlot__error_errno(err, e, "copy storage template");
+
+	cleanup_close int lfd = attach_loop(fd, dev, sizeof(dev), err);
+	if (lfd < 0)
+		return -1;
+	cleanup_close int m = mount_ext4(dev, err);
+	if (m < 0)
+		return -1;
+	if (prepare_tree(m, base, err) < 0)
+		return -1;
+	out->mount_fd = steal_fd(&m);
+	return 0;
+}
+
+void sandlot__storage_release(struct sandlot_storage *s)
+{
+	if (s->mount_fd >= 0)
+		close(s->mount_fd);
+	s->mount_fd = -1;
+}
