@@ -95,6 +95,7 @@ static __attribute__((noreturn)) void child_fail(int status_fd, const char *what
 }
 
 struct child_args {
+	const struct sandlot_cgroup_join *join;
 	int sync_rd, status_wr, sock, seccomp_fd, storage_fd, devnull;
 	const char *init_path;
 	char *const *argv;
@@ -103,6 +104,10 @@ struct child_args {
 static __attribute__((noreturn)) void child_main(const struct child_args *a)
 {
 	char c;
+	/* Into the sandbox's cgroup before anything else (v1; on v2 the
+	 * child was born there). */
+	if (sandlot__cgroup_join_self(a->join) < 0)
+		child_fail(a->status_wr, "join the sandbox cgroup");
 	/* Wait until the parent wrote our uid map and cgroup; EOF means the
 	 * parent gave up on us. */
 	ssize_t n;
@@ -254,20 +259,41 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		argv[ac++] = a_disk;
 	}
 	argv[ac] = NULL;
+	struct sandlot_cgroup_join join;
+	if (sandlot__cgroup_join_prepare(ns->cg, &join, err) < 0)
+		goto fail;
 	struct child_args ca = {
+		.join = &join,
 		.sync_rd = sync_rd, .status_wr = status_wr, .sock = sock_child,
 		.seccomp_fd = seccomp_fd, .storage_fd = ns->storage.mount_fd, .devnull = devnull,
 		.init_path = sb->init_path, .argv = argv,
 	};
 
-	pid_t pid = sys_clone_fork(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET |
-				   CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD);
+	const unsigned long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET |
+				    CLONE_NEWIPC | CLONE_NEWUTS;
+	int added = 0;
+	pid_t pid = -1;
+	if (join.dir_fd >= 0) {
+		pid = sys_clone3_fork(flags, join.dir_fd);
+		added = pid >= 0;
+		if (pid < 0 && errno != ENOSYS && errno != E2BIG && errno != EINVAL) {
+			sandlot__error_errno(err, errno, "clone sandbox namespaces into its cgroup");
+			sandlot__cgroup_join_close(&join);
+			goto fail;
+		}
+	}
+	if (pid < 0) {
+		added = join.ntasks > 0; /* the child joins by itself */
+		pid = sys_clone_fork(flags | SIGCHLD);
+	}
 	if (pid < 0) {
 		sandlot__error_errno(err, errno, "clone sandbox namespaces");
+		sandlot__cgroup_join_close(&join);
 		goto fail;
 	}
 	if (pid == 0)
 		child_main(&ca);
+	sandlot__cgroup_join_close(&join);
 	ns->pid = pid;
 	ns->pidfd = sys_pidfd_open(pid, 0);
 	sandlot__trace("clone");
@@ -278,7 +304,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	if (sandlot__userns_write_maps(pid, ns->slot.base, err) < 0)
 		goto fail;
 	sandlot__trace("uid map");
-	if (sandlot__cgroup_add_pid(ns->cg, pid, err) < 0)
+	if (!added && sandlot__cgroup_add_pid(ns->cg, pid, err) < 0)
 		goto fail;
 	sandlot__trace("cgroup add");
 	char path[64];

@@ -433,3 +433,53 @@ void sandlot__cg_cpu_quota(uint32_t cpus_milli, uint64_t *quota_us, uint64_t *pe
 	*period_us = period;
 	*quota_us = (uint64_t)cpus_milli * period / 1000;
 }
+
+int sandlot__cgroup_join_prepare(sandlot_cgroup_t *cg, struct sandlot_cgroup_join *j,
+				 sandlot_error_t **err)
+{
+	j->ntasks = 0;
+	j->dir_fd = -1;
+	for (size_t i = 0; i < sizeof(j->tasks_fd) / sizeof(j->tasks_fd[0]); i++)
+		j->tasks_fd[i] = -1;
+	if (cg->ops == &sandlot__cgroup_v2_ops) {
+		j->dir_fd = open(cg->dir[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (j->dir_fd < 0)
+			return sandlot__error_errno(err, errno, "open cgroup %s", cg->dir[0]);
+		return 0;
+	}
+	if (cg->ops != &sandlot__cgroup_v1_ops)
+		return 0;
+	for (int i = 0; i < SL_CG_NCTRL; i++) {
+		/* Co-mounted controllers share one directory: join it once. */
+		if (!cg->dir[i] || !cg->owned[i])
+			continue;
+		char path[PATH_MAX];
+		if (sandlot__cg_pathf(path, "%s/tasks", cg->dir[i]) < 0 ||
+		    (j->tasks_fd[j->ntasks] = open(path, O_WRONLY | O_CLOEXEC)) < 0) {
+			int e = errno;
+			sandlot__cgroup_join_close(j);
+			return sandlot__error_errno(err, e, "open %s/tasks", cg->dir[i]);
+		}
+		j->ntasks++;
+	}
+	return 0;
+}
+
+int sandlot__cgroup_join_self(const struct sandlot_cgroup_join *j)
+{
+	for (int i = 0; i < j->ntasks; i++)
+		if (write(j->tasks_fd[i], "0", 1) != 1)
+			return -1;
+	return 0;
+}
+
+void sandlot__cgroup_join_close(struct sandlot_cgroup_join *j)
+{
+	for (int i = 0; i < j->ntasks; i++)
+		if (j->tasks_fd[i] >= 0)
+			close(j->tasks_fd[i]);
+	j->ntasks = 0;
+	if (j->dir_fd >= 0)
+		close(j->dir_fd);
+	j->dir_fd = -1;
+}

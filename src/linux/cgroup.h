@@ -75,6 +75,30 @@ int sandlot__cgroup_add_pid(sandlot_cgroup_t *cg, pid_t pid, sandlot_error_t **e
  * stays 0.  Fails only if the cgroup cannot be read (e.g. it is gone). */
 int sandlot__cgroup_usage(sandlot_cgroup_t *cg, sandlot_usage_t *out, sandlot_error_t **err);
 
+/* Moving a process into a cgroup from outside takes a global lock whose
+ * write side waits for an RCU grace period (milliseconds, tens of them on
+ * some hosts).  A process that is born into the cgroup (v2:
+ * clone3(CLONE_INTO_CGROUP)) or moves *itself* with a single thread (v1:
+ * writing "0" to "tasks", permission checked against the opener of the
+ * file) avoids it.  sandlot__cgroup_join_prepare() opens what is needed for
+ * that before the child exists:
+ *   v1: tasks_fd[] — the child writes "0" to each (join_self);
+ *   v2: dir_fd — pass it to clone3 with CLONE_INTO_CGROUP.
+ * Unused fields are -1 / 0.  In "none" mode there is nothing to join. */
+struct sandlot_cgroup_join {
+	int tasks_fd[8];
+	int ntasks;
+	int dir_fd;
+};
+int sandlot__cgroup_join_prepare(sandlot_cgroup_t *cg, struct sandlot_cgroup_join *j,
+				 sandlot_error_t **err);
+/* In the child, before it does anything else: move the calling
+ * (single-threaded) process into every v1 hierarchy.  Async-signal-safe.
+ * Returns 0 or -1 with errno. */
+int sandlot__cgroup_join_self(const struct sandlot_cgroup_join *j);
+/* Close what join_prepare opened (in the parent, after the child joined). */
+void sandlot__cgroup_join_close(struct sandlot_cgroup_join *j);
+
 /* Kill every process in the cgroup(s), including ones that setsid() or
  * double-forked, and wait (at most about 2 s) until no process is left.
  * v2: cgroup.kill (5.14+; older kernels: SIGKILL every pid in cgroup.procs,

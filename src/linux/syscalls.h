@@ -5,6 +5,8 @@
 #define SANDLOT_LINUX_SYSCALLS_H
 
 #include <errno.h>
+#include <signal.h>
+#include <string.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -68,6 +70,30 @@ static inline int sys_pidfd_send_signal(int pidfd, int sig, void *info, unsigned
 static inline pid_t sys_clone_fork(unsigned long flags)
 {
 	return (pid_t)syscall(__NR_clone, flags, NULL, NULL, NULL, 0UL);
+}
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+/* clone3(2) like sys_clone_fork(), born straight into the cgroup v2
+ * directory cgroup_fd (CLONE_INTO_CGROUP, Linux 5.7+). */
+static inline pid_t sys_clone3_fork(uint64_t flags, int cgroup_fd)
+{
+#ifdef __NR_clone3
+	struct {
+		uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+		uint64_t set_tid, set_tid_size, cgroup;
+	} args;
+	memset(&args, 0, sizeof(args));
+	args.flags = flags | CLONE_INTO_CGROUP;
+	args.exit_signal = SIGCHLD;
+	args.cgroup = (uint64_t)cgroup_fd;
+	return (pid_t)syscall(__NR_clone3, &args, sizeof(args));
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
 }
 
 #endif
