@@ -59,6 +59,12 @@ typedef struct sandlot_options {
 /* Fill opts with the defaults above. */
 SANDLOT_API void sandlot_options_init(sandlot_options_t *opts);
 
+/* Check options without creating anything: minimum sizes (16M memory and
+ * disk), pids >= 2, KEY=VALUE environment entries, hostname syntax, known
+ * image.  EINVAL/ENOENT with a message naming the bad value.
+ * sandlot_create() runs the same checks. */
+SANDLOT_API int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **err);
+
 /* ---- sandbox lifecycle ------------------------------------------------- */
 
 typedef struct sandlot sandlot_t;

@@ -22,7 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -189,6 +192,24 @@ static int read_status(int fd, sandlot_error_t **err)
 	return sandlot__error(err, (int)e, "sandbox setup failed: %s", *end ? end : buf);
 }
 
+/* Remove cgroups that a killed sandlot process could not (SIGKILL leaves
+ * nothing else behind: the sandbox's processes, mounts, loop device and
+ * storage die with its init).  At most once a minute per data directory,
+ * and only cgroups that are empty and older than 30 s. */
+static void collect_stale(const char *data_dir)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/gc.stamp", data_dir);
+	struct stat st;
+	if (stat(path, &st) == 0 && time(NULL) - st.st_mtime < 60)
+		return;
+	cleanup_close int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
+		return;
+	futimens(fd, NULL);
+	sandlot__cgroup_cleanup_stale("sb-", 30);
+}
+
 static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 {
 	struct ns_state *ns = calloc(1, sizeof(*ns));
@@ -203,6 +224,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	int fds[2];
 
 	sandlot__trace(NULL);
+	collect_stale(sb->data_dir);
 	if (sandlot__uid_slot_acquire(sb->data_dir, &ns->slot, err) < 0)
 		goto fail;
 	sandlot__trace("uid slot");
@@ -242,7 +264,10 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	/* Everything the child needs, built before clone. */
 	char a_nofile[32], a_fsize[32], a_disk[32];
 	snprintf(a_nofile, sizeof(a_nofile), "%llu", (unsigned long long)sb->opts.nofile);
-	snprintf(a_fsize, sizeof(a_fsize), "%llu", (unsigned long long)sb->opts.disk_bytes);
+	/* RLIMIT_FSIZE a little above the disk size: a file can never grow past
+	 * the storage anyway, and the storage's ENOSPC (a clean write error)
+	 * must come before the rlimit's SIGXFSZ (a kill). */
+	snprintf(a_fsize, sizeof(a_fsize), "%llu", (unsigned long long)sb->opts.disk_bytes + (1ull << 20));
 	snprintf(a_disk, sizeof(a_disk), "%llu", (unsigned long long)sb->opts.disk_bytes);
 	char *argv[24];
 	int ac = 0;

@@ -332,7 +332,10 @@ int cmd_run(int argc, char **argv)
 	optind = 1;
 	opterr = 0;
 	int c;
-	while ((c = getopt_long(argc, argv, "+m:t:e:w:u:d:ih", run_opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:m:t:e:w:u:d:ih", run_opts, NULL)) != -1) {
+		/* `--memory -- cmd`: getopt took the separator as the value. */
+		if (optarg && strcmp(optarg, "--") == 0)
+			c = ':';
 		switch (c) {
 		case 'm':
 			if (sandlot_parse_size(optarg, 0, &opts.memory_bytes, &err) < 0)
@@ -410,12 +413,14 @@ int cmd_run(int argc, char **argv)
 			fputs(run_help, stdout);
 			rc = 0;
 			goto out;
+		case ':':
+			rc = cli_usage_error("run", "option %s needs a value",
+					     argv[optind - 1 - (optarg && !strcmp(optarg, "--"))]);
+			goto out;
 		case '?':
 		default:
-			if (optopt && optopt < 256)
+			if (optopt && optopt < 256 && argv[optind - 1][1] != '-')
 				rc = cli_usage_error("run", "unknown option -%c", optopt);
-			else if (optopt)
-				rc = cli_usage_error("run", "option %s needs a value", argv[optind - 1]);
 			else
 				rc = cli_usage_error("run", "unknown option %s", argv[optind - 1]);
 			goto out;
@@ -450,6 +455,11 @@ int cmd_run(int argc, char **argv)
 		}
 	}
 	opts.env = env;
+	if (sandlot_options_validate(&opts, &err) < 0) {
+		rc = cli_usage_error("run", "%s", sandlot_error_message(err));
+		sandlot_error_free(err);
+		goto out;
+	}
 
 	/* Signals arrive through a signalfd; the library's I/O thread blocks
 	 * them all.  SIGPIPE is ignored: a closed terminal is not our death. */

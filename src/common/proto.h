@@ -66,6 +66,7 @@ enum sandlot_tag {
 	SL_TAG_CREDIT = 19,
 	SL_TAG_TRUNCATED = 20,
 	SL_TAG_CORE = 21,
+	SL_TAG_STAGE = 22,
 };
 
 /* A decoded frame header. */

@@ -392,7 +392,12 @@ int sandlot__error_from_frame(sandlot_error_t **err, const uint8_t *payload, uin
 	}
 	if (status == 0 || status > 4095)
 		status = EIO;
-	if (msg && *msg)
+	/* Init names the operation itself ("write /home/user/x: ..."); do not
+	 * say it twice. */
+	size_t wl = strcspn(what, " ");
+	if (msg && *msg && strncmp(msg, what, wl) == 0 && (msg[wl] == ' ' || msg[wl] == ':'))
+		sandlot__error(err, (int)status, "%s", msg);
+	else if (msg && *msg)
 		sandlot__error(err, (int)status, "%s: %s", what, msg);
 	else
 		sandlot__error(err, (int)status, "%s: %s", what, strerror((int)status));

@@ -107,8 +107,15 @@ static void on_frame(struct sl_stream *s, const struct sl_frame_header *h, const
 		int st = sandlot_error_status(e);
 		snprintf(p->ex.error, sizeof(p->ex.error), "%s", sandlot_error_message(e));
 		sandlot_error_free(e);
+		uint8_t stage = 0;
+		sl_rec_iter_init(&it, payload, h->length);
+		while (sl_rec_next(&it, &r) == 1)
+			if (r.tag == SL_TAG_STAGE)
+				sl_rec_u8(&r, &stage);
 		p->ex.start_error = st;
-		p->ex.exit_code = st == ENOENT ? 127 : 126;
+		/* As shells do: 127 for a command that is not there, 126 for
+		 * anything else that kept it from running. */
+		p->ex.exit_code = stage == 'x' && st == ENOENT ? 127 : 126;
 		finish(p);
 		break;
 	}

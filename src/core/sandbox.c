@@ -158,6 +158,26 @@ static const char *const default_env[] = {
 	NULL,
 };
 
+int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **err)
+{
+	if (opts->memory_bytes && opts->memory_bytes < MIN_MEMORY)
+		return sandlot__error(err, EINVAL, "memory limit of %llu bytes is below the minimum of 16M",
+				      (unsigned long long)opts->memory_bytes);
+	if (opts->disk_bytes && opts->disk_bytes < MIN_DISK)
+		return sandlot__error(err, EINVAL, "disk size of %llu bytes is below the minimum of 16M",
+				      (unsigned long long)opts->disk_bytes);
+	if (opts->pids == 1)
+		return sandlot__error(err, EINVAL,
+				      "pids limit must leave room for init and a command (at least 2)");
+	if (validate_env(opts->env, err) < 0)
+		return -1;
+	if (opts->hostname && check_hostname(opts->hostname, err) < 0)
+		return -1;
+	if (!sandlot__backend_for(opts->image, err))
+		return -1;
+	return 0;
+}
+
 sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 {
 	sandlot_options_t defaults;
@@ -165,15 +185,7 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		sandlot_options_init(&defaults);
 		opts = &defaults;
 	}
-	if (opts->memory_bytes && opts->memory_bytes < MIN_MEMORY)
-		return sandlot__error(err, EINVAL, "memory limit below the minimum of 16M"), NULL;
-	if (opts->disk_bytes && opts->disk_bytes < MIN_DISK)
-		return sandlot__error(err, EINVAL, "disk size below the minimum of 16M"), NULL;
-	if (opts->pids == 1)
-		return sandlot__error(err, EINVAL, "pids limit must leave room for init and a command (at least 2)"), NULL;
-	if (validate_env(opts->env, err) < 0)
-		return NULL;
-	if (opts->hostname && check_hostname(opts->hostname, err) < 0)
+	if (sandlot_options_validate(opts, err) < 0)
 		return NULL;
 	const struct sandlot_backend_ops *ops = sandlot__backend_for(opts->image, err);
 	if (!ops)

@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -311,18 +312,14 @@ static void exec_frame(struct loop *l, struct stream *s, const struct sl_frame_h
 		       const uint8_t *payload)
 {
 	struct exec *e = exec_of(s);
-	struct sl_rec_iter it;
-	struct sl_rec r;
 	switch (h->type) {
 	case SL_MSG_STDIN:
 		on_stdin(l, s, h, payload);
 		break;
 	case SL_MSG_KILL: {
 		uint32_t sig = SIGKILL;
-		sl_rec_iter_init(&it, payload, h->length);
-		while (sl_rec_next(&it, &r) == 1)
-			if (r.tag == SL_TAG_SIGNAL && sl_rec_u32(&r, &sig) < 0)
-				return;
+		if (init__find_u32(h, payload, SL_TAG_SIGNAL, &sig) < 0)
+			return;
 		/* Once reaped, the pid (= pgid) may be reused by a new
 		 * command: never signal it then. */
 		if (!e->reaped && sig > 0 && sig < (uint32_t)NSIG)
@@ -330,13 +327,7 @@ static void exec_frame(struct loop *l, struct stream *s, const struct sl_frame_h
 		break;
 	}
 	case SL_MSG_CREDIT:
-		sl_rec_iter_init(&it, payload, h->length);
-		while (sl_rec_next(&it, &r) == 1) {
-			uint32_t c;
-			if (r.tag == SL_TAG_CREDIT && sl_rec_u32(&r, &c) == 0 &&
-			    s->credit <= UINT64_MAX - c)
-				s->credit += c;
-		}
+		init__add_credit(s, h, payload);
 		break;
 	default:
 		break;
@@ -420,27 +411,47 @@ static int set_nonblock(int fd)
 	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
+static void send_start_error(struct loop *l, uint32_t id, int err, char stage, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+/* ERROR for an EXEC that could not start, with the STAGE that failed. */
+static void send_start_error(struct loop *l, uint32_t id, int err, char stage, const char *fmt, ...)
+{
+	char msg[INIT_PATH_MAX + 256];
+	va_list ap;
+	va_start(ap, fmt);
+	if (vsnprintf(msg, sizeof(msg), fmt, ap) < 0)
+		msg[0] = '\0';
+	va_end(ap);
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_ERROR, 0, id);
+	sl_msg_put_u32(&m, SL_TAG_ERRNO, (uint32_t)(err > 0 ? err : EIO));
+	sl_msg_put_str(&m, SL_TAG_MESSAGE, msg);
+	sl_msg_put_u8(&m, SL_TAG_STAGE, (uint8_t)stage);
+	init__queue(l, &m);
+}
+
 static void report_start_failure(struct loop *l, uint32_t id, const struct child_report *r,
 				 const char *argv0, const char *cwd)
 {
 	switch (r->stage) {
 	case STAGE_EXEC:
 		if (r->err == ENOENT)
-			init__send_error(l, id, ENOENT, "command not found: %s", argv0);
+			send_start_error(l, id, ENOENT, 'x', "command not found: %s", argv0);
 		else if (r->err == EACCES)
-			init__send_error(l, id, EACCES, "permission denied: %s", argv0);
+			send_start_error(l, id, EACCES, 'x', "permission denied: %s", argv0);
 		else
-			init__send_error(l, id, r->err, "cannot execute %s: %s", argv0,
+			send_start_error(l, id, r->err, 'x', "cannot execute %s: %s", argv0,
 					 strerror(r->err));
 		break;
 	case STAGE_CWD:
-		init__send_error(l, id, r->err, "working directory %s: %s", cwd, strerror(r->err));
+		send_start_error(l, id, r->err, 'w', "working directory %s: %s", cwd, strerror(r->err));
 		break;
 	case STAGE_PRIVS:
-		init__send_error(l, id, r->err, "cannot drop privileges: %s", strerror(r->err));
+		send_start_error(l, id, r->err, 'p', "cannot drop privileges: %s", strerror(r->err));
 		break;
 	default:
-		init__send_error(l, id, r->err, "cannot set up the process: %s", strerror(r->err));
+		send_start_error(l, id, r->err, 's', "cannot set up the process: %s", strerror(r->err));
 		break;
 	}
 }

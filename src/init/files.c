@@ -480,14 +480,7 @@ static void fread_frame(struct loop *l, struct stream *s, const struct sl_frame_
 	}
 	if (h->type != SL_MSG_CREDIT)
 		return;
-	struct sl_rec_iter it;
-	struct sl_rec r;
-	sl_rec_iter_init(&it, payload, h->length);
-	while (sl_rec_next(&it, &r) == 1) {
-		uint32_t c;
-		if (r.tag == SL_TAG_CREDIT && sl_rec_u32(&r, &c) == 0 && s->credit <= UINT64_MAX - c)
-			s->credit += c;
-	}
+	init__add_credit(s, h, payload);
 	s->ready = s->credit > 0;
 }
 

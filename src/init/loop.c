@@ -234,6 +234,30 @@ char *init__rec_string(const struct sl_rec *r, int path)
 	return s;
 }
 
+int init__find_u32(const struct sl_frame_header *h, const uint8_t *payload, uint16_t tag,
+		   uint32_t *out)
+{
+	struct sl_rec_iter it;
+	struct sl_rec r;
+	int rc, found = 0;
+	sl_rec_iter_init(&it, payload, h->length);
+	while ((rc = sl_rec_next(&it, &r)) == 1) {
+		if (r.tag != tag || found)
+			continue;
+		if (sl_rec_u32(&r, out) < 0)
+			return -1;
+		found = 1;
+	}
+	return rc < 0 ? -1 : found;
+}
+
+void init__add_credit(struct stream *s, const struct sl_frame_header *h, const uint8_t *payload)
+{
+	uint32_t c;
+	if (init__find_u32(h, payload, SL_TAG_CREDIT, &c) == 1)
+		s->credit = s->credit > UINT64_MAX - c ? UINT64_MAX : s->credit + c;
+}
+
 char *init__abs_path(const struct loop *l, const char *path)
 {
 	if (path[0] == '/')

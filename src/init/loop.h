@@ -101,6 +101,12 @@ void init__fail(struct loop *l, int status, const char *why);
  * refused with EINVAL when empty, longer than INIT_PATH_MAX or holding NUL.
  * NULL with errno (EPROTO, EINVAL, ENOMEM). */
 char *init__rec_string(const struct sl_rec *r, int path);
+/* Find the first record `tag` in a payload and decode it as u32: 1 found,
+ * 0 absent, -1 if the payload's records or that value are malformed. */
+int init__find_u32(const struct sl_frame_header *h, const uint8_t *payload, uint16_t tag,
+		   uint32_t *out);
+/* Apply a CREDIT frame to s (saturating); malformed frames are ignored. */
+void init__add_credit(struct stream *s, const struct sl_frame_header *h, const uint8_t *payload);
 /* Absolute form of a protocol path: relative paths are taken relative to
  * the home directory.  New string, or NULL (ENOMEM/ENAMETOOLONG). */
 char *init__abs_path(const struct loop *l, const char *path);

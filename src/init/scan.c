@@ -82,7 +82,8 @@ static int name_cmp(const void *a, const void *b)
 }
 
 /* The names in directory fd (without . and .. and our temporary files),
- * sorted.  NULL-terminated array, or NULL with errno. */
+ * sorted.  NULL-terminated array, or NULL with errno (ENOMEM only when
+ * memory ran out: the caller skips unreadable directories). */
 static char **read_names(int fd)
 {
 	int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -96,6 +97,7 @@ static char **read_names(int fd)
 	char **v = NULL;
 	size_t n = 0, cap = 0;
 	struct dirent *de;
+	int err = 0;
 	for (errno = 0; (de = readdir(d)); errno = 0) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
 		    !strncmp(de->d_name, TMP_PREFIX, sizeof(TMP_PREFIX) - 1))
@@ -103,27 +105,32 @@ static char **read_names(int fd)
 		if (n + 2 > cap) {
 			cap = cap ? cap * 2 : 64;
 			char **nv = realloc(v, cap * sizeof(*v));
-			if (!nv)
-				goto fail;
+			if (!nv) {
+				err = ENOMEM;
+				break;
+			}
 			v = nv;
 		}
-		if (!(v[n] = strdup(de->d_name)))
-			goto fail;
+		if (!(v[n] = strdup(de->d_name))) {
+			err = ENOMEM;
+			break;
+		}
 		n++;
 	}
-	if (errno)
-		goto fail;
-	if (!v && !(v = calloc(1, sizeof(*v))))
+	if (!err && errno)
+		err = errno;
+	if (!err && !v && !(v = calloc(1, sizeof(*v))))
+		err = ENOMEM;
+	if (err) {
+		for (size_t i = 0; i < n; i++)
+			free(v[i]);
+		free(v);
+		errno = err;
 		return NULL;
+	}
 	v[n] = NULL;
 	qsort(v, n, sizeof(*v), name_cmp);
 	return v;
-fail:
-	for (size_t i = 0; i < n; i++)
-		free(v[i]);
-	free(v);
-	errno = ENOMEM;
-	return NULL;
 }
 
 static void names_free(char **v)

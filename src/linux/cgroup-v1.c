@@ -311,7 +311,7 @@ static void collect_names(const char *mount, const char *prefix, struct names *l
 			names_add(l, de->d_name);
 }
 
-static int v1_cleanup_stale(const char *prefix)
+static int v1_cleanup_stale(const char *prefix, unsigned min_age_s)
 {
 	struct mounts m;
 	find_mounts(&m);
@@ -330,7 +330,7 @@ static int v1_cleanup_stale(const char *prefix)
 			if (!m.present[i] || m.alias_of[i] >= 0)
 				continue;
 			if (sandlot__cg_pathf(dir[i], "%s/sandlot/%s", m.path[i], l.v[k]) < 0 ||
-			    !sandlot__cg_dir_empty(dir[i]))
+			    !sandlot__cg_dir_empty(dir[i]) || sandlot__cg_young(dir[i], min_age_s))
 				live = true;
 		}
 		if (live)

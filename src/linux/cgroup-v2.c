@@ -247,7 +247,7 @@ static int v2_kill(sandlot_cgroup_t *cg, sandlot_error_t **err)
 	}
 }
 
-static int v2_cleanup_stale(const char *prefix)
+static int v2_cleanup_stale(const char *prefix, unsigned min_age_s)
 {
 	char parent[PATH_MAX];
 	if (sandlot__cg_pathf(parent, "%s/sandlot", sandlot__cgroup_v2_root()) < 0)
@@ -264,7 +264,7 @@ static int v2_cleanup_stale(const char *prefix)
 			continue;
 		char dir[PATH_MAX];
 		if (sandlot__cg_pathf(dir, "%s/%s", parent, de->d_name) == 0 &&
-		    sandlot__cg_dir_empty(dir) && rmdir(dir) == 0)
+		    sandlot__cg_dir_empty(dir) && !sandlot__cg_young(dir, min_age_s) && rmdir(dir) == 0)
 			removed++;
 	}
 	return removed;

@@ -60,7 +60,7 @@ static int none_kill(sandlot_cgroup_t *cg, sandlot_error_t **err)
 			      cg->name, none_reason);
 }
 
-static int none_cleanup_stale(const char *prefix)
+static int none_cleanup_stale(const char *prefix, unsigned min_age_s)
 {
 	return 0;
 }
@@ -254,11 +254,11 @@ void sandlot__cgroup_destroy(sandlot_cgroup_t *cg)
 	errno = saved;
 }
 
-int sandlot__cgroup_cleanup_stale(const char *prefix)
+int sandlot__cgroup_cleanup_stale(const char *prefix, unsigned min_age_s)
 {
 	if (!prefix)
 		return 0;
-	return get_ops()->cleanup_stale(prefix);
+	return get_ops()->cleanup_stale(prefix, min_age_s);
 }
 
 const char *sandlot__cgroup_path(sandlot_cgroup_t *cg, const char *controller)
@@ -482,4 +482,12 @@ void sandlot__cgroup_join_close(struct sandlot_cgroup_join *j)
 	if (j->dir_fd >= 0)
 		close(j->dir_fd);
 	j->dir_fd = -1;
+}
+
+bool sandlot__cg_young(const char *dir, unsigned secs)
+{
+	struct stat st;
+	if (stat(dir, &st) < 0)
+		return true;
+	return time(NULL) - st.st_mtime < (time_t)secs;
 }

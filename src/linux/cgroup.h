@@ -120,12 +120,13 @@ int sandlot__cgroup_kill(sandlot_cgroup_t *cg, sandlot_error_t **err);
 void sandlot__cgroup_destroy(sandlot_cgroup_t *cg);
 
 /* Remove leftover cgroups under the "sandlot" parent(s) whose names start
- * with `prefix` and that hold no process, e.g. after a crash.  A cgroup
- * holding any process (in any v1 hierarchy) is left alone.  Only meant for
- * start-up: a cgroup created but not yet populated by a concurrent
- * sandlot__cgroup_create() caller also looks stale.  Returns the number of
- * sandbox cgroups (names) removed; never fails. */
-int sandlot__cgroup_cleanup_stale(const char *prefix);
+ * with `prefix`, that hold no process and that are at least min_age_s
+ * seconds old, e.g. after a SIGKILLed `sandlot run`.  A cgroup holding any
+ * process (in any v1 hierarchy) is left alone; the age guard leaves alone
+ * one that a concurrent sandlot__cgroup_create() caller made but has not
+ * populated yet (that takes milliseconds).  Returns the number of sandbox
+ * cgroups (names) removed; never fails. */
+int sandlot__cgroup_cleanup_stale(const char *prefix, unsigned min_age_s);
 
 /* Directory of the cgroup for `controller` ("memory", "pids", "cpu",
  * "cpuacct", "freezer"), for tests and diagnostics.  v2 has one directory
@@ -168,7 +169,7 @@ struct sandlot_cgroup_ops {
 	int (*add_pid)(sandlot_cgroup_t *cg, pid_t pid, sandlot_error_t **err);
 	int (*usage)(sandlot_cgroup_t *cg, sandlot_usage_t *out, sandlot_error_t **err);
 	int (*kill)(sandlot_cgroup_t *cg, sandlot_error_t **err);
-	int (*cleanup_stale)(const char *prefix);
+	int (*cleanup_stale)(const char *prefix, unsigned min_age_s);
 	const char *(*path)(sandlot_cgroup_t *cg, const char *controller);
 };
 
@@ -212,6 +213,9 @@ void sandlot__cg_sleep_ms(unsigned ms);
  * The kernel refuses quotas under 1 ms, so below 0.01 CPU the period grows
  * from 100 ms to 1 s (its maximum) instead. */
 void sandlot__cg_cpu_quota(uint32_t cpus_milli, uint64_t *quota_us, uint64_t *period_us);
+/* Whether the directory was made less than secs seconds ago (or cannot be
+ * examined, which counts as young: leave it alone). */
+bool sandlot__cg_young(const char *dir, unsigned secs);
 /* Whether the cgroup (any directory of it) holds no process; lists
  * cgroup.procs.  A directory that is gone counts as empty. */
 bool sandlot__cg_dir_empty(const char *dir);

@@ -703,14 +703,18 @@ static void scenario_cleanup_stale(void)
 	}
 	char prefix[64];
 	snprintf(prefix, sizeof(prefix), "sltest%d-stale-", (int)main_pid);
-	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale(prefix), 1);
+	/* Too young: a concurrent create may be about to populate it. */
+	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale(prefix, 3600), 0);
+	for (int i = 0; i < n; i++)
+		CHECK(!dir_gone(empty[i]));
+	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale(prefix, 0), 1);
 	for (int i = 0; i < n; i++) {
 		CHECK(dir_gone(empty[i]));
 		CHECK(!dir_gone(paths[i]));
 	}
 	/* Nothing else matches: a second pass removes nothing. */
-	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale(prefix), 0);
-	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale("sltest-no-such-prefix-"), 0);
+	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale(prefix, 0), 0);
+	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale("sltest-no-such-prefix-", 0), 0);
 	destroy_checked(live);
 	CHECK_EQ_INT(wait_signal(k.pid), SIGKILL);
 }
@@ -885,7 +889,7 @@ static void test_mode_none(void)
 	CHECK_EQ_INT(sandlot_error_status(err), ENOTSUP);
 	sandlot_error_free(err);
 	CHECK(sandlot__cgroup_path(cg, "memory") == NULL);
-	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale("x"), 0);
+	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale("x", 0), 0);
 	sandlot__cgroup_destroy(cg);
 }
 

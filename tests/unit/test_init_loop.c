@@ -930,7 +930,7 @@ static void test_fwrite_fread(void)
 	CHECK_EQ_INT(size, len);
 	char p[160];
 	path_in(&c, "out/blob.bin", p, sizeof(p));
-	struct stat st;
+	struct stat st = { 0 };
 	CHECK_EQ_INT(stat(p, &st), 0);
 	CHECK_EQ_INT(st.st_size, len);
 	CHECK_EQ_INT(st.st_mode & 07777, 0644);
@@ -993,7 +993,7 @@ static void test_fread_errors(void)
 	CHECK(now_ms() - t0 < 1000);
 	/* Writing over a FIFO is refused too, and it stays a FIFO. */
 	CHECK_EQ_INT(fwrite_data(&c, 2, "fifo", 0, 0, 0, (const uint8_t *)"x", 1, NULL), EINVAL);
-	struct stat st;
+	struct stat st = { 0 };
 	CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
 	CHECK_EQ_INT(fread_data(&c, 3, ".", &b, &n), EISDIR);
 	CHECK_EQ_INT(fread_data(&c, 4, "missing", &b, &n), ENOENT);
@@ -1031,7 +1031,7 @@ static void test_fwrite_parents_and_abort(void)
 	CHECK(access(p, F_OK) < 0);
 	CHECK_EQ_INT(fwrite_data(&c, 2, "a/b/c.txt", 0, 0, 1, d, 4, NULL), 0);
 	path_in(&c, "a/b/c.txt", p, sizeof(p));
-	struct stat st;
+	struct stat st = { 0 };
 	CHECK(stat(p, &st) == 0 && st.st_size == 4);
 	/* Unknown flag bits are refused. */
 	CHECK_EQ_INT(fwrite_data(&c, 3, "x", 0, 0, 2, d, 4, NULL), EINVAL);
@@ -1074,7 +1074,7 @@ static void test_fwrite_error_atomic(void)
 	size_t len = 3u << 20;
 	uint8_t *data = calloc(1, len);
 	CHECK_EQ_INT(fwrite_data(&c, 1, "old.txt", 0, 0, 0, data, len, NULL), EFBIG);
-	struct stat st;
+	struct stat st = { 0 };
 	CHECK(stat(p, &st) == 0 && st.st_size == 3);
 	CHECK_EQ_INT(fwrite_data(&c, 2, "new.txt", 0, 0, 0, data, len, NULL), EFBIG);
 	path_in(&c, "new.txt", p, sizeof(p));
@@ -1173,7 +1173,7 @@ static void test_stat_list_mkdir_remove(void)
 	send_msg(&c, &m);
 	CHECK_EQ_INT(expect_reply(&c, 5, NULL), 0);
 	char p[256];
-	struct stat st;
+	struct stat st = { 0 };
 	path_in(&c, "x/y/z", p, sizeof(p));
 	CHECK(stat(p, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0700);
 	path_in(&c, "x/y", p, sizeof(p));
@@ -1442,6 +1442,113 @@ static void test_scan(void)
 	stop_init(&c);
 }
 
+/* More entries than INIT_SCAN_LIMIT: TRUNCATED, and what lies within the
+ * part both scans saw is still compared correctly. */
+static void test_scan_truncated(void)
+{
+	struct client c;
+	start_init(&c);
+	skip_hello(&c);
+	char p[200];
+	path_in(&c, "a-first.txt", p, sizeof(p));
+	close(open(p, O_WRONLY | O_CREAT, 0644));
+	path_in(&c, "many", p, sizeof(p));
+	CHECK_EQ_INT(mkdir(p, 0755), 0);
+	int dfd = open(p, O_RDONLY | O_DIRECTORY);
+	for (int i = 0; i < INIT_SCAN_LIMIT + 10; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "%06d", i);
+		int fd = openat(dfd, name, O_WRONLY | O_CREAT, 0644);
+		CHECK(fd >= 0);
+		close(fd);
+	}
+	close(dfd);
+	struct change_seen v[8];
+	int trunc = 0;
+	CHECK_EQ_INT(scan(&c, 1, 1, v, 8, &trunc), 0);
+	CHECK_EQ_INT(trunc, 1);
+	/* Within the part seen: a deletion is reported; past the cut
+	 * ("zz-late.txt" sorts after "many/..."), nothing is. */
+	path_in(&c, "a-first.txt", p, sizeof(p));
+	unlink(p);
+	write_file(&c, "zz-late.txt", "late");
+	int n = scan(&c, 2, 0, v, 8, &trunc);
+	CHECK_EQ_INT(trunc, 1);
+	CHECK_EQ_INT(n, 1);
+	const struct change_seen *e = find_change(v, n, &c, "a-first.txt");
+	CHECK(e && e->kind == 'd');
+	stop_init(&c);
+}
+
+/* Several streams at once: two commands and a file read, interleaved on
+ * the one connection, each complete and in order. */
+static void test_concurrent_streams(void)
+{
+	struct client c;
+	start_init(&c);
+	skip_hello(&c);
+	size_t flen = 1u << 20;
+	uint8_t *fdata = malloc(flen);
+	for (size_t i = 0; i < flen; i++)
+		fdata[i] = (uint8_t)(i % 253);
+	CHECK_EQ_INT(fwrite_data(&c, 1, "f.bin", 0, 0, 0, fdata, flen, NULL), 0);
+
+	send_exec(&c, 10,
+		  (const char *[]){ "sh", "-c", "for i in 1 2 3 4 5; do echo a$i; sleep 0.02; done", NULL },
+		  0, NULL);
+	send_exec(&c, 11,
+		  (const char *[]){ "sh", "-c", "for i in 1 2 3 4 5; do echo b$i >&2; sleep 0.01; done",
+				    NULL },
+		  0, NULL);
+	send_path(&c, SL_MSG_FREAD, 12, "f.bin", 0, 0);
+	send_empty(&c, SL_MSG_PING, 13);
+	char *out[2] = { calloc(1, 1), calloc(1, 1) };
+	size_t outlen[2] = { 0, 0 };
+	uint8_t *got = NULL;
+	size_t got_len = 0;
+	int done = 0, pinged = 0;
+	while (done < 3) {
+		struct frame f;
+		if (next_frame(&c, &f) != 1)
+			break;
+		if (f.stream == 10 || f.stream == 11) {
+			int k = (int)f.stream - 10;
+			if ((f.type == SL_MSG_STDOUT || f.type == SL_MSG_STDERR) && f.len) {
+				append(&out[k], &outlen[k], f.p, f.len);
+				send_u32(&c, SL_MSG_CREDIT, f.stream, SL_TAG_CREDIT, f.len);
+			} else if (f.type == SL_MSG_EXIT) {
+				CHECK_EQ_INT(rec_u32(&f, SL_TAG_EXIT_CODE, 99), 0);
+				done++;
+			}
+		} else if (f.stream == 12) {
+			if (f.type == SL_MSG_DATA) {
+				char *b = (char *)got;
+				append(&b, &got_len, f.p, f.len);
+				got = (uint8_t *)b;
+				if (f.len)
+					send_u32(&c, SL_MSG_CREDIT, 12, SL_TAG_CREDIT, f.len);
+			} else {
+				CHECK_EQ_INT(f.type, SL_MSG_OK);
+				done++;
+			}
+		} else if (f.stream == 13) {
+			CHECK_EQ_INT(f.type, SL_MSG_OK);
+			pinged = 1;
+		}
+		frame_free(&f);
+	}
+	CHECK_EQ_INT(done, 3);
+	CHECK(pinged);
+	CHECK_STR(out[0], "a1\na2\na3\na4\na5\n");
+	CHECK_STR(out[1], "b1\nb2\nb3\nb4\nb5\n");
+	CHECK(got_len == flen && got && memcmp(got, fdata, flen) == 0);
+	free(out[0]);
+	free(out[1]);
+	free(got);
+	free(fdata);
+	stop_init(&c);
+}
+
 /* --- the connection ---------------------------------------------------- */
 
 static void test_malformed_frame(void)
@@ -1537,6 +1644,8 @@ int main(void)
 	TAP_RUN(test_stat_list_mkdir_remove);
 	TAP_RUN(test_remove_mount);
 	TAP_RUN(test_scan);
+	TAP_RUN(test_scan_truncated);
+	TAP_RUN(test_concurrent_streams);
 	TAP_RUN(test_malformed_frame);
 	TAP_RUN(test_oversized_frame);
 	TAP_RUN(test_shutdown);

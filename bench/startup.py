@@ -1,0 +1,273 @@
+#!/usr/bin/python3
+"""Start-up time and idle memory of `sandlot run`, next to bubblewrap.
+
+    sudo /usr/bin/python3 bench/startup.py [-n 200] [--warmup 10]
+
+Times N sequential runs each (interleaved round by round, so drift in the
+machine's load hits all three alike) of
+
+    sandlot   build/bin/sandlot run -- /bin/true
+    bwrap     bwrap --unshare-all --die-with-parent --ro-bind /usr /usr ...
+              --proc /proc --dev /dev --tmpfs /tmp /bin/true
+    bare      /bin/true
+
+and prints median / p90 / min / mean per command and the sandlot/bwrap ratio
+of the medians (target <= 0.7).  Each run is timed from the parent with
+time.perf_counter() around fork+exec+wait, so the same launcher overhead is
+in every row (the "bare" row shows how much that is).
+
+Then it measures the idle memory of a sandbox running `sleep`: the PSS
+(/proc/PID/smaps_rollup) of every host process of the sandbox — its
+sandlot-init and the sleep — summed (target <= 2 MB), and separately the
+sandlot CLI process that hosts the sandbox.
+
+Uses its own temporary SANDLOT_DATA_DIR (removed at the end); needs root.
+Exit status 0 whatever the numbers: this is a measurement, not a test.
+"""
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SANDLOT = REPO / "build" / "bin" / "sandlot"
+BWRAP_ARGS = [
+    "--unshare-all", "--die-with-parent",
+    "--ro-bind", "/usr", "/usr", "--ro-bind", "/lib", "/lib", "--ro-bind", "/lib64", "/lib64",
+    "--ro-bind", "/bin", "/bin", "--ro-bind", "/etc", "/etc",
+    "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true",
+]
+RATIO_TARGET = 0.7
+IDLE_PSS_TARGET_KB = 2048
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def time_once(argv, env):
+    t0 = time.perf_counter()
+    rc = subprocess.call(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env=env)
+    dt = time.perf_counter() - t0
+    return dt, rc
+
+
+def bench_startup(cmds, n, warmup, env):
+    times = {name: [] for name in cmds}
+    failures = {name: 0 for name in cmds}
+    for _ in range(warmup):
+        for name, argv in cmds.items():
+            time_once(argv, env)
+    for _ in range(n):
+        for name, argv in cmds.items():
+            dt, rc = time_once(argv, env)
+            if rc != 0:
+                failures[name] += 1
+            times[name].append(dt * 1000)
+    return times, failures
+
+
+# ---- idle memory ------------------------------------------------------------
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return []
+
+
+def ppid(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for ln in f:
+                if ln.startswith("PPid:"):
+                    return int(ln.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def all_pids():
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def pss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for ln in f:
+                if ln.startswith("Pss:"):
+                    return int(ln.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def rss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for ln in f:
+                if ln.startswith("VmRSS:"):
+                    return int(ln.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def descendants(root):
+    kids = {}
+    for p in all_pids():
+        kids.setdefault(ppid(p), []).append(p)
+    out, stack = [], [root]
+    while stack:
+        p = stack.pop()
+        out.append(p)
+        stack.extend(kids.get(p, []))
+    return out
+
+
+def bench_idle_memory(env, settle):
+    tag = f"1000.{uuid.uuid4().int % 10**9}"
+    cli = subprocess.Popen([str(SANDLOT), "run", "--", "sleep", tag], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        sleep_pid = None
+        while time.monotonic() < deadline and sleep_pid is None:
+            for p in all_pids():
+                if cmdline(p) == [b"sleep", tag.encode()]:
+                    sleep_pid = p
+                    break
+            else:
+                time.sleep(0.02)
+        if sleep_pid is None:
+            cli.kill()
+            err = cli.communicate()[1].decode(errors="replace")
+            print(f"idle memory: the sandbox's sleep never appeared ({err.strip()})")
+            return None
+        time.sleep(settle)
+        init = ppid(sleep_pid)
+        procs = descendants(init)
+        rows = []
+        for p in procs:
+            name = os.path.basename(cmdline(p)[0].decode(errors="replace")) if cmdline(p) else "?"
+            rows.append((p, name, pss_kb(p), rss_kb(p)))
+        cli_pss, cli_rss = pss_kb(cli.pid), rss_kb(cli.pid)
+        cg_usage = None
+        try:
+            with open(f"/proc/{init}/cgroup") as f:
+                for ln in f:
+                    parts = ln.strip().split(":", 2)
+                    if parts[1] == "memory":
+                        path = f"/sys/fs/cgroup/memory{parts[2]}/memory.usage_in_bytes"
+                        cg_usage = int(open(path).read()) // 1024
+                    elif parts[1] == "" and cg_usage is None:
+                        path = f"/sys/fs/cgroup{parts[2]}/memory.current"
+                        if os.path.exists(path):
+                            cg_usage = int(open(path).read()) // 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        return rows, (cli.pid, cli_pss, cli_rss), cg_usage
+    finally:
+        try:
+            os.killpg(cli.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            cli.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(cli.pid, signal.SIGKILL)
+            cli.wait()
+
+
+def main():
+    global SANDLOT
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", type=int, default=int(os.environ.get("N", 200)),
+                    help="timed runs per command (default 200, or $N)")
+    ap.add_argument("--warmup", type=int, default=10, help="untimed runs per command first")
+    ap.add_argument("--settle", type=float, default=1.0,
+                    help="seconds to let the idle sandbox settle before measuring")
+    ap.add_argument("--sandlot", default=str(SANDLOT),
+                    help="sandlot binary (default build/bin/sandlot; sandlot-init next to it)")
+    ap.add_argument("--no-bwrap", action="store_true", help="skip bubblewrap")
+    ap.add_argument("--no-memory", action="store_true", help="skip the idle memory measurement")
+    args = ap.parse_args()
+    SANDLOT = Path(args.sandlot)
+
+    if os.geteuid() != 0:
+        sys.exit("bench/startup.py: sandlot run needs root")
+    if not os.access(SANDLOT, os.X_OK):
+        sys.exit(f"bench/startup.py: {SANDLOT} not built (run `make`)")
+
+    data_dir = tempfile.mkdtemp(prefix="sandlot-bench-", dir="/var/tmp")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDLOT_")}
+    env["SANDLOT_DATA_DIR"] = data_dir
+    try:
+        cmds = {"sandlot": [str(SANDLOT), "run", "--", "/bin/true"]}
+        bwrap = shutil.which("bwrap")
+        if not args.no_bwrap:
+            if bwrap:
+                cmds["bwrap"] = [bwrap, *BWRAP_ARGS]
+            else:
+                print("bwrap not installed (apt-get install bubblewrap): no comparison")
+        cmds["bare"] = ["/bin/true"]
+
+        # One checked run each, so a broken command is not timed 200 times.
+        for name, argv in cmds.items():
+            r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=env)
+            if r.returncode != 0:
+                print(f"{name} fails (exit {r.returncode}): {r.stderr.decode(errors='replace').strip()}")
+
+        print(f"start-up: {args.n} sequential runs each, {args.warmup} warm-up runs, "
+              f"{os.cpu_count()} CPUs, kernel {os.uname().release}")
+        times, failures = bench_startup(cmds, args.n, args.warmup, env)
+        print(f"{'':10} {'median':>9} {'p90':>9} {'min':>9} {'mean':>9} {'failed':>7}")
+        for name, ts in times.items():
+            print(f"{name:10} {statistics.median(ts):8.2f}ms {percentile(ts, 0.9):8.2f}ms "
+                  f"{min(ts):8.2f}ms {statistics.fmean(ts):8.2f}ms {failures[name]:7d}")
+        if "bwrap" in times:
+            ratio = statistics.median(times["sandlot"]) / statistics.median(times["bwrap"])
+            p90r = percentile(times["sandlot"], 0.9) / percentile(times["bwrap"], 0.9)
+            verdict = "meets" if ratio <= RATIO_TARGET else "MISSES"
+            print(f"sandlot/bwrap: median {ratio:.2f}, p90 {p90r:.2f} "
+                  f"({verdict} the target of <= {RATIO_TARGET})")
+
+        if not args.no_memory:
+            print()
+            res = bench_idle_memory(env, args.settle)
+            if res:
+                rows, (cli_pid, cli_pss, cli_rss), cg_usage = res
+                print("idle memory of a sandbox running `sleep` (host processes of the sandbox):")
+                total = 0
+                for pid, name, pss, rss in rows:
+                    total += pss or 0
+                    print(f"  {name:14} pid {pid:<8} PSS {pss if pss is not None else '?':>6} KiB"
+                          f"   RSS {rss if rss is not None else '?':>6} KiB")
+                verdict = "meets" if total <= IDLE_PSS_TARGET_KB else "MISSES"
+                print(f"  {'sandbox total':14} {'':12} PSS {total:>6} KiB   "
+                      f"({verdict} the target of <= {IDLE_PSS_TARGET_KB} KiB)")
+                print(f"  {'sandlot CLI':14} pid {cli_pid:<8} PSS {cli_pss if cli_pss is not None else '?':>6} KiB"
+                      f"   RSS {cli_rss if cli_rss is not None else '?':>6} KiB   (host side, not counted)")
+                if cg_usage is not None:
+                    print(f"  cgroup memory usage (incl. page cache, kernel memory): {cg_usage} KiB")
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

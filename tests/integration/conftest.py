@@ -1,0 +1,238 @@
+"""Shared fixtures and helpers for the integration tests of `sandlot run`.
+
+The tests drive the real binary (build/bin/sandlot, found from this file's
+location) as a subprocess, the way a user or an agent would.  Every test
+session gets its own temporary SANDLOT_DATA_DIR, so nothing here depends on
+/var/lib/sandlot, and the session's leftovers (processes, cgroups, loop
+devices, storage images) can be told apart from those of anyone else using
+the same machine.
+
+Run with Debian's interpreter (the `python3` on PATH may be a pyenv shim),
+as root, after `make`:
+
+    /usr/bin/python3 -m pytest -q tests/integration
+
+SANDLOT_TEST_BIN_DIR=DIR tests the sandlot and sandlot-init in DIR instead
+of build/bin.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostscan  # noqa: E402  (helpers that inspect the host's /proc, /sys)
+
+REPO = Path(__file__).resolve().parents[2]
+# build/bin of this checkout; SANDLOT_TEST_BIN_DIR points the tests at
+# another build of sandlot and sandlot-init (an install, a sanitizer build).
+BIN_DIR = Path(os.environ.get("SANDLOT_TEST_BIN_DIR") or REPO / "build" / "bin").resolve()
+SANDLOT = BIN_DIR / "sandlot"
+SANDLOT_INIT = BIN_DIR / "sandlot-init"
+
+# Generous bound for one `sandlot run` that should finish quickly; a hang
+# fails the test instead of blocking the suite.
+DEFAULT_TIMEOUT = 60
+
+
+class Result:
+    """Outcome of one `sandlot run`: status, raw output, wall time."""
+
+    def __init__(self, argv, rc, out, err, elapsed):
+        self.argv = argv
+        self.rc = rc
+        self.out = out
+        self.err = err
+        self.elapsed = elapsed
+
+    @property
+    def stdout(self):
+        return self.out.decode("utf-8", "replace")
+
+    @property
+    def stderr(self):
+        return self.err.decode("utf-8", "replace")
+
+    def json(self):
+        """The single JSON object printed by --json (fails the test if not)."""
+        text = self.stdout
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        assert len(lines) == 1, (
+            f"--json must print exactly one line of JSON, got {len(lines)}:\n"
+            f"{text[:2000]}\nstderr: {self.stderr[:2000]}"
+        )
+        return json.loads(lines[0])
+
+    def __repr__(self):
+        return (
+            f"<sandlot {' '.join(map(str, self.argv[1:]))!r} rc={self.rc} "
+            f"{self.elapsed:.2f}s\nstdout={self.out[:1500]!r}\nstderr={self.err[:1500]!r}>"
+        )
+
+
+class Sandlot:
+    """Runs the CLI with the session's environment."""
+
+    def __init__(self, data_dir):
+        self.data_dir = Path(data_dir)
+        env = dict(os.environ)
+        # The tests must not depend on overrides from the caller's shell.
+        for k in list(env):
+            if k.startswith("SANDLOT_"):
+                del env[k]
+        env["SANDLOT_DATA_DIR"] = str(self.data_dir)
+        self.env = env
+
+    def argv(self, args):
+        return [str(SANDLOT), "run", *map(str, args)]
+
+    def popen(self, args, *, cwd=None, env=None, extra_env=None, stdin=subprocess.DEVNULL,
+              stdout=subprocess.PIPE, stderr=subprocess.PIPE, raw_argv=None):
+        e = dict(env if env is not None else self.env)
+        if extra_env:
+            e.update(extra_env)
+        argv = raw_argv if raw_argv is not None else self.argv(args)
+        # Own session: a hung run can be killed with its whole group.
+        return subprocess.Popen(argv, cwd=cwd, env=e, stdin=stdin, stdout=stdout,
+                                stderr=stderr, start_new_session=True)
+
+    def run(self, args, *, input=None, timeout=DEFAULT_TIMEOUT, cwd=None, env=None,
+            extra_env=None, raw_argv=None):
+        """Run `sandlot run ARGS...` to completion and return a Result."""
+        t0 = time.monotonic()
+        p = self.popen(args, cwd=cwd, env=env, extra_env=extra_env,
+                       stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                       raw_argv=raw_argv)
+        try:
+            out, err = p.communicate(input=input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(p)
+            out, err = p.communicate()
+            raise AssertionError(
+                f"sandlot run did not finish within {timeout}s: {p.args}\n"
+                f"stdout={out[:2000]!r}\nstderr={err[:2000]!r}")
+        return Result(p.args, p.returncode, out, err, time.monotonic() - t0)
+
+    def sh(self, script, *opts, **kw):
+        """`sandlot run OPTS -- sh -c SCRIPT`."""
+        return self.run([*opts, "--", "sh", "-c", script], **kw)
+
+    def py(self, code, *opts, **kw):
+        """`sandlot run OPTS -- python3 -c CODE` (the sandbox's python3)."""
+        return self.run([*opts, "--", "python3", "-c", code], **kw)
+
+
+def kill_group(p):
+    """SIGKILL a Popen started with start_new_session, and its group."""
+    if p.returncode is not None:
+        return
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def stop(p, timeout=10):
+    """End a `sandlot run` Popen the clean way: SIGTERM to sandlot (it kills
+    the command and tears the sandbox down), SIGKILL to the group if that
+    does not work in `timeout` seconds.  Reaps it."""
+    if p.poll() is None:
+        try:
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(p)
+    try:
+        p.communicate(timeout=timeout)
+    except (subprocess.TimeoutExpired, ValueError, OSError):
+        kill_group(p)
+        p.wait()
+
+
+def read_line_with_deadline(stream, deadline):
+    """Read one line from a binary pipe, giving up at `deadline` (monotonic).
+    Returns the bytes read (possibly without a newline if the deadline hit)."""
+    import select
+    fd = stream.fileno()
+    buf = b""
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        r, _, _ = select.select([fd], [], [], left)
+        if not r:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+def wait_until(cond, timeout, interval=0.05):
+    """Poll cond() until it returns a truthy value or timeout passes; returns
+    the last value."""
+    end = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v or time.monotonic() >= end:
+            return v
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------
+# session set-up
+
+_SESSION = {}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "leftovers: the final no-leftovers check")
+
+
+@pytest.fixture(scope="session")
+def session_dirs():
+    if os.geteuid() != 0:
+        pytest.skip("sandlot run needs root (uid maps, cgroups, loop devices); "
+                    "run the integration tests as root")
+    missing = [str(p) for p in (SANDLOT, SANDLOT_INIT) if not os.access(p, os.X_OK)]
+    if missing:
+        pytest.fail(f"not built: {', '.join(missing)} (run `make` first)", pytrace=False)
+    base = Path(tempfile.mkdtemp(prefix="sandlot-it-", dir="/var/tmp"))
+    data_dir = base / "data"
+    _SESSION["data_dir"] = data_dir
+    _SESSION["baseline"] = hostscan.snapshot()
+    yield {"base": base, "data_dir": data_dir}
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def sandlot(session_dirs):
+    return Sandlot(session_dirs["data_dir"])
+
+
+@pytest.fixture(autouse=True)
+def no_leak_per_test(request, session_dirs):
+    """After each test: no sandlot-init, loop device or storage image of
+    this session's is left, and no new empty sandbox cgroup lingers."""
+    before = hostscan.snapshot()
+    yield
+    if request.node.get_closest_marker("leftovers"):
+        return
+    data_dir = session_dirs["data_dir"]
+    # Loop devices detach and processes are reaped asynchronously: give
+    # them a moment before calling anything a leftover.
+    wait_until(lambda: not hostscan.leftovers(before, data_dir), 5)
+    problems = hostscan.leftovers(before, data_dir)
+    assert not problems, "left behind by this test:\n  " + "\n  ".join(problems)
+
+
+def session_baseline():
+    return _SESSION["baseline"]
