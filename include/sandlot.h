@@ -178,6 +178,33 @@ SANDLOT_API int sandlot_file_read(sandlot_t *sb, const char *path, sandlot_write
 SANDLOT_API int sandlot_file_read_fd(sandlot_t *sb, const char *path, int fd,
 				     sandlot_error_t **err);
 
+/* Streaming in the other direction, for callers that are themselves fed or
+ * drained piecewise (an HTTP server).
+ *
+ * A reader is opened only once init has opened the file, so a missing file
+ * fails here (ENOENT), before any data.  reader_read() blocks until data is
+ * there and returns the bytes read, 0 at the end of the file, -1 on error.
+ * Closing before the end aborts the transfer inside the sandbox. */
+typedef struct sandlot_file_reader sandlot_file_reader_t;
+SANDLOT_API sandlot_file_reader_t *sandlot_file_open_read(sandlot_t *sb, const char *path,
+							  sandlot_error_t **err);
+SANDLOT_API ssize_t sandlot_file_reader_read(sandlot_file_reader_t *r, void *buf, size_t len,
+					     sandlot_error_t **err);
+SANDLOT_API void sandlot_file_reader_close(sandlot_file_reader_t *r);
+
+/* A writer sends data as it is given; an error inside the sandbox (ENOSPC,
+ * a missing parent) is reported by the next writer_write() or by commit.
+ * commit() makes the file appear (atomically) and frees w; abort() removes
+ * the temporary file and frees w.  Exactly one of them must be called. */
+typedef struct sandlot_file_writer sandlot_file_writer_t;
+SANDLOT_API sandlot_file_writer_t *sandlot_file_open_write(sandlot_t *sb, const char *path,
+							   uint32_t mode, unsigned flags,
+							   sandlot_error_t **err);
+SANDLOT_API int sandlot_file_writer_write(sandlot_file_writer_t *w, const void *data, size_t len,
+					  sandlot_error_t **err);
+SANDLOT_API int sandlot_file_writer_commit(sandlot_file_writer_t *w, sandlot_error_t **err);
+SANDLOT_API void sandlot_file_writer_abort(sandlot_file_writer_t *w);
+
 typedef enum {
 	SANDLOT_FILE = 'f',
 	SANDLOT_DIR = 'd',

@@ -122,54 +122,122 @@ static int check_path(const char *path, const char *op, sandlot_error_t **err)
 
 /* ---- write ------------------------------------------------------------- */
 
+struct sandlot_file_writer {
+	struct req r;
+	char path[4097];
+};
+
+sandlot_file_writer_t *sandlot_file_open_write(sandlot_t *sb, const char *path, uint32_t mode,
+					       unsigned flags, sandlot_error_t **err)
+{
+	if (check_path(path, "write", err) < 0)
+		return NULL;
+	sandlot_file_writer_t *w = calloc(1, sizeof(*w));
+	if (!w)
+		return sandlot__error(err, ENOMEM, "out of memory"), NULL;
+	snprintf(w->path, sizeof(w->path), "%s", path);
+	snprintf(w->r.what, sizeof(w->r.what), "write %.140s", path);
+	struct sl_msg m;
+	if (req_start(sb, &w->r, SL_MSG_FWRITE, path, &m, err) < 0) {
+		free(w);
+		return NULL;
+	}
+	sl_msg_put_u32(&m, SL_TAG_MODE, mode ? mode : 0644);
+	sl_msg_put_u32(&m, SL_TAG_FLAGS, flags & SANDLOT_WRITE_MKDIRS ? 1 : 0);
+	if (req_send(&w->r, &m, err) < 0) {
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+static int writer_done(sandlot_file_writer_t *w)
+{
+	pthread_mutex_lock(&w->r.sb->conn.lock);
+	int done = w->r.done;
+	pthread_mutex_unlock(&w->r.sb->conn.lock);
+	return done;
+}
+
+int sandlot_file_writer_write(sandlot_file_writer_t *w, const void *data, size_t len,
+			      sandlot_error_t **err)
+{
+	const uint8_t *p = data;
+	while (len > 0) {
+		/* Init gave up early (ENOSPC, a missing parent...): say why now
+		 * rather than after the caller sent everything. */
+		if (writer_done(w))
+			return req_wait(&w->r, err) < 0 ? -1
+				: sandlot__error(err, EPROTO, "%s: the sandbox ended the transfer early",
+						 w->r.what);
+		size_t n = len < SANDLOT_PROTO_MAX_DATA ? len : SANDLOT_PROTO_MAX_DATA;
+		struct sl_msg m;
+		sl_msg_begin(&m, SL_MSG_DATA, 0, w->r.s.id);
+		sl_msg_put_raw(&m, p, n);
+		if (sandlot__conn_send(&w->r.sb->conn, &m, NULL) < 0)
+			return req_wait(&w->r, err);
+		p += n;
+		len -= n;
+	}
+	return 0;
+}
+
+int sandlot_file_writer_commit(sandlot_file_writer_t *w, sandlot_error_t **err)
+{
+	if (!writer_done(w)) {
+		struct sl_msg m;
+		sl_msg_begin(&m, SL_MSG_DATA, SANDLOT_PROTO_FLAG_END, w->r.s.id);
+		sandlot__conn_send(&w->r.sb->conn, &m, NULL); /* a dead sandbox shows in req_wait */
+	}
+	int rc = req_wait(&w->r, err);
+	if (rc == 0 && !w->r.ok)
+		rc = sandlot__error(err, EPROTO, "%s: the sandbox ended the transfer early", w->r.what);
+	req_cleanup(&w->r);
+	free(w);
+	return rc;
+}
+
+void sandlot_file_writer_abort(sandlot_file_writer_t *w)
+{
+	if (!w)
+		return;
+	/* Init removes its temporary file and answers ECANCELED. */
+	if (!writer_done(w))
+		sandlot__conn_send_u32(&w->r.sb->conn, SL_MSG_KILL, w->r.s.id, SL_TAG_SIGNAL, SIGKILL, NULL);
+	req_wait(&w->r, NULL);
+	req_cleanup(&w->r);
+	free(w);
+}
+
 int sandlot_file_write(sandlot_t *sb, const char *path, uint32_t mode, unsigned flags,
 		       sandlot_read_fn src, void *userdata, sandlot_error_t **err)
 {
-	if (check_path(path, "write", err) < 0)
+	sandlot_file_writer_t *w = sandlot_file_open_write(sb, path, mode, flags, err);
+	if (!w)
 		return -1;
-	struct req r = { 0 };
-	snprintf(r.what, sizeof(r.what), "write %.140s", path);
-	struct sl_msg m;
-	if (req_start(sb, &r, SL_MSG_FWRITE, path, &m, err) < 0)
-		return -1;
-	sl_msg_put_u32(&m, SL_TAG_MODE, mode ? mode : 0644);
-	sl_msg_put_u32(&m, SL_TAG_FLAGS, flags & SANDLOT_WRITE_MKDIRS ? 1 : 0);
-	if (req_send(&r, &m, err) < 0)
-		return -1;
-
 	uint8_t *buf = malloc(SANDLOT_PROTO_MAX_DATA);
-	int local_errno = buf ? 0 : ENOMEM;
-	const char *local_what = "out of memory";
+	if (!buf) {
+		sandlot_file_writer_abort(w);
+		return sandlot__error(err, ENOMEM, "write %s: out of memory", path);
+	}
 	for (;;) {
-		pthread_mutex_lock(&sb->conn.lock);
-		int done = r.done;
-		pthread_mutex_unlock(&sb->conn.lock);
-		if (done || local_errno) /* init gave up early (e.g. ENOSPC) */
-			break;
 		ssize_t n = src(userdata, buf, SANDLOT_PROTO_MAX_DATA);
 		if (n < 0) {
-			local_errno = errno ? errno : EIO;
-			local_what = "reading the source failed";
-			break;
+			int e = errno ? errno : EIO;
+			free(buf);
+			sandlot_file_writer_abort(w);
+			return sandlot__error_errno(err, e, "write %s: reading the source failed", path);
 		}
-		sl_msg_begin(&m, SL_MSG_DATA, n == 0 ? SANDLOT_PROTO_FLAG_END : 0, r.s.id);
-		sl_msg_put_raw(&m, buf, (size_t)n);
-		if (sandlot__conn_send(&sb->conn, &m, NULL) < 0)
-			break; /* the connection died: req_wait reports it */
 		if (n == 0)
 			break;
+		if (sandlot_file_writer_write(w, buf, (size_t)n, err) < 0) {
+			free(buf);
+			sandlot_file_writer_abort(w);
+			return -1;
+		}
 	}
 	free(buf);
-	if (local_errno) {
-		/* Abort: init removes its temporary file and answers ECANCELED. */
-		sandlot__conn_send_u32(&sb->conn, SL_MSG_KILL, r.s.id, SL_TAG_SIGNAL, SIGKILL, NULL);
-		req_wait(&r, NULL);
-		req_cleanup(&r);
-		return sandlot__error(err, local_errno, "write %s: %s", path, local_what);
-	}
-	int rc = req_wait(&r, err);
-	req_cleanup(&r);
-	return rc;
+	return sandlot_file_writer_commit(w, err);
 }
 
 static ssize_t fd_source(void *ud, void *buf, size_t len)
@@ -191,48 +259,177 @@ int sandlot_file_write_fd(sandlot_t *sb, const char *path, uint32_t mode, unsign
 
 /* ---- read -------------------------------------------------------------- */
 
-struct read_ctx {
-	sandlot_write_fn sink;
-	void *ud;
-	uint32_t consumed;
-	int local_errno;
+/* Data frames are queued as they arrive; the window (credit) bounds the
+ * queue, and credit goes back to init only as the caller consumes. */
+struct chunk {
+	struct chunk *next;
+	size_t len, off;
+	uint8_t data[];
 };
 
-static void read_item(struct req *r, const struct sl_frame_header *h, const uint8_t *payload)
+struct sandlot_file_reader {
+	struct req r;
+	struct chunk *head, *tail;
+	int eof;           /* the END frame arrived */
+	int started;       /* a first DATA (or the end) arrived */
+	int oom;
+	uint32_t consumed; /* read by the caller, not yet credited */
+};
+
+static void reader_item(struct req *r, const struct sl_frame_header *h, const uint8_t *payload)
 {
-	struct read_ctx *ctx = r->ctx;
-	if (h->type != SL_MSG_DATA || ctx->local_errno)
+	sandlot_file_reader_t *rd = (sandlot_file_reader_t *)r;
+	if (h->type != SL_MSG_DATA)
 		return;
-	if (h->length && ctx->sink(ctx->ud, payload, h->length) < 0) {
-		ctx->local_errno = errno ? errno : EIO;
-		sandlot__conn_send_u32(r->s.conn, SL_MSG_KILL, r->s.id, SL_TAG_SIGNAL, SIGKILL, NULL);
+	rd->started = 1;
+	if (h->length) {
+		struct chunk *c = malloc(sizeof(*c) + h->length);
+		if (!c) {
+			rd->oom = 1;
+		} else {
+			c->next = NULL;
+			c->len = h->length;
+			c->off = 0;
+			memcpy(c->data, payload, h->length);
+			if (rd->tail)
+				rd->tail->next = c;
+			else
+				rd->head = c;
+			rd->tail = c;
+		}
+	}
+	if (h->flags & SANDLOT_PROTO_FLAG_END)
+		rd->eof = 1;
+	pthread_cond_broadcast(&r->s.conn->cond);
+}
+
+sandlot_file_reader_t *sandlot_file_open_read(sandlot_t *sb, const char *path, sandlot_error_t **err)
+{
+	if (check_path(path, "read", err) < 0)
+		return NULL;
+	sandlot_file_reader_t *rd = calloc(1, sizeof(*rd));
+	if (!rd)
+		return sandlot__error(err, ENOMEM, "out of memory"), NULL;
+	rd->r.on_item = reader_item;
+	snprintf(rd->r.what, sizeof(rd->r.what), "read %.140s", path);
+	struct sl_msg m;
+	if (req_start(sb, &rd->r, SL_MSG_FREAD, path, &m, err) < 0 || req_send(&rd->r, &m, err) < 0) {
+		free(rd);
+		return NULL;
+	}
+	/* Init answers ERROR (missing, not a regular file) or starts the data. */
+	struct sl_conn *c = &sb->conn;
+	pthread_mutex_lock(&c->lock);
+	while (!rd->started && !rd->r.done)
+		pthread_cond_wait(&c->cond, &c->lock);
+	int failed = rd->r.done && rd->r.error;
+	pthread_mutex_unlock(&c->lock);
+	if (failed) {
+		req_wait(&rd->r, err);
+		sandlot_file_reader_close(rd);
+		return NULL;
+	}
+	return rd;
+}
+
+ssize_t sandlot_file_reader_read(sandlot_file_reader_t *rd, void *buf, size_t len,
+				 sandlot_error_t **err)
+{
+	struct sl_conn *c = &rd->r.sb->conn;
+	pthread_mutex_lock(&c->lock);
+	while (!rd->head && !rd->eof && !rd->r.done)
+		pthread_cond_wait(&c->cond, &c->lock);
+	size_t n = 0;
+	while (rd->head && n < len) {
+		struct chunk *ch = rd->head;
+		size_t k = ch->len - ch->off;
+		if (k > len - n)
+			k = len - n;
+		memcpy((uint8_t *)buf + n, ch->data + ch->off, k);
+		ch->off += k;
+		n += k;
+		if (ch->off == ch->len) {
+			rd->head = ch->next;
+			if (!rd->head)
+				rd->tail = NULL;
+			free(ch);
+		}
+	}
+	rd->consumed += (uint32_t)n;
+	uint32_t grant = 0;
+	if (rd->consumed >= CREDIT_BATCH && !rd->eof) {
+		grant = rd->consumed;
+		rd->consumed = 0;
+	}
+	int oom = rd->oom, eof = rd->eof, done = rd->r.done;
+	sandlot_error_t *e = rd->r.error;
+	pthread_mutex_unlock(&c->lock);
+	if (grant)
+		sandlot__conn_send_u32(c, SL_MSG_CREDIT, rd->r.s.id, SL_TAG_CREDIT, grant, NULL);
+	if (n > 0)
+		return (ssize_t)n;
+	if (oom)
+		return sandlot__error(err, ENOMEM, "%s: out of memory", rd->r.what);
+	if (eof) {
+		/* The OK after the last DATA confirms the whole file was sent. */
+		if (req_wait(&rd->r, err) < 0)
+			return -1;
+		return 0;
+	}
+	if (done && e)
+		return req_wait(&rd->r, err);
+	return sandlot__error(err, EPROTO, "%s: the sandbox ended the transfer early", rd->r.what);
+}
+
+void sandlot_file_reader_close(sandlot_file_reader_t *rd)
+{
+	if (!rd)
 		return;
+	struct sl_conn *c = &rd->r.sb->conn;
+	pthread_mutex_lock(&c->lock);
+	int done = rd->r.done;
+	pthread_mutex_unlock(&c->lock);
+	if (!done) {
+		sandlot__conn_send_u32(c, SL_MSG_KILL, rd->r.s.id, SL_TAG_SIGNAL, SIGKILL, NULL);
+		req_wait(&rd->r, NULL);
 	}
-	ctx->consumed += h->length;
-	if (ctx->consumed >= CREDIT_BATCH && !(h->flags & SANDLOT_PROTO_FLAG_END)) {
-		sandlot__conn_send_u32(r->s.conn, SL_MSG_CREDIT, r->s.id, SL_TAG_CREDIT,
-				       ctx->consumed, NULL);
-		ctx->consumed = 0;
+	while (rd->head) {
+		struct chunk *ch = rd->head;
+		rd->head = ch->next;
+		free(ch);
 	}
+	req_cleanup(&rd->r);
+	free(rd);
 }
 
 int sandlot_file_read(sandlot_t *sb, const char *path, sandlot_write_fn sink, void *userdata,
 		      sandlot_error_t **err)
 {
-	if (check_path(path, "read", err) < 0)
+	sandlot_file_reader_t *rd = sandlot_file_open_read(sb, path, err);
+	if (!rd)
 		return -1;
-	struct read_ctx ctx = { .sink = sink, .ud = userdata };
-	struct req r = { 0 };
-	r.on_item = read_item;
-	r.ctx = &ctx;
-	snprintf(r.what, sizeof(r.what), "read %.140s", path);
-	struct sl_msg m;
-	if (req_start(sb, &r, SL_MSG_FREAD, path, &m, err) < 0 || req_send(&r, &m, err) < 0)
-		return -1;
-	int rc = req_wait(&r, ctx.local_errno ? NULL : err);
-	req_cleanup(&r);
-	if (ctx.local_errno)
-		return sandlot__error_errno(err, ctx.local_errno, "read %s: writing the data failed", path);
+	uint8_t *buf = malloc(SANDLOT_PROTO_MAX_DATA);
+	if (!buf) {
+		sandlot_file_reader_close(rd);
+		return sandlot__error(err, ENOMEM, "read %s: out of memory", path);
+	}
+	int rc = 0;
+	for (;;) {
+		ssize_t n = sandlot_file_reader_read(rd, buf, SANDLOT_PROTO_MAX_DATA, err);
+		if (n < 0) {
+			rc = -1;
+			break;
+		}
+		if (n == 0)
+			break;
+		if (sink(userdata, buf, (size_t)n) < 0) {
+			rc = sandlot__error_errno(err, errno ? errno : EIO, "read %s: writing the data failed",
+						  path);
+			break;
+		}
+	}
+	free(buf);
+	sandlot_file_reader_close(rd);
 	return rc;
 }
 
