@@ -5,7 +5,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 PYTEST ?= /usr/bin/python3 -m pytest
 
-BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev e2fsprogs
+BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev e2fsprogs
 TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind
 
 .PHONY: all deps test-deps demo check unit asan integration clean
@@ -13,7 +13,7 @@ TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 	@mkdir -p $(BUILD)/bin
-	@cp -f $(BUILD)/src/cli/sandlot $(BUILD)/src/init/sandlot-init $(BUILD)/bin/
+	@cp -f $(BUILD)/src/cli/sandlot $(BUILD)/src/init/sandlot-init $(BUILD)/src/daemon/sandlotd $(BUILD)/bin/
 
 $(BUILD)/build.ninja:
 	$(MESON) setup $(BUILD)

@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/json.h"
 #include "common/util.h"
 #include "transfer.h"
 
@@ -175,53 +176,6 @@ static int parse_count(const char *opt, const char *s, uint64_t max, uint64_t *o
 	return 0;
 }
 
-/* JSON strings must be UTF-8: keep valid sequences, replace invalid bytes
- * with U+FFFD so binary output still yields valid JSON. */
-static json_t *json_text(const char *buf, size_t len)
-{
-	json_t *s = json_stringn(buf ? buf : "", buf ? len : 0);
-	if (s)
-		return s;
-	char *clean = malloc(len * 3 + 1);
-	size_t o = 0;
-	if (!clean)
-		return json_string("");
-	for (size_t i = 0; i < len;) {
-		unsigned char c = (unsigned char)buf[i];
-		size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-		int ok = n > 0 && i + n <= len && c != 0;
-		for (size_t k = 1; ok && k < n; k++)
-			ok = ((unsigned char)buf[i + k] >> 6) == 2;
-		if (ok && n > 1) {
-			json_t *probe = json_stringn(buf + i, n); /* rejects overlongs, surrogates */
-			ok = probe != NULL;
-			json_decref(probe);
-		}
-		if (ok) {
-			memcpy(clean + o, buf + i, n);
-			o += n;
-			i += n;
-		} else {
-			memcpy(clean + o, "\xEF\xBF\xBD", 3);
-			o += 3;
-			i++;
-		}
-	}
-	json_t *r = json_stringn(clean, o);
-	free(clean);
-	return r ? r : json_string("");
-}
-
-static const char *kind_name(sandlot_change_kind_t k)
-{
-	return k == SANDLOT_CREATED ? "created" : k == SANDLOT_MODIFIED ? "modified" : "deleted";
-}
-
-static const char *type_name(sandlot_file_type_t t)
-{
-	return t == SANDLOT_FILE ? "file" : t == SANDLOT_DIR ? "directory" : t == SANDLOT_SYMLINK ? "symlink" : "other";
-}
-
 static void print_json(const char *id, const sandlot_exit_t *ex, const struct run_state *st,
 		       const sandlot_changes_t *ch, json_t *errors)
 {
@@ -240,8 +194,8 @@ static void print_json(const char *id, const sandlot_exit_t *ex, const struct ru
 	for (size_t i = 0; ch && i < ch->count; i++) {
 		json_t *c = json_object();
 		json_object_set_new(c, "path", json_text(ch->items[i].path, strlen(ch->items[i].path)));
-		json_object_set_new(c, "kind", json_string(kind_name(ch->items[i].kind)));
-		json_object_set_new(c, "type", json_string(type_name(ch->items[i].type)));
+		json_object_set_new(c, "kind", json_string(json_change_kind((char)ch->items[i].kind)));
+		json_object_set_new(c, "type", json_string(json_file_type((char)ch->items[i].type)));
 		json_object_set_new(c, "size", json_integer((json_int_t)ch->items[i].size));
 		json_array_append_new(arr, c);
 	}

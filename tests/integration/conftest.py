@@ -236,3 +236,18 @@ def no_leak_per_test(request, session_dirs):
 
 def session_baseline():
     return _SESSION["baseline"]
+
+
+# --------------------------------------------------------------------------
+# sandlotd
+
+@pytest.fixture
+def sandlotd(session_dirs, tmp_path_factory):
+    """A running sandlotd on a temporary socket and data dir, stopped (and
+    checked to stop cleanly) after the test."""
+    from daemon import Daemon
+    base = tmp_path_factory.mktemp("sandlotd", numbered=True)
+    d = Daemon(base, data_dir=session_dirs["data_dir"] / "daemon" / base.name).start()
+    yield d
+    rc = d.stop()
+    assert rc == 0, f"sandlotd exited with {rc} on SIGTERM:\n{d.logs()}"

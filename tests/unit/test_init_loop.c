@@ -365,6 +365,7 @@ struct result {
 	int started, pid;
 	int exited, code, sig;
 	int error; /* errno of an ERROR reply */
+	int stage; /* its STAGE record, 0 if none */
 	char msg[256];
 	int out_end, err_end, bad_order;
 	uint64_t exit_ms;
@@ -437,6 +438,7 @@ static void run_to_exit(struct client *c, uint32_t id, struct result *r)
 		}
 		case SL_MSG_ERROR:
 			r->error = (int)rec_u32(&f, SL_TAG_ERRNO, 0);
+			r->stage = rec_u8(&f, SL_TAG_STAGE, 0);
 			rec_str(&f, SL_TAG_MESSAGE, r->msg, sizeof(r->msg));
 			frame_free(&f);
 			return;
@@ -552,6 +554,17 @@ static void test_killed_signal(void)
 	/* Busy: a request on an open stream id is refused. */
 	send_empty(&c, SL_MSG_PING, 4);
 	CHECK_EQ_INT(expect_reply(&c, 4, NULL), EBUSY);
+	/* A KILL with malformed records is dropped, not taken as SIGKILL. */
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_KILL, 0, 4);
+	sl_msg_put_raw(&m, "\x0a\x00\x04\x00", 4);
+	send_msg(&c, &m);
+	sl_msg_begin(&m, SL_MSG_KILL, 0, 4);
+	sl_msg_put_u8(&m, SL_TAG_SIGNAL, 9);
+	send_msg(&c, &m);
+	send_empty(&c, SL_MSG_PING, 40);
+	CHECK_EQ_INT(expect_reply(&c, 40, NULL), 0);
+	usleep(50000);
 	send_u32(&c, SL_MSG_KILL, 4, SL_TAG_SIGNAL, SIGTERM);
 	struct result r;
 	run_to_exit(&c, 4, &r);
@@ -592,6 +605,7 @@ static void test_start_errors(void)
 	run_cmd(&c, 1, (const char *[]){ "no-such-command-xyz", NULL }, &r);
 	CHECK(!r.started);
 	CHECK_EQ_INT(r.error, ENOENT);
+	CHECK_EQ_INT(r.stage, 'x');
 	CHECK(strstr(r.msg, "command not found: no-such-command-xyz") != NULL);
 	result_free(&r);
 
@@ -602,6 +616,7 @@ static void test_start_errors(void)
 	close(fd);
 	run_cmd(&c, 2, (const char *[]){ "./noexec.sh", NULL }, &r);
 	CHECK_EQ_INT(r.error, EACCES);
+	CHECK_EQ_INT(r.stage, 'x');
 	result_free(&r);
 
 	/* A script without #! runs under /bin/sh, like execvp. */
@@ -614,11 +629,13 @@ static void test_start_errors(void)
 	send_exec(&c, 4, (const char *[]){ "true", NULL }, 0, "missing-dir");
 	run_to_exit(&c, 4, &r);
 	CHECK_EQ_INT(r.error, ENOENT);
+	CHECK_EQ_INT(r.stage, 'w');
 	CHECK(strstr(r.msg, "working directory") != NULL);
 	result_free(&r);
 	send_exec(&c, 5, (const char *[]){ "true", NULL }, 0, "noexec.sh");
 	run_to_exit(&c, 5, &r);
 	CHECK_EQ_INT(r.error, ENOTDIR);
+	CHECK_EQ_INT(r.stage, 'w');
 	result_free(&r);
 
 	/* No ARG at all. */

@@ -1,0 +1,2 @@
+/* placeholder until the module lands */
+#include "daemon/daemon.h"

@@ -1,0 +1,121 @@
+/* sandlotd's HTTP layer: libmicrohttpd underneath, a route table above.
+ *
+ * Threads: libmicrohttpd runs one thread per connection
+ * (MHD_USE_THREAD_PER_CONNECTION), so a handler may block — on a sandbox
+ * call, or while streaming a response.  An idle sandbox costs no thread.
+ *
+ * A route is matched on method and path pattern ("/v1/sandboxes/{}/exec":
+ * each {} captures one non-empty segment without '/').  Three kinds:
+ *
+ *   JSON      the body (at most HTTP_MAX_JSON_BODY bytes, else 413) is read
+ *             whole and parsed; malformed JSON gets 400 before the handler
+ *             runs.  Handler: `handle(req)`, req->json set (NULL if no body).
+ *   RAW       body streamed to the handler: `begin(req)` (may answer early,
+ *             e.g. 404, by calling http_error() or http_json() and returning -1),
+ *             `chunk(req, data, len)` for each piece (return -1 after
+ *             answering to stop), `end(req)` once the body is complete.
+ *             `abort(req)` if the client went away mid-body (free state).
+ *   NOBODY    GET/DELETE style; a body, if sent, is ignored.
+ *
+ * Every handler answers exactly once with one of the http_* response
+ * functions.  Answers are JSON (application/json) except raw file bytes,
+ * tar archives, NDJSON streams and /metrics.
+ */
+#ifndef SANDLOT_DAEMON_HTTP_H
+#define SANDLOT_DAEMON_HTTP_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sandlot.h"
+
+struct daemon;
+
+#define HTTP_MAX_JSON_BODY (1u << 20)   /* JSON request bodies */
+#define HTTP_MAX_URI 8192               /* request line + query */
+
+struct http_req;
+
+typedef int (*http_handler_fn)(struct http_req *req);
+typedef int (*http_chunk_fn)(struct http_req *req, const char *data, size_t len);
+
+enum http_body { HTTP_NOBODY, HTTP_JSON, HTTP_RAW };
+
+struct http_route {
+	const char *method;          /* "GET", "POST", "PUT", "DELETE" */
+	const char *pattern;         /* "/v1/sandboxes/{}" */
+	enum http_body body;
+	http_handler_fn handle;      /* NOBODY, JSON: the handler; RAW: begin */
+	http_chunk_fn chunk;         /* RAW only */
+	http_handler_fn end;         /* RAW only */
+	http_handler_fn abort;       /* RAW only, may be NULL */
+};
+
+struct http_req {
+	const char *method;
+	const char *path;
+	const char *params[4];       /* captured {} segments, URL-decoded */
+	int nparams;
+	json_t *json;                /* JSON routes: parsed body or NULL */
+	void *state;                 /* RAW routes: handler's own state */
+	void *conn;                  /* struct MHD_Connection * */
+	int client_fd;               /* the client's socket (disconnect checks) */
+	const char *route;           /* the matched pattern, for logs/metrics */
+	int status;                  /* set when answered */
+	int answered;
+	uint64_t start_ns;
+	struct daemon *d;
+};
+
+/* Query parameter or request header (NULL if absent). */
+const char *http_query(struct http_req *req, const char *name);
+const char *http_header(struct http_req *req, const char *name);
+/* Whether the client asked for NDJSON (Accept: application/x-ndjson). */
+int http_wants_ndjson(struct http_req *req);
+
+/* ---- answering (each returns 0; call exactly one per request) ---------- */
+
+/* JSON body; steals the reference to body. */
+int http_json(struct http_req *req, int status, json_t *body);
+/* {"error": {"code": code, "message": ...}} */
+int http_error(struct http_req *req, int status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Map a sandlot error to a status: ENOENT 404 not_found, EEXIST 409,
+ * EISDIR/ENOTDIR/EINVAL/ENAMETOOLONG/ELOOP 400, ENOSPC/EDQUOT 507
+ * insufficient_storage, EPIPE 410 sandbox_gone, EACCES/EPERM 403, else 500. */
+int http_error_from(struct http_req *req, const sandlot_error_t *err);
+int http_empty(struct http_req *req, int status);              /* e.g. 204 */
+int http_text(struct http_req *req, int status, const char *content_type, const char *text);
+
+/* A streamed body of unknown length (chunked).  `read` is called from the
+ * connection's thread whenever libmicrohttpd can send: it returns bytes
+ * written into buf (> 0), 0 at the end of the body, or -1 to abort the
+ * connection (e.g. the client went away: see http_client_gone).  It may
+ * block.  `free` is called once when the response is done, whatever the
+ * outcome, with `completed` = 1 if the body ended normally. */
+typedef ssize_t (*http_stream_read_fn)(void *ud, char *buf, size_t max);
+typedef void (*http_stream_free_fn)(void *ud, int completed);
+int http_stream(struct http_req *req, int status, const char *content_type,
+		http_stream_read_fn read, http_stream_free_fn free_fn, void *ud);
+
+/* While streaming: wait up to timeout_ms for `wake_fd` (an eventfd or pipe,
+ * may be -1) to become readable or for the client to hang up.  Returns 1 if
+ * wake_fd is readable, 0 on timeout, -1 if the client is gone. */
+int http_wait(int client_fd, int wake_fd, int timeout_ms);
+
+/* ---- server ------------------------------------------------------------- */
+
+struct http_server;
+
+/* Listen on "unix:PATH" (mode 0660, stale socket replaced) or
+ * "tcp:HOST:PORT" (bearer token required when token != NULL).  Routes are
+ * served from `routes` (terminated by a zero entry). */
+struct http_server *http_start(struct daemon *d, const char *listen, const char *token,
+			       const struct http_route *routes, sandlot_error_t **err);
+/* Stop accepting and wait for running requests (bounded by timeout_ms,
+ * after which connections are closed). */
+void http_stop(struct http_server *s, unsigned timeout_ms);
+
+#endif
