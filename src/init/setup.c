@@ -50,7 +50,9 @@
 /* Mounted over the host's /tmp in our private mount namespace: no host
  * directory is ever created for it. */
 #define NEWROOT "/tmp"
-#define STORAGE NEWROOT "/.storage"
+/* The storage is attached here just long enough to bind its home/ and
+ * tmp/ into place; /run exists (empty) in every sandbox anyway. */
+#define STORAGE NEWROOT "/run"
 
 static void report(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -122,9 +124,10 @@ static int remount_ro(const char *path, unsigned long extra)
 		     MS_REMOUNT | MS_BIND | MS_RDONLY | locked_flags(path) | extra, NULL);
 }
 
-/* Bind src onto dst (creating dst as a file or directory like src) and make
- * it read-only.  Missing sources are skipped when optional. */
-static int bind_ro(const char *src, const char *dst, int optional)
+/* Bind src onto dst, creating dst as a file or directory like src.  Missing
+ * sources are skipped when optional.  The binds are made read-only all at
+ * once later (make_tree_readonly). */
+static int bind_host(const char *src, const char *dst, int optional)
 {
 	struct stat st;
 	if (stat(src, &st) < 0) {
@@ -140,8 +143,20 @@ static int bind_ro(const char *src, const char *dst, int optional)
 	}
 	if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
 		FAIL("bind %s", src);
-	if (remount_ro(dst, MS_NOSUID | MS_NODEV) < 0)
-		FAIL("make %s read-only", dst);
+	return 0;
+}
+
+/* Everything mounted so far under the new root (the tmpfs, /usr, /etc
+ * entries) becomes read-only, nosuid and nodev in one call instead of a
+ * remount per bind: flags locked on the host's mounts can only be added
+ * to, which is all this does. */
+static int make_tree_readonly(void)
+{
+	struct mount_attr attr = {
+		.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+	};
+	if (mount_setattr(AT_FDCWD, NEWROOT, AT_RECURSIVE, &attr, sizeof(attr)) < 0)
+		FAIL("make the root read-only");
 	return 0;
 }
 
@@ -159,7 +174,7 @@ static int mirror_top(const char *name)
 			FAIL("symlink %s", dst);
 		return 0;
 	}
-	return bind_ro(src, dst, 1);
+	return bind_host(src, dst, 1);
 }
 
 static const char *const etc_allow[] = {
@@ -208,7 +223,7 @@ static int build_etc(const struct init_config *cfg)
 		char src[128];
 		snprintf(src, sizeof(src), "/etc/%s", etc_allow[i]);
 		snprintf(path, sizeof(path), NEWROOT "/etc/%s", etc_allow[i]);
-		if (bind_ro(src, path, 1) < 0)
+		if (bind_host(src, path, 1) < 0)
 			return -1;
 	}
 	return 0;
@@ -216,8 +231,6 @@ static int build_etc(const struct init_config *cfg)
 
 static int build_storage(const struct init_config *cfg)
 {
-	if (mkdir(STORAGE, 0700) < 0)
-		FAIL("mkdir storage");
 	if (cfg->tmpfs_storage) {
 		char opts[64];
 		snprintf(opts, sizeof(opts), "size=%llu,mode=0755", (unsigned long long)cfg->disk);
@@ -233,17 +246,12 @@ static int build_storage(const struct init_config *cfg)
 			FAIL("attach workspace storage");
 		close(INIT_FD_STORAGE);
 	}
-	if (mkdir(NEWROOT "/home", 0755) < 0 || mkdir(NEWROOT "/home/user", 0755) < 0 ||
-	    mkdir(NEWROOT "/tmp", 01777) < 0)
-		FAIL("mkdir /home/user");
 	if (mount(STORAGE "/home", NEWROOT "/home/user", NULL, MS_BIND, NULL) < 0)
 		FAIL("bind /home/user");
 	if (mount(STORAGE "/tmp", NEWROOT "/tmp", NULL, MS_BIND, NULL) < 0)
 		FAIL("bind /tmp");
 	if (umount2(STORAGE, MNT_DETACH) < 0)
 		FAIL("detach storage");
-	if (rmdir(STORAGE) < 0)
-		FAIL("rmdir storage");
 	return 0;
 }
 
@@ -251,8 +259,6 @@ static int build_dev(void)
 {
 	static const char *const nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
 	char src[64], dst[128];
-	if (mkdir(NEWROOT "/dev", 0755) < 0)
-		FAIL("mkdir /dev");
 	if (mount("tmpfs", NEWROOT "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755") < 0)
 		FAIL("mount /dev");
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(nodes); i++) {
@@ -295,8 +301,6 @@ static int build_proc(void)
 	static const char *const ro_paths[] = { "sys", "bus", "fs", "irq", "sysrq-trigger" };
 	char p[128];
 
-	if (mkdir(NEWROOT "/proc", 0555) < 0)
-		FAIL("mkdir /proc");
 	if (mount("proc", NEWROOT "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		FAIL("mount /proc");
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(masked_files); i++) {
@@ -384,17 +388,31 @@ int init_setup(struct init_config *cfg)
 		  "size=1m,nr_inodes=4096,mode=0755") < 0)
 		FAIL("mount root tmpfs");
 
-	if (bind_ro("/usr", NEWROOT "/usr", 0) < 0)
+	/* The skeleton: every mount point and link, while the tmpfs is still
+	 * writable. */
+	static const char *const dirs[] = {
+		"/home", "/home/user", "/tmp", "/dev", "/proc", "/root", "/var", "/run",
+	};
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(dirs); i++) {
+		char d[64];
+		snprintf(d, sizeof(d), NEWROOT "%s", dirs[i]);
+		if (mkdir(d, 0755) < 0)
+			FAIL("mkdir %s", dirs[i]);
+	}
+	if (chmod(NEWROOT "/tmp", 01777) < 0 || chmod(NEWROOT "/root", 0700) < 0 ||
+	    symlink("../tmp", NEWROOT "/var/tmp") < 0)
+		FAIL("prepare the root skeleton");
+	if (bind_host("/usr", NEWROOT "/usr", 0) < 0)
 		return -1;
 	static const char *const tops[] = { "bin", "sbin", "lib", "lib64", "lib32", "libx32" };
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(tops); i++)
 		if (mirror_top(tops[i]) < 0)
 			return -1;
-	if (build_etc(cfg) < 0 || build_storage(cfg) < 0 || build_dev() < 0 || build_proc() < 0)
+	if (build_etc(cfg) < 0 || make_tree_readonly() < 0)
 		return -1;
-	if (mkdir(NEWROOT "/root", 0700) < 0 || mkdir(NEWROOT "/var", 0755) < 0 ||
-	    symlink("../tmp", NEWROOT "/var/tmp") < 0 || mkdir(NEWROOT "/run", 0755) < 0)
-		FAIL("create /root /var /run");
+	/* Writable and special mounts go on top of the read-only tree. */
+	if (build_storage(cfg) < 0 || build_dev() < 0 || build_proc() < 0)
+		return -1;
 
 	if (chdir(NEWROOT) < 0)
 		FAIL("chdir new root");
@@ -404,8 +422,6 @@ int init_setup(struct init_config *cfg)
 		FAIL("detach old root");
 	if (chdir("/") < 0)
 		FAIL("chdir /");
-	if (remount_ro("/", MS_NOSUID | MS_NODEV) < 0)
-		FAIL("make / read-only");
 	if (remount_ro("/dev", MS_NOSUID | MS_NOEXEC) < 0)
 		FAIL("make /dev read-only");
 	if (chdir(INIT_HOME) < 0)
