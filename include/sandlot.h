@@ -108,7 +108,7 @@ typedef struct sandlot_exit {
 	int signal;             /* terminating signal if killed, else 0 */
 	int timed_out;          /* killed because timeout_ms passed */
 	int oom_killed;         /* the sandbox hit its memory limit during the run */
-	int pids_limited;       /* a fork was refused by the pids limit during the run */
+	int pids_limited;       /* the sandbox hit its pids limit during the run (a fork was refused) */
 	int start_error;        /* errno if the command could not start (then exit_code 127 or 126) */
 	uint64_t duration_ms;   /* wall time from start to exit */
 	char error[256];        /* why it could not start, when start_error != 0 */

@@ -262,7 +262,8 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		goto fail_errno;
 
 	/* Everything the child needs, built before clone. */
-	char a_nofile[32], a_fsize[32], a_disk[32];
+	char a_nofile[32], a_fsize[32], a_disk[32], a_pids[32];
+	snprintf(a_pids, sizeof(a_pids), "%u", sb->opts.pids);
 	snprintf(a_nofile, sizeof(a_nofile), "%llu", (unsigned long long)sb->opts.nofile);
 	/* RLIMIT_FSIZE a little above the disk size: a file can never grow past
 	 * the storage anyway, and the storage's ENOSPC (a clean write error)
@@ -276,6 +277,8 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	argv[ac++] = a_nofile;
 	argv[ac++] = (char *)"--fsize";
 	argv[ac++] = a_fsize;
+	argv[ac++] = (char *)"--pids";
+	argv[ac++] = a_pids;
 	argv[ac++] = (char *)"--hostname";
 	argv[ac++] = sb->hostname;
 	if (ns->storage.kind == SANDLOT_STORAGE_TMPFS) {

@@ -46,6 +46,10 @@ int init_parse_args(int argc, char **argv, struct init_config *cfg)
 			cfg->tmpfs_storage = 1;
 			continue;
 		}
+		if (!strcmp(opt, "--no-warm")) {
+			cfg->no_warm = 1;
+			continue;
+		}
 		if (!strcmp(opt, "--no-setup")) {
 			cfg->no_setup = 1;
 			continue;
@@ -71,6 +75,9 @@ int init_parse_args(int argc, char **argv, struct init_config *cfg)
 				cfg->uid = (uid_t)n;
 			else
 				cfg->gid = (gid_t)n;
+		} else if (!strcmp(opt, "--pids")) {
+			if (parse_num(val, UINT32_MAX, &cfg->pids) < 0)
+				return usage("bad --pids", val);
 		} else if (!strcmp(opt, "--nofile")) {
 			if (parse_num(val, UINT64_MAX, &cfg->nofile) < 0)
 				return usage("bad --nofile", val);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -178,6 +179,237 @@ static __attribute__((noreturn)) void child(const struct init_config *cfg, int f
 	child_fail(fd_status, STAGE_EXEC);
 }
 
+static int set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* --- the warm child ------------------------------------------------------
+ *
+ * Dropping privileges and loading the seccomp filter (a BPF JIT compile of
+ * ~900 instructions) cost more than the fork itself.  So init keeps one
+ * child ready: forked, in its own session, its stdio on fresh pipes, its
+ * privileges dropped and its filter loaded, blocked reading the next
+ * command's spec from a control pipe.  An EXEC then only sends the spec;
+ * the next warm child is prepared after STARTED went out.  The warm child
+ * is not dumpable, so commands (same uid) cannot reach its descriptors
+ * through /proc.
+ *
+ * Spec on the control pipe: u32 length, then: u8 stdin_pipe, cwd NUL,
+ * u32 argc, argv (NUL each), u32 envc, env (NUL each).
+ */
+
+static char **unpack_strv(const char **p, const char *end)
+{
+	uint32_t n;
+	if (end - *p < 4)
+		return NULL;
+	memcpy(&n, *p, 4);
+	*p += 4;
+	if (n > 1u << 20)
+		return NULL;
+	char **v = calloc((size_t)n + 1, sizeof(char *));
+	if (!v)
+		return NULL;
+	for (uint32_t i = 0; i < n; i++) {
+		const char *nul = memchr(*p, '\0', (size_t)(end - *p));
+		if (!nul)
+			return NULL;
+		v[i] = (char *)*p;
+		*p = nul + 1;
+	}
+	return v;
+}
+
+static __attribute__((noreturn)) void warm_child(const struct init_config *cfg, int fd_in, int fd_out,
+						 int fd_err, int fd_status, int fd_ctl)
+{
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (int sig = 1; sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+	if (setsid() < 0)
+		child_fail(fd_status, STAGE_SETUP);
+	if (dup2(fd_in, 0) < 0 || dup2(fd_out, 1) < 0 || dup2(fd_err, 2) < 0 ||
+	    dup3(fd_status, 3, O_CLOEXEC) < 0 || dup3(fd_ctl, 4, O_CLOEXEC) < 0)
+		child_fail(fd_status, STAGE_SETUP);
+	if (sys_close_range(5, ~0U, 0) < 0)
+		for (int fd = 5; fd < 1024; fd++)
+			close(fd);
+	prctl(PR_SET_NAME, "sandlot-spawn", 0, 0, 0);
+	if (init_drop_privileges(cfg) < 0)
+		child_fail(3, STAGE_PRIVS);
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+
+	uint32_t len;
+	if (read(4, &len, 4) != 4 || len > SANDLOT_PROTO_MAX_PAYLOAD * 2)
+		_exit(0); /* init let us go */
+	char *buf = malloc((size_t)len + 1);
+	if (!buf)
+		child_fail(3, STAGE_SETUP);
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = read(4, buf + got, len - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			_exit(0);
+		got += (size_t)n;
+	}
+	buf[len] = '\0';
+	const char *p = buf + 1, *end = buf + len;
+	int stdin_pipe = buf[0];
+	const char *cwd = p;
+	const char *nul = memchr(p, '\0', (size_t)(end - p));
+	if (len < 1 || !nul)
+		child_fail(3, STAGE_SETUP);
+	p = nul + 1;
+	char **argv = unpack_strv(&p, end), **envp = unpack_strv(&p, end);
+	if (!argv || !envp || !argv[0]) {
+		errno = EINVAL;
+		child_fail(3, STAGE_SETUP);
+	}
+	if (!stdin_pipe) {
+		int fd = open("/dev/null", O_RDONLY);
+		if (fd < 0 || dup2(fd, 0) < 0)
+			child_fail(3, STAGE_SETUP);
+		close(fd);
+	}
+	if (chdir(cwd) < 0)
+		child_fail(3, STAGE_CWD);
+	exec_search(argv, envp);
+	child_fail(3, STAGE_EXEC);
+}
+
+struct warm {
+	pid_t pid;         /* 0: none ready */
+	int in_w, out_r, err_r, st_r, ctl_w;
+};
+static struct warm warm = { 0, -1, -1, -1, -1, -1 };
+/* The last fork for a warm child was refused (the pids limit): do not try
+ * again while commands run, only after one ends. */
+static int warm_blocked;
+
+static void warm_discard(void)
+{
+	int *fds[] = { &warm.in_w, &warm.out_r, &warm.err_r, &warm.st_r, &warm.ctl_w };
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(fds); i++)
+		if (*fds[i] >= 0) {
+			close(*fds[i]);
+			*fds[i] = -1;
+		}
+	if (warm.pid > 0)
+		kill(warm.pid, SIGKILL); /* reaped as an unknown child */
+	warm.pid = 0;
+}
+
+/* Fork the next warm child if none is ready.  Best effort: without one,
+ * spawn() forks on demand. */
+void init__warm_prepare(struct loop *l)
+{
+	if (warm.pid > 0 || l->cfg->no_warm)
+		return;
+	int in[2], out[2], err[2], st[2], ctl[2];
+	if (pipe2(in, O_CLOEXEC) < 0)
+		return;
+	if (pipe2(out, O_CLOEXEC) < 0)
+		goto close_in;
+	if (pipe2(err, O_CLOEXEC) < 0)
+		goto close_out;
+	if (pipe2(st, O_CLOEXEC) < 0)
+		goto close_err;
+	if (pipe2(ctl, O_CLOEXEC) < 0)
+		goto close_st;
+	pid_t pid = fork();
+	if (pid == 0)
+		warm_child(l->cfg, in[0], out[1], err[1], st[1], ctl[0]);
+	if (pid < 0) {
+		warm_blocked = errno == EAGAIN;
+		goto close_ctl;
+	}
+	close(in[0]), close(out[1]), close(err[1]), close(st[1]), close(ctl[0]);
+	if (set_nonblock(out[0]) < 0 || set_nonblock(err[0]) < 0 || set_nonblock(in[1]) < 0) {
+		warm = (struct warm){ pid, in[1], out[0], err[0], st[0], ctl[1] };
+		warm_discard();
+		return;
+	}
+	warm = (struct warm){ pid, in[1], out[0], err[0], st[0], ctl[1] };
+	return;
+close_ctl:
+	close(ctl[0]), close(ctl[1]);
+close_st:
+	close(st[0]), close(st[1]);
+close_err:
+	close(err[0]), close(err[1]);
+close_out:
+	close(out[0]), close(out[1]);
+close_in:
+	close(in[0]), close(in[1]);
+}
+
+/* The warm child died before it was used (killed by a command): forget it. */
+static void warm_reaped(pid_t pid)
+{
+	if (pid == warm.pid) {
+		warm.pid = 0;
+		warm_discard();
+	}
+}
+
+static int put_strv(uint8_t **p, char *const v[])
+{
+	uint32_t n = 0;
+	while (v[n])
+		n++;
+	memcpy(*p, &n, 4);
+	*p += 4;
+	for (uint32_t i = 0; i < n; i++) {
+		size_t k = strlen(v[i]) + 1;
+		memcpy(*p, v[i], k);
+		*p += k;
+	}
+	return 0;
+}
+
+/* Hand the spec to the warm child.  Returns 0, or -1 if it is gone (the
+ * caller falls back to a fresh fork). */
+static int warm_send(char *const argv[], char *const envp[], const char *cwd, int stdin_pipe)
+{
+	size_t len = 1 + strlen(cwd) + 1 + 8;
+	for (size_t i = 0; argv[i]; i++)
+		len += strlen(argv[i]) + 1;
+	for (size_t i = 0; envp[i]; i++)
+		len += strlen(envp[i]) + 1;
+	uint8_t *buf = malloc(4 + len);
+	if (!buf)
+		return -1;
+	uint32_t l32 = (uint32_t)len;
+	memcpy(buf, &l32, 4);
+	uint8_t *p = buf + 4;
+	*p++ = (uint8_t)(stdin_pipe ? 1 : 0);
+	memcpy(p, cwd, strlen(cwd) + 1);
+	p += strlen(cwd) + 1;
+	put_strv(&p, argv);
+	put_strv(&p, envp);
+	/* The child is blocked reading: a plain blocking write completes. */
+	size_t off = 0, total = 4 + len;
+	int rc = 0;
+	while (off < total) {
+		ssize_t n = write(warm.ctl_w, buf + off, total - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = -1;
+			break;
+		}
+		off += (size_t)n;
+	}
+	free(buf);
+	return rc;
+}
+
 /* --- the stream --------------------------------------------------------- */
 
 static struct exec *exec_of(struct stream *s)
@@ -214,6 +446,8 @@ static void maybe_finish(struct loop *l, struct stream *s)
 	}
 	init__queue(l, &m);
 	init__stream_close(l, s);
+	warm_blocked = 0;
+	init__warm_prepare(l);
 }
 
 static void pipe_read(struct loop *l, struct stream *s, int which)
@@ -405,11 +639,6 @@ static void strv_free(struct strv *sv)
 	free(sv->v);
 }
 
-static int set_nonblock(int fd)
-{
-	int fl = fcntl(fd, F_GETFL);
-	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
 
 static void send_start_error(struct loop *l, uint32_t id, int err, char stage, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
@@ -464,6 +693,27 @@ static void spawn(struct loop *l, uint32_t id, char *const argv[], char *const e
 	cleanup_close int out_r = -1, out_w = -1, err_r = -1, err_w = -1;
 	cleanup_close int in_r = -1, in_w = -1, st_r = -1, st_w = -1;
 	int p[2];
+	pid_t pid = 0;
+	struct exec *e = NULL;
+
+	if (warm.pid > 0) {
+		if (warm_send(argv, envp, cwd, stdin_pipe) == 0) {
+			pid = warm.pid;
+			in_w = warm.in_w, out_r = warm.out_r, err_r = warm.err_r, st_r = warm.st_r;
+			close(warm.ctl_w);
+			warm = (struct warm){ 0, -1, -1, -1, -1, -1 };
+			if (!stdin_pipe)
+				close(steal_fd(&in_w));
+			e = calloc(1, sizeof(*e));
+			if (!e) {
+				kill(-pid, SIGKILL);
+				goto fail;
+			}
+			goto started;
+		}
+		warm_discard();
+	}
+
 	if (pipe2(p, O_CLOEXEC) < 0)
 		goto fail;
 	out_r = p[0], out_w = p[1];
@@ -488,10 +738,10 @@ static void spawn(struct loop *l, uint32_t id, char *const argv[], char *const e
 	    (in_w >= 0 && set_nonblock(in_w) < 0))
 		goto fail;
 
-	struct exec *e = calloc(1, sizeof(*e));
+	e = calloc(1, sizeof(*e));
 	if (!e)
 		goto fail;
-	pid_t pid = fork();
+	pid = fork();
 	if (pid < 0) {
 		free(e);
 		goto fail;
@@ -500,6 +750,7 @@ static void spawn(struct loop *l, uint32_t id, char *const argv[], char *const e
 		child(l->cfg, in_r, out_w, err_w, st_w, cwd, argv, envp);
 
 	close(steal_fd(&st_w));
+started:;
 	struct child_report rep;
 	size_t got = 0;
 	while (got < sizeof(rep)) {
@@ -515,6 +766,7 @@ static void spawn(struct loop *l, uint32_t id, char *const argv[], char *const e
 			;
 		free(e);
 		report_start_failure(l, id, &rep, argv[0], cwd);
+		init__warm_prepare(l);
 		return;
 	}
 
@@ -533,6 +785,10 @@ static void spawn(struct loop *l, uint32_t id, char *const argv[], char *const e
 	sl_msg_begin(&m, SL_MSG_STARTED, 0, id);
 	sl_msg_put_u32(&m, SL_TAG_PID, (uint32_t)pid);
 	init__queue(l, &m);
+	/* The next command's process gets ready while this one runs, unless
+	 * the pids limit is so small that it would take a command's place. */
+	if (!warm_blocked && (l->cfg->pids == 0 || l->cfg->pids >= 16))
+		init__warm_prepare(l);
 	return;
 fail:
 	init__send_error(l, id, errno, "cannot start %s: %s", argv[0], strerror(errno));
@@ -657,6 +913,8 @@ void init__reap(struct loop *l)
 		struct stream *s = stream_of_pid(l, pid);
 		if (s)
 			exited(l, s, st); /* others are orphans we adopted */
+		else
+			warm_reaped(pid);
 	}
 }
 

@@ -20,10 +20,12 @@
  *   --nofile N             RLIMIT_NOFILE for commands
  *   --fsize N              RLIMIT_FSIZE for commands (bytes)
  *   --disk N               size of the tmpfs storage with --tmpfs-storage
+ *   --pids N               the sandbox's pids limit (tunes the warm child)
  *   --hostname NAME
  *   --no-seccomp           do not filter commands (unit tests of init only)
  *   --tmpfs-storage        storage on tmpfs of --disk bytes instead of fd 6
  *   --home DIR             workspace directory (default /home/user)
+ *   --no-warm              do not keep a pre-forked child ready for the next command
  *   --no-setup             skip init_setup() entirely (unit tests of the loop
  *                          run init on the host this way, never in production)
  *
@@ -52,10 +54,12 @@ struct init_config {
 	uint64_t nofile;
 	uint64_t fsize;
 	uint64_t disk;
+	uint64_t pids;          /* the sandbox's pids limit (0 = unknown) */
 	const char *hostname;
 	const char *home;       /* workspace and default cwd: INIT_HOME; tests may override with --home */
 	int no_seccomp;
 	int no_setup;           /* --no-setup */
+	int no_warm;            /* --no-warm: fork each command on demand (tests) */
 	int tmpfs_storage;
 	/* Loaded by init_setup() from fd 5; NULL/0 with --no-seccomp. */
 	struct sock_filter *filter;

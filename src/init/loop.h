@@ -117,6 +117,8 @@ void init__exec_request(struct loop *l, const struct sl_frame_header *h, const u
 /* SIGCHLD: reap every exited child (orphans included) and record the exit
  * of the ones we started. */
 void init__reap(struct loop *l);
+/* Prepare the warm child for the next EXEC (see exec.c). */
+void init__warm_prepare(struct loop *l);
 /* Send SIGKILL to every process we are responsible for and reap them. */
 void init__kill_all(struct loop *l);
 
