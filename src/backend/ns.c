@@ -238,7 +238,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		goto fail;
 	sandlot__trace("cgroup");
 	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, ns->slot.base,
-				    &ns->storage, err) < 0)
+				    (int)sb->opts.storage, &ns->storage, err) < 0)
 		goto fail;
 	sandlot__trace("storage");
 	char cache_dir[4200];

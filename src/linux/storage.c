@@ -174,12 +174,15 @@ static int prepare_tree(int root, uid_t base, sandlot_error_t **err)
 }
 
 int sandlot__storage_create(const char *data_dir, const char *id, uint64_t bytes, uid_t base,
-			    struct sandlot_storage *out, sandlot_error_t **err)
+			    int want, struct sandlot_storage *out, sandlot_error_t **err)
 {
 	out->mount_fd = -1;
 	out->bytes = bytes;
-	const char *force = getenv("SANDLOT_STORAGE");
-	if ((force && strcmp(force, "tmpfs") == 0) || access("/dev/loop-control", F_OK) < 0) {
+	if (want == 0) {
+		const char *env = getenv("SANDLOT_STORAGE");
+		want = (env && strcmp(env, "tmpfs") == 0) || access("/dev/loop-control", F_OK) < 0 ? SANDLOT_STORAGE_TMPFS : SANDLOT_STORAGE_EXT4;
+	}
+	if (want == SANDLOT_STORAGE_TMPFS) {
 		out->kind = SANDLOT_STORAGE_TMPFS;
 		return 0;
 	}

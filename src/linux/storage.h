@@ -23,19 +23,19 @@
 
 #include "common/error.h"
 
-enum sandlot_storage_kind { SANDLOT_STORAGE_EXT4, SANDLOT_STORAGE_TMPFS };
-
 struct sandlot_storage {
-	enum sandlot_storage_kind kind;
+	sandlot_storage_t kind;     /* SANDLOT_STORAGE_EXT4 or _TMPFS */
 	int mount_fd;        /* detached mount (ext4), -1 for tmpfs */
 	uint64_t bytes;
 };
 
 /* Prepare storage of `bytes` for sandbox `id` whose uid 0 maps to host uid
  * `base`: home/ owned by the sandbox user (uid 1000), tmp/ mode 1777.
- * SANDLOT_STORAGE=tmpfs in the environment forces the fallback. */
+ * `want` is SANDLOT_STORAGE_EXT4 or _TMPFS, or 0 for the default: ext4,
+ * unless SANDLOT_STORAGE=tmpfs is set or the host has no loop devices.
+ * Asking for ext4 explicitly on a host without loop devices fails. */
 int sandlot__storage_create(const char *data_dir, const char *id, uint64_t bytes, uid_t base,
-			    struct sandlot_storage *out, sandlot_error_t **err);
+			    int want, struct sandlot_storage *out, sandlot_error_t **err);
 /* Drop the host's reference (close the mount fd).  Idempotent. */
 void sandlot__storage_release(struct sandlot_storage *s);
 
