@@ -9,8 +9,15 @@
  *    owned by the handle they came from unless the comment says otherwise.
  *  - All functions are thread-safe with respect to different sandboxes and,
  *    unless noted, with respect to the same sandbox.  Callbacks run on the
- *    library's I/O thread: they must not block for long and must not call
- *    sandlot_proc_wait() or any synchronous file call on the same sandbox.
+ *    library's I/O thread: they must not block for long.  From a callback
+ *    you may call the non-blocking functions (sandlot_exec,
+ *    sandlot_proc_kill, sandlot_proc_close_stdin,
+ *    sandlot_proc_resume_output, sandlot_alive) but not the blocking ones
+ *    (sandlot_proc_wait, sandlot_proc_write_stdin, file calls, changes,
+ *    sandlot_destroy, sandlot_proc_free of an unfinished process).
+ *  - Handles that belong to a sandbox (processes, readers, writers) stay
+ *    valid after sandlot_destroy(): they just fail (EPIPE) or report the
+ *    process as killed.  Free them as usual.
  */
 #ifndef SANDLOT_H
 #define SANDLOT_H
@@ -126,8 +133,12 @@ typedef struct sandlot_exit {
 } sandlot_exit_t;
 
 typedef struct sandlot_exec_callbacks {
-	/* Output as it arrives.  Return 0 to keep receiving, or 1 to pause this
-	 * stream until sandlot_proc_resume_output() (flow control). */
+	/* Output as it arrives.  Return 0 to keep receiving, or 1 to pause the
+	 * command's output until sandlot_proc_resume_output() (flow control):
+	 * the sandbox stops sending once what is in flight (at most one 256 KiB
+	 * window, shared by stdout and stderr) has arrived, and the command
+	 * blocks when its pipe is full.  Calls made meanwhile still deliver
+	 * that in-flight data. */
 	int (*on_output)(void *userdata, sandlot_stream_t stream, const void *data, size_t len);
 	/* Called exactly once when the process has ended (or failed to start). */
 	void (*on_exit)(void *userdata, const sandlot_exit_t *status);

@@ -19,8 +19,13 @@ struct sandlot_backend_ops {
 	 * (the protocol stream) and sb->backend (private state); on failure
 	 * leaves nothing behind. */
 	int (*start)(struct sandlot *sb, sandlot_error_t **err);
-	/* Kill everything and release every resource.  Never fails. */
-	void (*stop)(struct sandlot *sb);
+	/* Kill every process of the sandbox and wait until they are gone (the
+	 * connection then reads EOF).  Never fails; idempotent. */
+	void (*kill)(struct sandlot *sb);
+	/* Release everything else (cgroup, storage, uid range) and the private
+	 * state.  Called after kill and after the connection was shut down, so
+	 * nothing uses the backend any more.  Never fails. */
+	void (*release)(struct sandlot *sb);
 	int (*usage)(struct sandlot *sb, sandlot_usage_t *out, sandlot_error_t **err);
 	pid_t (*init_pid)(const struct sandlot *sb);
 };

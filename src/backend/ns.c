@@ -48,7 +48,7 @@ struct ns_state {
 	struct sandlot_storage storage;
 };
 
-static void ns_release(struct ns_state *ns)
+static void ns_kill_init(struct ns_state *ns)
 {
 	if (ns->pid > 0) {
 		if (ns->pidfd >= 0)
@@ -62,6 +62,11 @@ static void ns_release(struct ns_state *ns)
 		ns->pid = 0;
 		sandlot__trace("destroy: reap");
 	}
+}
+
+static void ns_release(struct ns_state *ns)
+{
+	ns_kill_init(ns);
 	if (ns->pidfd >= 0)
 		close(ns->pidfd);
 	ns->pidfd = -1;
@@ -119,9 +124,11 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		_exit(1);
-	if (setgroups(0, NULL) < 0)
+	/* Raw syscalls: see sys_setgroups0() (glibc's wrappers can deadlock
+	 * here when the parent is multi-threaded, as sandlotd is). */
+	if (sys_setgroups0() < 0)
 		child_fail(a->status_wr, "setgroups");
-	if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+	if (sys_setresgid(0, 0, 0) < 0 || sys_setresuid(0, 0, 0) < 0)
 		child_fail(a->status_wr, "become root of the user namespace");
 
 	/* Move the descriptors init expects to 3..6, going through high
@@ -367,7 +374,13 @@ fail:
 	return -1;
 }
 
-static void ns_stop(struct sandlot *sb)
+static void ns_kill(struct sandlot *sb)
+{
+	if (sb->backend)
+		ns_kill_init(sb->backend);
+}
+
+static void ns_release_sb(struct sandlot *sb)
 {
 	struct ns_state *ns = sb->backend;
 	if (!ns)
@@ -380,6 +393,8 @@ static void ns_stop(struct sandlot *sb)
 static int ns_usage(struct sandlot *sb, sandlot_usage_t *out, sandlot_error_t **err)
 {
 	struct ns_state *ns = sb->backend;
+	if (!ns)
+		return sandlot__error(err, EPIPE, "the sandbox is gone");
 	return sandlot__cgroup_usage(ns->cg, out, err);
 }
 
@@ -392,7 +407,8 @@ static pid_t ns_init_pid(const struct sandlot *sb)
 const struct sandlot_backend_ops sandlot__backend_ns = {
 	.name = "ns",
 	.start = ns_start,
-	.stop = ns_stop,
+	.kill = ns_kill,
+	.release = ns_release_sb,
 	.usage = ns_usage,
 	.init_pid = ns_init_pid,
 };

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,13 +131,18 @@ uint64_t sandlot__now_ms(void)
 	return sandlot__now_ns() / 1000000u;
 }
 
+static int trace_on;
+static void trace_init(void)
+{
+	trace_on = getenv("SANDLOT_TRACE") != NULL;
+}
+
 void sandlot__trace(const char *phase)
 {
-	static int on = -1;
-	static uint64_t t0;
-	if (on < 0)
-		on = getenv("SANDLOT_TRACE") != NULL;
-	if (!on)
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	static __thread uint64_t t0;
+	pthread_once(&once, trace_init);
+	if (!trace_on)
 		return;
 	uint64_t now = sandlot__now_ns();
 	if (phase)

@@ -316,7 +316,14 @@ int sandlot__conn_open(struct sl_conn *c, int fd, sandlot_error_t **err)
 		return sandlot__error_errno(err, io_start_errno, "start the I/O thread");
 	memset(c, 0, sizeof(*c));
 	c->fd = fd;
-	pthread_mutex_init(&c->lock, NULL);
+	/* Recursive: callbacks run with the lock held and may call the
+	 * non-blocking API functions (kill, resume, close_stdin, exec), which
+	 * take it again. */
+	pthread_mutexattr_t ma;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&c->lock, &ma);
+	pthread_mutexattr_destroy(&ma);
 	pthread_mutex_init(&c->wlock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -359,7 +366,7 @@ int sandlot__conn_wait_hello(struct sl_conn *c, uint64_t timeout_ms, sandlot_err
 			      (unsigned long long)timeout_ms);
 }
 
-void sandlot__conn_close(struct sl_conn *c)
+void sandlot__conn_shutdown(struct sl_conn *c)
 {
 	shutdown(c->fd, SHUT_RDWR);
 	pthread_mutex_lock(&c->lock);
@@ -368,6 +375,10 @@ void sandlot__conn_close(struct sl_conn *c)
 	while (!c->io_done)
 		pthread_cond_wait(&c->cond, &c->lock);
 	pthread_mutex_unlock(&c->lock);
+}
+
+void sandlot__conn_free(struct sl_conn *c)
+{
 	close(c->fd);
 	c->fd = -1;
 	sl_reader_free(&c->reader);

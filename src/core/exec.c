@@ -186,6 +186,7 @@ sandlot_proc_t *sandlot_exec(sandlot_t *sb, const sandlot_exec_spec_t *spec,
 		free(p);
 		return sandlot__error(err, EPIPE, "exec: the sandbox is gone"), NULL;
 	}
+	sandlot__ref(sb); /* dropped by sandlot_proc_free() */
 	struct sl_msg m;
 	sl_msg_begin(&m, SL_MSG_EXEC, 0, p->s.id);
 	for (size_t i = 0; spec->argv[i]; i++)
@@ -208,6 +209,7 @@ sandlot_proc_t *sandlot_exec(sandlot_t *sb, const sandlot_exec_spec_t *spec,
 		sandlot__stream_unregister_locked(&p->s);
 		pthread_mutex_unlock(&sb->conn.lock);
 		free(p);
+		sandlot__unref(sb);
 		return NULL;
 	}
 	return p;
@@ -307,8 +309,16 @@ void sandlot_proc_free(sandlot_proc_t *p)
 	if (!p)
 		return;
 	struct sl_conn *c = &p->sb->conn;
+	sandlot_t *sb = p->sb;
 	pthread_mutex_lock(&c->lock);
 	int done = p->done;
+	if (!done) {
+		/* Nobody will consume output any more: stop delivering it and give
+		 * init all the credit it needs to reach EXIT after the kill. */
+		p->cb.on_output = NULL;
+		p->paused = 0;
+		grant(p, 1);
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (!done) {
 		sandlot_proc_kill(p, SIGKILL, NULL);
@@ -316,4 +326,5 @@ void sandlot_proc_free(sandlot_proc_t *p)
 	}
 	sandlot__timer_disarm(&p->timer);
 	free(p);
+	sandlot__unref(sb);
 }

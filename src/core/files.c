@@ -63,9 +63,12 @@ static void req_on_lost(struct sl_stream *s)
 static int req_start(sandlot_t *sb, struct req *r, uint8_t type, const char *path,
 		     struct sl_msg *m, sandlot_error_t **err)
 {
-	r->sb = sb;
 	if (sandlot__stream_register(&sb->conn, &r->s, req_on_frame, req_on_lost) < 0)
 		return sandlot__error(err, EPIPE, "%s: the sandbox is gone", r->what);
+	/* Held until req_cleanup(): the sandbox outlives this request even if
+	 * another thread destroys it meanwhile. */
+	r->sb = sb;
+	sandlot__ref(sb);
 	sl_msg_begin(m, type, 0, r->s.id);
 	if (path)
 		sl_msg_put_str(m, SL_TAG_PATH, path);
@@ -79,6 +82,8 @@ static int req_send(struct req *r, struct sl_msg *m, sandlot_error_t **err)
 		pthread_mutex_lock(&r->sb->conn.lock);
 		sandlot__stream_unregister_locked(&r->s);
 		pthread_mutex_unlock(&r->sb->conn.lock);
+		sandlot__unref(r->sb);
+		r->sb = NULL;
 		return -1;
 	}
 	return 0;
@@ -108,7 +113,12 @@ static int req_wait(struct req *r, sandlot_error_t **err)
 static void req_cleanup(struct req *r)
 {
 	free(r->ok);
+	r->ok = NULL;
 	sandlot_error_free(r->error);
+	r->error = NULL;
+	if (r->sb)
+		sandlot__unref(r->sb);
+	r->sb = NULL;
 }
 
 static int check_path(const char *path, const char *op, sandlot_error_t **err)

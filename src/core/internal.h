@@ -53,8 +53,11 @@ struct sl_conn {
 int sandlot__conn_open(struct sl_conn *c, int fd, sandlot_error_t **err);
 /* Wait (up to timeout_ms) for HELLO.  -1 with an error on timeout/death. */
 int sandlot__conn_wait_hello(struct sl_conn *c, uint64_t timeout_ms, sandlot_error_t **err);
-/* Shut the socket down, wait until the I/O thread dropped it, free all. */
-void sandlot__conn_close(struct sl_conn *c);
+/* Shut the socket down and wait until the I/O thread dropped it: every open
+ * stream has seen on_lost.  The struct stays usable (calls fail with EPIPE). */
+void sandlot__conn_shutdown(struct sl_conn *c);
+/* Free what conn_open allocated (after shutdown, when nobody uses it). */
+void sandlot__conn_free(struct sl_conn *c);
 
 /* Register s with a fresh id (lock must NOT be held).  -1 if conn dead. */
 int sandlot__stream_register(struct sl_conn *c, struct sl_stream *s, sl_frame_fn on_frame,
@@ -92,7 +95,14 @@ struct sandlot {
 	int conn_fd;
 	struct sl_conn conn;
 	int conn_open;
+	int refs;                   /* the caller's handle + procs, readers, writers, requests */
 };
+
+/* Handles that point into a sandbox (procs, readers, writers, requests in
+ * flight) hold a reference, so sandlot_destroy() never frees memory they
+ * still use; the last unref frees it. */
+void sandlot__ref(sandlot_t *sb);
+void sandlot__unref(sandlot_t *sb);
 
 /* Record the workspace baseline for change tracking (no report). */
 int sandlot__changes_baseline(sandlot_t *sb, sandlot_error_t **err);

@@ -168,7 +168,10 @@ int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **er
 				      (unsigned long long)opts->disk_bytes);
 	if (opts->pids == 1)
 		return sandlot__error(err, EINVAL,
-				      "pids limit must leave room for init and a command (at least 2)");
+				      "pids limit of 1 is too low: init and a command need at least 2");
+	if (opts->storage != SANDLOT_STORAGE_DEFAULT && opts->storage != SANDLOT_STORAGE_EXT4 &&
+	    opts->storage != SANDLOT_STORAGE_TMPFS)
+		return sandlot__error(err, EINVAL, "unknown storage kind %d", (int)opts->storage);
 	if (validate_env(opts->env, err) < 0)
 		return -1;
 	if (opts->hostname && check_hostname(opts->hostname, err) < 0)
@@ -196,6 +199,7 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		return sandlot__error(err, ENOMEM, "out of memory"), NULL;
 	sb->opts = *opts;
 	sb->conn_fd = -1;
+	sb->refs = 1;
 	if (!sb->opts.memory_bytes)
 		sb->opts.memory_bytes = DEFAULT_MEMORY;
 	if (!sb->opts.disk_bytes)
@@ -238,7 +242,8 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		goto fail;
 	if (sandlot__conn_open(&sb->conn, sb->conn_fd, err) < 0) {
 		close(sb->conn_fd);
-		ops->stop(sb);
+		ops->kill(sb);
+		ops->release(sb);
 		goto fail;
 	}
 	sb->conn_open = 1;
@@ -265,24 +270,46 @@ fail:
 	return NULL;
 }
 
-void sandlot_destroy(sandlot_t *sb)
+static void free_sandbox(sandlot_t *sb)
 {
-	if (!sb)
-		return;
-	/* Kill first: every open stream then ends as "connection lost". */
-	sandlot__trace(NULL);
-	if (sb->ops)
-		sb->ops->stop(sb);
-	sandlot__trace("destroy: stop");
 	if (sb->conn_open)
-		sandlot__conn_close(&sb->conn);
-	sandlot__trace("destroy: conn");
+		sandlot__conn_free(&sb->conn);
 	sandlot__strv_free(sb->env);
 	free(sb->image);
 	free(sb->hostname);
 	free(sb->data_dir);
 	free(sb->init_path);
 	free(sb);
+}
+
+void sandlot__ref(sandlot_t *sb)
+{
+	__atomic_add_fetch(&sb->refs, 1, __ATOMIC_RELAXED);
+}
+
+void sandlot__unref(sandlot_t *sb)
+{
+	if (__atomic_sub_fetch(&sb->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		free_sandbox(sb);
+}
+
+void sandlot_destroy(sandlot_t *sb)
+{
+	if (!sb)
+		return;
+	sandlot__trace(NULL);
+	/* 1. Kill: the connection then reads EOF.  2. Shut the connection
+	 * down: every open stream sees on_lost (commands end as killed) while
+	 * the backend is still intact.  3. Release cgroup, storage, uids. */
+	if (sb->ops)
+		sb->ops->kill(sb);
+	sandlot__trace("destroy: kill");
+	if (sb->conn_open)
+		sandlot__conn_shutdown(&sb->conn);
+	if (sb->ops)
+		sb->ops->release(sb);
+	sandlot__trace("destroy: release");
+	sandlot__unref(sb);
 }
 
 const char *sandlot_id(const sandlot_t *sb)

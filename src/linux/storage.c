@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -30,12 +31,13 @@ static const char *find_mkfs(void)
 }
 
 /* Build the template image for this size once (mkfs is the slow part) and
- * keep it in <data_dir>/cache; concurrent builders race harmlessly to the
- * final rename. */
+ * keep it in <data_dir>/cache.  Builders are serialised by a lock file (the
+ * daemon creates sandboxes from many threads); each builds under a unique
+ * name, syncs, and renames, so a template is complete or absent. */
 static int ensure_template(const char *data_dir, uint64_t bytes, char *path, size_t pathlen,
 			   sandlot_error_t **err)
 {
-	char dir[4096], tmp[4200];
+	char dir[4096], tmp[4200], lock[4200];
 	snprintf(dir, sizeof(dir), "%s/cache", data_dir);
 	snprintf(path, pathlen, "%s/ext4-%llu.img", dir, (unsigned long long)bytes);
 	if (access(path, R_OK) == 0)
@@ -45,9 +47,15 @@ static int ensure_template(const char *data_dir, uint64_t bytes, char *path, siz
 	const char *mkfs = find_mkfs();
 	if (!mkfs)
 		return sandlot__error(err, ENOENT,
-				      "mkfs.ext4 not found (install e2fsprogs, or set SANDLOT_STORAGE=tmpfs)");
-	snprintf(tmp, sizeof(tmp), "%s/.ext4-%llu.%d.tmp", dir, (unsigned long long)bytes, (int)getpid());
-	cleanup_close int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+				      "mkfs.ext4 not found (install e2fsprogs, or use tmpfs storage)");
+	snprintf(lock, sizeof(lock), "%s/.ext4-%llu.lock", dir, (unsigned long long)bytes);
+	cleanup_close int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lfd < 0 || flock(lfd, LOCK_EX) < 0)
+		return sandlot__error_errno(err, errno, "lock %s", lock);
+	if (access(path, R_OK) == 0)
+		return 0; /* another builder finished while we waited */
+	snprintf(tmp, sizeof(tmp), "%s/.ext4-%llu-XXXXXX", dir, (unsigned long long)bytes);
+	cleanup_close int fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
 		return sandlot__error_errno(err, errno, "create %s", tmp);
 	if (ftruncate(fd, (off_t)bytes) < 0) {
@@ -82,9 +90,10 @@ static int ensure_template(const char *data_dir, uint64_t bytes, char *path, siz
 		unlink(tmp);
 		return sandlot__error(err, EIO, "%s failed on %s", mkfs, tmp);
 	}
-	if (rename(tmp, path) < 0) {
+	if (fsync(fd) < 0 || fchmod(fd, 0600) < 0 || rename(tmp, path) < 0) {
+		int e = errno;
 		unlink(tmp);
-		return sandlot__error_errno(err, errno, "rename %s", tmp);
+		return sandlot__error_errno(err, e, "install %s", path);
 	}
 	return 0;
 }
@@ -215,8 +224,14 @@ int sandlot__storage_create(const char *data_dir, const char *id, uint64_t bytes
 	if (lfd < 0)
 		return -1;
 	cleanup_close int m = mount_ext4(dev, err);
-	if (m < 0)
+	if (m < 0) {
+		/* A damaged template would fail every sandbox of this size: drop
+		 * it so the next one rebuilds it. */
+		int st = err ? sandlot_error_status(*err) : 0;
+		if (st == EUCLEAN || st == EINVAL || st == EBADMSG)
+			unlink(tpl);
 		return -1;
+	}
 	if (prepare_tree(m, base, err) < 0)
 		return -1;
 	out->mount_fd = steal_fd(&m);

@@ -64,6 +64,27 @@ static inline int sys_pidfd_send_signal(int pidfd, int sig, void *info, unsigned
 #endif
 }
 
+/* Credentials of the calling thread only.  glibc's setgroups/setres[ug]id
+ * in a multi-threaded process broadcast the change to every thread under a
+ * lock (nptl setxid); the child of sys_clone_fork() inherits that lock in
+ * whatever state another thread of the parent held it — if a thread was
+ * being created or exiting at that moment, the child waits on it forever.
+ * The child is single-threaded: the raw syscall is what it needs. */
+static inline int sys_setgroups0(void)
+{
+	return (int)syscall(__NR_setgroups, 0, NULL);
+}
+
+static inline int sys_setresuid(uid_t r, uid_t e, uid_t s)
+{
+	return (int)syscall(__NR_setresuid, r, e, s);
+}
+
+static inline int sys_setresgid(gid_t r, gid_t e, gid_t s)
+{
+	return (int)syscall(__NR_setresgid, r, e, s);
+}
+
 /* clone(2) without a new stack: the child continues like after fork() but
  * in the new namespaces given by flags.  Only async-signal-safe calls are
  * allowed in the child of a multi-threaded parent. */

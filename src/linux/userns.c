@@ -12,8 +12,14 @@
 int sandlot__uid_slot_acquire(const char *data_dir, struct sandlot_uid_slot *out,
 			      sandlot_error_t **err)
 {
+	/* One lock file per host, whatever the data directory: the daemon and
+	 * `sandlot run`s with their own data dirs must never share a range.
+	 * Only where /run/sandlot cannot be made does the data dir hold it. */
 	char path[4096];
-	snprintf(path, sizeof(path), "%s/uid-slots.lock", data_dir);
+	if (sandlot__mkdir_p("/run/sandlot", 0755) == 0)
+		snprintf(path, sizeof(path), "/run/sandlot/uid-slots.lock");
+	else
+		snprintf(path, sizeof(path), "%s/uid-slots.lock", data_dir);
 	/* Each sandbox opens the file itself: OFD locks belong to the open
 	 * file description, so closing it (or dying) releases exactly this slot. */
 	cleanup_close int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);

@@ -3,7 +3,8 @@
  * Every sandbox gets 65536 host uids/gids of its own, never host root:
  * slot N maps sandbox uid 0..65535 to host uid SANDLOT_UID_BASE + N*65536.
  * A slot is held by an open-file-description lock on byte N of
- * <data_dir>/uid-slots.lock, so concurrent `sandlot run`s and the daemon
+ * /run/sandlot/uid-slots.lock (one per host; <data_dir>/uid-slots.lock only
+ * where /run/sandlot cannot be created), so concurrent `sandlot run`s and the daemon
  * never share a range, and a slot is released automatically when its holder
  * exits — even by SIGKILL.
  */
