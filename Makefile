@@ -13,7 +13,7 @@ TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 	@mkdir -p $(BUILD)/bin
-	@cp -f $(BUILD)/src/cli/sandlot $(BUILD)/src/init/sandlot-init $(BUILD)/src/daemon/sandlotd $(BUILD)/bin/
+	@cp -f $(BUILD)/src/cli/sandlot $(BUILD)/src/cli/sandlot-client $(BUILD)/src/init/sandlot-init $(BUILD)/src/daemon/sandlotd $(BUILD)/bin/
 
 $(BUILD)/build.ninja:
 	$(MESON) setup $(BUILD)

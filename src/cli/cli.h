@@ -16,6 +16,52 @@ void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print a usage error and a hint, return EXIT_USAGE. */
 int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Report a getopt_long() failure (c is ':' for a missing value, '?' for an
+ * unknown option) and return EXIT_USAGE. */
+int cli_option_error(const char *verb, int c, char **argv);
+
+/* -H/--host and --token-file given before the verb (main.c), or NULL:
+ * defaults for the verb's own options. */
+extern const char *cli_host, *cli_token_file;
+
+/* Options of every verb that talks to sandlotd (client.h). */
+enum { OPT_HOST = 1000, OPT_TOKEN_FILE };
+#define CLI_CLIENT_OPTIONS                                              \
+	{ "host", required_argument, NULL, 'H' },                       \
+	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE }
+#define CLI_CLIENT_OPTIONS_HELP                                                        \
+	"    -H, --host HOST        the sandlotd to talk to: unix:PATH, tcp:HOST:PORT\n"   \
+	"                           or http://HOST:PORT (default: $SANDLOT_HOST, else\n"  \
+	"                           unix:/run/sandlot/sandlot.sock)\n"                     \
+	"        --token-file FILE  bearer token for TCP, first line of FILE (default:\n" \
+	"                           $SANDLOT_TOKEN, else the file $SANDLOT_TOKEN_FILE)\n"
+
 int cmd_run(int argc, char **argv);
+int cmd_create(int argc, char **argv);
+int cmd_exec(int argc, char **argv);
+int cmd_cp(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_logs(int argc, char **argv);
+int cmd_changes(int argc, char **argv);
+
+/* NDJSON exec event stream (exec.c; also used by logs.c): writes stdout and
+ * stderr data to fds 1 and 2 as they arrive and keeps the exit event. */
+struct exec_stream {
+	const char *verb;
+	char *line;              /* a partial line */
+	size_t len, cap;
+	int base64;              /* data fields are base64 (we asked for it) */
+	int broken_pipe;         /* our stdout or stderr is gone */
+	int bad;                 /* a line that is not an event: message printed */
+	char exec_id[64];        /* from the start event */
+	struct json_t *result;   /* the exit event's result (owned) */
+};
+/* A client_sink_fn for the stream (ud = struct exec_stream *). */
+int exec_stream_sink(void *ud, const char *data, size_t len);
+void exec_stream_free(struct exec_stream *s);
+/* Exit status for an ExecResult, printing why on stderr when the command
+ * did not simply exit (timeout, signal, out of memory, failed to start). */
+int exec_result_status(const char *verb, struct json_t *result);
 
 #endif

@@ -1,5 +1,10 @@
 #include "cli.h"
 
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -9,6 +14,7 @@ static const char main_help[] =
 	"\n"
 	"SYNOPSIS\n"
 	"    sandlot run [OPTIONS] -- COMMAND [ARG...]\n"
+	"    sandlot [-H HOST] create | exec | cp | ls | rm | logs | changes [OPTIONS] ...\n"
 	"    sandlot COMMAND --help\n"
 	"    sandlot --version\n"
 	"\n"
@@ -23,7 +29,25 @@ static const char main_help[] =
 	"    run       Create a sandbox, run one command in it with live output,\n"
 	"              copy files in and out, destroy it.  Needs no daemon.\n"
 	"\n"
+	"    These talk to sandlotd, the daemon that keeps sandboxes alive between\n"
+	"    commands; -H/--host HOST and --token-file FILE may come before or\n"
+	"    after the command's name (see ENVIRONMENT):\n"
+	"    create    Create a sandbox and print its id.\n"
+	"    exec      Run a command in a sandbox, output streamed live; exits\n"
+	"              with the command's status.\n"
+	"    cp        Copy files or directories between the host and a sandbox\n"
+	"              (ID:PATH on one side, as docker cp).\n"
+	"    ls        List sandboxes.\n"
+	"    rm        Destroy sandboxes.\n"
+	"    logs      Output of a background exec (--follow to stream it).\n"
+	"    changes   Files created, modified and deleted in a sandbox.\n"
+	"\n"
 	"ENVIRONMENT\n"
+	"    SANDLOT_HOST       the sandlotd of the client commands: unix:PATH,\n"
+	"                       tcp:HOST:PORT or http://HOST:PORT (default\n"
+	"                       unix:/run/sandlot/sandlot.sock); --host overrides\n"
+	"    SANDLOT_TOKEN      bearer token for a TCP sandlotd (or\n"
+	"                       SANDLOT_TOKEN_FILE, a file holding it)\n"
 	"    SANDLOT_DATA_DIR   where storage templates and locks live\n"
 	"                       (default /var/lib/sandlot)\n"
 	"    SANDLOT_INIT       path of sandlot-init (default: next to sandlot)\n"
@@ -31,12 +55,16 @@ static const char main_help[] =
 	"                       loop-mounted ext4 images\n"
 	"\n"
 	"EXIT STATUS\n"
-	"    run exits with the command's status; 124 if it timed out, 128+N if a\n"
-	"    signal N killed it, 125 if sandlot itself failed, 126/127 if the\n"
-	"    command could not be run or found, 2 for bad arguments.\n"
+	"    run and exec exit with the command's status; 124 if it timed out,\n"
+	"    128+N if a signal N killed it, 125 if sandlot itself failed or\n"
+	"    sandlotd could not be reached, 126/127 if the command could not be\n"
+	"    run or found, 2 for bad arguments.  The other commands exit 0 on\n"
+	"    success, 1 if sandlotd refused (no such sandbox, no such file), 125\n"
+	"    if sandlotd could not be reached, 2 for bad arguments.\n"
 	"\n"
 	"SEE ALSO\n"
-	"    sandlot run --help; README.md; SECURITY.md for the threat model.\n";
+	"    sandlot run --help (and so on for each command); docs/cli.md;\n"
+	"    README.md; SECURITY.md for the threat model.\n";
 
 void cli_err(const char *fmt, ...)
 {
@@ -59,8 +87,120 @@ int cli_usage_error(const char *verb, const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
+int cli_option_error(const char *verb, int c, char **argv)
+{
+	if (c == ':')
+		return cli_usage_error(verb, "option %s needs a value",
+				       argv[optind - 1 - (optarg && !strcmp(optarg, "--"))]);
+	if (optopt && optopt < 256 && argv[optind - 1][1] != '-')
+		return cli_usage_error(verb, "unknown option -%c", optopt);
+	return cli_usage_error(verb, "unknown option %s", argv[optind - 1]);
+}
+
+/* `sandlot` itself holds `run` (libsandlot only, so it starts fast); the
+ * verbs that talk to sandlotd live in `sandlot-client` (libcurl and
+ * libarchive, with some forty shared libraries behind them), which
+ * `sandlot` runs in its place with the same arguments.  A NULL function
+ * means "not in this binary". */
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+} verbs[] = {
+#ifdef SANDLOT_CLI_CLIENT
+	{ "run", NULL },
+	{ "create", cmd_create },
+	{ "exec", cmd_exec },
+	{ "cp", cmd_cp },
+	{ "ls", cmd_ls },
+	{ "rm", cmd_rm },
+	{ "logs", cmd_logs },
+	{ "changes", cmd_changes },
+#else
+	{ "run", cmd_run },
+	{ "create", NULL },
+	{ "exec", NULL },
+	{ "cp", NULL },
+	{ "ls", NULL },
+	{ "rm", NULL },
+	{ "logs", NULL },
+	{ "changes", NULL },
+#endif
+};
+
+const char *cli_host, *cli_token_file;
+
+/* Options before the verb, as `docker -H`: sandlot [-H HOST]
+ * [--token-file FILE] VERB ....  Returns how many argv entries they took,
+ * or -1 after a usage error. */
+static int global_options(int argc, char **argv)
+{
+	int i = 1;
+	while (i < argc) {
+		const char *a = argv[i], **dst = NULL, *val = NULL;
+		size_t n = 0;
+		if (!strcmp(a, "-H") || !strcmp(a, "--host"))
+			dst = &cli_host;
+		else if (!strcmp(a, "--token-file"))
+			dst = &cli_token_file;
+		else if (!strncmp(a, "--host=", n = 7) || !strncmp(a, "--token-file=", n = 13))
+			val = a + n, dst = n == 7 ? &cli_host : &cli_token_file;
+		else if (!strncmp(a, "-H", 2) && a[2])
+			val = a + 2, dst = &cli_host;
+		else
+			break;
+		if (!val) {
+			if (i + 1 >= argc || !strcmp(argv[i + 1], "--")) {
+				cli_usage_error(NULL, "option %s needs a value", a);
+				return -1;
+			}
+			val = argv[++i];
+		}
+		*dst = val;
+		i++;
+	}
+	return i - 1;
+}
+
+/* Run the other half of the CLI (see verbs[]) with our arguments. */
+static int delegate(int argc, char **argv)
+{
+#ifdef SANDLOT_CLI_CLIENT
+	const char *other = "sandlot";
+#else
+	const char *other = "sandlot-client";
+#endif
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			static const char *const rel[] = { "", "/../libexec/sandlot", "/../bin" };
+			for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+				char cand[PATH_MAX + 64];
+				snprintf(cand, sizeof(cand), "%s%s/%s", self, rel[i], other);
+				if (access(cand, X_OK) == 0) {
+					execv(cand, argv);
+					break;
+				}
+			}
+		}
+	}
+	(void)argc;
+	cli_err("cannot run %s (it belongs next to this program): %s", other, strerror(errno ? errno : ENOENT));
+	return EXIT_SANDLOT;
+}
+
 int main(int argc, char **argv)
 {
+	int argv0_argc = argc;
+	char **argv0_argv = argv;
+	int shift = global_options(argc, argv);
+	if (shift < 0)
+		return EXIT_USAGE;
+	argc -= shift;
+	argv += shift;
 	if (argc < 2) {
 		fputs(main_help, stderr);
 		return EXIT_USAGE;
@@ -74,7 +214,12 @@ int main(int argc, char **argv)
 		printf("sandlot 0.1.0\n");
 		return 0;
 	}
-	if (!strcmp(verb, "run"))
-		return cmd_run(argc - 1, argv + 1);
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
+		if (strcmp(verb, verbs[i].name) != 0)
+			continue;
+		if (verbs[i].fn)
+			return verbs[i].fn(argc - 1, argv + 1);
+		return delegate(argv0_argc, argv0_argv);
+	}
 	return cli_usage_error(NULL, "unknown command \"%s\"", verb);
 }

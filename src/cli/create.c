@@ -1,0 +1,217 @@
+/* sandlot create: ask sandlotd for a new sandbox. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "client.h"
+#include "common/cleanup.h"
+
+static const char create_help[] =
+	"NAME\n"
+	"    sandlot create - create a sandbox that outlives one command\n"
+	"\n"
+	"SYNOPSIS\n"
+	"    sandlot create [OPTIONS]\n"
+	"\n"
+	"DESCRIPTION\n"
+	"    Asks sandlotd for a new sandbox and prints its id (sb-...) on\n"
+	"    standard output.  The sandbox keeps its files and processes between\n"
+	"    `sandlot exec` calls until it is removed with `sandlot rm`, reaches\n"
+	"    its lifetime (--ttl) or stays idle too long (--idle-timeout: no\n"
+	"    running process and no API call).\n"
+	"\n"
+	"OPTIONS\n"
+	"    -m, --memory SIZE       memory limit including swap, e.g. 512M, 2G\n"
+	"                            (default: the daemon's, 512M)\n"
+	"        --cpus N            CPU quota, e.g. 0.5 or 2 (default: no quota)\n"
+	"        --pids N            maximum number of processes (default 256)\n"
+	"        --disk SIZE         size of /home/user + /tmp together (default 1G)\n"
+	"    -e, --env KEY=VALUE     environment variable of every exec (repeatable)\n"
+	"        --ttl DURATION      destroy the sandbox DURATION after its creation,\n"
+	"                            e.g. 30m, 2h (0 = never; default: the daemon's)\n"
+	"        --idle-timeout DURATION\n"
+	"                            destroy it after DURATION without a running\n"
+	"                            process or an API call (0 = never)\n"
+	"    -l, --label KEY=VALUE   free-form metadata, filterable with\n"
+	"                            `sandlot ls --label` (repeatable)\n"
+	"        --image NAME        root filesystem image (default host)\n"
+	"        --json              print the whole sandbox object as JSON (one line)\n"
+	"                            instead of its id\n"
+	CLI_CLIENT_OPTIONS_HELP
+	"    -h, --help              show this help\n"
+	"\n"
+	"EXIT STATUS\n"
+	"    0 on success, 1 if sandlotd refused (bad option, too many\n"
+	"    sandboxes), 125 if it could not be reached, 2 for bad arguments.\n"
+	"\n"
+	"EXAMPLES\n"
+	"    id=$(sandlot create --memory 1G --ttl 1h --label owner=alice)\n"
+	"    sandlot exec \"$id\" -- python3 -c 'print(1)'\n";
+
+enum { OPT_CPUS = 256, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE, OPT_JSON };
+
+static const struct option create_opts[] = {
+	{ "memory", required_argument, NULL, 'm' },
+	{ "cpus", required_argument, NULL, OPT_CPUS },
+	{ "pids", required_argument, NULL, OPT_PIDS },
+	{ "disk", required_argument, NULL, OPT_DISK },
+	{ "env", required_argument, NULL, 'e' },
+	{ "ttl", required_argument, NULL, OPT_TTL },
+	{ "idle-timeout", required_argument, NULL, OPT_IDLE },
+	{ "label", required_argument, NULL, 'l' },
+	{ "image", required_argument, NULL, OPT_IMAGE },
+	{ "json", no_argument, NULL, OPT_JSON },
+	CLI_CLIENT_OPTIONS,
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* "KEY=VALUE" into obj.  Returns 0, or EXIT_USAGE after saying why. */
+static int add_pair(json_t *obj, const char *opt, const char *s)
+{
+	const char *eq = strchr(s, '=');
+	if (!eq || eq == s)
+		return cli_usage_error("create", "invalid %s \"%s\": expected KEY=VALUE", opt, s);
+	cleanup_free char *key = strndup(s, (size_t)(eq - s));
+	if (!key || json_object_set_new(obj, key, json_string(eq + 1)) < 0)
+		return cli_usage_error("create", "invalid %s \"%s\": not UTF-8", opt, s);
+	return 0;
+}
+
+static int create_run(json_t *body, int json, const char *host, const char *token_file)
+{
+	struct client c;
+	int rc = client_init(&c, "create", host, token_file);
+	if (rc)
+		return rc;
+	struct client_req req = { .method = "POST", .path = "/v1/sandboxes", .json = body };
+	client_perform(&c, &req);
+	if (req.status != 201 && req.status != 200) {
+		rc = client_report(&c, &req, NULL);
+	} else if (json) {
+		char *text = json_dumps(req.reply, JSON_COMPACT);
+		if (text)
+			puts(text);
+		free(text);
+	} else {
+		const char *id = client_str(req.reply, "id");
+		if (!*id) {
+			fprintf(stderr, "sandlot create: sandlotd did not say the sandbox's id\n");
+			rc = EXIT_SANDLOT;
+		} else {
+			puts(id);
+		}
+	}
+	if (fflush(stdout) != 0 && rc == 0)
+		rc = EXIT_SANDLOT;
+	client_req_free(&req);
+	client_free(&c);
+	return rc;
+}
+
+int cmd_create(int argc, char **argv)
+{
+	json_t *body = json_object(), *env = json_object(), *labels = json_object();
+	const char *host = NULL, *token_file = NULL;
+	sandlot_error_t *err = NULL;
+	int json = 0, rc = EXIT_USAGE;
+	uint64_t v;
+	uint32_t milli;
+
+#define USAGE_FROM_ERR(opt)                                                             \
+	do {                                                                            \
+		rc = cli_usage_error("create", "%s: %s", opt, sandlot_error_message(err)); \
+		sandlot_error_free(err);                                                \
+		goto out;                                                               \
+	} while (0)
+
+	optind = 1;
+	opterr = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, "+:m:e:l:H:h", create_opts, NULL)) != -1) {
+		if (optarg && strcmp(optarg, "--") == 0)
+			c = ':';
+		switch (c) {
+		case 'm':
+			if (sandlot_parse_size(optarg, 0, &v, &err) < 0)
+				USAGE_FROM_ERR("--memory");
+			json_object_set_new(body, "memory", json_integer((json_int_t)v));
+			break;
+		case OPT_DISK:
+			if (sandlot_parse_size(optarg, 0, &v, &err) < 0)
+				USAGE_FROM_ERR("--disk");
+			json_object_set_new(body, "disk", json_integer((json_int_t)v));
+			break;
+		case OPT_CPUS:
+			if (sandlot_parse_cpus(optarg, &milli, &err) < 0)
+				USAGE_FROM_ERR("--cpus");
+			json_object_set_new(body, "cpus", json_real(milli / 1000.0));
+			break;
+		case OPT_PIDS: {
+			char *end;
+			errno = 0;
+			unsigned long long n = strtoull(optarg, &end, 10);
+			if (!*optarg || *end || errno || optarg[0] == '-' || n < 2 || n > (1u << 22)) {
+				rc = cli_usage_error("create", "invalid --pids \"%s\": expected a whole "
+						     "number from 2 to %u", optarg, 1u << 22);
+				goto out;
+			}
+			json_object_set_new(body, "pids", json_integer((json_int_t)n));
+			break;
+		}
+		case OPT_TTL:
+		case OPT_IDLE:
+			if (sandlot_parse_duration(optarg, &v, &err) < 0)
+				USAGE_FROM_ERR(c == OPT_TTL ? "--ttl" : "--idle-timeout");
+			/* The API counts whole seconds; round up so that 500ms is not "never". */
+			json_object_set_new(body, c == OPT_TTL ? "ttl_seconds" : "idle_timeout_seconds",
+					    json_integer((json_int_t)((v + 999) / 1000)));
+			break;
+		case 'e':
+			if ((rc = add_pair(env, "--env", optarg)) != 0)
+				goto out;
+			break;
+		case 'l':
+			if ((rc = add_pair(labels, "--label", optarg)) != 0)
+				goto out;
+			break;
+		case OPT_IMAGE:
+			json_object_set_new(body, "image", json_string(optarg));
+			break;
+		case OPT_JSON:
+			json = 1;
+			break;
+		case 'H':
+			host = optarg;
+			break;
+		case OPT_TOKEN_FILE:
+			token_file = optarg;
+			break;
+		case 'h':
+			fputs(create_help, stdout);
+			rc = 0;
+			goto out;
+		default:
+			rc = cli_option_error("create", c, argv);
+			goto out;
+		}
+	}
+#undef USAGE_FROM_ERR
+	if (optind < argc) {
+		rc = cli_usage_error("create", "unexpected argument \"%s\"", argv[optind]);
+		goto out;
+	}
+	if (json_object_size(env))
+		json_object_set(body, "env", env);
+	if (json_object_size(labels))
+		json_object_set(body, "metadata", labels);
+	rc = create_run(body, json, host, token_file);
+out:
+	json_decref(body);
+	json_decref(env);
+	json_decref(labels);
+	return rc;
+}
