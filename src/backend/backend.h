@@ -27,6 +27,9 @@ struct sandlot_backend_ops {
 	 * nothing uses the backend any more.  Never fails. */
 	void (*release)(struct sandlot *sb);
 	int (*usage)(struct sandlot *sb, sandlot_usage_t *out, sandlot_error_t **err);
+	/* Just the OOM-kill and refused-fork counters (read around every exec,
+	 * so cheaper than usage).  0, or -1 when they cannot be read. */
+	int (*events)(struct sandlot *sb, uint64_t *oom_kills, uint64_t *pids_limit_hits);
 	pid_t (*init_pid)(const struct sandlot *sb);
 };
 

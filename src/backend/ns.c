@@ -398,6 +398,13 @@ static int ns_usage(struct sandlot *sb, sandlot_usage_t *out, sandlot_error_t **
 	return sandlot__cgroup_usage(ns->cg, out, err);
 }
 
+static int ns_events(struct sandlot *sb, uint64_t *oom, uint64_t *pids)
+{
+	struct ns_state *ns = sb->backend;
+	*oom = *pids = 0;
+	return ns ? sandlot__cgroup_events(ns->cg, oom, pids) : -1;
+}
+
 static pid_t ns_init_pid(const struct sandlot *sb)
 {
 	const struct ns_state *ns = sb->backend;
@@ -410,5 +417,6 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.kill = ns_kill,
 	.release = ns_release_sb,
 	.usage = ns_usage,
+	.events = ns_events,
 	.init_pid = ns_init_pid,
 };

@@ -26,7 +26,7 @@ struct sandlot_proc {
 	uint32_t consumed;    /* output bytes handled but not yet credited back */
 	int paused;
 	uint64_t start_ns;
-	sandlot_usage_t before;
+	uint64_t before_oom, before_pids;   /* cgroup event counters at start */
 	sandlot_exit_t ex;
 };
 
@@ -50,10 +50,10 @@ static void finish(struct sandlot_proc *p)
 	sandlot__stream_unregister_locked(&p->s);
 	p->ex.duration_ms = (sandlot__now_ns() - p->start_ns) / 1000000u;
 	p->ex.timed_out = p->timed_out;
-	sandlot_usage_t after;
-	if (p->sb->ops->usage(p->sb, &after, NULL) == 0) {
-		p->ex.oom_killed = after.oom_kills > p->before.oom_kills;
-		p->ex.pids_limited = after.pids_limit_hits > p->before.pids_limit_hits;
+	uint64_t oom, pids;
+	if (p->sb->ops->events(p->sb, &oom, &pids) == 0) {
+		p->ex.oom_killed = oom > p->before_oom;
+		p->ex.pids_limited = pids > p->before_pids;
 	}
 	p->done = 1;
 	if (p->cb.on_exit)
@@ -72,7 +72,7 @@ static void on_frame(struct sl_stream *s, const struct sl_frame_header *h, const
 		while (sl_rec_next(&it, &r) == 1) {
 			uint32_t pid;
 			if (r.tag == SL_TAG_PID && sl_rec_u32(&r, &pid) == 0)
-				p->pid = (pid_t)pid;
+				__atomic_store_n(&p->pid, (pid_t)pid, __ATOMIC_RELEASE);
 		}
 		p->started = 1;
 		break;
@@ -174,7 +174,7 @@ sandlot_proc_t *sandlot_exec(sandlot_t *sb, const sandlot_exec_spec_t *spec,
 	p->stdin_pipe = spec->stdin_pipe;
 	p->stdin_credit = SANDLOT_PROTO_WINDOW;
 	p->timer.fire = on_timeout;
-	sb->ops->usage(sb, &p->before, NULL);
+	sb->ops->events(sb, &p->before_oom, &p->before_pids);
 
 	char **env = sandlot__env_merge(sb->env, spec->env);
 	if (!env) {
@@ -301,7 +301,7 @@ int sandlot_proc_wait(sandlot_proc_t *p, sandlot_exit_t *out, sandlot_error_t **
 
 pid_t sandlot_proc_pid(const sandlot_proc_t *p)
 {
-	return p->pid;
+	return __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE);
 }
 
 void sandlot_proc_free(sandlot_proc_t *p)

@@ -491,3 +491,25 @@ bool sandlot__cg_young(const char *dir, unsigned secs)
 		return true;
 	return time(NULL) - st.st_mtime < (time_t)secs;
 }
+
+int sandlot__cgroup_events(sandlot_cgroup_t *cg, uint64_t *oom_kills, uint64_t *pids_limit_hits)
+{
+	*oom_kills = *pids_limit_hits = 0;
+	if (cg->ops == &sandlot__cgroup_v1_ops) {
+		if (cg->dir[SL_CG_MEMORY] &&
+		    sandlot__cg_read_key(cg->dir[SL_CG_MEMORY], "memory.oom_control", "oom_kill",
+					 oom_kills) < 0 && errno != ENOENT)
+			return -1;
+		if (cg->dir[SL_CG_PIDS])
+			sandlot__cg_read_key(cg->dir[SL_CG_PIDS], "pids.events", "max", pids_limit_hits);
+		return 0;
+	}
+	if (cg->ops == &sandlot__cgroup_v2_ops) {
+		if (sandlot__cg_read_key(cg->dir[0], "memory.events", "oom_kill", oom_kills) < 0 &&
+		    errno != ENOENT)
+			return -1;
+		sandlot__cg_read_key(cg->dir[0], "pids.events", "max", pids_limit_hits);
+		return 0;
+	}
+	return 0;
+}

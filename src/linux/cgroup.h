@@ -99,6 +99,11 @@ int sandlot__cgroup_join_self(const struct sandlot_cgroup_join *j);
 /* Close what join_prepare opened (in the parent, after the child joined). */
 void sandlot__cgroup_join_close(struct sandlot_cgroup_join *j);
 
+/* Only the OOM-kill and refused-fork counters (2 small reads instead of
+ * usage's ~6): what libsandlot compares around every exec.  0, or -1 if
+ * the cgroup is gone; counters the host lacks read 0. */
+int sandlot__cgroup_events(sandlot_cgroup_t *cg, uint64_t *oom_kills, uint64_t *pids_limit_hits);
+
 /* Kill every process in the cgroup(s), including ones that setsid() or
  * double-forked, and wait (at most about 2 s) until no process is left.
  * v2: cgroup.kill (5.14+; older kernels: SIGKILL every pid in cgroup.procs,

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,36 +124,58 @@ static int copy_sparse(int src, int dst, uint64_t bytes)
 	}
 }
 
+/* Threads of one process (the daemon creating many sandboxes at once)
+ * would all be handed the same free device and race for it; take turns.
+ * Other processes can still race us, so a lost race retries, for up to
+ * about two seconds. */
+static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static int attach_loop(int img_fd, char *dev, size_t devlen, sandlot_error_t **err)
 {
 	cleanup_close int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
 	if (ctl < 0)
 		return sandlot__error_errno(err, errno, "open /dev/loop-control");
-	for (int attempt = 0; attempt < 64; attempt++) {
+	uint64_t deadline = sandlot__now_ms() + 2000;
+	pthread_mutex_lock(&loop_lock);
+	int rc = -1, attempts = 0;
+	for (;; attempts++) {
+		if (attempts > 0 && sandlot__now_ms() > deadline) {
+			sandlot__error(err, EBUSY, "no free loop device after %d attempts", attempts);
+			break;
+		}
 		int n = ioctl(ctl, LOOP_CTL_GET_FREE);
-		if (n < 0)
-			return sandlot__error_errno(err, errno, "find a free loop device");
+		if (n < 0) {
+			sandlot__error_errno(err, errno, "find a free loop device");
+			break;
+		}
 		snprintf(dev, devlen, "/dev/loop%d", n);
 		int lfd = open(dev, O_RDWR | O_CLOEXEC);
 		if (lfd < 0) {
 			if (errno == ENOENT) { /* devtmpfs has not created the node yet */
-				usleep(1000);
+				usleep(500);
 				continue;
 			}
-			return sandlot__error_errno(err, errno, "open %s", dev);
+			sandlot__error_errno(err, errno, "open %s", dev);
+			break;
 		}
 		struct loop_config cfg;
 		memset(&cfg, 0, sizeof(cfg));
 		cfg.fd = (unsigned)img_fd;
 		cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
-		if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0)
-			return lfd;
+		if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0) {
+			rc = lfd;
+			break;
+		}
 		int e = errno;
 		close(lfd);
-		if (e != EBUSY) /* EBUSY: someone else took it between the two calls */
-			return sandlot__error_errno(err, e, "configure %s", dev);
+		if (e != EBUSY) { /* EBUSY: another process took it in between */
+			sandlot__error_errno(err, e, "configure %s", dev);
+			break;
+		}
+		usleep(200);
 	}
-	return sandlot__error(err, EBUSY, "no free loop device after 64 attempts");
+	pthread_mutex_unlock(&loop_lock);
+	return rc;
 }
 
 static int mount_ext4(const char *dev, sandlot_error_t **err)
