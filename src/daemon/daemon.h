@@ -34,6 +34,7 @@ enum dsb_state {
 	DSB_DELETED,   /* ended by DELETE */
 	DSB_LOST,      /* was running when sandlotd died; cleaned up at restart */
 	DSB_FAILED,    /* its init died unexpectedly */
+	DSB_NSTATES
 };
 const char *dsb_state_name(enum dsb_state s);
 
@@ -71,6 +72,11 @@ struct dsb {
 	struct dexec *execs;
 	unsigned nexecs;
 	int refs;                   /* lifetime: table + borrowers */
+	/* sandboxes.c private */
+	pthread_cond_t cond;        /* busy dropped to 0 */
+	pid_t init_pid;             /* host pid of its init (our child) */
+	int destroy_pending;        /* ended, but borrowers still used sb */
+	int in_table;
 };
 
 struct daemon_config {
@@ -102,6 +108,12 @@ struct daemon {
 	struct daemon_metrics m;    /* updated with __atomic builtins */
 	volatile int stopping;
 	int64_t started_ms;
+	/* sandboxes.c private */
+	unsigned nrunning;          /* running sandboxes (atomic) */
+	unsigned ncreating;         /* creations in progress (under lock) */
+	pthread_t reaper;
+	int reaper_started;
+	pthread_cond_t reaper_cond; /* with d->lock: wake the reaper */
 };
 
 int64_t daemon_now_ms(void);    /* wall clock */
@@ -135,11 +147,32 @@ int dsb_scan_changes(struct daemon *d, struct dsb *s, const char *source, json_t
 /* JSON object for a sandbox (GET /v1/sandboxes/{id}). */
 json_t *dsb_to_json(struct dsb *s);
 
-/* End a sandbox (destroy it, record state and reason, persist). */
+/* End a sandbox (destroy it, record state and reason, persist).  A no-op
+ * if it has ended already.  Kills its init first, so every call still in
+ * progress on it fails quickly (EPIPE), waits (up to a few seconds) for
+ * those calls to dsb_put(), then destroys it; if some borrower is still
+ * busy then, the destroy happens on the reaper thread once it lets go.
+ * So do not call it while holding a busy reference of s yourself. */
 void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *reason);
 
+/* A new table entry (refs 1, state STARTING, empty options/metadata) and
+ * its insertion into d->sbs (the table owns that first reference). */
+struct dsb *dsb_alloc(const char *id);
+void dsb_table_add(struct daemon *d, struct dsb *s);
+
+/* Number of sandboxes in each state (for metrics). */
+void dsb_count_states(struct daemon *d, unsigned counts[DSB_NSTATES]);
+
 extern const struct http_route sandbox_routes[];
+/* Start-up: mark sandboxes of a previous run that were running as lost and
+ * clean up what they left (cgroups, storage images). */
+void sandboxes_recover(struct daemon *d);
 void reaper_start(struct daemon *d);
+/* Shutdown: stop the reaper, then end every running sandbox ("deleted",
+ * reason "sandlotd stopped"), several at a time. */
+void sandboxes_shutdown(struct daemon *d);
+/* After the HTTP servers stopped: destroy what is left, free the table. */
+void sandboxes_free(struct daemon *d);
 
 /* ---- execs.c ------------------------------------------------------------ */
 
@@ -158,6 +191,8 @@ void registry_close(struct daemon *d);
 /* Insert or update the sandbox row (state, times, options, metadata). */
 int registry_save(struct daemon *d, struct dsb *s);
 int registry_add_changes(struct daemon *d, struct dsb *s, const struct dchange *c, size_t n);
+/* Delete the sandbox and its changes from the registry. */
+int registry_forget(struct daemon *d, const char *id);
 /* Load every sandbox (all states) into d->sbs with sb == NULL; the caller
  * then marks those that were running as lost and cleans them up. */
 int registry_load(struct daemon *d, sandlot_error_t **err);

@@ -15,6 +15,13 @@
  *             `chunk(req, data, len)` for each piece (return -1 after
  *             answering to stop), `end(req)` once the body is complete.
  *             `abort(req)` if the client went away mid-body (free state).
+ *             After begin() or chunk() returned -1 (having answered) no
+ *             further call is made for the request — neither chunk, end
+ *             nor abort — so free the state before returning -1.  An
+ *             answer given by begin()/chunk() is sent once the rest of
+ *             the body has been read and dropped (libmicrohttpd cannot
+ *             answer mid-body); bodies over 64 MiB are not drained: the
+ *             connection is closed after the answer instead.
  *   NOBODY    GET/DELETE style; a body, if sent, is ignored.
  *
  * Every handler answers exactly once with one of the http_* response
@@ -67,11 +74,17 @@ struct http_req {
 	int answered;
 	uint64_t start_ns;
 	struct daemon *d;
+	char log_sandbox[32];        /* sandbox id for the request's log line,
+	                              * when not the first {} capture (create) */
 };
 
 /* Query parameter or request header (NULL if absent). */
 const char *http_query(struct http_req *req, const char *name);
 const char *http_header(struct http_req *req, const char *name);
+/* Every value of a repeatable query parameter (?label=a&label=b): stores
+ * up to max pointers (owned by the request) in out and returns how many
+ * there are in all (which may exceed max). */
+size_t http_query_all(struct http_req *req, const char *name, const char **out, size_t max);
 /* Whether the client asked for NDJSON (Accept: application/x-ndjson). */
 int http_wants_ndjson(struct http_req *req);
 
@@ -114,6 +127,9 @@ struct http_server;
  * served from `routes` (terminated by a zero entry). */
 struct http_server *http_start(struct daemon *d, const char *listen, const char *token,
 			       const struct http_route *routes, sandlot_error_t **err);
+/* Stop accepting new connections (and remove the unix socket file); the
+ * requests in progress continue.  Idempotent. */
+void http_quiesce(struct http_server *s);
 /* Stop accepting and wait for running requests (bounded by timeout_ms,
  * after which connections are closed). */
 void http_stop(struct http_server *s, unsigned timeout_ms);

@@ -1,7 +1,338 @@
-/* placeholder until the daemon core lands */
+/* sandlotd: options, start-up (registry, recovery), signals, shutdown.
+ *
+ * Threads: the main thread only waits for SIGTERM/SIGINT (blocked in every
+ * thread, taken with sigwaitinfo) and then shuts down; libmicrohttpd runs a
+ * listener thread per server and a thread per connection; the reaper runs
+ * once a second; libsandlot has its own I/O thread.  No thread per sandbox.
+ *
+ * Shutdown order: stop accepting (sockets closed and unlinked), stop the
+ * reaper, end every running sandbox (their commands are killed, so the
+ * requests waiting on them answer), wait (bounded) for the requests still
+ * in progress, close the registry, exit 0.  Sandboxes cannot outlive the
+ * daemon in this version (their init dies when its connection to us
+ * closes), so a clean stop records them as "deleted" with reason
+ * "sandlotd stopped".
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
-int main(void)
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "daemon/daemon.h"
+
+#define MAX_LISTEN 4
+
+static const char help[] =
+	"NAME\n"
+	"    sandlotd - the sandlot daemon: sandboxes over an HTTP/JSON API\n"
+	"\n"
+	"SYNOPSIS\n"
+	"    sandlotd [OPTIONS]\n"
+	"\n"
+	"DESCRIPTION\n"
+	"    Owns the sandboxes of this host and serves the API of spec/openapi.yaml\n"
+	"    on a unix socket (and optionally TCP with a bearer token).  Logs one\n"
+	"    logfmt line per request and per sandbox lifecycle event to stderr.\n"
+	"    Must run as root.  See docs/daemon.md.\n"
+	"\n"
+	"OPTIONS\n"
+	"        --listen unix:PATH     unix socket to serve on (default\n"
+	"                               unix:/run/sandlot/sandlot.sock; mode 0660)\n"
+	"        --listen tcp:HOST:PORT also serve on TCP (repeatable); every request\n"
+	"                               then needs \"Authorization: Bearer TOKEN\"\n"
+	"        --token-file FILE      the token for TCP (first line of FILE);\n"
+	"                               required with a tcp: listener\n"
+	"        --data-dir DIR         registry (sandlot.db), sandbox storage and\n"
+	"                               caches (default /var/lib/sandlot)\n"
+	"        --default-ttl SECONDS  lifetime of sandboxes created without\n"
+	"                               ttl_seconds (default 0: none)\n"
+	"        --default-idle-timeout SECONDS\n"
+	"                               idle timeout of sandboxes created without\n"
+	"                               idle_timeout_seconds (default 0: none)\n"
+	"        --max-sandboxes N      running sandboxes at most (default 2000);\n"
+	"                               more creations get 429\n"
+	"    -h, --help                 show this help\n"
+	"\n"
+	"SIGNALS\n"
+	"    SIGTERM, SIGINT  stop: no new connections, every running sandbox is\n"
+	"                     destroyed and recorded as deleted (\"sandlotd stopped\"),\n"
+	"                     exit 0.\n"
+	"\n"
+	"EXIT STATUS\n"
+	"    0 after a clean stop, 1 if it could not start, 2 for bad arguments.\n";
+
+enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MAX };
+
+static const struct option opts[] = {
+	{ "listen", required_argument, NULL, OPT_LISTEN },
+	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
+	{ "data-dir", required_argument, NULL, OPT_DATA_DIR },
+	{ "default-ttl", required_argument, NULL, OPT_TTL },
+	{ "default-idle-timeout", required_argument, NULL, OPT_IDLE },
+	{ "max-sandboxes", required_argument, NULL, OPT_MAX },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *fmt, ...)
 {
-	fputs("sandlotd: not built yet\n", stderr);
-	return 1;
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("sandlotd: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputs("\nTry 'sandlotd --help'.\n", stderr);
+	va_end(ap);
+	return 2;
+}
+
+static int parse_uint(const char *opt, const char *s, unsigned long max, unsigned *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (!*s || *end || errno || v > max || s[0] == '-') {
+		usage_error("invalid %s \"%s\": expected a whole number from 0 to %lu", opt, s, max);
+		return -1;
+	}
+	*out = (unsigned)v;
+	return 0;
+}
+
+/* First line of the token file, without surrounding whitespace. */
+static char *read_token(const char *path)
+{
+	char *text = sandlot__read_file(path, 4096);
+	if (!text) {
+		fprintf(stderr, "sandlotd: cannot read token file %s: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	char *p = text;
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	size_t n = strcspn(p, "\r\n");
+	while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+		n--;
+	char *tok = strndup(p, n);
+	free(text);
+	if (!tok || n < 16) {
+		fprintf(stderr, "sandlotd: token file %s: the token must be at least 16 characters\n",
+			path);
+		free(tok);
+		return NULL;
+	}
+	for (char *c = tok; *c; c++)
+		if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 0x7f) {
+			fprintf(stderr, "sandlotd: token file %s: the token must be printable ASCII "
+					"without spaces\n", path);
+			free(tok);
+			return NULL;
+		}
+	return tok;
+}
+
+/* Every sandbox holds a few descriptors in the daemon and every connection
+ * one more: take the soft limit up to the hard one. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+/* The route tables of every module, one after the other. */
+static struct http_route *all_routes(void)
+{
+	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
+					      file_routes };
+	size_t n = 0;
+	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
+		for (const struct http_route *r = tables[t]; r->method; r++)
+			n++;
+	struct http_route *all = calloc(n + 1, sizeof(*all));
+	if (!all)
+		return NULL;
+	n = 0;
+	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
+		for (const struct http_route *r = tables[t]; r->method; r++)
+			all[n++] = *r;
+	return all;
+}
+
+int main(int argc, char **argv)
+{
+	static struct daemon d;
+	const char *listens[MAX_LISTEN];
+	int nlisten = 0;
+	const char *token_file = NULL;
+	d.cfg.data_dir = "/var/lib/sandlot";
+	d.cfg.max_sandboxes = 2000;
+
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_LISTEN:
+			if (nlisten == MAX_LISTEN)
+				return usage_error("at most %d --listen addresses", MAX_LISTEN);
+			if (strncmp(optarg, "unix:", 5) != 0 && strncmp(optarg, "tcp:", 4) != 0)
+				return usage_error("invalid --listen \"%s\": expected unix:PATH or "
+						   "tcp:HOST:PORT", optarg);
+			if (strncmp(optarg, "unix:", 5) == 0 && optarg[5] != '/')
+				return usage_error("invalid --listen \"%s\": the socket path must be "
+						   "absolute", optarg);
+			listens[nlisten++] = optarg;
+			break;
+		case OPT_TOKEN_FILE:
+			token_file = optarg;
+			break;
+		case OPT_DATA_DIR:
+			if (optarg[0] != '/')
+				return usage_error("invalid --data-dir \"%s\": must be an absolute path",
+						   optarg);
+			d.cfg.data_dir = optarg;
+			break;
+		case OPT_TTL:
+			if (parse_uint("--default-ttl", optarg, 315360000, &d.cfg.default_ttl_s) < 0)
+				return 2;
+			break;
+		case OPT_IDLE:
+			if (parse_uint("--default-idle-timeout", optarg, 315360000,
+				       &d.cfg.default_idle_s) < 0)
+				return 2;
+			break;
+		case OPT_MAX:
+			if (parse_uint("--max-sandboxes", optarg, 100000, &d.cfg.max_sandboxes) < 0)
+				return 2;
+			if (d.cfg.max_sandboxes == 0)
+				return usage_error("--max-sandboxes must be at least 1");
+			break;
+		case 'h':
+			fputs(help, stdout);
+			return 0;
+		case ':':
+			return usage_error("option %s needs a value", argv[optind - 1]);
+		default:
+			return usage_error("unknown option %s", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return usage_error("unexpected argument \"%s\"", argv[optind]);
+	int have_unix = 0, have_tcp = 0;
+	for (int i = 0; i < nlisten; i++) {
+		if (strncmp(listens[i], "unix:", 5) == 0)
+			have_unix = 1;
+		else
+			have_tcp = 1;
+	}
+	if (!have_unix && nlisten < MAX_LISTEN)
+		listens[nlisten++] = "unix:/run/sandlot/sandlot.sock";
+	char *token = NULL;
+	if (have_tcp) {
+		if (!token_file)
+			return usage_error("a tcp: listener requires --token-file (every TCP request "
+					   "must carry the bearer token)");
+		token = read_token(token_file);
+		if (!token)
+			return 1;
+	}
+	d.cfg.token = token;
+	if (geteuid() != 0) {
+		fputs("sandlotd: must run as root (sandboxes need uid maps, cgroups and loop "
+		      "devices)\n", stderr);
+		return 1;
+	}
+
+	/* Signals: SIGPIPE would kill us when a client goes away mid-answer;
+	 * SIGTERM/SIGINT/SIGHUP are taken by the main thread only. */
+	signal(SIGPIPE, SIG_IGN);
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	raise_nofile();
+	setvbuf(stderr, NULL, _IOLBF, 0);
+
+	pthread_mutex_init(&d.lock, NULL);
+	pthread_mutex_init(&d.db_lock, NULL);
+	pthread_cond_init(&d.reaper_cond, NULL);
+	d.started_ms = daemon_now_ms();
+
+	sandlot_error_t *err = NULL;
+	if (sandlot__mkdir_p(d.cfg.data_dir, 0700) < 0) {
+		fprintf(stderr, "sandlotd: create data directory %s: %s\n", d.cfg.data_dir,
+			strerror(errno));
+		return 1;
+	}
+	if (registry_open(&d, &err) < 0 || registry_load(&d, &err) < 0) {
+		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		return 1;
+	}
+	sandboxes_recover(&d);
+
+	struct http_route *routes = all_routes();
+	if (!routes) {
+		fputs("sandlotd: out of memory\n", stderr);
+		return 1;
+	}
+	struct http_server *servers[MAX_LISTEN];
+	int nservers = 0;
+	for (int i = 0; i < nlisten; i++) {
+		int tcp = strncmp(listens[i], "tcp:", 4) == 0;
+		servers[nservers] = http_start(&d, listens[i], tcp ? token : NULL, routes, &err);
+		if (!servers[nservers]) {
+			fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+			for (int k = 0; k < nservers; k++)
+				http_stop(servers[k], 0);
+			registry_close(&d);
+			return 1;
+		}
+		nservers++;
+	}
+	reaper_start(&d);
+	struct rlimit rl = { 0, 0 };
+	getrlimit(RLIMIT_NOFILE, &rl);
+	for (int i = 0; i < nlisten; i++)
+		daemon_log("listening", "address=\"%s\"%s", listens[i],
+			   strncmp(listens[i], "tcp:", 4) == 0 ? " auth=bearer" : "");
+	daemon_log("started", "pid=%d data_dir=\"%s\" max_sandboxes=%u default_ttl=%u "
+		   "default_idle_timeout=%u nofile=%llu", (int)getpid(), d.cfg.data_dir,
+		   d.cfg.max_sandboxes, d.cfg.default_ttl_s, d.cfg.default_idle_s,
+		   (unsigned long long)rl.rlim_cur);
+
+	int sig;
+	for (;;) {
+		siginfo_t si;
+		sig = sigwaitinfo(&sigs, &si);
+		if (sig < 0 && errno == EINTR)
+			continue;
+		if (sig == SIGHUP)
+			continue; /* nothing to reload yet */
+		break;
+	}
+	daemon_log("stopping", "signal=%s running=%u", sig == SIGINT ? "INT" : "TERM",
+		   __atomic_load_n(&d.nrunning, __ATOMIC_SEQ_CST));
+	uint64_t t0 = sandlot__now_ms();
+	for (int i = 0; i < nservers; i++)
+		http_quiesce(servers[i]);
+	sandboxes_shutdown(&d);
+	for (int i = 0; i < nservers; i++)
+		http_stop(servers[i], 5000);
+	sandboxes_free(&d);
+	registry_close(&d);
+	free(routes);
+	free(token);
+	daemon_log("stopped", "ms=%llu", (unsigned long long)(sandlot__now_ms() - t0));
+	return 0;
 }

@@ -1,2 +1,273 @@
-/* placeholder until the module lands */
+/* The registry: sandboxes and their changes logs in SQLite, so that state
+ * survives a restart of sandlotd (<data-dir>/sandlot.db).
+ *
+ * One connection, used under d->db_lock.  WAL journal with
+ * synchronous=NORMAL: a crash of sandlotd (even kill -9) loses nothing that
+ * was committed; only a power loss may lose the last few commits, which at
+ * worst forgets that a sandbox existed whose processes died with the host
+ * anyway.
+ *
+ * Schema (user_version 1):
+ *   sandboxes(id PRIMARY KEY, state, created_ms, ended_ms, expires_ms,
+ *             ttl_seconds, idle_timeout_seconds, last_active_ms, end_reason,
+ *             options JSON, metadata JSON, next_cursor)
+ *   changes(sandbox, cursor, kind, type, size, path, source, at_ms)
+ *             PRIMARY KEY (sandbox, cursor)
+ *   settings(key PRIMARY KEY, value)       reserved for daemon settings
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
 #include "daemon/daemon.h"
+
+static const char schema[] =
+	"CREATE TABLE IF NOT EXISTS sandboxes ("
+	" id TEXT PRIMARY KEY,"
+	" state TEXT NOT NULL,"
+	" created_ms INTEGER NOT NULL,"
+	" ended_ms INTEGER NOT NULL DEFAULT 0,"
+	" expires_ms INTEGER NOT NULL DEFAULT 0,"
+	" ttl_seconds INTEGER NOT NULL DEFAULT 0,"
+	" idle_timeout_seconds INTEGER NOT NULL DEFAULT 0,"
+	" last_active_ms INTEGER NOT NULL DEFAULT 0,"
+	" end_reason TEXT,"
+	" options TEXT NOT NULL DEFAULT '{}',"
+	" metadata TEXT NOT NULL DEFAULT '{}',"
+	" next_cursor INTEGER NOT NULL DEFAULT 1);"
+	"CREATE TABLE IF NOT EXISTS changes ("
+	" sandbox TEXT NOT NULL,"
+	" cursor INTEGER NOT NULL,"
+	" kind TEXT NOT NULL,"
+	" type TEXT NOT NULL,"
+	" size INTEGER NOT NULL,"
+	" path TEXT NOT NULL,"
+	" source TEXT,"
+	" at_ms INTEGER NOT NULL,"
+	" PRIMARY KEY (sandbox, cursor)) WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT);"
+	"PRAGMA user_version = 1;";
+
+static int db_fail(sandlot_error_t **err, sqlite3 *db, const char *what)
+{
+	return sandlot__error(err, EIO, "%s: %s", what, db ? sqlite3_errmsg(db) : "out of memory");
+}
+
+int registry_open(struct daemon *d, sandlot_error_t **err)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/sandlot.db", d->cfg.data_dir);
+	sqlite3 *db = NULL;
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+				  SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
+		db_fail(err, db, "open");
+		sqlite3_close(db);
+		return sandlot__error_wrap(err, "registry %s", path);
+	}
+	sqlite3_busy_timeout(db, 5000);
+	char *msg = NULL;
+	if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", NULL, NULL,
+			 &msg) != SQLITE_OK ||
+	    sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK) {
+		sandlot__error(err, EIO, "registry %s: %s", path, msg ? msg : sqlite3_errmsg(db));
+		sqlite3_free(msg);
+		sqlite3_close(db);
+		return -1;
+	}
+	d->db = db;
+	return 0;
+}
+
+void registry_close(struct daemon *d)
+{
+	if (d->db) {
+		sqlite3_close(d->db);
+		d->db = NULL;
+	}
+}
+
+static void log_db_error(struct daemon *d, const char *what)
+{
+	const char *m = sqlite3_errmsg(d->db);
+	char clean[256];
+	snprintf(clean, sizeof(clean), "%s", m ? m : "?");
+	for (char *p = clean; *p; p++)
+		if (*p == '"')
+			*p = '\'';
+	daemon_log("registry_error", "level=error op=%s msg=\"%s\"", what, clean);
+}
+
+/* Call with s->lock held (reads its fields) — and d->db_lock free: taken
+ * here (order dsb->lock → db_lock). */
+int registry_save(struct daemon *d, struct dsb *s)
+{
+	char *opts = s->options ? json_dumps(s->options, JSON_COMPACT) : NULL;
+	char *meta = s->metadata ? json_dumps(s->metadata, JSON_COMPACT) : NULL;
+	static const char sql[] =
+		"INSERT INTO sandboxes (id, state, created_ms, ended_ms, expires_ms, ttl_seconds,"
+		" idle_timeout_seconds, last_active_ms, end_reason, options, metadata, next_cursor)"
+		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+		" ON CONFLICT(id) DO UPDATE SET state = ?2, ended_ms = ?4, expires_ms = ?5,"
+		" ttl_seconds = ?6, idle_timeout_seconds = ?7, last_active_ms = ?8,"
+		" end_reason = ?9, next_cursor = ?12";
+	int rc = -1;
+	pthread_mutex_lock(&d->db_lock);
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(d->db, sql, -1, &st, NULL) != SQLITE_OK) {
+		log_db_error(d, "save");
+		goto out;
+	}
+	sqlite3_bind_text(st, 1, s->id, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 2, dsb_state_name(s->state), -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 3, s->created_ms);
+	sqlite3_bind_int64(st, 4, s->ended_ms);
+	sqlite3_bind_int64(st, 5, s->expires_ms);
+	sqlite3_bind_int64(st, 6, s->ttl_seconds);
+	sqlite3_bind_int64(st, 7, s->idle_timeout_seconds);
+	sqlite3_bind_int64(st, 8, s->last_active_ms);
+	if (s->end_reason)
+		sqlite3_bind_text(st, 9, s->end_reason, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(st, 9);
+	sqlite3_bind_text(st, 10, opts ? opts : "{}", -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, 11, meta ? meta : "{}", -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 12, (sqlite3_int64)s->next_cursor);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		log_db_error(d, "save");
+	else
+		rc = 0;
+out:
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&d->db_lock);
+	free(opts);
+	free(meta);
+	return rc;
+}
+
+int registry_add_changes(struct daemon *d, struct dsb *s, const struct dchange *c, size_t n)
+{
+	if (n == 0)
+		return 0;
+	int rc = 0;
+	pthread_mutex_lock(&d->db_lock);
+	sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL);
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(d->db,
+			       "INSERT OR REPLACE INTO changes (sandbox, cursor, kind, type, size, path,"
+			       " source, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+			       -1, &st, NULL) != SQLITE_OK) {
+		log_db_error(d, "add_changes");
+		rc = -1;
+	}
+	for (size_t i = 0; st && i < n; i++) {
+		char kind[2] = { c[i].kind, 0 }, type[2] = { c[i].type, 0 };
+		sqlite3_bind_text(st, 1, s->id, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int64(st, 2, (sqlite3_int64)c[i].cursor);
+		sqlite3_bind_text(st, 3, kind, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_text(st, 4, type, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int64(st, 5, (sqlite3_int64)c[i].size);
+		sqlite3_bind_text(st, 6, c[i].path, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_text(st, 7, c[i].source ? c[i].source : "", -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int64(st, 8, c[i].at_ms);
+		if (sqlite3_step(st) != SQLITE_DONE) {
+			log_db_error(d, "add_changes");
+			rc = -1;
+		}
+		sqlite3_reset(st);
+	}
+	sqlite3_finalize(st);
+	sqlite3_exec(d->db, "COMMIT", NULL, NULL, NULL);
+	pthread_mutex_unlock(&d->db_lock);
+	return rc;
+}
+
+int registry_forget(struct daemon *d, const char *id)
+{
+	pthread_mutex_lock(&d->db_lock);
+	int rc = 0;
+	static const char *const sql[] = { "DELETE FROM changes WHERE sandbox = ?",
+					   "DELETE FROM sandboxes WHERE id = ?" };
+	sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL);
+	for (int i = 0; i < 2; i++) {
+		sqlite3_stmt *st = NULL;
+		if (sqlite3_prepare_v2(d->db, sql[i], -1, &st, NULL) != SQLITE_OK) {
+			log_db_error(d, "forget");
+			rc = -1;
+			continue;
+		}
+		sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+		if (sqlite3_step(st) != SQLITE_DONE) {
+			log_db_error(d, "forget");
+			rc = -1;
+		}
+		sqlite3_finalize(st);
+	}
+	sqlite3_exec(d->db, "COMMIT", NULL, NULL, NULL);
+	pthread_mutex_unlock(&d->db_lock);
+	return rc;
+}
+
+static enum dsb_state state_from_name(const char *n)
+{
+	for (int s = 0; s < DSB_NSTATES; s++)
+		if (n && strcmp(n, dsb_state_name((enum dsb_state)s)) == 0)
+			return (enum dsb_state)s;
+	return DSB_LOST;
+}
+
+static json_t *load_json(const unsigned char *text)
+{
+	json_t *j = text ? json_loads((const char *)text, 0, NULL) : NULL;
+	return j && json_is_object(j) ? j : (json_decref(j), json_object());
+}
+
+/* Start-up only (no other thread runs yet, so no db_lock: the table
+ * insertions take d->lock, which comes before db_lock in the lock order). */
+int registry_load(struct daemon *d, sandlot_error_t **err)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(d->db,
+			       "SELECT id, state, created_ms, ended_ms, expires_ms, ttl_seconds,"
+			       " idle_timeout_seconds, last_active_ms, end_reason, options, metadata,"
+			       " next_cursor FROM sandboxes ORDER BY created_ms",
+			       -1, &st, NULL) != SQLITE_OK) {
+		return db_fail(err, d->db, "load registry");
+	}
+	int rc = 0;
+	for (;;) {
+		int step = sqlite3_step(st);
+		if (step == SQLITE_DONE)
+			break;
+		if (step != SQLITE_ROW) {
+			rc = db_fail(err, d->db, "load registry");
+			break;
+		}
+		const char *id = (const char *)sqlite3_column_text(st, 0);
+		if (!id || strlen(id) >= sizeof(((struct dsb *)0)->id))
+			continue;
+		struct dsb *s = dsb_alloc(id);
+		if (!s) {
+			rc = sandlot__error(err, ENOMEM, "out of memory");
+			break;
+		}
+		s->state = state_from_name((const char *)sqlite3_column_text(st, 1));
+		s->created_ms = sqlite3_column_int64(st, 2);
+		s->ended_ms = sqlite3_column_int64(st, 3);
+		s->expires_ms = sqlite3_column_int64(st, 4);
+		s->ttl_seconds = (uint32_t)sqlite3_column_int64(st, 5);
+		s->idle_timeout_seconds = (uint32_t)sqlite3_column_int64(st, 6);
+		s->last_active_ms = sqlite3_column_int64(st, 7);
+		const char *reason = (const char *)sqlite3_column_text(st, 8);
+		s->end_reason = reason ? strdup(reason) : NULL;
+		s->options = load_json(sqlite3_column_text(st, 9));
+		s->metadata = load_json(sqlite3_column_text(st, 10));
+		s->next_cursor = (uint64_t)sqlite3_column_int64(st, 11);
+		if (s->next_cursor == 0)
+			s->next_cursor = 1;
+		dsb_table_add(d, s);
+	}
+	sqlite3_finalize(st);
+	return rc;
+}

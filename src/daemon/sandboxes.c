@@ -1,2 +1,1448 @@
-/* placeholder until the module lands */
+/* The sandbox table, the lifecycle routes, the changes log and the reaper.
+ *
+ * The table (d->sbs, under d->lock) holds every live sandbox and the ended
+ * ones of the last hour (at most MAX_ENDED of them), so that GET on an
+ * expired id says why it ended.  Each entry is reference counted: the
+ * table holds one reference, every borrower (dsb_get, dsb_hold) another.
+ *
+ * Using a sandbox's libsandlot handle (s->sb) safely: a borrower marks the
+ * sandbox busy (dsb_get, dsb_busy) for as long as it may touch s->sb.  An
+ * ending sandbox (dsb_end) first stops new borrowers (its state changes
+ * under s->lock, after which dsb_get answers 410), kills its init — so
+ * every library call still running on it fails promptly with EPIPE — and
+ * destroys the handle only once busy has dropped to 0.  If that takes
+ * longer than END_WAIT_MS (say, an upload whose client sends slowly), the
+ * destroy is left to the reaper thread, which does it as soon as the last
+ * borrower lets go.  Destroying is never done on libsandlot's I/O thread
+ * (where exec callbacks, and so dsb_busy(-1), may run).
+ *
+ * "Idle" is busy == 0 since last_active_ms: no API call on the sandbox in
+ * progress and no command running.  Reads of the sandbox's own record
+ * (GET /v1/sandboxes/{id}, the list) are not activity: they would otherwise
+ * keep every watched sandbox alive.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <glob.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
 #include "daemon/daemon.h"
+#include "linux/cgroup.h"
+
+/* Provided by execs.c; weak so the daemon links while it is a placeholder. */
+#pragma weak execs_release
+
+#define END_WAIT_MS 5000
+#define RETAIN_ENDED_MS (3600ll * 1000)
+#define MAX_ENDED 10000
+#define MAX_CHANGES_KEPT 200000   /* per sandbox, in memory */
+#define MAX_TTL_S (10u * 365 * 24 * 3600)
+#define MAX_ENV 1024
+#define MAX_ENV_ENTRY (32u * 1024)
+#define MAX_META 64
+#define MAX_META_KEY 128
+#define MAX_META_VALUE 1024
+#define MAX_LABELS 16
+#define SHUTDOWN_WORKERS 16
+
+static struct daemon *g_daemon;   /* for dsb_busy/dsb_put wake-ups */
+static int reaper_quit;
+
+static const char *const state_names[DSB_NSTATES] = {
+	[DSB_STARTING] = "starting", [DSB_RUNNING] = "running", [DSB_EXPIRED] = "expired",
+	[DSB_DELETED] = "deleted",   [DSB_LOST] = "lost",       [DSB_FAILED] = "failed",
+};
+
+const char *dsb_state_name(enum dsb_state s)
+{
+	return (unsigned)s < DSB_NSTATES ? state_names[s] : "unknown";
+}
+
+static int is_live(enum dsb_state s)
+{
+	return s == DSB_STARTING || s == DSB_RUNNING;
+}
+
+/* ^sb-[a-z2-7]{26}$ */
+static int valid_id(const char *id)
+{
+	if (!id || strncmp(id, "sb-", 3) != 0 || strlen(id) != 29)
+		return 0;
+	for (const char *p = id + 3; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '2' && *p <= '7')))
+			return 0;
+	return 1;
+}
+
+/* ---- table and references ---------------------------------------------- */
+
+struct dsb *dsb_alloc(const char *id)
+{
+	struct dsb *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	snprintf(s->id, sizeof(s->id), "%s", id);
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->scan_lock, NULL);
+	pthread_cond_init(&s->cond, NULL);
+	s->state = DSB_STARTING;
+	s->options = json_object();
+	s->metadata = json_object();
+	s->next_cursor = 1;
+	s->refs = 1;
+	return s;
+}
+
+static void dsb_free(struct dsb *s)
+{
+	if (s->sb)
+		sandlot_destroy(s->sb); /* not reached in practice: ended first */
+	for (size_t i = 0; i < s->nchanges; i++) {
+		free(s->changes[i].path);
+		free(s->changes[i].source);
+	}
+	free(s->changes);
+	free(s->end_reason);
+	json_decref(s->options);
+	json_decref(s->metadata);
+	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->scan_lock);
+	pthread_cond_destroy(&s->cond);
+	free(s);
+}
+
+static void table_add_locked(struct daemon *d, struct dsb *s)
+{
+	if (d->nsbs == d->capsbs) {
+		size_t cap = d->capsbs ? d->capsbs * 2 : 256;
+		struct dsb **n = realloc(d->sbs, cap * sizeof(*n));
+		if (!n)
+			abort(); /* a few KiB; nothing sensible to do without them */
+		d->sbs = n;
+		d->capsbs = cap;
+	}
+	d->sbs[d->nsbs++] = s;
+	s->in_table = 1;
+}
+
+void dsb_table_add(struct daemon *d, struct dsb *s)
+{
+	pthread_mutex_lock(&d->lock);
+	table_add_locked(d, s);
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* Take a reference without marking the sandbox busy; NULL if unknown. */
+static struct dsb *find_ref(struct daemon *d, const char *id)
+{
+	struct dsb *found = NULL;
+	pthread_mutex_lock(&d->lock);
+	for (size_t i = 0; i < d->nsbs; i++) {
+		if (strcmp(d->sbs[i]->id, id) == 0) {
+			found = d->sbs[i];
+			__atomic_add_fetch(&found->refs, 1, __ATOMIC_SEQ_CST);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
+	return found;
+}
+
+/* A reference on every entry (the caller releases each); *n entries. */
+static struct dsb **snapshot(struct daemon *d, size_t *n)
+{
+	pthread_mutex_lock(&d->lock);
+	struct dsb **v = malloc((d->nsbs ? d->nsbs : 1) * sizeof(*v));
+	*n = 0;
+	if (v) {
+		for (size_t i = 0; i < d->nsbs; i++) {
+			v[i] = d->sbs[i];
+			__atomic_add_fetch(&v[i]->refs, 1, __ATOMIC_SEQ_CST);
+		}
+		*n = d->nsbs;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return v;
+}
+
+void dsb_hold(struct dsb *s)
+{
+	__atomic_add_fetch(&s->refs, 1, __ATOMIC_SEQ_CST);
+}
+
+void dsb_release(struct daemon *d, struct dsb *s)
+{
+	if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_SEQ_CST) == 0)
+		dsb_free(s);
+}
+
+static void answer_not_found(struct http_req *req, const char *id)
+{
+	if (!valid_id(id))
+		http_error(req, 404, "not_found",
+			   "invalid sandbox id \"%.64s\": expected \"sb-\" and 26 characters of "
+			   "[a-z2-7]", id ? id : "");
+	else
+		http_error(req, 404, "not_found", "no sandbox %s (unknown, or ended over an hour ago)",
+			   id);
+}
+
+/* 410 with the state and the reason, from the sandbox's fields (s->lock held). */
+static void answer_ended_locked(struct http_req *req, struct dsb *s)
+{
+	char msg[512];
+	snprintf(msg, sizeof(msg), "sandbox %s has ended: %s (%s)", s->id, dsb_state_name(s->state),
+		 s->end_reason ? s->end_reason : "no reason recorded");
+	json_t *e = json_object();
+	json_object_set_new(e, "code", json_string("sandbox_ended"));
+	json_object_set_new(e, "message", json_text(msg, strlen(msg)));
+	json_object_set_new(e, "state", json_string(dsb_state_name(s->state)));
+	json_object_set_new(e, "end_reason", s->end_reason ? json_string(s->end_reason) : json_null());
+	json_t *o = json_object();
+	json_object_set_new(o, "error", e);
+	http_json(req, 410, o);
+}
+
+struct dsb *dsb_get(struct daemon *d, struct http_req *req, const char *id)
+{
+	struct dsb *s = valid_id(id) ? find_ref(d, id) : NULL;
+	if (!s) {
+		answer_not_found(req, id);
+		return NULL;
+	}
+	pthread_mutex_lock(&s->lock);
+	if (s->state != DSB_RUNNING || !s->sb) {
+		answer_ended_locked(req, s);
+		pthread_mutex_unlock(&s->lock);
+		dsb_release(d, s);
+		return NULL;
+	}
+	s->busy++;
+	s->last_active_ms = daemon_now_ms();
+	pthread_mutex_unlock(&s->lock);
+	return s;
+}
+
+/* busy dropped by one (s->lock held). */
+static void busy_down_locked(struct dsb *s)
+{
+	if (s->busy > 0)
+		s->busy--;
+	if (s->busy == 0) {
+		s->last_active_ms = daemon_now_ms();
+		pthread_cond_broadcast(&s->cond);
+		if (s->destroy_pending && g_daemon)
+			pthread_cond_signal(&g_daemon->reaper_cond); /* destroy it there */
+	}
+}
+
+void dsb_put(struct daemon *d, struct dsb *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->lock);
+	busy_down_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	dsb_release(d, s);
+}
+
+void dsb_touch(struct dsb *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->last_active_ms = daemon_now_ms();
+	pthread_mutex_unlock(&s->lock);
+}
+
+void dsb_busy(struct dsb *s, int delta)
+{
+	pthread_mutex_lock(&s->lock);
+	if (delta > 0) {
+		s->busy += delta;
+		s->last_active_ms = daemon_now_ms();
+	} else {
+		for (int i = 0; i < -delta; i++)
+			busy_down_locked(s);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- JSON ------------------------------------------------------------------ */
+
+static json_t *to_json_locked(struct dsb *s)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "id", json_string(s->id));
+	json_object_set_new(o, "state", json_string(dsb_state_name(s->state)));
+	json_object_set_new(o, "created_at", json_time(s->created_ms));
+	json_object_set_new(o, "expires_at", json_time(s->expires_ms));
+	json_object_set_new(o, "last_active_at", json_time(s->last_active_ms));
+	json_object_set_new(o, "ended_at", json_time(s->ended_ms));
+	json_object_set_new(o, "end_reason", s->end_reason ? json_string(s->end_reason) : json_null());
+	json_object_set_new(o, "ttl_seconds", json_integer(s->ttl_seconds));
+	json_object_set_new(o, "idle_timeout_seconds", json_integer(s->idle_timeout_seconds));
+	json_object_set_new(o, "options", json_deep_copy(s->options));
+	json_object_set_new(o, "metadata", json_deep_copy(s->metadata));
+	json_object_set_new(o, "cursor", json_integer((json_int_t)(s->next_cursor - 1)));
+	return o;
+}
+
+json_t *dsb_to_json(struct dsb *s)
+{
+	pthread_mutex_lock(&s->lock);
+	json_t *o = to_json_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	return o;
+}
+
+static json_t *change_json(const struct dchange *c)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "cursor", json_integer((json_int_t)c->cursor));
+	json_object_set_new(o, "path", json_text(c->path, strlen(c->path)));
+	json_object_set_new(o, "kind", json_string(json_change_kind(c->kind)));
+	json_object_set_new(o, "type", json_string(json_file_type(c->type)));
+	json_object_set_new(o, "size", json_integer((json_int_t)c->size));
+	json_object_set_new(o, "source", json_string(c->source ? c->source : ""));
+	return o;
+}
+
+/* ---- changes log ----------------------------------------------------------- */
+
+int dsb_scan_changes(struct daemon *d, struct dsb *s, const char *source, json_t **out,
+		     sandlot_error_t **err)
+{
+	if (out)
+		*out = NULL;
+	pthread_mutex_lock(&s->scan_lock);
+	sandlot_changes_t ch = { 0 };
+	if (!s->sb || sandlot_changes_scan(s->sb, &ch, err) < 0) {
+		if (!s->sb)
+			sandlot__error(err, EPIPE, "sandbox %s has ended", s->id);
+		pthread_mutex_unlock(&s->scan_lock);
+		return -1;
+	}
+	int64_t now = daemon_now_ms();
+	json_t *arr = out ? json_array() : NULL;
+	pthread_mutex_lock(&s->lock);
+	if (s->nchanges + ch.count > s->capchanges) {
+		size_t cap = s->capchanges ? s->capchanges : 64;
+		while (cap < s->nchanges + ch.count)
+			cap *= 2;
+		struct dchange *n = realloc(s->changes, cap * sizeof(*n));
+		if (!n) {
+			pthread_mutex_unlock(&s->lock);
+			pthread_mutex_unlock(&s->scan_lock);
+			sandlot_changes_free(&ch);
+			json_decref(arr);
+			return sandlot__error(err, ENOMEM, "out of memory");
+		}
+		s->changes = n;
+		s->capchanges = cap;
+	}
+	size_t first = s->nchanges;
+	for (size_t i = 0; i < ch.count; i++) {
+		struct dchange *c = &s->changes[s->nchanges];
+		c->cursor = s->next_cursor++;
+		c->kind = (char)ch.items[i].kind;
+		c->type = (char)ch.items[i].type;
+		c->size = ch.items[i].size;
+		c->path = strdup(ch.items[i].path);
+		c->source = strdup(source ? source : "");
+		c->at_ms = now;
+		if (!c->path || !c->source) {
+			free(c->path);
+			free(c->source);
+			s->next_cursor--;
+			continue;
+		}
+		s->nchanges++;
+		if (arr)
+			json_array_append_new(arr, change_json(c));
+	}
+	size_t added = s->nchanges - first;
+	/* Persist the new entries while they are still where we put them. */
+	if (added)
+		registry_add_changes(d, s, s->changes + first, added);
+	if (s->nchanges > MAX_CHANGES_KEPT) {
+		/* Forget the oldest half of the in-memory log (the registry keeps
+		 * it); GET .../changes says "truncated" to a cursor before it. */
+		size_t drop = s->nchanges / 2;
+		for (size_t i = 0; i < drop; i++) {
+			free(s->changes[i].path);
+			free(s->changes[i].source);
+		}
+		memmove(s->changes, s->changes + drop, (s->nchanges - drop) * sizeof(*s->changes));
+		s->nchanges -= drop;
+	}
+	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&s->scan_lock);
+	sandlot_changes_free(&ch);
+	if (out)
+		*out = arr;
+	return 0;
+}
+
+/* ---- ending ------------------------------------------------------------------ */
+
+static int cgroup_exists(const char *id);
+
+/* libsandlot removes a sandbox's cgroups when destroying it, retrying for
+ * about a second while the kernel finishes with the killed processes; on a
+ * loaded host that is sometimes not enough.  Such leftovers are retried here
+ * (by the reaper, every second, for a minute; and at shutdown). */
+#define CG_RETRY_MS 60000
+struct cg_retry {
+	char id[32];
+	int64_t until_ms;
+};
+static pthread_mutex_t cg_retry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cg_retry *cg_retries;
+static size_t ncg_retries, capcg_retries;
+
+static void cgroup_check_after_destroy(const char *id)
+{
+	if (!cgroup_exists(id))
+		return;
+	sandlot__cgroup_cleanup_stale(id, 0);
+	if (!cgroup_exists(id))
+		return;
+	pthread_mutex_lock(&cg_retry_lock);
+	if (ncg_retries == capcg_retries) {
+		size_t cap = capcg_retries ? capcg_retries * 2 : 16;
+		struct cg_retry *n = realloc(cg_retries, cap * sizeof(*n));
+		if (n) {
+			cg_retries = n;
+			capcg_retries = cap;
+		}
+	}
+	if (ncg_retries < capcg_retries) {
+		snprintf(cg_retries[ncg_retries].id, sizeof(cg_retries[0].id), "%s", id);
+		cg_retries[ncg_retries].until_ms = daemon_now_ms() + CG_RETRY_MS;
+		ncg_retries++;
+	}
+	pthread_mutex_unlock(&cg_retry_lock);
+}
+
+/* Retry the pending cgroup removals; returns how many are still pending. */
+static size_t cgroup_retry_run(void)
+{
+	pthread_mutex_lock(&cg_retry_lock);
+	int64_t now = daemon_now_ms();
+	size_t k = 0;
+	for (size_t i = 0; i < ncg_retries; i++) {
+		struct cg_retry *c = &cg_retries[i];
+		sandlot__cgroup_cleanup_stale(c->id, 0);
+		if (!cgroup_exists(c->id))
+			continue;
+		if (now > c->until_ms) {
+			daemon_log("cgroup_left", "level=warn sandbox=%s msg=\"could not remove its cgroup\"",
+				   c->id);
+			continue;
+		}
+		cg_retries[k++] = *c;
+	}
+	ncg_retries = k;
+	pthread_mutex_unlock(&cg_retry_lock);
+	return k;
+}
+
+static const char *end_event(enum dsb_state st)
+{
+	switch (st) {
+	case DSB_EXPIRED: return "expired";
+	case DSB_DELETED: return "deleted";
+	case DSB_LOST: return "lost";
+	case DSB_FAILED: return "failed";
+	default: return "ended";
+	}
+}
+
+static void quote_clean(char *dst, size_t n, const char *src)
+{
+	snprintf(dst, n, "%s", src ? src : "");
+	for (char *p = dst; *p; p++)
+		if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
+			*p = '\'';
+}
+
+void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *reason)
+{
+	pthread_mutex_lock(&s->lock);
+	if (!is_live(s->state)) {
+		pthread_mutex_unlock(&s->lock);
+		return;
+	}
+	s->state = state;
+	s->ended_ms = daemon_now_ms();
+	free(s->end_reason);
+	s->end_reason = strdup(reason ? reason : end_event(state));
+	pid_t pid = s->init_pid;
+	int64_t lived = s->ended_ms - s->created_ms;
+	registry_save(d, s);
+	pthread_mutex_unlock(&s->lock);
+
+	__atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&d->m.sandboxes_ended, 1, __ATOMIC_RELAXED);
+	char why[256];
+	quote_clean(why, sizeof(why), reason);
+	daemon_log(end_event(state), "%ssandbox=%s reason=\"%s\" lived_ms=%lld",
+		   state == DSB_FAILED ? "level=warn " : "", s->id, why, (long long)lived);
+
+	if (execs_release)
+		execs_release(s);
+	/* Our child, not reaped before sandlot_destroy(): the pid cannot have
+	 * been reused.  Killing the pid namespace's init kills all in it. */
+	if (pid > 0)
+		kill(pid, SIGKILL);
+
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += END_WAIT_MS / 1000;
+	pthread_mutex_lock(&s->lock);
+	while (s->busy > 0) {
+		if (pthread_cond_timedwait(&s->cond, &s->lock, &dl) == ETIMEDOUT)
+			break;
+	}
+	if (s->busy > 0) {
+		s->destroy_pending = 1;
+		int busy = s->busy;
+		pthread_mutex_unlock(&s->lock);
+		daemon_log("destroy_deferred", "level=warn sandbox=%s busy=%d", s->id, busy);
+		return;
+	}
+	sandlot_t *sb = s->sb;
+	pthread_mutex_unlock(&s->lock);
+	/* Destroy before clearing s->sb: status readers (the reaper's liveness
+	 * check) never use sb itself, only init_pid. */
+	sandlot_destroy(sb);
+	pthread_mutex_lock(&s->lock);
+	s->sb = NULL;
+	s->init_pid = 0;
+	pthread_mutex_unlock(&s->lock);
+	cgroup_check_after_destroy(s->id);
+}
+
+void dsb_count_states(struct daemon *d, unsigned counts[DSB_NSTATES])
+{
+	memset(counts, 0, sizeof(unsigned) * DSB_NSTATES);
+	pthread_mutex_lock(&d->lock);
+	for (size_t i = 0; i < d->nsbs; i++) {
+		enum dsb_state st = __atomic_load_n(&d->sbs[i]->state, __ATOMIC_RELAXED);
+		if ((unsigned)st < DSB_NSTATES)
+			counts[st]++;
+	}
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* ---- create ------------------------------------------------------------------ */
+
+struct create_req {
+	sandlot_options_t opts;
+	char **env;              /* "K=V", NULL-terminated */
+	size_t nenv;
+	uint32_t ttl, idle;
+	int ttl_given, idle_given;
+	json_t *norm;            /* normalised options for GET */
+	json_t *metadata;
+};
+
+static void create_req_free(struct create_req *c)
+{
+	for (size_t i = 0; i < c->nenv; i++)
+		free(c->env[i]);
+	free(c->env);
+	json_decref(c->norm);
+	json_decref(c->metadata);
+}
+
+static const char *json_type_name(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER: return "an integer";
+	case JSON_REAL: return "a number";
+	case JSON_TRUE:
+	case JSON_FALSE: return "a boolean";
+	default: return "null";
+	}
+}
+
+static int bad(struct http_req *req, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int bad(struct http_req *req, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	http_error(req, 400, "bad_request", "%s", msg);
+	return -1;
+}
+
+static int parse_size_field(struct http_req *req, const char *name, json_t *v, uint64_t *out)
+{
+	if (json_is_integer(v)) {
+		if (json_integer_value(v) <= 0)
+			return bad(req, "field \"%s\" must be a positive number of bytes", name);
+		*out = (uint64_t)json_integer_value(v);
+		return 0;
+	}
+	if (json_is_string(v)) {
+		sandlot_error_t *e = NULL;
+		if (sandlot_parse_size(json_string_value(v), 0, out, &e) < 0) {
+			bad(req, "field \"%s\": %s", name, sandlot_error_message(e));
+			sandlot_error_free(e);
+			return -1;
+		}
+		return 0;
+	}
+	return bad(req, "field \"%s\" must be an integer (bytes) or a size string such as \"512M\", "
+		   "not %s", name, json_type_name(v));
+}
+
+static int parse_seconds(struct http_req *req, const char *name, json_t *v, uint32_t *out)
+{
+	if (!json_is_integer(v))
+		return bad(req, "field \"%s\" must be an integer (seconds), not %s", name,
+			   json_type_name(v));
+	json_int_t n = json_integer_value(v);
+	if (n < 0 || n > (json_int_t)MAX_TTL_S)
+		return bad(req, "field \"%s\" must be between 0 and %u seconds", name, MAX_TTL_S);
+	*out = (uint32_t)n;
+	return 0;
+}
+
+/* A JSON string without embedded NUL bytes. */
+static int plain_string(json_t *v)
+{
+	return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v);
+}
+
+static int meta_key_ok(const char *k)
+{
+	size_t n = strlen(k);
+	if (n == 0 || n > MAX_META_KEY)
+		return 0;
+	for (const char *p = k; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		      strchr("._-/:", *p)))
+			return 0;
+	return 1;
+}
+
+static int parse_create(struct http_req *req, json_t *body, struct create_req *c)
+{
+	struct daemon *d = req->d;
+	sandlot_options_init(&c->opts);
+	c->opts.data_dir = d->cfg.data_dir;
+	c->ttl = d->cfg.default_ttl_s;
+	c->idle = d->cfg.default_idle_s;
+	c->metadata = json_object();
+	json_t *env_norm = json_object();
+	double cpus = 0;
+	if (body && !json_is_object(body)) {
+		json_decref(env_norm);
+		return bad(req, "the request body must be a JSON object, not %s", json_type_name(body));
+	}
+	const char *key;
+	json_t *v;
+	json_object_foreach(body, key, v) {
+		if (strcmp(key, "image") == 0) {
+			if (!plain_string(v))
+				goto wrong_type_string;
+			c->opts.image = json_string_value(v);
+		} else if (strcmp(key, "memory") == 0) {
+			if (parse_size_field(req, key, v, &c->opts.memory_bytes) < 0)
+				goto fail;
+		} else if (strcmp(key, "disk") == 0) {
+			if (parse_size_field(req, key, v, &c->opts.disk_bytes) < 0)
+				goto fail;
+		} else if (strcmp(key, "cpus") == 0) {
+			if (!json_is_number(v)) {
+				bad(req, "field \"cpus\" must be a number (e.g. 0.5 or 2), not %s",
+				    json_type_name(v));
+				goto fail;
+			}
+			cpus = json_number_value(v);
+			if (!(cpus >= 0.001 && cpus <= 1024)) {
+				bad(req, "field \"cpus\" must be between 0.001 and 1024");
+				goto fail;
+			}
+			c->opts.cpus_milli = (uint32_t)(cpus * 1000.0 + 0.5);
+		} else if (strcmp(key, "pids") == 0) {
+			if (!json_is_integer(v)) {
+				bad(req, "field \"pids\" must be an integer, not %s", json_type_name(v));
+				goto fail;
+			}
+			json_int_t n = json_integer_value(v);
+			if (n < 2 || n > 4194304) {
+				bad(req, "field \"pids\" must be between 2 and 4194304");
+				goto fail;
+			}
+			c->opts.pids = (uint32_t)n;
+		} else if (strcmp(key, "env") == 0) {
+			if (!json_is_object(v)) {
+				bad(req, "field \"env\" must be an object of strings, not %s",
+				    json_type_name(v));
+				goto fail;
+			}
+			if (json_object_size(v) > MAX_ENV) {
+				bad(req, "field \"env\" has more than %u entries", MAX_ENV);
+				goto fail;
+			}
+			c->env = calloc(json_object_size(v) + 1, sizeof(char *));
+			if (!c->env) {
+				http_error(req, 500, "internal", "out of memory");
+				goto fail;
+			}
+			const char *ek;
+			json_t *ev;
+			json_object_foreach(v, ek, ev) {
+				if (!plain_string(ev)) {
+					bad(req, "field \"env\": the value of \"%.64s\" must be a string, not %s",
+					    ek, json_type_name(ev));
+					goto fail;
+				}
+				if (!*ek || strchr(ek, '=')) {
+					bad(req, "field \"env\": invalid variable name \"%.64s\"", ek);
+					goto fail;
+				}
+				size_t n = strlen(ek) + json_string_length(ev) + 2;
+				if (n > MAX_ENV_ENTRY) {
+					bad(req, "field \"env\": \"%.64s\" is longer than %u bytes", ek,
+					    MAX_ENV_ENTRY);
+					goto fail;
+				}
+				char *kv = malloc(n);
+				if (!kv) {
+					http_error(req, 500, "internal", "out of memory");
+					goto fail;
+				}
+				snprintf(kv, n, "%s=%s", ek, json_string_value(ev));
+				c->env[c->nenv++] = kv;
+				json_object_set(env_norm, ek, ev);
+			}
+			c->opts.env = (const char *const *)c->env;
+		} else if (strcmp(key, "network") == 0) {
+			if (!plain_string(v))
+				goto wrong_type_string;
+			if (strcmp(json_string_value(v), "none") != 0) {
+				bad(req, "field \"network\": only \"none\" is supported (loopback only), "
+				    "not \"%.64s\"", json_string_value(v));
+				goto fail;
+			}
+		} else if (strcmp(key, "ttl_seconds") == 0) {
+			if (parse_seconds(req, key, v, &c->ttl) < 0)
+				goto fail;
+		} else if (strcmp(key, "idle_timeout_seconds") == 0) {
+			if (parse_seconds(req, key, v, &c->idle) < 0)
+				goto fail;
+		} else if (strcmp(key, "metadata") == 0) {
+			if (!json_is_object(v)) {
+				bad(req, "field \"metadata\" must be an object of strings, not %s",
+				    json_type_name(v));
+				goto fail;
+			}
+			if (json_object_size(v) > MAX_META) {
+				bad(req, "field \"metadata\" has more than %u entries", MAX_META);
+				goto fail;
+			}
+			const char *mk;
+			json_t *mv;
+			json_object_foreach(v, mk, mv) {
+				if (!meta_key_ok(mk)) {
+					bad(req, "field \"metadata\": invalid key \"%.64s\" (1 to %u characters "
+					    "of A-Z a-z 0-9 . _ - / :)", mk, MAX_META_KEY);
+					goto fail;
+				}
+				if (!plain_string(mv)) {
+					bad(req, "field \"metadata\": the value of \"%s\" must be a string, "
+					    "not %s", mk, json_type_name(mv));
+					goto fail;
+				}
+				if (json_string_length(mv) > MAX_META_VALUE) {
+					bad(req, "field \"metadata\": the value of \"%s\" is longer than %u "
+					    "bytes", mk, MAX_META_VALUE);
+					goto fail;
+				}
+			}
+			json_decref(c->metadata);
+			c->metadata = json_deep_copy(v);
+		} else {
+			bad(req, "unknown field \"%.64s\" (known: image, memory, cpus, pids, disk, env, "
+			    "network, ttl_seconds, idle_timeout_seconds, metadata)", key);
+			goto fail;
+		}
+		continue;
+wrong_type_string:
+		bad(req, "field \"%s\" must be a string, not %s", key, json_type_name(v));
+		goto fail;
+	}
+	sandlot_error_t *e = NULL;
+	if (sandlot_options_validate(&c->opts, &e) < 0) {
+		bad(req, "%s", sandlot_error_message(e));
+		sandlot_error_free(e);
+		goto fail;
+	}
+	c->norm = json_pack("{s:s, s:I, s:o, s:i, s:I, s:o, s:s}", "image", c->opts.image,
+			    "memory", (json_int_t)c->opts.memory_bytes, "cpus",
+			    c->opts.cpus_milli ? json_real(c->opts.cpus_milli / 1000.0) : json_null(),
+			    "pids", (int)c->opts.pids, "disk", (json_int_t)c->opts.disk_bytes, "env",
+			    env_norm, "network", "none");
+	return c->norm ? 0 : (http_error(req, 500, "internal", "out of memory"), -1);
+fail:
+	json_decref(env_norm);
+	return -1;
+}
+
+static int create_sandbox(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	struct create_req c = { 0 };
+	if (parse_create(req, req->json, &c) < 0) {
+		create_req_free(&c);
+		return 0;
+	}
+	pthread_mutex_lock(&d->lock);
+	unsigned live = __atomic_load_n(&d->nrunning, __ATOMIC_SEQ_CST) + d->ncreating;
+	if (d->stopping) {
+		pthread_mutex_unlock(&d->lock);
+		create_req_free(&c);
+		return http_error(req, 503, "shutting_down", "sandlotd is shutting down");
+	}
+	if (live >= d->cfg.max_sandboxes) {
+		pthread_mutex_unlock(&d->lock);
+		create_req_free(&c);
+		return http_error(req, 429, "too_many_sandboxes",
+				  "%u sandboxes are running or starting, the limit of this daemon "
+				  "(--max-sandboxes)", live);
+	}
+	d->ncreating++;
+	pthread_mutex_unlock(&d->lock);
+
+	uint64_t t0 = sandlot__now_ns();
+	sandlot_error_t *err = NULL;
+	sandlot_t *sb = sandlot_create(&c.opts, &err);
+	double ms = (double)(sandlot__now_ns() - t0) / 1e6;
+	if (!sb) {
+		pthread_mutex_lock(&d->lock);
+		d->ncreating--;
+		pthread_mutex_unlock(&d->lock);
+		__atomic_add_fetch(&d->m.create_failures, 1, __ATOMIC_RELAXED);
+		char msg[512];
+		quote_clean(msg, sizeof(msg), sandlot_error_message(err));
+		daemon_log("create_failed", "level=warn ms=%.1f error=\"%s\"", ms, msg);
+		int st = sandlot_error_status(err);
+		if (st == EAGAIN) /* host capacity, e.g. every uid range in use */
+			http_error(req, 429, "too_many_sandboxes", "%s", sandlot_error_message(err));
+		else if (st == EINVAL)
+			http_error(req, 400, "bad_request", "%s", sandlot_error_message(err));
+		else
+			http_error_from(req, err);
+		sandlot_error_free(err);
+		create_req_free(&c);
+		return 0;
+	}
+	struct dsb *s = dsb_alloc(sandlot_id(sb));
+	if (!s) {
+		sandlot_destroy(sb);
+		pthread_mutex_lock(&d->lock);
+		d->ncreating--;
+		pthread_mutex_unlock(&d->lock);
+		create_req_free(&c);
+		return http_error(req, 500, "internal", "out of memory");
+	}
+	int64_t now = daemon_now_ms();
+	s->sb = sb;
+	s->init_pid = sandlot_init_pid(sb);
+	s->state = DSB_RUNNING;
+	s->created_ms = now;
+	s->last_active_ms = now;
+	s->ttl_seconds = c.ttl;
+	s->idle_timeout_seconds = c.idle;
+	s->expires_ms = c.ttl ? now + (int64_t)c.ttl * 1000 : 0;
+	json_decref(s->options);
+	s->options = c.norm;
+	c.norm = NULL;
+	json_decref(s->metadata);
+	s->metadata = c.metadata;
+	c.metadata = NULL;
+	create_req_free(&c);
+
+	pthread_mutex_lock(&s->lock);
+	registry_save(d, s);
+	json_t *body = to_json_locked(s);
+	pthread_mutex_unlock(&s->lock);
+
+	pthread_mutex_lock(&d->lock);
+	d->ncreating--;
+	int stopping = d->stopping;
+	if (!stopping) {
+		table_add_locked(d, s);
+		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
+	}
+	pthread_mutex_unlock(&d->lock);
+	__atomic_add_fetch(&d->m.sandboxes_created, 1, __ATOMIC_RELAXED);
+	daemon_log("created", "sandbox=%s ms=%.1f init_pid=%d ttl=%u idle=%u", s->id, ms,
+		   (int)s->init_pid, s->ttl_seconds, s->idle_timeout_seconds);
+	if (stopping) {
+		/* Shutdown began while we created it: it must not outlive us. */
+		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
+		dsb_end(d, s, DSB_DELETED, "sandlotd stopped");
+		dsb_release(d, s);
+		json_decref(body);
+		return http_error(req, 503, "shutting_down", "sandlotd is shutting down");
+	}
+	snprintf(req->log_sandbox, sizeof(req->log_sandbox), "%s", s->id);
+	return http_json(req, 201, body);
+}
+
+/* ---- list, get, delete, keepalive, changes ------------------------------------ */
+
+static int by_created(const void *a, const void *b)
+{
+	const struct dsb *x = *(struct dsb *const *)a, *y = *(struct dsb *const *)b;
+	return x->created_ms < y->created_ms ? -1 : x->created_ms > y->created_ms;
+}
+
+static int list_sandboxes(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	const char *state = http_query(req, "state");
+	int want = -2; /* running */
+	if (state && strcmp(state, "all") == 0) {
+		want = -1;
+	} else if (state) {
+		want = -3;
+		for (int s = 0; s < DSB_NSTATES; s++)
+			if (strcmp(state, dsb_state_name((enum dsb_state)s)) == 0)
+				want = s;
+		if (want == -3)
+			return http_error(req, 400, "bad_request",
+					  "invalid state \"%.64s\": expected running, expired, deleted, "
+					  "lost, failed or all", state);
+	}
+	const char *labels[MAX_LABELS];
+	size_t nl = http_query_all(req, "label", labels, MAX_LABELS);
+	if (nl > MAX_LABELS)
+		return http_error(req, 400, "bad_request", "at most %u label filters", MAX_LABELS);
+	char *lk[MAX_LABELS];
+	const char *lv[MAX_LABELS];
+	for (size_t i = 0; i < nl; i++) {
+		const char *eq = strchr(labels[i], '=');
+		if (!eq || eq == labels[i]) {
+			for (size_t j = 0; j < i; j++)
+				free(lk[j]);
+			return http_error(req, 400, "bad_request",
+					  "invalid label filter \"%.64s\": expected KEY=VALUE", labels[i]);
+		}
+		lk[i] = strndup(labels[i], (size_t)(eq - labels[i]));
+		lv[i] = eq + 1;
+	}
+	size_t n;
+	struct dsb **v = snapshot(d, &n);
+	if (!v) {
+		for (size_t j = 0; j < nl; j++)
+			free(lk[j]);
+		return http_error(req, 500, "internal", "out of memory");
+	}
+	qsort(v, n, sizeof(*v), by_created);
+	json_t *arr = json_array();
+	for (size_t i = 0; i < n; i++) {
+		struct dsb *s = v[i];
+		pthread_mutex_lock(&s->lock);
+		int ok = want == -1 || (want == -2 ? s->state == DSB_RUNNING : (int)s->state == want);
+		for (size_t k = 0; ok && k < nl; k++) {
+			json_t *mv = lk[k] ? json_object_get(s->metadata, lk[k]) : NULL;
+			ok = mv && json_is_string(mv) && strcmp(json_string_value(mv), lv[k]) == 0;
+		}
+		if (ok)
+			json_array_append_new(arr, to_json_locked(s));
+		pthread_mutex_unlock(&s->lock);
+		dsb_release(d, s);
+	}
+	free(v);
+	for (size_t j = 0; j < nl; j++)
+		free(lk[j]);
+	json_t *o = json_object();
+	json_object_set_new(o, "sandboxes", arr);
+	return http_json(req, 200, o);
+}
+
+static int get_sandbox(struct http_req *req)
+{
+	const char *id = req->params[0];
+	struct dsb *s = valid_id(id) ? find_ref(req->d, id) : NULL;
+	if (!s) {
+		answer_not_found(req, id);
+		return 0;
+	}
+	http_json(req, 200, dsb_to_json(s));
+	dsb_release(req->d, s);
+	return 0;
+}
+
+static int delete_sandbox(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	const char *id = req->params[0];
+	struct dsb *s = valid_id(id) ? find_ref(d, id) : NULL;
+	if (!s) {
+		answer_not_found(req, id);
+		return 0;
+	}
+	pthread_mutex_lock(&s->lock);
+	if (!is_live(s->state)) {
+		answer_ended_locked(req, s);
+		pthread_mutex_unlock(&s->lock);
+		dsb_release(d, s);
+		return 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	dsb_end(d, s, DSB_DELETED, "deleted");
+	dsb_release(d, s);
+	return http_empty(req, 204);
+}
+
+static int keepalive(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	json_t *body = req->json;
+	if (body && !json_is_object(body))
+		return http_error(req, 400, "bad_request", "the request body must be a JSON object");
+	uint32_t ttl = 0;
+	int ttl_given = 0;
+	const char *key;
+	json_t *v;
+	json_object_foreach(body, key, v) {
+		if (strcmp(key, "ttl_seconds") != 0)
+			return http_error(req, 400, "bad_request",
+					  "unknown field \"%.64s\" (known: ttl_seconds)", key);
+		if (parse_seconds(req, key, v, &ttl) < 0)
+			return 0;
+		ttl_given = 1;
+	}
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	if (ttl_given) {
+		s->ttl_seconds = ttl;
+		s->expires_ms = ttl ? daemon_now_ms() + (int64_t)ttl * 1000 : 0;
+	}
+	s->last_active_ms = daemon_now_ms();
+	registry_save(d, s);
+	json_t *o = to_json_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	dsb_put(d, s);
+	return http_json(req, 200, o);
+}
+
+static int get_changes(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	const char *since_s = http_query(req, "since");
+	uint64_t since = 0;
+	if (since_s) {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(since_s, &end, 10);
+		if (!*since_s || *end || errno || since_s[0] == '-')
+			return http_error(req, 400, "bad_request",
+					  "invalid cursor \"%.64s\": expected a whole number", since_s);
+		since = v;
+	}
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	json_t *arr = json_array();
+	pthread_mutex_lock(&s->lock);
+	uint64_t cursor = s->next_cursor - 1;
+	int truncated = s->nchanges > 0 && since + 1 < s->changes[0].cursor;
+	if (since > cursor)
+		since = cursor;
+	for (size_t i = 0; i < s->nchanges; i++)
+		if (s->changes[i].cursor > since)
+			json_array_append_new(arr, change_json(&s->changes[i]));
+	pthread_mutex_unlock(&s->lock);
+	dsb_put(d, s);
+	json_t *o = json_object();
+	json_object_set_new(o, "cursor", json_integer((json_int_t)cursor));
+	json_object_set_new(o, "changes", arr);
+	if (truncated)
+		json_object_set_new(o, "truncated", json_true());
+	return http_json(req, 200, o);
+}
+
+const struct http_route sandbox_routes[] = {
+	{ "POST", "/v1/sandboxes", HTTP_JSON, create_sandbox, NULL, NULL, NULL },
+	{ "GET", "/v1/sandboxes", HTTP_NOBODY, list_sandboxes, NULL, NULL, NULL },
+	{ "GET", "/v1/sandboxes/{}", HTTP_NOBODY, get_sandbox, NULL, NULL, NULL },
+	{ "DELETE", "/v1/sandboxes/{}", HTTP_NOBODY, delete_sandbox, NULL, NULL, NULL },
+	{ "POST", "/v1/sandboxes/{}/keepalive", HTTP_JSON, keepalive, NULL, NULL, NULL },
+	{ "GET", "/v1/sandboxes/{}/changes", HTTP_NOBODY, get_changes, NULL, NULL, NULL },
+	{ 0 },
+};
+
+/* ---- reaper ------------------------------------------------------------------ */
+
+/* Whether our child `pid` has exited (without reaping it: sandlot_destroy
+ * does that). */
+static int child_exited(pid_t pid)
+{
+	siginfo_t si = { 0 };
+	if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0)
+		return errno == ECHILD;
+	return si.si_pid == pid;
+}
+
+static void forget(struct daemon *d, struct dsb *s)
+{
+	pthread_mutex_lock(&d->lock);
+	int found = 0;
+	for (size_t i = 0; i < d->nsbs; i++) {
+		if (d->sbs[i] == s) {
+			d->sbs[i] = d->sbs[--d->nsbs];
+			found = 1;
+			break;
+		}
+	}
+	s->in_table = 0;
+	pthread_mutex_unlock(&d->lock);
+	if (!found)
+		return;
+	registry_forget(d, s->id);
+	dsb_release(d, s); /* the table's reference */
+}
+
+static int by_ended(const void *a, const void *b)
+{
+	const struct dsb *x = *(struct dsb *const *)a, *y = *(struct dsb *const *)b;
+	return x->ended_ms < y->ended_ms ? -1 : x->ended_ms > y->ended_ms;
+}
+
+static void reap_once(struct daemon *d)
+{
+	size_t n;
+	struct dsb **v = snapshot(d, &n);
+	if (!v)
+		return;
+	int64_t now = daemon_now_ms();
+	size_t nended = 0;
+	for (size_t i = 0; i < n && !reaper_quit; i++) {
+		struct dsb *s = v[i];
+		enum dsb_state end_as = DSB_RUNNING;
+		const char *reason = NULL;
+		sandlot_t *destroy = NULL;
+		pthread_mutex_lock(&s->lock);
+		if (s->state == DSB_RUNNING) {
+			if (s->expires_ms && now >= s->expires_ms) {
+				end_as = DSB_EXPIRED, reason = "ttl";
+			} else if (s->idle_timeout_seconds && s->busy == 0 &&
+				   now - s->last_active_ms >= (int64_t)s->idle_timeout_seconds * 1000) {
+				end_as = DSB_EXPIRED, reason = "idle";
+			} else if (s->init_pid > 0 && child_exited(s->init_pid)) {
+				end_as = DSB_FAILED, reason = "failed: the sandbox's init exited unexpectedly";
+			}
+		} else if (!is_live(s->state)) {
+			nended++;
+			if (s->destroy_pending && s->busy == 0) {
+				destroy = s->sb;
+				s->destroy_pending = 0;
+			}
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (end_as != DSB_RUNNING)
+			dsb_end(d, s, end_as, reason);
+		if (destroy) {
+			sandlot_destroy(destroy);
+			pthread_mutex_lock(&s->lock);
+			s->sb = NULL;
+			s->init_pid = 0;
+			pthread_mutex_unlock(&s->lock);
+			daemon_log("destroyed", "sandbox=%s deferred=1", s->id);
+			cgroup_check_after_destroy(s->id);
+		}
+	}
+	cgroup_retry_run();
+	/* Forget ended sandboxes after an hour, and the oldest beyond MAX_ENDED. */
+	if (!reaper_quit) {
+		qsort(v, n, sizeof(*v), by_ended);
+		size_t excess = nended > MAX_ENDED ? nended - MAX_ENDED : 0;
+		for (size_t i = 0; i < n; i++) {
+			struct dsb *s = v[i];
+			pthread_mutex_lock(&s->lock);
+			int old = !is_live(s->state) && !s->sb && !s->destroy_pending &&
+				  (excess > 0 || now - s->ended_ms >= RETAIN_ENDED_MS);
+			pthread_mutex_unlock(&s->lock);
+			if (old) {
+				if (excess > 0)
+					excess--;
+				forget(d, s);
+			}
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		dsb_release(d, v[i]);
+	free(v);
+}
+
+static void *reaper_main(void *arg)
+{
+	struct daemon *d = arg;
+	pthread_mutex_lock(&d->lock);
+	while (!reaper_quit) {
+		pthread_mutex_unlock(&d->lock);
+		reap_once(d);
+		pthread_mutex_lock(&d->lock);
+		if (reaper_quit)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&d->reaper_cond, &d->lock, &ts);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return NULL;
+}
+
+void reaper_start(struct daemon *d)
+{
+	g_daemon = d;
+	if (pthread_create(&d->reaper, NULL, reaper_main, d) == 0)
+		d->reaper_started = 1;
+	else
+		daemon_log("reaper", "level=error msg=\"cannot start the reaper thread\"");
+}
+
+/* ---- start-up recovery and shutdown ------------------------------------------- */
+
+/* Whether a cgroup directory named `id` exists in any hierarchy. */
+static int cgroup_exists(const char *id)
+{
+	char pat[2][256];
+	snprintf(pat[0], sizeof(pat[0]), "/sys/fs/cgroup/sandlot/%s", id);
+	snprintf(pat[1], sizeof(pat[1]), "/sys/fs/cgroup/*/sandlot/%s", id);
+	for (int i = 0; i < 2; i++) {
+		glob_t g;
+		int rc = glob(pat[i], GLOB_NOSORT, NULL, &g);
+		size_t n = rc == 0 ? g.gl_pathc : 0;
+		globfree(&g);
+		if (n)
+			return 1;
+	}
+	return 0;
+}
+
+/* SIGKILL whatever is still in the cgroups named `id` (only ever one of
+ * ours: ids are unique and this one is in our registry). */
+static void cgroup_kill_all(const char *id)
+{
+	char pat[2][256];
+	snprintf(pat[0], sizeof(pat[0]), "/sys/fs/cgroup/sandlot/%s/cgroup.procs", id);
+	snprintf(pat[1], sizeof(pat[1]), "/sys/fs/cgroup/*/sandlot/%s/cgroup.procs", id);
+	for (int i = 0; i < 2; i++) {
+		glob_t g;
+		if (glob(pat[i], GLOB_NOSORT, NULL, &g) != 0)
+			continue;
+		for (size_t k = 0; k < g.gl_pathc; k++) {
+			char *text = sandlot__read_file(g.gl_pathv[k], 1 << 20);
+			for (char *p = text, *e; p && *p; p = e) {
+				long pid = strtol(p, &e, 10);
+				if (e == p)
+					break;
+				if (pid > 1)
+					kill((pid_t)pid, SIGKILL);
+			}
+			free(text);
+		}
+		globfree(&g);
+	}
+}
+
+/* Storage images left by a creation that sandlotd was killed in the middle
+ * of (a live sandbox's image is unlinked milliseconds after it is made), and
+ * those of lost sandboxes. */
+static void sweep_storage(struct daemon *d)
+{
+	char dir[4200];
+	snprintf(dir, sizeof(dir), "%s/storage", d->cfg.data_dir);
+	cleanup_closedir DIR *dd = opendir(dir);
+	if (!dd)
+		return;
+	struct dirent *de;
+	time_t now = time(NULL);
+	while ((de = readdir(dd))) {
+		size_t n = strlen(de->d_name);
+		if (strncmp(de->d_name, "sb-", 3) != 0 || n < 5 || strcmp(de->d_name + n - 4, ".img"))
+			continue;
+		char path[4500];
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		char id[40];
+		snprintf(id, sizeof(id), "%.*s", (int)(n - 4), de->d_name);
+		struct stat st;
+		struct dsb *s = find_ref(d, id);
+		int ours_lost = s && s->state == DSB_LOST;
+		dsb_release(d, s);
+		if (ours_lost || (stat(path, &st) == 0 && now - st.st_mtime > 60)) {
+			if (unlink(path) == 0)
+				daemon_log("storage_removed", "path=\"%s\"", path);
+		}
+	}
+}
+
+void sandboxes_recover(struct daemon *d)
+{
+	g_daemon = d;
+	size_t n;
+	struct dsb **v = snapshot(d, &n);
+	if (!v)
+		return;
+	int64_t now = daemon_now_ms();
+	size_t nlost = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct dsb *s = v[i];
+		if (!is_live(s->state))
+			continue;
+		s->state = DSB_LOST;
+		s->ended_ms = now;
+		free(s->end_reason);
+		s->end_reason = strdup("lost: sandlotd restarted");
+		registry_save(d, s);
+		daemon_log("lost", "level=warn sandbox=%s reason=\"sandlotd restarted\"", s->id);
+		nlost++;
+	}
+	/* Their inits died with our connection to them (kill -9 of the previous
+	 * sandlotd); give the kernel a moment to finish, then remove their
+	 * cgroups — only those of ids in our registry, never someone else's. */
+	if (nlost) {
+		uint64_t deadline = sandlot__now_ms() + 3000;
+		for (int round = 0;; round++) {
+			size_t left = 0;
+			for (size_t i = 0; i < n; i++) {
+				struct dsb *s = v[i];
+				if (s->state != DSB_LOST || s->ended_ms != now)
+					continue;
+				sandlot__cgroup_cleanup_stale(s->id, 0);
+				if (cgroup_exists(s->id)) {
+					left++;
+					if (sandlot__now_ms() > deadline - 1500)
+						cgroup_kill_all(s->id);
+				}
+			}
+			if (!left || sandlot__now_ms() > deadline) {
+				if (left)
+					daemon_log("recover", "level=warn msg=\"cgroups of lost sandboxes remain\" "
+						   "count=%zu", left);
+				break;
+			}
+			usleep(20000);
+		}
+	}
+	sweep_storage(d);
+	for (size_t i = 0; i < n; i++)
+		dsb_release(d, v[i]);
+	free(v);
+	if (nlost)
+		daemon_log("recover", "lost=%zu", nlost);
+}
+
+struct shutdown_work {
+	struct daemon *d;
+	struct dsb **v;
+	size_t n, next;
+};
+
+static void *shutdown_worker(void *arg)
+{
+	struct shutdown_work *w = arg;
+	for (;;) {
+		size_t i = __atomic_fetch_add(&w->next, 1, __ATOMIC_SEQ_CST);
+		if (i >= w->n)
+			return NULL;
+		dsb_end(w->d, w->v[i], DSB_DELETED, "sandlotd stopped");
+	}
+}
+
+void sandboxes_shutdown(struct daemon *d)
+{
+	pthread_mutex_lock(&d->lock);
+	d->stopping = 1;
+	reaper_quit = 1;
+	pthread_cond_broadcast(&d->reaper_cond);
+	pthread_mutex_unlock(&d->lock);
+	if (d->reaper_started) {
+		pthread_join(d->reaper, NULL);
+		d->reaper_started = 0;
+	}
+	size_t n;
+	struct dsb **v = snapshot(d, &n);
+	if (!v)
+		return;
+	struct dsb **live = malloc((n ? n : 1) * sizeof(*live));
+	size_t nl = 0;
+	for (size_t i = 0; live && i < n; i++) {
+		pthread_mutex_lock(&v[i]->lock);
+		if (is_live(v[i]->state))
+			live[nl++] = v[i];
+		pthread_mutex_unlock(&v[i]->lock);
+	}
+	struct shutdown_work w = { d, live, nl, 0 };
+	pthread_t th[SHUTDOWN_WORKERS];
+	int nth = 0;
+	for (; nth < SHUTDOWN_WORKERS && (size_t)nth < nl; nth++)
+		if (pthread_create(&th[nth], NULL, shutdown_worker, &w) != 0)
+			break;
+	shutdown_worker(&w);
+	for (int i = 0; i < nth; i++)
+		pthread_join(th[i], NULL);
+	free(live);
+	for (size_t i = 0; i < n; i++)
+		dsb_release(d, v[i]);
+	free(v);
+}
+
+void sandboxes_free(struct daemon *d)
+{
+	pthread_mutex_lock(&d->lock);
+	struct dsb **v = d->sbs;
+	size_t n = d->nsbs;
+	d->sbs = NULL;
+	d->nsbs = d->capsbs = 0;
+	pthread_mutex_unlock(&d->lock);
+	for (size_t i = 0; i < n; i++) {
+		struct dsb *s = v[i];
+		pthread_mutex_lock(&s->lock);
+		sandlot_t *sb = s->sb;
+		s->sb = NULL;
+		s->destroy_pending = 0;
+		pthread_mutex_unlock(&s->lock);
+		if (sb) {
+			sandlot_destroy(sb);
+			daemon_log("destroyed", "sandbox=%s deferred=1", s->id);
+			cgroup_check_after_destroy(s->id);
+		}
+		s->in_table = 0;
+		dsb_release(d, s);
+	}
+	free(v);
+	/* Last chance for cgroups the kernel was slow to let go of. */
+	uint64_t deadline = sandlot__now_ms() + 3000;
+	while (cgroup_retry_run() > 0 && sandlot__now_ms() < deadline)
+		usleep(50000);
+	free(cg_retries);
+	cg_retries = NULL;
+	ncg_retries = capcg_retries = 0;
+}

@@ -1,0 +1,248 @@
+#!/usr/bin/python3
+"""sandlotd exec latency and time-to-interactive, over the unix socket.
+
+    sudo /usr/bin/python3 bench/daemon_exec.py [-n 1000] [--ttl-n 100] [--concurrent 200]
+
+Starts build/bin/sandlotd on a temporary socket and data dir (removed at
+the end) and measures, with time.perf_counter() in this process:
+
+1. exec round trip: POST /v1/sandboxes/{id}/exec {"argv": ["true"]} in one
+   live sandbox, N times (default 1000) after a warm-up, on a kept-alive
+   connection ("exec keep-alive") and on a new connection per call ("exec
+   new conn"), interleaved round by round with a bare fork/exec of
+   /bin/true from the same Python (subprocess.run, "bare"), so drift in the
+   machine's load hits every row alike.  Target: p50(exec) <= 2 x p50(bare).
+   Each exec result includes the workspace change scan the API promises.
+
+2. create + exec `echo` + delete: POST /v1/sandboxes, POST .../exec
+   {"argv": ["echo", "hi"]}, DELETE, timed as one unit ("time to
+   interactive" plus cleanup) and per step; sequentially (--ttl-n, default
+   100) and with --concurrent threads (default 200) at once, each with its
+   own connection.
+
+Prints one table: p50 / p99 / mean / total.  Needs root (sandboxes need
+it), Debian's /usr/bin/python3 (stdlib only).  Exit status 0 whatever the
+numbers: a measurement, not a test.
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SANDLOTD = Path(os.environ.get("SANDLOT_TEST_BIN_DIR") or REPO / "build" / "bin") / "sandlotd"
+
+
+class UnixConn(http.client.HTTPConnection):
+    def __init__(self, path, timeout=120):
+        super().__init__("localhost", timeout=timeout)
+        self.path_ = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self.path_)
+        self.sock = s
+
+
+def call(conn, method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"} if data is not None else {}
+    conn.request(method, path, body=data, headers=headers)
+    r = conn.getresponse()
+    raw = r.read()
+    return r.status, (json.loads(raw) if raw and r.getheader("Content-Type", "").startswith(
+        "application/json") else None)
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def start_daemon(base):
+    sock = str(base / "sandlot.sock")
+    log = open(base / "sandlotd.log", "wb")
+    p = subprocess.Popen([str(SANDLOTD), "--listen", f"unix:{sock}", "--data-dir", str(base / "data")],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            sys.exit(f"sandlotd exited with {p.returncode}; see {base}/sandlotd.log")
+        try:
+            c = UnixConn(sock, 2)
+            st, _ = call(c, "GET", "/v1/health")
+            c.close()
+            if st == 200:
+                return p, sock
+        except OSError:
+            pass
+        time.sleep(0.02)
+    p.kill()
+    sys.exit("sandlotd did not become healthy")
+
+
+def bench_exec(sock, n, warmup):
+    keep = UnixConn(sock)
+    st, sbx = call(keep, "POST", "/v1/sandboxes", {})
+    assert st == 201, (st, sbx)
+    sid = sbx["id"]
+    path = f"/v1/sandboxes/{sid}/exec"
+    body = {"argv": ["true"]}
+
+    def exec_keep():
+        st, r = call(keep, "POST", path, body)
+        assert st == 200 and r["exit_code"] == 0, (st, r)
+
+    def exec_new():
+        c = UnixConn(sock)
+        st, r = call(c, "POST", path, body)
+        c.close()
+        assert st == 200 and r["exit_code"] == 0, (st, r)
+
+    def bare():
+        subprocess.run(["/bin/true"], check=True)
+
+    rows = {"exec keep-alive": (exec_keep, []), "exec new conn": (exec_new, []),
+            "bare /bin/true": (bare, [])}
+    for _ in range(warmup):
+        for fn, _ in rows.values():
+            fn()
+    for _ in range(n):
+        for fn, xs in rows.values():
+            t0 = time.perf_counter()
+            fn()
+            xs.append(time.perf_counter() - t0)
+    call(keep, "DELETE", f"/v1/sandboxes/{sid}")
+    keep.close()
+    return {k: xs for k, (_, xs) in rows.items()}
+
+
+def lifecycle(sock, timings, errors):
+    """create + exec echo + delete on a connection of its own."""
+    c = UnixConn(sock)
+    try:
+        t0 = time.perf_counter()
+        st, sbx = call(c, "POST", "/v1/sandboxes", {})
+        t1 = time.perf_counter()
+        if st != 201:
+            errors.append(("create", st, sbx))
+            return
+        st, r = call(c, "POST", f"/v1/sandboxes/{sbx['id']}/exec", {"argv": ["echo", "hi"]})
+        t2 = time.perf_counter()
+        if st != 200 or r.get("stdout") != "hi\n":
+            errors.append(("exec", st, r))
+        st, _ = call(c, "DELETE", f"/v1/sandboxes/{sbx['id']}")
+        t3 = time.perf_counter()
+        if st != 204:
+            errors.append(("delete", st, None))
+        timings.append((t3 - t0, t1 - t0, t2 - t1, t3 - t2, t2 - t0))
+    except Exception as e:  # noqa: BLE001 - counted and reported
+        errors.append(("exception", repr(e), None))
+    finally:
+        c.close()
+
+
+def bench_lifecycle(sock, n, concurrent):
+    seq, errs = [], []
+    t0 = time.perf_counter()
+    for _ in range(n):
+        lifecycle(sock, seq, errs)
+    seq_total = time.perf_counter() - t0
+
+    conc, cerrs = [], []
+    barrier = threading.Barrier(concurrent)
+
+    def worker():
+        try:
+            barrier.wait(30)
+        except threading.BrokenBarrierError:
+            pass
+        lifecycle(sock, conc, cerrs)
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrent)]
+    for t in threads:
+        t.start()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    conc_total = time.perf_counter() - t0
+    return (seq, seq_total, errs), (conc, conc_total, cerrs)
+
+
+def fmt_row(name, xs, total=None):
+    ms = [x * 1000 for x in xs]
+    if not ms:
+        return f"| {name:<36} | {'-':>9} | {'-':>9} | {'-':>9} | {'-':>9} | {0:>5} |"
+    tot = f"{total:.2f} s" if total is not None else "-"
+    return (f"| {name:<36} | {percentile(ms, .5):9.3f} | {percentile(ms, .99):9.3f} | "
+            f"{statistics.fmean(ms):9.3f} | {tot:>9} | {len(ms):>5} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-n", type=int, default=int(os.environ.get("N", 1000)))
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--ttl-n", type=int, default=100)
+    ap.add_argument("--concurrent", type=int, default=200)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root: sandboxes need it")
+    if not os.access(SANDLOTD, os.X_OK):
+        sys.exit(f"{SANDLOTD} not built (run make)")
+
+    base = Path(tempfile.mkdtemp(prefix="sandlot-bench-", dir="/var/tmp"))
+    proc, sock = start_daemon(base)
+    try:
+        ex = bench_exec(sock, args.n, args.warmup)
+        (seq, seq_total, errs), (conc, conc_total, cerrs) = bench_lifecycle(
+            sock, args.ttl_n, args.concurrent)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+        shutil.rmtree(base, ignore_errors=True)
+
+    print(f"\nsandlotd exec benchmark ({os.cpu_count()} CPUs, {args.n} execs, unix socket)\n")
+    print(f"| {'what':<36} | {'p50 ms':>9} | {'p99 ms':>9} | {'mean ms':>9} | {'total':>9} | {'n':>5} |")
+    print(f"|{'-' * 38}|{'-' * 11}|{'-' * 11}|{'-' * 11}|{'-' * 11}|{'-' * 7}|")
+    for name, xs in ex.items():
+        print(fmt_row(name, xs))
+    for label, rows, total in ((f"sequential x{args.ttl_n}", seq, seq_total),
+                               (f"{args.concurrent} concurrent", conc, conc_total)):
+        print(fmt_row(f"create+exec+delete, {label}", [r[0] for r in rows], total))
+        print(fmt_row("  create", [r[1] for r in rows]))
+        print(fmt_row("  exec echo", [r[2] for r in rows]))
+        print(fmt_row("  delete", [r[3] for r in rows]))
+        print(fmt_row("  create+exec (time to interactive)", [r[4] for r in rows]))
+    bare = percentile(ex["bare /bin/true"], .5)
+    for name in ("exec keep-alive", "exec new conn"):
+        ratio = percentile(ex[name], .5) / bare
+        print(f"\n{name}: p50 = {ratio:.2f} x bare fork/exec (target <= 2.0): "
+              f"{'met' if ratio <= 2.0 else 'NOT met'}", end="")
+    print()
+    for label, e in (("sequential", errs), ("concurrent", cerrs)):
+        if e:
+            print(f"{label}: {len(e)} failures, first: {e[:3]}")
+    print(f"sandlotd exit status on SIGTERM: {rc}")
+
+
+if __name__ == "__main__":
+    main()
