@@ -312,16 +312,19 @@ void sandlot_proc_free(sandlot_proc_t *p)
 	sandlot_t *sb = p->sb;
 	pthread_mutex_lock(&c->lock);
 	int done = p->done;
-	if (!done) {
-		/* Nobody will consume output any more: stop delivering it and give
-		 * init all the credit it needs to reach EXIT after the kill. */
-		p->cb.on_output = NULL;
-		p->paused = 0;
-		grant(p, 1);
-	}
+	if (!done)
+		p->cb.on_output = NULL; /* nobody consumes output any more */
 	pthread_mutex_unlock(&c->lock);
 	if (!done) {
+		/* Kill first (a paused command is blocked on its full pipe, so it
+		 * cannot finish on its own meanwhile), then give init the credit
+		 * it needs to drain the pipe and reach EXIT. */
 		sandlot_proc_kill(p, SIGKILL, NULL);
+		pthread_mutex_lock(&c->lock);
+		p->paused = 0;
+		if (!p->done)
+			grant(p, 1);
+		pthread_mutex_unlock(&c->lock);
 		sandlot_proc_wait(p, NULL, NULL);
 	}
 	sandlot__timer_disarm(&p->timer);

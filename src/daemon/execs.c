@@ -724,6 +724,7 @@ static json_t *exec_status(struct dexec *e, int with_output)
 	json_object_set_new(o, "state", json_string(finished ? "exited" : "running"));
 	json_object_set(o, "command", e->command);
 	json_object_set_new(o, "mode", json_string(mode_names[e->mode]));
+	json_object_set_new(o, "output", json_string(e->base64 ? "base64" : "text"));
 	json_object_set_new(o, "started_at", json_time(e->started_ms));
 	json_object_set_new(o, "pid", pid > 0 ? json_integer(pid) : json_null());
 	json_object_set_new(o, "truncated", json_boolean(truncated));
@@ -1252,6 +1253,7 @@ static int stream_step(struct stream *st, int *wait_ms)
 		json_object_set_new(o, "type", json_string("start"));
 		json_object_set_new(o, "exec_id", json_string(e->id));
 		json_object_set_new(o, "pid", pid > 0 ? json_integer(pid) : json_null());
+		json_object_set_new(o, "output", json_string(e->base64 ? "base64" : "text"));
 		st->phase = PH_DATA;
 		return buf_add_json(st, o) < 0 ? -1 : 1;
 	}

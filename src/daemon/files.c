@@ -170,29 +170,15 @@ static void scan_api(struct daemon *d, struct dsb *s)
 	}
 }
 
-/* Answer from a sandlot error (not freed).  http_error_from() plus the
- * statuses only file operations meet: a read-only place (the sandbox's
- * root) is 403 like EACCES, a non-empty directory or a busy file a 409
- * conflict, a mount point in the way a 400, a file over the size limit
- * 507 like ENOSPC. */
+/* Answer from a sandlot error (not freed): http_error_from(), with a hint
+ * for the one status only file routes meet. */
 static int answer_status(struct http_req *req, const sandlot_error_t *err)
 {
-	const char *msg = err ? sandlot_error_message(err) : "internal error";
-	switch (err ? sandlot_error_status(err) : EIO) {
-	case EROFS:
-		return http_error(req, 403, "forbidden", "%s", msg);
-	case ENOTEMPTY:
-		return http_error(req, 409, "conflict", "%s (use recursive=1)", msg);
-	case EBUSY:
-	case ETXTBSY:
-		return http_error(req, 409, "conflict", "%s", msg);
-	case EXDEV:
-		return http_error(req, 400, "bad_request", "%s", msg);
-	case EFBIG:
-		return http_error(req, 507, "insufficient_storage", "%s", msg);
-	default:
-		return err ? http_error_from(req, err) : http_error(req, 500, "internal", "%s", msg);
-	}
+	if (err && sandlot_error_status(err) == ENOTEMPTY)
+		return http_error(req, 409, "conflict", "%s (use recursive=1)", sandlot_error_message(err));
+	if (err && sandlot_error_status(err) == ETXTBSY)
+		return http_error(req, 409, "conflict", "%s", sandlot_error_message(err));
+	return err ? http_error_from(req, err) : http_error(req, 500, "internal", "internal error");
 }
 
 /* answer_status() and free err.  Returns 0. */

@@ -210,7 +210,15 @@ int http_error_from(struct http_req *req, const sandlot_error_t *err)
 		return http_error(req, 410, "sandbox_gone", "%s", msg);
 	case EACCES:
 	case EPERM:
+	case EROFS:
 		return http_error(req, 403, "forbidden", "%s", msg);
+	case ENOTEMPTY:
+	case EBUSY:
+		return http_error(req, 409, "conflict", "%s", msg);
+	case EXDEV:
+		return http_error(req, 400, "bad_request", "%s", msg);
+	case EFBIG:
+		return http_error(req, 507, "insufficient_storage", "%s", msg);
 	default:
 		return http_error(req, 500, "internal", "%s", msg);
 	}

@@ -183,10 +183,22 @@ static int buf_is(const struct buf *b, const char *s)
 	return b->len == strlen(s) && (b->len == 0 || memcmp(b->p, s, b->len) == 0);
 }
 
+/* One TAP comment line: control characters (newlines above all, which
+ * would end the comment) are shown escaped. */
 static void show_buf(const char *what, const struct buf *b)
 {
-	printf("#   %s (%zu bytes): \"%.*s\"\n", what, b->len, (int)(b->len > 200 ? 200 : b->len),
-	       b->p ? (const char *)b->p : "");
+	printf("#   %s (%zu bytes): \"", what, b->len);
+	size_t n = b->len > 200 ? 200 : b->len;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = ((const unsigned char *)b->p)[i];
+		if (c == '\n')
+			fputs("\\n", stdout);
+		else if (c < 0x20 || c == 0x7f)
+			printf("\\x%02x", c);
+		else
+			putchar(c);
+	}
+	puts("\"");
 	fflush(stdout);
 }
 
