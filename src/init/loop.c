@@ -537,8 +537,10 @@ int init_serve(const struct init_config *cfg)
 		sl_msg_begin(&m, SL_MSG_HELLO, 0, 0);
 		sl_msg_put_u32(&m, SL_TAG_VERSION, SANDLOT_PROTO_VERSION);
 		init__queue(&l, &m);
-		/* Ready the first command's process while the host is busy with
-		 * its own side (the baseline scan, uploads). */
+		/* HELLO out first (the host is waiting for it), then ready the
+		 * first command's process while the host does its own side (the
+		 * baseline scan, uploads). */
+		queue_flush(&l);
 		init__warm_prepare(&l);
 		serve(&l);
 	}
