@@ -185,6 +185,18 @@ static int set_nonblock(int fd)
 	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
+/* The command's stdio pipes belong to the sandbox user, so it can reopen
+ * them (`echo x > /dev/stderr`, /proc/self/fd/1) like any process can
+ * with pipes it inherited on a normal system. */
+static int give_pipes(const struct init_config *cfg, int a, int b, int c)
+{
+	int fds[3] = { a, b, c };
+	for (int i = 0; i < 3; i++)
+		if (fds[i] >= 0 && fchown(fds[i], cfg->uid, cfg->gid) < 0)
+			return -1;
+	return 0;
+}
+
 /* --- the warm child ------------------------------------------------------
  *
  * Dropping privileges and loading the seccomp filter (a BPF JIT compile of
@@ -322,6 +334,8 @@ void init__warm_prepare(struct loop *l)
 		goto close_err;
 	if (pipe2(ctl, O_CLOEXEC) < 0)
 		goto close_st;
+	if (give_pipes(l->cfg, in[0], out[1], err[1]) < 0)
+		goto close_ctl;
 	pid_t pid = fork();
 	if (pid == 0)
 		warm_child(l->cfg, in[0], out[1], err[1], st[1], ctl[0]);
@@ -736,6 +750,8 @@ static void spawn(struct loop *l, uint32_t id, char *const argv[], char *const e
 	}
 	if (set_nonblock(out_r) < 0 || set_nonblock(err_r) < 0 ||
 	    (in_w >= 0 && set_nonblock(in_w) < 0))
+		goto fail;
+	if (give_pipes(l->cfg, in_w >= 0 ? in_r : -1, out_w, err_w) < 0)
 		goto fail;
 
 	e = calloc(1, sizeof(*e));

@@ -35,6 +35,15 @@ def test_stdout_and_stderr_are_separate(sandlot):
     assert r.err == b"err1\nerr2\n", r
 
 
+def test_command_can_reopen_its_stdio(sandlot):
+    # `echo x > /dev/stderr` reopens fd 2 through /proc/self/fd: the pipes
+    # must belong to the sandbox user, as inherited pipes do elsewhere.
+    r = sandlot.sh("echo err > /dev/stderr && echo out > /dev/stdout && cat /proc/self/fd/0 </dev/null")
+    assert r.rc == 0, r
+    assert r.out == b"out\n", r
+    assert r.err == b"err\n", r
+
+
 def test_argv_is_passed_verbatim_not_through_a_shell(sandlot):
     args = ["a b", "$HOME", "*", "'q'", "", "x;y"]
     r = sandlot.run(["--", "python3", "-c", "import sys, json; print(json.dumps(sys.argv[1:]))", *args])
