@@ -72,6 +72,23 @@ typedef struct sandlot_options {
 	sandlot_storage_t storage;  /* where /home/user and /tmp live */
 	const char *data_dir;       /* default $SANDLOT_DATA_DIR or /var/lib/sandlot */
 	const char *init_path;      /* default $SANDLOT_INIT or next to the library's user */
+	/* A kept workspace: /home/user and /tmp live in this ext4 image file,
+	 * which sandlot never removes, so a later sandbox given the same path
+	 * finds the files byte for byte (pause/resume, snapshots).  A missing
+	 * file is created from the storage template, disk_bytes big, appearing
+	 * complete or not at all; an existing one is used as it is (its size is
+	 * the quota, disk_bytes is ignored).  Owners are stored as sandbox uids
+	 * (1000 for the user) and mapped to the sandbox's host uid range by an
+	 * idmapped mount (Linux 5.12+), so any sandbox can use it.  One sandbox
+	 * at a time: EBUSY while another has it.  ext4 storage only (EINVAL
+	 * with SANDLOT_STORAGE_TMPFS).  The host kernel mounts it: give only
+	 * images sandlot made, never one from an untrusted party.  NULL (the
+	 * default): an unnamed image that dies with the sandbox. */
+	const char *workspace_image;
+	/* Give the sandbox this id ("sb-" + 26 of [a-z2-7]) instead of a new
+	 * one, e.g. to bring a paused sandbox back under its own id.  The caller
+	 * guarantees that no other live sandbox has it.  NULL: a new id. */
+	const char *id;
 } sandlot_options_t;
 
 /* Fill opts with the defaults above. */
@@ -100,11 +117,28 @@ SANDLOT_API void sandlot_destroy(sandlot_t *sb);
 /* Globally unique id ("sb-" followed by 26 lowercase base32 characters). */
 SANDLOT_API const char *sandlot_id(const sandlot_t *sb);
 
+/* Set environment variables for the commands started in the sandbox from
+ * now on, as opts->env at creation would have: env is "KEY=VALUE" entries,
+ * NULL-terminated; each replaces the entry with the same key (default or
+ * earlier), the other entries stay.  Commands already running keep the
+ * environment they started with.  NULL or an empty list is a no-op.
+ * Returns 0, or -1 with EINVAL (an entry without '=' or with an empty key)
+ * or ENOMEM; on failure the environment is unchanged.  (sandlotd uses it to
+ * give a sandbox made in advance the environment a request asks for.) */
+SANDLOT_API int sandlot_set_env(sandlot_t *sb, const char *const *env, sandlot_error_t **err);
+
 /* Host pid of the sandbox's init (for diagnostics and tests). */
 SANDLOT_API pid_t sandlot_init_pid(const sandlot_t *sb);
 
 /* Whether the sandbox is still usable (its init is alive). */
 SANDLOT_API int sandlot_alive(const sandlot_t *sb);
+
+/* Copy a workspace image (sandlot_options_t.workspace_image) to `dst`, a
+ * new file (EEXIST if it exists): only the allocated ranges are copied, so
+ * a 1 GiB image holding 10 MiB of files costs 10 MiB, and dst appears
+ * complete or not at all.  EBUSY while a sandbox is using src (and a
+ * sandbox trying to take src during the copy waits, then gets EBUSY). */
+SANDLOT_API int sandlot_workspace_copy(const char *src, const char *dst, sandlot_error_t **err);
 
 typedef struct sandlot_usage {
 	uint64_t memory_bytes;      /* current memory use of the whole sandbox */

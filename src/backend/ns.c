@@ -245,7 +245,8 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		goto fail;
 	sandlot__trace("cgroup");
 	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, ns->slot.base,
-				    (int)sb->opts.storage, &ns->storage, err) < 0)
+				    (int)sb->opts.storage, sb->opts.workspace_image, &ns->storage,
+				    err) < 0)
 		goto fail;
 	sandlot__trace("storage");
 	char cache_dir[4200];
@@ -275,8 +276,8 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	/* RLIMIT_FSIZE a little above the disk size: a file can never grow past
 	 * the storage anyway, and the storage's ENOSPC (a clean write error)
 	 * must come before the rlimit's SIGXFSZ (a kill). */
-	snprintf(a_fsize, sizeof(a_fsize), "%llu", (unsigned long long)sb->opts.disk_bytes + (1ull << 20));
-	snprintf(a_disk, sizeof(a_disk), "%llu", (unsigned long long)sb->opts.disk_bytes);
+	snprintf(a_fsize, sizeof(a_fsize), "%llu", (unsigned long long)ns->storage.bytes + (1ull << 20));
+	snprintf(a_disk, sizeof(a_disk), "%llu", (unsigned long long)ns->storage.bytes);
 	char *argv[24];
 	int ac = 0;
 	argv[ac++] = (char *)"sandlot-init";
@@ -339,6 +340,10 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	if (sandlot__userns_write_maps(pid, ns->slot.base, err) < 0)
 		goto fail;
 	sandlot__trace("uid map");
+	/* A kept workspace stores sandbox uids: show it through the new
+	 * namespace's mapping, before init attaches it. */
+	if (sandlot__storage_idmap(&ns->storage, pid, err) < 0)
+		goto fail;
 	if (!added && sandlot__cgroup_add_pid(ns->cg, pid, err) < 0)
 		goto fail;
 	sandlot__trace("cgroup add");

@@ -176,7 +176,9 @@ sandlot_proc_t *sandlot_exec(sandlot_t *sb, const sandlot_exec_spec_t *spec,
 	p->timer.fire = on_timeout;
 	sb->ops->events(sb, &p->before_oom, &p->before_pids);
 
+	pthread_mutex_lock(&sb->env_lock);
 	char **env = sandlot__env_merge(sb->env, spec->env);
+	pthread_mutex_unlock(&sb->env_lock);
 	if (!env) {
 		free(p);
 		return sandlot__error(err, ENOMEM, "out of memory"), NULL;

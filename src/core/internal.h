@@ -89,7 +89,9 @@ struct sandlot {
 	char id[32];
 	sandlot_options_t opts;     /* strings below are owned copies */
 	char *image, *hostname, *data_dir, *init_path;
+	char *workspace_image;      /* kept storage image, or NULL */
 	char **env;                 /* full default environment, NULL-terminated */
+	pthread_mutex_t env_lock;   /* guards env (sandlot_set_env vs sandlot_exec); a leaf */
 	const struct sandlot_backend_ops *ops;
 	void *backend;
 	int conn_fd;

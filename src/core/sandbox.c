@@ -158,6 +158,17 @@ static const char *const default_env[] = {
 	NULL,
 };
 
+/* ^sb-[a-z2-7]{26}$, what sandlot__new_id() makes. */
+static int valid_sandbox_id(const char *id)
+{
+	if (strncmp(id, "sb-", 3) != 0 || strlen(id) != 29)
+		return 0;
+	for (const char *p = id + 3; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '2' && *p <= '7')))
+			return 0;
+	return 1;
+}
+
 int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **err)
 {
 	if (opts->memory_bytes && opts->memory_bytes < MIN_MEMORY)
@@ -172,6 +183,15 @@ int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **er
 	if (opts->storage != SANDLOT_STORAGE_DEFAULT && opts->storage != SANDLOT_STORAGE_EXT4 &&
 	    opts->storage != SANDLOT_STORAGE_TMPFS)
 		return sandlot__error(err, EINVAL, "unknown storage kind %d", (int)opts->storage);
+	if (opts->workspace_image && !*opts->workspace_image)
+		return sandlot__error(err, EINVAL, "empty workspace image path");
+	if (opts->workspace_image && opts->storage == SANDLOT_STORAGE_TMPFS)
+		return sandlot__error(err, EINVAL,
+				      "a workspace image needs ext4 storage, not tmpfs");
+	if (opts->id && !valid_sandbox_id(opts->id))
+		return sandlot__error(err, EINVAL,
+				      "invalid sandbox id \"%.64s\": expected \"sb-\" and 26 characters "
+				      "of [a-z2-7]", opts->id);
 	if (validate_env(opts->env, err) < 0)
 		return -1;
 	if (opts->hostname && check_hostname(opts->hostname, err) < 0)
@@ -200,6 +220,7 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sb->opts = *opts;
 	sb->conn_fd = -1;
 	sb->refs = 1;
+	pthread_mutex_init(&sb->env_lock, NULL);
 	if (!sb->opts.memory_bytes)
 		sb->opts.memory_bytes = DEFAULT_MEMORY;
 	if (!sb->opts.disk_bytes)
@@ -208,19 +229,26 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		sb->opts.pids = DEFAULT_PIDS;
 	if (!sb->opts.nofile)
 		sb->opts.nofile = DEFAULT_NOFILE;
-	sandlot__new_id("sb-", sb->id);
+	if (opts->id)
+		snprintf(sb->id, sizeof(sb->id), "%s", opts->id);
+	else
+		sandlot__new_id("sb-", sb->id);
+	sb->opts.id = NULL; /* in sb->id */
 
 	const char *dd = opts->data_dir ? opts->data_dir : getenv("SANDLOT_DATA_DIR");
 	sb->image = strdup(opts->image ? opts->image : "host");
 	sb->hostname = strdup(opts->hostname ? opts->hostname : "sandlot");
 	sb->data_dir = strdup(dd && *dd ? dd : "/var/lib/sandlot");
+	sb->workspace_image = opts->workspace_image ? strdup(opts->workspace_image) : NULL;
+	sb->opts.workspace_image = sb->workspace_image;
 	char host_env[80];
 	snprintf(host_env, sizeof(host_env), "HOSTNAME=%s", sb->hostname ? sb->hostname : "");
 	const char *const hn[] = { host_env, NULL };
 	char **base = sandlot__env_merge((char *const *)default_env, hn);
 	sb->env = base ? sandlot__env_merge(base, opts->env) : NULL;
 	sandlot__strv_free(base);
-	if (!sb->image || !sb->hostname || !sb->data_dir || !sb->env) {
+	if (!sb->image || !sb->hostname || !sb->data_dir || !sb->env ||
+	    (opts->workspace_image && !sb->workspace_image)) {
 		sandlot__error(err, ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -261,10 +289,12 @@ fail_started:
 	return NULL;
 fail:
 	sandlot__error_wrap(err, "create sandbox");
+	pthread_mutex_destroy(&sb->env_lock);
 	sandlot__strv_free(sb->env);
 	free(sb->image);
 	free(sb->hostname);
 	free(sb->data_dir);
+	free(sb->workspace_image);
 	free(sb->init_path);
 	free(sb);
 	return NULL;
@@ -274,10 +304,12 @@ static void free_sandbox(sandlot_t *sb)
 {
 	if (sb->conn_open)
 		sandlot__conn_free(&sb->conn);
+	pthread_mutex_destroy(&sb->env_lock);
 	sandlot__strv_free(sb->env);
 	free(sb->image);
 	free(sb->hostname);
 	free(sb->data_dir);
+	free(sb->workspace_image);
 	free(sb->init_path);
 	free(sb);
 }
@@ -310,6 +342,27 @@ void sandlot_destroy(sandlot_t *sb)
 		sb->ops->release(sb);
 	sandlot__trace("destroy: release");
 	sandlot__unref(sb);
+}
+
+int sandlot_set_env(sandlot_t *sb, const char *const *env, sandlot_error_t **err)
+{
+	if (!env || !env[0])
+		return 0;
+	if (validate_env(env, err) < 0)
+		return -1;
+	/* Merged under the lock, so two concurrent calls cannot lose each
+	 * other's entries; exec holds it just as briefly, for its own merge. */
+	pthread_mutex_lock(&sb->env_lock);
+	char **merged = sandlot__env_merge(sb->env, env);
+	if (!merged) {
+		pthread_mutex_unlock(&sb->env_lock);
+		return sandlot__error(err, ENOMEM, "out of memory");
+	}
+	char **old = sb->env;
+	sb->env = merged;
+	pthread_mutex_unlock(&sb->env_lock);
+	sandlot__strv_free(old);
+	return 0;
 }
 
 const char *sandlot_id(const sandlot_t *sb)

@@ -7,6 +7,8 @@
  *   execs.c       exec routes: buffered, NDJSON streaming, background
  *   files.c       file routes, archives (libarchive)
  *   misc.c        health, metrics, request log
+ *   workspaces.c  kept workspaces: pause, resume, snapshots, retention
+ *   pool.c        the warm pool (--pool) and its refill thread
  *
  * Locking: d->lock guards the table of sandboxes; each dsb has its own lock
  * for its fields.  Order: d->lock → dsb->lock → d->db_lock.  Never call
@@ -26,6 +28,7 @@
 #include "daemon/http.h"
 
 struct dexec;
+struct pools;
 
 enum dsb_state {
 	DSB_STARTING,  /* being created */
@@ -34,6 +37,7 @@ enum dsb_state {
 	DSB_DELETED,   /* ended by DELETE */
 	DSB_LOST,      /* was running when sandlotd died; cleaned up at restart */
 	DSB_FAILED,    /* its init died unexpectedly */
+	DSB_PAUSED,    /* processes gone, workspace kept on disk (workspaces.c) */
 	DSB_NSTATES
 };
 const char *dsb_state_name(enum dsb_state s);
@@ -77,6 +81,14 @@ struct dsb {
 	pid_t init_pid;             /* host pid of its init (our child) */
 	int destroy_pending;        /* ended, but borrowers still used sb */
 	int in_table;
+	/* kept workspace (workspaces.c), under s->lock */
+	int has_workspace;          /* its storage is <data-dir>/workspaces/<id>.img */
+	int workspace_kept;         /* paused, or ended with its image kept */
+	int auto_resume;            /* calls on it while paused resume it */
+	uint32_t paused_retention_seconds; /* 0 = keep the paused workspace for good */
+	int64_t paused_ms;          /* when it was paused (state paused) */
+	int transition;             /* pause or resume in progress; s->cond on change */
+	int copying;                /* from_snapshot copies of its image in progress */
 };
 
 struct daemon_config {
@@ -87,6 +99,7 @@ struct daemon_config {
 	unsigned default_ttl_s;     /* when the request gives none; 0 = none */
 	unsigned default_idle_s;
 	unsigned max_sandboxes;
+	unsigned paused_retention_s; /* default paused_retention_seconds; 0 = forever */
 };
 
 struct daemon_metrics {
@@ -114,6 +127,7 @@ struct daemon {
 	pthread_t reaper;
 	int reaper_started;
 	pthread_cond_t reaper_cond; /* with d->lock: wake the reaper */
+	struct pools *pools;        /* pool.c private; NULL without --pool */
 };
 
 int64_t daemon_now_ms(void);    /* wall clock */
@@ -163,6 +177,25 @@ void dsb_table_add(struct daemon *d, struct dsb *s);
 /* Number of sandboxes in each state (for metrics). */
 void dsb_count_states(struct daemon *d, unsigned counts[DSB_NSTATES]);
 
+/* After sandlot_destroy() of sandbox `id`: if its cgroup is still there
+ * (the kernel was slow to let go), retry removing it in the background
+ * (the reaper, and sandboxes_free() at the end). */
+void cgroup_check_after_destroy(const char *id);
+
+/* Without busy marking: a reference to sandbox `id` (release with
+ * dsb_release), or NULL if the id is malformed or unknown. */
+struct dsb *dsb_find(struct daemon *d, const char *id);
+/* Answer 404 for an id dsb_find() did not know; 410 sandbox_ended with the
+ * state and reason of s (takes s->lock). */
+void dsb_answer_missing(struct http_req *req, const char *id);
+void dsb_answer_ended(struct http_req *req, struct dsb *s);
+/* The second half of ending or pausing s, after its state changed under
+ * s->lock (so that no new borrower gets it) and nrunning went down: kill
+ * its execs and init, wait (bounded) for borrowers, destroy the handle —
+ * or leave that to the reaper if a borrower holds on — and tell
+ * workspace_destroyed().  `pid` is its init_pid from before the change. */
+void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid);
+
 extern const struct http_route sandbox_routes[];
 /* Start-up: mark sandboxes of a previous run that were running as lost and
  * clean up what they left (cgroups, storage images). */
@@ -196,6 +229,84 @@ int registry_forget(struct daemon *d, const char *id);
 /* Load every sandbox (all states) into d->sbs with sb == NULL; the caller
  * then marks those that were running as lost and cleans them up. */
 int registry_load(struct daemon *d, sandlot_error_t **err);
+
+/* ---- pool.c ------------------------------------------------------------- */
+
+/* One --pool argument: "N" (image host) or "IMAGE=N", N from 0 to 1000; a
+ * later one for the same image replaces an earlier one.  0, or -1 with a
+ * message for the user in msg. */
+int pool_configure(struct daemon *d, const char *arg, char *msg, size_t msglen);
+/* Start filling the pools (after recovery, before serving): removes what
+ * a previous run's pools left (in the background) and starts the refill
+ * thread.  A no-op without --pool.  0, or -1 with err. */
+int pool_start(struct daemon *d, sandlot_error_t **err);
+/* For a create request whose options are opts (validated, as the request
+ * gave them: before workspace_assign(), since an id or a workspace image
+ * of its own is an option no pooled sandbox has): a ready sandbox of the
+ * pool, with opts->env applied and its own kept workspace image, now owned
+ * by the caller — or NULL, and the caller creates one.  *outcome: "hit",
+ * "empty" (the pool had none ready), "options" (the pool cannot serve
+ * these options) or NULL (no pool for this image: the answer should not
+ * mention the pool). */
+sandlot_t *pool_take(struct daemon *d, const sandlot_options_t *opts, const char **outcome);
+/* Shutdown: stop the refill thread (waiting for a creation in progress)
+ * and destroy every ready sandbox.  pool_take() answers NULL afterwards. */
+void pool_stop(struct daemon *d);
+void pool_free(struct daemon *d);
+/* {"IMAGE": {"size": N, "ready": n}, ...}, or NULL without pools. */
+json_t *pool_health(struct daemon *d);
+/* The pool's Prometheus lines (sandlot_pool_*), to be freed; NULL without
+ * pools. */
+char *pool_metrics(struct daemon *d);
+
+/* ---- workspaces.c ------------------------------------------------------- */
+
+extern const struct http_route workspace_routes[];
+/* <data-dir>/workspaces/<id>.img */
+void workspace_path(struct daemon *d, const char *id, char *out, size_t n);
+/* Give a sandbox about to be created a new id (written to id[32]) and a
+ * kept workspace image under that id (its path in path); opts points at
+ * both.  Every sandbox of the daemon has one (pool.c's too), so any can
+ * be paused. */
+void workspace_assign(struct daemon *d, sandlot_options_t *opts, char id[32], char *path,
+		      size_t n);
+/* Remove the image of sandbox `id` (a no-op if there is none). */
+void workspace_remove(struct daemon *d, const char *id);
+/* dsb_get() found s paused: resume it if it has auto_resume (after any
+ * pause or resume in progress), else answer 409 sandbox_paused.  0 when
+ * the caller may go on (s running again), -1 when answered. */
+int workspace_wake(struct daemon *d, struct http_req *req, struct dsb *s);
+/* After s->sb was destroyed (state already final): flush a kept image to
+ * disk (paused, expired with its files kept) or remove it (deleted,
+ * failed, lost), and end a pause in progress. */
+void workspace_destroyed(struct daemon *d, struct dsb *s);
+/* dsb_end() is ending s as `state`: whether its image is to be kept
+ * (sets s->workspace_kept; s->lock held). */
+void workspace_on_end_locked(struct daemon *d, struct dsb *s, enum dsb_state state);
+/* DELETE of a sandbox that is not running: a paused one is deleted, an
+ * ended one loses its kept workspace (204); otherwise 410.  Answers. */
+int workspace_delete(struct daemon *d, struct http_req *req, struct dsb *s);
+/* Reaper, once a second per sandbox: paused sandboxes and kept workspaces
+ * past their retention go. */
+void workspace_reap(struct daemon *d, struct dsb *s, int64_t now_ms);
+/* Whether the reaper may forget the ended s (nothing kept; s->lock held). */
+int workspace_forgettable_locked(struct dsb *s);
+/* Create request with "from_snapshot": copy the kept workspace of sandbox
+ * `from` into a new image for the sandbox being created (id and path as
+ * workspace_assign()), and set opts->disk_bytes to its size.  0, or -1
+ * having answered the request (404, 409, 400 if disk_given differs). */
+int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *from,
+			    int disk_given, sandlot_options_t *opts, char id[32], char *path,
+			    size_t n);
+/* Start-up, after the registry is loaded: paused sandboxes stay paused
+ * (cgroups a killed daemon left are removed); images no kept workspace
+ * owns (lost sandboxes, pool leftovers, interrupted copies) are removed. */
+void workspace_recover(struct daemon *d);
+
+/* ---- files.c (used by workspaces.c) -------------------------------------- */
+
+/* GET .../files/archive: the tree at ?path= (default /home/user) as tar. */
+int files_archive_get(struct http_req *req);
 
 /* ---- misc.c ------------------------------------------------------------- */
 

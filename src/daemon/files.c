@@ -1320,6 +1320,13 @@ static int aout_get(struct http_req *req)
 	return http_stream(req, 200, "application/x-tar", aout_read, aout_free, st);
 }
 
+/* GET /v1/sandboxes/{id}/snapshot is this archive of /home/user
+ * (workspaces.c). */
+int files_archive_get(struct http_req *req)
+{
+	return aout_get(req);
+}
+
 /* ---- routes ------------------------------------------------------------------ */
 
 const struct http_route file_routes[] = {

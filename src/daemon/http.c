@@ -129,6 +129,8 @@ static int deliver(struct http_req *pub, unsigned status, struct MHD_Response *r
 	}
 	pub->answered = 1;
 	pub->status = (int)status;
+	if (pub->extra_header[0] && pub->extra_header[1])
+		MHD_add_response_header(resp, pub->extra_header[0], pub->extra_header[1]);
 	if (r->can_queue) {
 		if (MHD_queue_response(pub->conn, status, resp) != MHD_YES)
 			daemon_log("http_error", "level=error msg=\"queue response failed\" status=%u",
@@ -139,6 +141,12 @@ static int deliver(struct http_req *pub, unsigned status, struct MHD_Response *r
 		r->pending_status = status;
 	}
 	return 0;
+}
+
+void http_set_header(struct http_req *req, const char *name, const char *value)
+{
+	req->extra_header[0] = name;
+	req->extra_header[1] = value;
 }
 
 int http_json(struct http_req *req, int status, json_t *body)

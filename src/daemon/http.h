@@ -76,6 +76,7 @@ struct http_req {
 	struct daemon *d;
 	char log_sandbox[32];        /* sandbox id for the request's log line,
 	                              * when not the first {} capture (create) */
+	const char *extra_header[2]; /* name, value: see http_set_header() */
 };
 
 /* Query parameter or request header (NULL if absent). */
@@ -87,6 +88,11 @@ const char *http_header(struct http_req *req, const char *name);
 size_t http_query_all(struct http_req *req, const char *name, const char **out, size_t max);
 /* Whether the client asked for NDJSON (Accept: application/x-ndjson). */
 int http_wants_ndjson(struct http_req *req);
+
+/* One extra header for whatever answer the request gets (set it before
+ * answering; a second call replaces the first).  name and value are not
+ * copied: pass strings that outlive the request (literals). */
+void http_set_header(struct http_req *req, const char *name, const char *value);
 
 /* ---- answering (each returns 0; call exactly one per request) ---------- */
 

@@ -3,15 +3,18 @@
  * Threads: the main thread only waits for SIGTERM/SIGINT (blocked in every
  * thread, taken with sigwaitinfo) and then shuts down; libmicrohttpd runs a
  * listener thread per server and a thread per connection; the reaper runs
- * once a second; libsandlot has its own I/O thread.  No thread per sandbox.
+ * once a second; with --pool, one refill thread (pool.c); libsandlot has
+ * its own I/O thread.  No thread per sandbox.
  *
  * Shutdown order: stop accepting (sockets closed and unlinked), stop the
- * reaper, end every running sandbox (their commands are killed, so the
+ * pool's refill and destroy its ready sandboxes, stop the reaper, end
+ * every running sandbox (their commands are killed, so the
  * requests waiting on them answer), wait (bounded) for the requests still
- * in progress, close the registry, exit 0.  Sandboxes cannot outlive the
- * daemon in this version (their init dies when its connection to us
- * closes), so a clean stop records them as "deleted" with reason
- * "sandlotd stopped".
+ * in progress, close the registry, exit 0.  Running sandboxes cannot
+ * outlive the daemon (their init dies when its connection to us closes),
+ * so a clean stop records them as "deleted" with reason "sandlotd
+ * stopped"; paused ones have no process to lose and stay paused, their
+ * workspaces on disk (workspaces.c).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -57,17 +60,27 @@ static const char help[] =
 	"                               idle_timeout_seconds (default 0: none)\n"
 	"        --max-sandboxes N      running sandboxes at most (default 2000);\n"
 	"                               more creations get 429\n"
+	"        --pool [IMAGE=]N       keep N sandboxes of IMAGE (default host)\n"
+	"                               ready, so that creations with the default\n"
+	"                               limits return at once (repeatable, one per\n"
+	"                               image; default 0: no pool)\n"
+	"        --paused-retention SECONDS\n"
+	"                               how long a paused sandbox, and the workspace\n"
+	"                               of an expired one, is kept for sandboxes\n"
+	"                               created without paused_retention_seconds\n"
+	"                               (default 604800: 7 days; 0: for good)\n"
 	"    -h, --help                 show this help\n"
 	"\n"
 	"SIGNALS\n"
 	"    SIGTERM, SIGINT  stop: no new connections, every running sandbox is\n"
 	"                     destroyed and recorded as deleted (\"sandlotd stopped\"),\n"
-	"                     exit 0.\n"
+	"                     exit 0.  Paused sandboxes stay paused, on disk.\n"
 	"\n"
 	"EXIT STATUS\n"
 	"    0 after a clean stop, 1 if it could not start, 2 for bad arguments.\n";
 
-enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MAX };
+enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MAX, OPT_POOL,
+       OPT_PAUSED_RETENTION };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -76,6 +89,8 @@ static const struct option opts[] = {
 	{ "default-ttl", required_argument, NULL, OPT_TTL },
 	{ "default-idle-timeout", required_argument, NULL, OPT_IDLE },
 	{ "max-sandboxes", required_argument, NULL, OPT_MAX },
+	{ "pool", required_argument, NULL, OPT_POOL },
+	{ "paused-retention", required_argument, NULL, OPT_PAUSED_RETENTION },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -153,7 +168,7 @@ static void raise_nofile(void)
 static struct http_route *all_routes(void)
 {
 	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
-					      file_routes };
+					      file_routes, workspace_routes };
 	size_t n = 0;
 	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
 		for (const struct http_route *r = tables[t]; r->method; r++)
@@ -176,6 +191,7 @@ int main(int argc, char **argv)
 	const char *token_file = NULL;
 	d.cfg.data_dir = "/var/lib/sandlot";
 	d.cfg.max_sandboxes = 2000;
+	d.cfg.paused_retention_s = 7 * 24 * 3600;
 
 	int c;
 	opterr = 0;
@@ -215,6 +231,17 @@ int main(int argc, char **argv)
 				return 2;
 			if (d.cfg.max_sandboxes == 0)
 				return usage_error("--max-sandboxes must be at least 1");
+			break;
+		case OPT_POOL: {
+			char msg[512];
+			if (pool_configure(&d, optarg, msg, sizeof(msg)) < 0)
+				return usage_error("%s", msg);
+			break;
+		}
+		case OPT_PAUSED_RETENTION:
+			if (parse_uint("--paused-retention", optarg, 315360000,
+				       &d.cfg.paused_retention_s) < 0)
+				return 2;
 			break;
 		case 'h':
 			fputs(help, stdout);
@@ -280,6 +307,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	sandboxes_recover(&d);
+	/* Only after recovery, which removes every workspace image that the
+	 * registry does not own — as those of pooled sandboxes are not. */
+	if (pool_start(&d, &err) < 0) {
+		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		registry_close(&d);
+		return 1;
+	}
 
 	struct http_route *routes = all_routes();
 	if (!routes) {
@@ -295,6 +329,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
 			for (int k = 0; k < nservers; k++)
 				http_stop(servers[k], 0);
+			pool_stop(&d);
 			registry_close(&d);
 			return 1;
 		}
@@ -326,10 +361,12 @@ int main(int argc, char **argv)
 	uint64_t t0 = sandlot__now_ms();
 	for (int i = 0; i < nservers; i++)
 		http_quiesce(servers[i]);
+	pool_stop(&d);
 	sandboxes_shutdown(&d);
 	for (int i = 0; i < nservers; i++)
 		http_stop(servers[i], 5000);
 	sandboxes_free(&d);
+	pool_free(&d);
 	registry_close(&d);
 	free(routes);
 	free(token);

@@ -71,6 +71,9 @@ static int health(struct http_req *req)
 			    json_integer(__atomic_load_n(&d->nrunning, __ATOMIC_RELAXED)));
 	json_object_set_new(o, "uptime_seconds",
 			    json_integer((daemon_now_ms() - d->started_ms) / 1000));
+	json_t *pool = pool_health(d);
+	if (pool)
+		json_object_set_new(o, "pool", pool);
 	return http_json(req, 200, o);
 }
 
@@ -157,6 +160,11 @@ static int metrics(struct http_req *req)
 		LOAD(m->bytes_uploaded));
 	counter(&b, "sandlot_bytes_downloaded_total", "File bytes read from sandboxes.",
 		LOAD(m->bytes_downloaded));
+	char *pool = pool_metrics(d);
+	if (pool) {
+		bprintf(&b, "%s", pool);
+		free(pool);
+	}
 	bprintf(&b, "# HELP sandlot_uptime_seconds Seconds since sandlotd started.\n"
 		    "# TYPE sandlot_uptime_seconds gauge\nsandlot_uptime_seconds %lld\n",
 		(long long)((daemon_now_ms() - d->started_ms) / 1000));

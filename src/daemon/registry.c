@@ -7,10 +7,12 @@
  * worst forgets that a sandbox existed whose processes died with the host
  * anyway.
  *
- * Schema (user_version 1):
+ * Schema (user_version 2):
  *   sandboxes(id PRIMARY KEY, state, created_ms, ended_ms, expires_ms,
  *             ttl_seconds, idle_timeout_seconds, last_active_ms, end_reason,
- *             options JSON, metadata JSON, next_cursor)
+ *             options JSON, metadata JSON, next_cursor,
+ *             auto_resume, paused_retention_seconds, paused_ms,
+ *             workspace_kept)                     (the last four: version 2)
  *   changes(sandbox, cursor, kind, type, size, path, source, at_ms)
  *             PRIMARY KEY (sandbox, cursor)
  *   settings(key PRIMARY KEY, value)       reserved for daemon settings
@@ -36,7 +38,11 @@ static const char schema[] =
 	" end_reason TEXT,"
 	" options TEXT NOT NULL DEFAULT '{}',"
 	" metadata TEXT NOT NULL DEFAULT '{}',"
-	" next_cursor INTEGER NOT NULL DEFAULT 1);"
+	" next_cursor INTEGER NOT NULL DEFAULT 1,"
+	" auto_resume INTEGER NOT NULL DEFAULT 0,"
+	" paused_retention_seconds INTEGER NOT NULL DEFAULT 0,"
+	" paused_ms INTEGER NOT NULL DEFAULT 0,"
+	" workspace_kept INTEGER NOT NULL DEFAULT 0);"
 	"CREATE TABLE IF NOT EXISTS changes ("
 	" sandbox TEXT NOT NULL,"
 	" cursor INTEGER NOT NULL,"
@@ -47,8 +53,25 @@ static const char schema[] =
 	" source TEXT,"
 	" at_ms INTEGER NOT NULL,"
 	" PRIMARY KEY (sandbox, cursor)) WITHOUT ROWID;"
-	"CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT);"
-	"PRAGMA user_version = 1;";
+	"CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT);";
+
+/* From version 1 (before pause/resume): the kept-workspace columns. */
+static const char migrate_1_2[] =
+	"ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE sandboxes ADD COLUMN paused_retention_seconds INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE sandboxes ADD COLUMN paused_ms INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE sandboxes ADD COLUMN workspace_kept INTEGER NOT NULL DEFAULT 0;";
+
+static int user_version(sqlite3 *db)
+{
+	sqlite3_stmt *st = NULL;
+	int v = -1;
+	if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	return v;
+}
 
 static int db_fail(sandlot_error_t **err, sqlite3 *db, const char *what)
 {
@@ -68,9 +91,13 @@ int registry_open(struct daemon *d, sandlot_error_t **err)
 	}
 	sqlite3_busy_timeout(db, 5000);
 	char *msg = NULL;
+	int version = -1;
 	if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", NULL, NULL,
 			 &msg) != SQLITE_OK ||
-	    sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK) {
+	    (version = user_version(db)) < 0 ||
+	    sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK ||
+	    (version == 1 && sqlite3_exec(db, migrate_1_2, NULL, NULL, &msg) != SQLITE_OK) ||
+	    sqlite3_exec(db, "PRAGMA user_version = 2", NULL, NULL, &msg) != SQLITE_OK) {
 		sandlot__error(err, EIO, "registry %s: %s", path, msg ? msg : sqlite3_errmsg(db));
 		sqlite3_free(msg);
 		sqlite3_close(db);
@@ -107,11 +134,12 @@ int registry_save(struct daemon *d, struct dsb *s)
 	char *meta = s->metadata ? json_dumps(s->metadata, JSON_COMPACT) : NULL;
 	static const char sql[] =
 		"INSERT INTO sandboxes (id, state, created_ms, ended_ms, expires_ms, ttl_seconds,"
-		" idle_timeout_seconds, last_active_ms, end_reason, options, metadata, next_cursor)"
-		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+		" idle_timeout_seconds, last_active_ms, end_reason, options, metadata, next_cursor,"
+		" auto_resume, paused_retention_seconds, paused_ms, workspace_kept)"
+		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
 		" ON CONFLICT(id) DO UPDATE SET state = ?2, ended_ms = ?4, expires_ms = ?5,"
 		" ttl_seconds = ?6, idle_timeout_seconds = ?7, last_active_ms = ?8,"
-		" end_reason = ?9, next_cursor = ?12";
+		" end_reason = ?9, next_cursor = ?12, paused_ms = ?15, workspace_kept = ?16";
 	int rc = -1;
 	pthread_mutex_lock(&d->db_lock);
 	sqlite3_stmt *st = NULL;
@@ -134,6 +162,10 @@ int registry_save(struct daemon *d, struct dsb *s)
 	sqlite3_bind_text(st, 10, opts ? opts : "{}", -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(st, 11, meta ? meta : "{}", -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(st, 12, (sqlite3_int64)s->next_cursor);
+	sqlite3_bind_int(st, 13, s->auto_resume);
+	sqlite3_bind_int64(st, 14, s->paused_retention_seconds);
+	sqlite3_bind_int64(st, 15, s->paused_ms);
+	sqlite3_bind_int(st, 16, s->workspace_kept);
 	if (sqlite3_step(st) != SQLITE_DONE)
 		log_db_error(d, "save");
 	else
@@ -231,7 +263,8 @@ int registry_load(struct daemon *d, sandlot_error_t **err)
 	if (sqlite3_prepare_v2(d->db,
 			       "SELECT id, state, created_ms, ended_ms, expires_ms, ttl_seconds,"
 			       " idle_timeout_seconds, last_active_ms, end_reason, options, metadata,"
-			       " next_cursor FROM sandboxes ORDER BY created_ms",
+			       " next_cursor, auto_resume, paused_retention_seconds, paused_ms,"
+			       " workspace_kept FROM sandboxes ORDER BY created_ms",
 			       -1, &st, NULL) != SQLITE_OK) {
 		return db_fail(err, d->db, "load registry");
 	}
@@ -261,11 +294,18 @@ int registry_load(struct daemon *d, sandlot_error_t **err)
 		s->last_active_ms = sqlite3_column_int64(st, 7);
 		const char *reason = (const char *)sqlite3_column_text(st, 8);
 		s->end_reason = reason ? strdup(reason) : NULL;
+		json_decref(s->options); /* dsb_alloc's empty ones */
+		json_decref(s->metadata);
 		s->options = load_json(sqlite3_column_text(st, 9));
 		s->metadata = load_json(sqlite3_column_text(st, 10));
 		s->next_cursor = (uint64_t)sqlite3_column_int64(st, 11);
 		if (s->next_cursor == 0)
 			s->next_cursor = 1;
+		s->auto_resume = sqlite3_column_int(st, 12) != 0;
+		s->paused_retention_seconds = (uint32_t)sqlite3_column_int64(st, 13);
+		s->paused_ms = sqlite3_column_int64(st, 14);
+		s->workspace_kept = sqlite3_column_int(st, 15) != 0;
+		s->has_workspace = s->workspace_kept;
 		dsb_table_add(d, s);
 	}
 	sqlite3_finalize(st);

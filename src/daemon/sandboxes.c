@@ -60,6 +60,7 @@ static int reaper_quit;
 static const char *const state_names[DSB_NSTATES] = {
 	[DSB_STARTING] = "starting", [DSB_RUNNING] = "running", [DSB_EXPIRED] = "expired",
 	[DSB_DELETED] = "deleted",   [DSB_LOST] = "lost",       [DSB_FAILED] = "failed",
+	[DSB_PAUSED] = "paused",
 };
 
 const char *dsb_state_name(enum dsb_state s)
@@ -157,6 +158,11 @@ static struct dsb *find_ref(struct daemon *d, const char *id)
 	return found;
 }
 
+struct dsb *dsb_find(struct daemon *d, const char *id)
+{
+	return valid_id(id) ? find_ref(d, id) : NULL;
+}
+
 /* A reference on every entry (the caller releases each); *n entries. */
 static struct dsb **snapshot(struct daemon *d, size_t *n)
 {
@@ -212,6 +218,18 @@ static void answer_ended_locked(struct http_req *req, struct dsb *s)
 	http_json(req, 410, o);
 }
 
+void dsb_answer_missing(struct http_req *req, const char *id)
+{
+	answer_not_found(req, id);
+}
+
+void dsb_answer_ended(struct http_req *req, struct dsb *s)
+{
+	pthread_mutex_lock(&s->lock);
+	answer_ended_locked(req, s);
+	pthread_mutex_unlock(&s->lock);
+}
+
 struct dsb *dsb_get(struct daemon *d, struct http_req *req, const char *id)
 {
 	struct dsb *s = valid_id(id) ? find_ref(d, id) : NULL;
@@ -220,6 +238,15 @@ struct dsb *dsb_get(struct daemon *d, struct http_req *req, const char *id)
 		return NULL;
 	}
 	pthread_mutex_lock(&s->lock);
+	if (s->state == DSB_PAUSED) {
+		/* Resumed here when it has auto_resume (workspaces.c). */
+		pthread_mutex_unlock(&s->lock);
+		if (workspace_wake(d, req, s) < 0) {
+			dsb_release(d, s);
+			return NULL;
+		}
+		pthread_mutex_lock(&s->lock);
+	}
 	if (s->state != DSB_RUNNING || !s->sb) {
 		answer_ended_locked(req, s);
 		pthread_mutex_unlock(&s->lock);
@@ -283,7 +310,9 @@ static json_t *to_json_locked(struct dsb *s)
 	json_object_set_new(o, "id", json_string(s->id));
 	json_object_set_new(o, "state", json_string(dsb_state_name(s->state)));
 	json_object_set_new(o, "created_at", json_time(s->created_ms));
-	json_object_set_new(o, "expires_at", json_time(s->expires_ms));
+	/* No TTL runs while paused: the resume sets a new deadline. */
+	json_object_set_new(o, "expires_at",
+			    json_time(s->state == DSB_PAUSED ? 0 : s->expires_ms));
 	json_object_set_new(o, "last_active_at", json_time(s->last_active_ms));
 	json_object_set_new(o, "ended_at", json_time(s->ended_ms));
 	json_object_set_new(o, "end_reason", s->end_reason ? json_string(s->end_reason) : json_null());
@@ -292,6 +321,17 @@ static json_t *to_json_locked(struct dsb *s)
 	json_object_set_new(o, "options", json_deep_copy(s->options));
 	json_object_set_new(o, "metadata", json_deep_copy(s->metadata));
 	json_object_set_new(o, "cursor", json_integer((json_int_t)(s->next_cursor - 1)));
+	/* Kept workspace: while paused, or after expiry until retention ends. */
+	json_object_set_new(o, "auto_resume", json_boolean(s->auto_resume));
+	json_object_set_new(o, "paused_retention_seconds",
+			    json_integer(s->paused_retention_seconds));
+	json_object_set_new(o, "paused_at", json_time(s->state == DSB_PAUSED ? s->paused_ms : 0));
+	json_object_set_new(o, "workspace_kept", json_boolean(s->workspace_kept));
+	int64_t since = s->state == DSB_PAUSED ? s->paused_ms : s->ended_ms;
+	json_object_set_new(o, "workspace_expires_at",
+			    json_time(s->workspace_kept && s->paused_retention_seconds
+					      ? since + (int64_t)s->paused_retention_seconds * 1000
+					      : 0));
 	return o;
 }
 
@@ -408,7 +448,7 @@ static pthread_mutex_t cg_retry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cg_retry *cg_retries;
 static size_t ncg_retries, capcg_retries;
 
-static void cgroup_check_after_destroy(const char *id)
+void cgroup_check_after_destroy(const char *id)
 {
 	if (!cgroup_exists(id))
 		return;
@@ -485,6 +525,7 @@ void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *
 	s->ended_ms = daemon_now_ms();
 	free(s->end_reason);
 	s->end_reason = strdup(reason ? reason : end_event(state));
+	workspace_on_end_locked(d, s, state);
 	pid_t pid = s->init_pid;
 	int64_t lived = s->ended_ms - s->created_ms;
 	registry_save(d, s);
@@ -496,7 +537,11 @@ void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *
 	quote_clean(why, sizeof(why), reason);
 	daemon_log(end_event(state), "%ssandbox=%s reason=\"%s\" lived_ms=%lld",
 		   state == DSB_FAILED ? "level=warn " : "", s->id, why, (long long)lived);
+	dsb_stop(d, s, pid);
+}
 
+void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid)
+{
 	if (execs_release)
 		execs_release(s);
 	/* Our child, not reaped before sandlot_destroy(): the pid cannot have
@@ -529,6 +574,7 @@ void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *
 	s->init_pid = 0;
 	pthread_mutex_unlock(&s->lock);
 	cgroup_check_after_destroy(s->id);
+	workspace_destroyed(d, s);
 }
 
 void dsb_count_states(struct daemon *d, unsigned counts[DSB_NSTATES])
@@ -553,6 +599,11 @@ struct create_req {
 	int ttl_given, idle_given;
 	json_t *norm;            /* normalised options for GET */
 	json_t *metadata;
+	/* kept workspace (workspaces.c) */
+	int auto_resume, disk_given;
+	uint32_t retention;      /* paused_retention_seconds */
+	const char *from_snapshot; /* id, in the request's JSON */
+	char wpath[4200];        /* its image; opts.workspace_image points here */
 };
 
 static void create_req_free(struct create_req *c)
@@ -649,6 +700,7 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 	c->opts.data_dir = d->cfg.data_dir;
 	c->ttl = d->cfg.default_ttl_s;
 	c->idle = d->cfg.default_idle_s;
+	c->retention = d->cfg.paused_retention_s;
 	c->metadata = json_object();
 	json_t *env_norm = json_object();
 	double cpus = 0;
@@ -669,6 +721,7 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 		} else if (strcmp(key, "disk") == 0) {
 			if (parse_size_field(req, key, v, &c->opts.disk_bytes) < 0)
 				goto fail;
+			c->disk_given = 1;
 		} else if (strcmp(key, "cpus") == 0) {
 			if (!json_is_number(v)) {
 				bad(req, "field \"cpus\" must be a number (e.g. 0.5 or 2), not %s",
@@ -749,6 +802,25 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 		} else if (strcmp(key, "idle_timeout_seconds") == 0) {
 			if (parse_seconds(req, key, v, &c->idle) < 0)
 				goto fail;
+		} else if (strcmp(key, "paused_retention_seconds") == 0) {
+			if (parse_seconds(req, key, v, &c->retention) < 0)
+				goto fail;
+		} else if (strcmp(key, "auto_resume") == 0) {
+			if (!json_is_boolean(v)) {
+				bad(req, "field \"auto_resume\" must be a boolean, not %s",
+				    json_type_name(v));
+				goto fail;
+			}
+			c->auto_resume = json_is_true(v);
+		} else if (strcmp(key, "from_snapshot") == 0) {
+			if (!plain_string(v))
+				goto wrong_type_string;
+			if (!valid_id(json_string_value(v))) {
+				bad(req, "field \"from_snapshot\": invalid sandbox id \"%.64s\"",
+				    json_string_value(v));
+				goto fail;
+			}
+			c->from_snapshot = json_string_value(v);
 		} else if (strcmp(key, "metadata") == 0) {
 			if (!json_is_object(v)) {
 				bad(req, "field \"metadata\" must be an object of strings, not %s",
@@ -782,7 +854,8 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 			c->metadata = json_deep_copy(v);
 		} else {
 			bad(req, "unknown field \"%.64s\" (known: image, memory, cpus, pids, disk, env, "
-			    "network, ttl_seconds, idle_timeout_seconds, metadata)", key);
+			    "network, ttl_seconds, idle_timeout_seconds, metadata, auto_resume, "
+			    "paused_retention_seconds, from_snapshot)", key);
 			goto fail;
 		}
 		continue;
@@ -805,6 +878,32 @@ wrong_type_string:
 fail:
 	json_decref(env_norm);
 	return -1;
+}
+
+/* A cold create: the kept workspace image of the new sandbox — a new one,
+ * or a copy of from_snapshot's — with the id it goes with (into id).
+ * 0, or -1 having answered. */
+static int create_workspace(struct http_req *req, struct create_req *c, char id[32])
+{
+	if (!c->from_snapshot) {
+		workspace_assign(req->d, &c->opts, id, c->wpath, sizeof(c->wpath));
+		return 0;
+	}
+	if (workspace_from_snapshot(req->d, req, c->from_snapshot, c->disk_given, &c->opts, id,
+				    c->wpath, sizeof(c->wpath)) < 0)
+		return -1;
+	json_object_set_new(c->norm, "disk", json_integer((json_int_t)c->opts.disk_bytes));
+	json_object_set_new(c->norm, "from_snapshot", json_string(c->from_snapshot));
+	return 0;
+}
+
+/* Whether sandbox `id` (just created) keeps its storage under workspaces/:
+ * every cold create does; a pooled one if the pool made it so. */
+static int sandbox_has_workspace(struct daemon *d, const char *id)
+{
+	char path[4200];
+	workspace_path(d, id, path, sizeof(path));
+	return access(path, F_OK) == 0;
 }
 
 static int create_sandbox(struct http_req *req)
@@ -834,7 +933,23 @@ static int create_sandbox(struct http_req *req)
 
 	uint64_t t0 = sandlot__now_ns();
 	sandlot_error_t *err = NULL;
-	sandlot_t *sb = sandlot_create(&c.opts, &err);
+	const char *pooled = NULL; /* pool.c: a ready sandbox if it has one for these options */
+	sandlot_t *sb = c.from_snapshot ? NULL : pool_take(d, &c.opts, &pooled);
+	if (pooled)
+		http_set_header(req, "Sandlot-Pool", sb ? "hit" : "miss");
+	char wid[32] = "";
+	if (!sb) {
+		if (create_workspace(req, &c, wid) < 0) {
+			pthread_mutex_lock(&d->lock);
+			d->ncreating--;
+			pthread_mutex_unlock(&d->lock);
+			create_req_free(&c);
+			return 0; /* answered */
+		}
+		sb = sandlot_create(&c.opts, &err);
+		if (!sb)
+			workspace_remove(d, wid);
+	}
 	double ms = (double)(sandlot__now_ns() - t0) / 1e6;
 	if (!sb) {
 		pthread_mutex_lock(&d->lock);
@@ -857,7 +972,10 @@ static int create_sandbox(struct http_req *req)
 	}
 	struct dsb *s = dsb_alloc(sandlot_id(sb));
 	if (!s) {
+		char gone[32];
+		snprintf(gone, sizeof(gone), "%s", sandlot_id(sb));
 		sandlot_destroy(sb);
+		workspace_remove(d, gone);
 		pthread_mutex_lock(&d->lock);
 		d->ncreating--;
 		pthread_mutex_unlock(&d->lock);
@@ -873,6 +991,9 @@ static int create_sandbox(struct http_req *req)
 	s->ttl_seconds = c.ttl;
 	s->idle_timeout_seconds = c.idle;
 	s->expires_ms = c.ttl ? now + (int64_t)c.ttl * 1000 : 0;
+	s->has_workspace = sandbox_has_workspace(d, s->id);
+	s->auto_resume = c.auto_resume;
+	s->paused_retention_seconds = c.retention;
 	json_decref(s->options);
 	s->options = c.norm;
 	c.norm = NULL;
@@ -895,8 +1016,9 @@ static int create_sandbox(struct http_req *req)
 	}
 	pthread_mutex_unlock(&d->lock);
 	__atomic_add_fetch(&d->m.sandboxes_created, 1, __ATOMIC_RELAXED);
-	daemon_log("created", "sandbox=%s ms=%.1f init_pid=%d ttl=%u idle=%u", s->id, ms,
-		   (int)s->init_pid, s->ttl_seconds, s->idle_timeout_seconds);
+	daemon_log("created", "sandbox=%s ms=%.1f init_pid=%d ttl=%u idle=%u%s%s", s->id, ms,
+		   (int)s->init_pid, s->ttl_seconds, s->idle_timeout_seconds,
+		   pooled ? " pool=" : "", pooled ? pooled : "");
 	if (stopping) {
 		/* Shutdown began while we created it: it must not outlive us. */
 		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
@@ -931,8 +1053,8 @@ static int list_sandboxes(struct http_req *req)
 				want = s;
 		if (want == -3)
 			return http_error(req, 400, "bad_request",
-					  "invalid state \"%.64s\": expected running, expired, deleted, "
-					  "lost, failed or all", state);
+					  "invalid state \"%.64s\": expected running, paused, expired, "
+					  "deleted, lost, failed or all", state);
 	}
 	const char *labels[MAX_LABELS];
 	size_t nl = http_query_all(req, "label", labels, MAX_LABELS);
@@ -1005,8 +1127,9 @@ static int delete_sandbox(struct http_req *req)
 	}
 	pthread_mutex_lock(&s->lock);
 	if (!is_live(s->state)) {
-		answer_ended_locked(req, s);
+		/* Paused, or ended with its workspace kept: workspaces.c. */
 		pthread_mutex_unlock(&s->lock);
+		workspace_delete(d, req, s);
 		dsb_release(d, s);
 		return 0;
 	}
@@ -1157,7 +1280,8 @@ static void reap_once(struct daemon *d)
 				end_as = DSB_FAILED, reason = "failed: the sandbox's init exited unexpectedly";
 			}
 		} else if (!is_live(s->state)) {
-			nended++;
+			if (workspace_forgettable_locked(s))
+				nended++; /* kept workspaces are bounded by their retention */
 			if (s->destroy_pending && s->busy == 0) {
 				destroy = s->sb;
 				s->destroy_pending = 0;
@@ -1174,7 +1298,9 @@ static void reap_once(struct daemon *d)
 			pthread_mutex_unlock(&s->lock);
 			daemon_log("destroyed", "sandbox=%s deferred=1", s->id);
 			cgroup_check_after_destroy(s->id);
+			workspace_destroyed(d, s);
 		}
+		workspace_reap(d, s, now);
 	}
 	cgroup_retry_run();
 	/* Forget ended sandboxes after an hour, and the oldest beyond MAX_ENDED. */
@@ -1185,6 +1311,7 @@ static void reap_once(struct daemon *d)
 			struct dsb *s = v[i];
 			pthread_mutex_lock(&s->lock);
 			int old = !is_live(s->state) && !s->sb && !s->destroy_pending &&
+				  workspace_forgettable_locked(s) &&
 				  (excess > 0 || now - s->ended_ms >= RETAIN_ENDED_MS);
 			pthread_mutex_unlock(&s->lock);
 			if (old) {
@@ -1311,9 +1438,10 @@ void sandboxes_recover(struct daemon *d)
 	if (!v)
 		return;
 	int64_t now = daemon_now_ms();
-	size_t nlost = 0;
+	size_t nlost = 0, npaused = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct dsb *s = v[i];
+		npaused += s->state == DSB_PAUSED;
 		if (!is_live(s->state))
 			continue;
 		s->state = DSB_LOST;
@@ -1327,13 +1455,15 @@ void sandboxes_recover(struct daemon *d)
 	/* Their inits died with our connection to them (kill -9 of the previous
 	 * sandlotd); give the kernel a moment to finish, then remove their
 	 * cgroups — only those of ids in our registry, never someone else's. */
-	if (nlost) {
+	/* Paused ones too: a pause the previous daemon was killed in the middle
+	 * of leaves its sandbox's cgroup like a running sandbox's. */
+	if (nlost || npaused) {
 		uint64_t deadline = sandlot__now_ms() + 3000;
 		for (int round = 0;; round++) {
 			size_t left = 0;
 			for (size_t i = 0; i < n; i++) {
 				struct dsb *s = v[i];
-				if (s->state != DSB_LOST || s->ended_ms != now)
+				if ((s->state != DSB_LOST || s->ended_ms != now) && s->state != DSB_PAUSED)
 					continue;
 				sandlot__cgroup_cleanup_stale(s->id, 0);
 				if (cgroup_exists(s->id)) {
@@ -1352,11 +1482,12 @@ void sandboxes_recover(struct daemon *d)
 		}
 	}
 	sweep_storage(d);
+	workspace_recover(d);
 	for (size_t i = 0; i < n; i++)
 		dsb_release(d, v[i]);
 	free(v);
-	if (nlost)
-		daemon_log("recover", "lost=%zu", nlost);
+	if (nlost || npaused)
+		daemon_log("recover", "lost=%zu paused=%zu", nlost, npaused);
 }
 
 struct shutdown_work {
@@ -1433,6 +1564,7 @@ void sandboxes_free(struct daemon *d)
 			sandlot_destroy(sb);
 			daemon_log("destroyed", "sandbox=%s deferred=1", s->id);
 			cgroup_check_after_destroy(s->id);
+			workspace_destroyed(d, s);
 		}
 		s->in_table = 0;
 		dsb_release(d, s);

@@ -1068,6 +1068,58 @@ static void test_exec_basic(void)
 	sandlot_destroy(sb);
 }
 
+/* sandlot_set_env: later commands see the new entries (overriding the
+ * defaults and the creation's), commands already running keep theirs, bad
+ * entries change nothing. */
+static void test_set_env(void)
+{
+	need_sandbox();
+	const char *env[] = { "A=create", "B=create", NULL };
+	sandlot_options_t o;
+	sandlot_options_init(&o);
+	o.env = env;
+	sandlot_t *sb = new_sandbox_opts(&o);
+	struct run r;
+
+	/* A command running across the change keeps its environment. */
+	const char *slow[] = { "sh", "-c", "read x; echo $A $B $C $HOME", NULL };
+	sandlot_exec_spec_t ss = { .argv = slow, .stdin_pipe = 1 };
+	run_init(&r);
+	sandlot_proc_t *p = start(sb, &ss, &r);
+
+	const char *set[] = { "B=set", "C=x=y", "HOME=/tmp", NULL };
+	MUST(sandlot_set_env(sb, set, E));
+	MUST(sandlot_set_env(sb, NULL, E));         /* no-ops */
+	const char *none[] = { NULL };
+	MUST(sandlot_set_env(sb, none, E));
+	const char *bad1[] = { "D=1", "NOEQUALS", NULL };
+	MUST_FAIL(sandlot_set_env(sb, bad1, E), EINVAL, "NOEQUALS");
+	const char *bad2[] = { "=v", NULL };
+	MUST_FAIL(sandlot_set_env(sb, bad2, E), EINVAL, NULL);
+
+	MUST(sandlot_proc_close_stdin(p, E));
+	finish_proc(p, &r);
+	if (!buf_is(&r.out, "create create /home/user\n"))
+		show_buf("stdout", &r.out), tap_case_failed = 1;
+	run_fini(&r);
+
+	/* Later commands: the set entries, the rest as before, D never set; the
+	 * exec's own entries still win. */
+	run_init(&r);
+	run_sh(sb, "echo $A $B $C $HOME ${D-unset} $USER", &r);
+	if (!buf_is(&r.out, "create set x=y /tmp unset user\n"))
+		show_buf("stdout", &r.out), tap_case_failed = 1;
+	run_fini(&r);
+	const char *xenv[] = { "B=exec", NULL };
+	const char *argv[] = { "sh", "-c", "echo $B", NULL };
+	sandlot_exec_spec_t spec = { .argv = argv, .env = xenv };
+	run_init(&r);
+	run_spec(sb, &spec, &r);
+	CHECK(buf_is(&r.out, "exec\n"));
+	run_fini(&r);
+	sandlot_destroy(sb);
+}
+
 /* All output arrives before on_exit, exactly once, in order, with more
  * output than the flow-control window. */
 static void test_exec_output_order(void)
@@ -2815,6 +2867,7 @@ int main(void)
 	RUN(test_create_concurrent);
 	RUN(test_alive_after_init_killed);
 	RUN(test_exec_basic);
+	RUN(test_set_env);
 	RUN(test_exec_output_order);
 	RUN(test_exec_signals_and_codes);
 	RUN(test_exec_start_errors);
