@@ -1,0 +1,1085 @@
+/* sandlotd code contexts (spec/openapi.yaml "Code contexts",
+ * spec/interpreter.md): long-lived interpreter hosts inside a sandbox that
+ * run cells and keep their state.
+ *
+ * Model.  Each context is a `struct ctx` in one global list (g_lock), keyed
+ * by sandbox id and context id.  Its host is an ordinary libsandlot proc
+ * (stdin pipe for requests, stdout for JSON lines), so it dies with its
+ * sandbox without any hook in sandboxes.c: structures of sandboxes that
+ * are no longer running are freed lazily by sweep() on the next code call.
+ *
+ * Threads.  on_output/on_exit run on libsandlot's I/O thread: they split
+ * stdout into lines, parse them, queue the messages under c->lock and wake
+ * the cell's owner (c->cond and an eventfd for http_wait).  Nothing in
+ * them blocks.  c->lock is a leaf; never call libsandlot while holding it
+ * (the callbacks run with the connection lock held).  The proc handle is
+ * used by several threads (interrupt, delete) and freed by one: users count
+ * themselves in c->proc_users, as in execs.c.
+ *
+ * One cell at a time per context (c->busy); a second gets 409.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/daemon.h"
+#include "common/util.h"
+
+extern const char sandlot__python_host_text[];
+extern const char sandlot__js_host_text[];
+
+#define READY_WAIT_MS 30000
+#define INTR_RESEND_MS 2000
+#define INTR_KILL_MS 5000
+#define OUTPUT_CAP (16u << 20)      /* per stream per cell, kept for the result */
+#define LINE_CAP (64u << 20)        /* a part-assembled message */
+
+struct msg {
+	struct msg *next;
+	json_t *j;
+};
+
+struct ctx {
+	struct ctx *next;           /* g_ctxs, under g_lock */
+	char sbid[32];
+	char id[48];
+	char lang[16];
+	int refs;                   /* under g_lock: list + borrowers */
+	int removed;                /* out of the list (deleted / sandbox gone) */
+
+	pthread_mutex_t lock;       /* everything below */
+	pthread_cond_t cond;
+	int efd;                    /* eventfd: wake the cell's owner */
+	sandlot_proc_t *proc;
+	int proc_users;
+	int started;                /* a host was started (proc valid) */
+	int exited;                 /* its on_exit ran */
+	sandlot_exit_t ex;
+	int ready;
+	char *lb;                   /* stdout line buffer */
+	size_t lblen, lbcap;
+	char *part;                 /* "part" assembly */
+	size_t partlen;
+	char errtail[2048];         /* last host stderr (start failures) */
+	size_t errlen;
+	struct msg *head, *tail;
+	int busy;                   /* a cell runs */
+	uint64_t seq;               /* cell counter */
+	int64_t intr_ms;            /* monotonic time of the first SIGINT of this cell */
+	int intr_count;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ctx *g_ctxs;
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void wake_locked(struct ctx *c)
+{
+	uint64_t one = 1;
+	if (c->efd >= 0 && write(c->efd, &one, sizeof(one)) < 0) {
+		/* saturated: a wake-up is pending */
+	}
+	pthread_cond_broadcast(&c->cond);
+}
+
+static void free_msgs(struct msg *m)
+{
+	while (m) {
+		struct msg *n = m->next;
+		json_decref(m->j);
+		free(m);
+		m = n;
+	}
+}
+
+/* ---- callbacks (I/O thread) -------------------------------------------- */
+
+static void push_locked(struct ctx *c, json_t *j)
+{
+	const char *type = json_string_value(json_object_get(j, "type"));
+	if (type && strcmp(type, "part") == 0) {
+		const char *data = json_string_value(json_object_get(j, "data"));
+		size_t n = data ? strlen(data) : 0;
+		if (c->partlen + n < LINE_CAP) {
+			char *p = realloc(c->part, c->partlen + n + 1);
+			if (p) {
+				memcpy(p + c->partlen, data, n);
+				c->partlen += n;
+				p[c->partlen] = 0;
+				c->part = p;
+			}
+		}
+		int more = json_is_true(json_object_get(j, "more"));
+		json_decref(j);
+		if (more || !c->part)
+			return;
+		j = json_loadb(c->part, c->partlen, 0, NULL);
+		free(c->part);
+		c->part = NULL;
+		c->partlen = 0;
+		if (!j)
+			return;
+		type = json_string_value(json_object_get(j, "type"));
+	}
+	if (type && strcmp(type, "ready") == 0) {
+		c->ready = 1;
+		json_decref(j);
+		return;
+	}
+	struct msg *m = malloc(sizeof(*m));
+	if (!m) {
+		json_decref(j);
+		return;
+	}
+	m->next = NULL;
+	m->j = j;
+	if (c->tail)
+		c->tail->next = m;
+	else
+		c->head = m;
+	c->tail = m;
+}
+
+static int on_output(void *ud, sandlot_stream_t stream, const void *data, size_t len)
+{
+	struct ctx *c = ud;
+	pthread_mutex_lock(&c->lock);
+	if (stream == SANDLOT_STDERR) {
+		/* diagnostics of the host: keep the tail for start failures */
+		size_t n = len < sizeof(c->errtail) ? len : sizeof(c->errtail);
+		const char *src = (const char *)data + (len - n);
+		if (c->errlen + n > sizeof(c->errtail)) {
+			size_t drop = c->errlen + n - sizeof(c->errtail);
+			memmove(c->errtail, c->errtail + drop, c->errlen - drop);
+			c->errlen -= drop;
+		}
+		memcpy(c->errtail + c->errlen, src, n);
+		c->errlen += n;
+		pthread_mutex_unlock(&c->lock);
+		return 0;
+	}
+	if (c->lblen + len + 1 > c->lbcap) {
+		size_t cap = c->lbcap ? c->lbcap : 4096;
+		while (cap < c->lblen + len + 1)
+			cap *= 2;
+		char *p = realloc(c->lb, cap);
+		if (!p) {
+			pthread_mutex_unlock(&c->lock);
+			return 0;
+		}
+		c->lb = p;
+		c->lbcap = cap;
+	}
+	memcpy(c->lb + c->lblen, data, len);
+	c->lblen += len;
+	size_t start = 0;
+	int any = 0;
+	for (size_t i = c->lblen - len; i < c->lblen; i++) {
+		if (c->lb[i] != '\n')
+			continue;
+		json_t *j = json_loadb(c->lb + start, i - start, 0, NULL);
+		if (json_is_object(j)) {
+			push_locked(c, j);
+			any = 1;
+		} else {
+			json_decref(j);
+		}
+		start = i + 1;
+	}
+	if (start > 0) {
+		memmove(c->lb, c->lb + start, c->lblen - start);
+		c->lblen -= start;
+	}
+	if (any)
+		wake_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+struct reap {
+	struct ctx *c;
+	sandlot_proc_t *p;
+};
+
+static void ctx_put(struct ctx *c);
+
+/* Free the proc of a host that ended (so that its sandbox handle, which it
+ * holds, goes as soon as the sandbox is destroyed), unless a new host has
+ * replaced it meanwhile. */
+static void *reap_main(void *arg)
+{
+	struct reap *r = arg;
+	struct ctx *c = r->c;
+	pthread_mutex_lock(&c->lock);
+	while (c->proc_users > 0)
+		pthread_cond_wait(&c->cond, &c->lock);
+	sandlot_proc_t *p = c->proc == r->p ? r->p : NULL;
+	if (p)
+		c->proc = NULL;
+	pthread_mutex_unlock(&c->lock);
+	if (p)
+		sandlot_proc_free(p);
+	ctx_put(c);
+	free(r);
+	return NULL;
+}
+
+static void on_exit_cb(void *ud, const sandlot_exit_t *ex)
+{
+	struct ctx *c = ud;
+	pthread_mutex_lock(&c->lock);
+	c->ex = *ex;
+	c->exited = 1;
+	sandlot_proc_t *p = c->proc;
+	wake_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	struct reap *r = p ? malloc(sizeof(*r)) : NULL;
+	if (!r)
+		return;
+	r->c = c;
+	r->p = p;
+	pthread_mutex_lock(&g_lock);
+	c->refs++;
+	pthread_mutex_unlock(&g_lock);
+	pthread_attr_t a;
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&a, 256u << 10);
+	pthread_t t;
+	if (pthread_create(&t, &a, reap_main, r) != 0) {
+		pthread_mutex_lock(&g_lock);
+		c->refs--;  /* the list still holds it: never the last */
+		pthread_mutex_unlock(&g_lock);
+		free(r);
+	}
+	pthread_attr_destroy(&a);
+}
+
+/* ---- the proc handle ----------------------------------------------------- */
+
+static sandlot_proc_t *proc_get(struct ctx *c)
+{
+	pthread_mutex_lock(&c->lock);
+	sandlot_proc_t *p = c->proc;
+	if (p)
+		c->proc_users++;
+	pthread_mutex_unlock(&c->lock);
+	return p;
+}
+
+static void proc_put(struct ctx *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (--c->proc_users == 0)
+		pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void ctx_kill(struct ctx *c, int sig)
+{
+	sandlot_proc_t *p = proc_get(c);
+	if (!p)
+		return;
+	sandlot_proc_kill(p, sig, NULL);
+	proc_put(c);
+}
+
+/* Free the host's proc (kills it if it still runs). */
+static void proc_release(struct ctx *c)
+{
+	pthread_mutex_lock(&c->lock);
+	while (c->proc_users > 0)
+		pthread_cond_wait(&c->cond, &c->lock);
+	sandlot_proc_t *p = c->proc;
+	c->proc = NULL;
+	pthread_mutex_unlock(&c->lock);
+	if (p)
+		sandlot_proc_free(p);
+}
+
+/* ---- the context table -------------------------------------------------- */
+
+static struct ctx *ctx_new(const char *sbid, const char *id, const char *lang)
+{
+	struct ctx *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	snprintf(c->sbid, sizeof(c->sbid), "%s", sbid);
+	snprintf(c->id, sizeof(c->id), "%s", id);
+	snprintf(c->lang, sizeof(c->lang), "%s", lang);
+	c->refs = 1;
+	c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	return c;
+}
+
+static void ctx_free(struct ctx *c)
+{
+	proc_release(c);
+	free_msgs(c->head);
+	free(c->lb);
+	free(c->part);
+	if (c->efd >= 0)
+		close(c->efd);
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+static void ctx_put(struct ctx *c)
+{
+	pthread_mutex_lock(&g_lock);
+	int last = --c->refs == 0;
+	pthread_mutex_unlock(&g_lock);
+	if (last)
+		ctx_free(c);
+}
+
+/* Take c out of the list (g_lock held); the list's reference is returned
+ * to the caller to put. */
+static void unlink_locked(struct ctx *c)
+{
+	for (struct ctx **pp = &g_ctxs; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	c->removed = 1;
+}
+
+static int sandbox_running(struct daemon *d, const char *sbid)
+{
+	struct dsb *s = dsb_find(d, sbid);
+	if (!s)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	int live = s->state == DSB_RUNNING || s->state == DSB_STARTING || s->state == DSB_PAUSED;
+	pthread_mutex_unlock(&s->lock);
+	dsb_release(d, s);
+	return live;
+}
+
+/* Free the contexts of sandboxes that ended (their hosts died with them). */
+static void sweep(struct daemon *d)
+{
+	char ids[64][32];
+	size_t n = 0;
+	pthread_mutex_lock(&g_lock);
+	for (struct ctx *c = g_ctxs; c && n < 64; c = c->next) {
+		int dup = 0;
+		for (size_t i = 0; i < n; i++)
+			dup |= strcmp(ids[i], c->sbid) == 0;
+		if (!dup)
+			snprintf(ids[n++], 32, "%s", c->sbid);
+	}
+	pthread_mutex_unlock(&g_lock);
+	for (size_t i = 0; i < n; i++) {
+		if (sandbox_running(d, ids[i]))
+			continue;
+		for (;;) {
+			struct ctx *victim = NULL;
+			pthread_mutex_lock(&g_lock);
+			for (struct ctx *c = g_ctxs; c; c = c->next)
+				if (strcmp(c->sbid, ids[i]) == 0) {
+					victim = c;
+					break;
+				}
+			if (victim)
+				unlink_locked(victim);
+			pthread_mutex_unlock(&g_lock);
+			if (!victim)
+				break;
+			ctx_put(victim);
+		}
+	}
+}
+
+/* A reference to context id of sandbox sbid, or NULL. */
+static struct ctx *ctx_find(const char *sbid, const char *id)
+{
+	pthread_mutex_lock(&g_lock);
+	struct ctx *c = g_ctxs;
+	for (; c; c = c->next)
+		if (strcmp(c->sbid, sbid) == 0 && strcmp(c->id, id) == 0)
+			break;
+	if (c)
+		c->refs++;
+	pthread_mutex_unlock(&g_lock);
+	return c;
+}
+
+/* Find or add (the default contexts are made on first use). */
+static struct ctx *ctx_get_or_add(const char *sbid, const char *id, const char *lang)
+{
+	pthread_mutex_lock(&g_lock);
+	struct ctx *c = g_ctxs;
+	for (; c; c = c->next)
+		if (strcmp(c->sbid, sbid) == 0 && strcmp(c->id, id) == 0)
+			break;
+	if (!c && (c = ctx_new(sbid, id, lang))) {
+		c->next = g_ctxs;
+		g_ctxs = c;
+	}
+	if (c)
+		c->refs++;
+	pthread_mutex_unlock(&g_lock);
+	return c;
+}
+
+static const char *valid_lang(const char *l)
+{
+	if (!l)
+		return NULL;
+	if (strcmp(l, "python") == 0 || strcmp(l, "javascript") == 0 || strcmp(l, "bash") == 0)
+		return l;
+	return NULL;
+}
+
+/* ---- the host ------------------------------------------------------------ */
+
+/* Start a fresh host for c (the old one, if any, has exited and is freed).
+ * The caller owns the cell slot (c->busy).  0, or -1 with msg. */
+static int host_start(struct dsb *s, struct ctx *c, char *msg, size_t msglen)
+{
+	proc_release(c);
+	pthread_mutex_lock(&c->lock);
+	free_msgs(c->head);
+	c->head = c->tail = NULL;
+	c->lblen = 0;
+	free(c->part);
+	c->part = NULL;
+	c->partlen = 0;
+	c->errlen = 0;
+	c->exited = 0;
+	c->ready = 0;
+	c->started = 0;
+	memset(&c->ex, 0, sizeof(c->ex));
+	pthread_mutex_unlock(&c->lock);
+
+	const char *argv[6] = { 0 };
+	if (strcmp(c->lang, "javascript") == 0) {
+		argv[0] = "sh";
+		argv[1] = "-c";
+		argv[2] = "exec node -e \"$0\" sandlot-fds=3,4 3<&0 4>&1";
+		argv[3] = sandlot__js_host_text;
+	} else {
+		argv[0] = "python3";
+		argv[1] = "-c";
+		argv[2] = sandlot__python_host_text;
+		if (strcmp(c->lang, "bash") == 0)
+			argv[3] = "bash";
+	}
+	pthread_mutex_lock(&s->lock);
+	sandlot_t *sb = s->state == DSB_RUNNING ? s->sb : NULL;
+	pthread_mutex_unlock(&s->lock);
+	if (!sb) {
+		snprintf(msg, msglen, "sandbox %s is not running", s->id);
+		return -1;
+	}
+	sandlot_exec_spec_t spec = { .argv = argv, .stdin_pipe = 1 };
+	sandlot_exec_callbacks_t cb = { .on_output = on_output, .on_exit = on_exit_cb, .userdata = c };
+	sandlot_error_t *err = NULL;
+	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, &err);
+	if (!p) {
+		snprintf(msg, msglen, "could not start the %s host: %s", c->lang,
+			 err ? sandlot_error_message(err) : "?");
+		sandlot_error_free(err);
+		return -1;
+	}
+	int64_t deadline = mono_ms() + READY_WAIT_MS;
+	pthread_mutex_lock(&c->lock);
+	c->proc = p;
+	c->started = 1;
+	while (!c->ready && !c->exited) {
+		int64_t left = deadline - mono_ms();
+		if (left <= 0)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += left / 1000;
+		ts.tv_nsec += (left % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+	}
+	int ok = c->ready;
+	int exited = c->exited;
+	char tail[512];
+	size_t tl = c->errlen < sizeof(tail) - 1 ? c->errlen : sizeof(tail) - 1;
+	memcpy(tail, c->errtail + (c->errlen - tl), tl);
+	tail[tl] = 0;
+	pthread_mutex_unlock(&c->lock);
+	if (ok)
+		return 0;
+	ctx_kill(c, SIGKILL);
+	snprintf(msg, msglen, "the %s host %s: %s", c->lang,
+		 exited ? "exited before it was ready" : "did not become ready", tl ? tail : "");
+	daemon_log("code_host_failed", "sandbox=%s context=%s", c->sbid, c->id);
+	return -1;
+}
+
+/* ---- cells ---------------------------------------------------------------- */
+
+struct cell {
+	struct daemon *d;
+	struct dsb *s;
+	struct ctx *c;
+	char rid[32];
+	int64_t hard_ms;            /* 0 = none */
+	int killed;
+	int state_lost;
+	int done;
+	int client_fd;              /* -1 once gone */
+	char *out[3];
+	size_t outlen[3];
+	json_t *displays;
+	int64_t started;
+	/* streaming */
+	char *buf;
+	size_t len, off;
+	int phase;                  /* 0 running, 1 done */
+};
+
+static void cell_append(struct cell *k, int st, const char *s)
+{
+	size_t n = strlen(s);
+	if (k->outlen[st] + n > OUTPUT_CAP)
+		return;
+	char *p = realloc(k->out[st], k->outlen[st] + n + 1);
+	if (!p)
+		return;
+	memcpy(p + k->outlen[st], s, n);
+	k->outlen[st] += n;
+	p[k->outlen[st]] = 0;
+	k->out[st] = p;
+}
+
+static json_t *final_result(struct cell *k, json_t *hostres)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "type", json_string("result"));
+	json_object_set_new(o, "context", json_string(k->c->id));
+	json_object_set_new(o, "language", json_string(k->c->lang));
+	json_object_set_new(o, "stdout", json_string(k->out[1] ? k->out[1] : ""));
+	json_object_set_new(o, "stderr", json_string(k->out[2] ? k->out[2] : ""));
+	json_object_set(o, "displays", k->displays);
+	if (hostres) {
+		const char *keys[] = { "status", "value", "data", "error", "execution_count",
+				       "exit_code", "cwd", "restarted", "value_truncated" };
+		for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+			json_t *v = json_object_get(hostres, keys[i]);
+			if (v)
+				json_object_set(o, keys[i], v);
+		}
+	} else {
+		json_object_set_new(o, "status", json_string("error"));
+		json_object_set_new(o, "value", json_null());
+		json_object_set_new(o, "data", json_null());
+	}
+	json_object_set_new(o, "duration_ms", json_integer(mono_ms() - k->started));
+	json_object_set_new(o, "state_lost", json_boolean(k->state_lost));
+	return o;
+}
+
+static json_t *died_error(struct cell *k)
+{
+	struct ctx *c = k->c;
+	char v[256];
+	pthread_mutex_lock(&c->lock);
+	sandlot_exit_t ex = c->ex;
+	pthread_mutex_unlock(&c->lock);
+	if (k->killed) {
+		snprintf(v, sizeof(v), "the %s interpreter did not stop and was killed; its state is lost",
+			 c->lang);
+		return json_pack("{s:s,s:s,s:[]}", "name", "Killed", "value", v, "traceback");
+	}
+	if (ex.signal)
+		snprintf(v, sizeof(v), "the %s interpreter was killed by signal %d (SIG%s); its state is lost",
+			 c->lang, ex.signal, sigabbrev_np(ex.signal) ? sigabbrev_np(ex.signal) : "?");
+	else
+		snprintf(v, sizeof(v), "the %s interpreter exited with status %d; its state is lost",
+			 c->lang, ex.exit_code);
+	return json_pack("{s:s,s:s,s:[]}", "name", "InterpreterDied", "value", v, "traceback");
+}
+
+/* The next event of the cell: a stdout/stderr/display message, or the final
+ * result (then k->done).  Blocks. */
+static json_t *cell_next(struct cell *k)
+{
+	struct ctx *c = k->c;
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		struct msg *m = c->head;
+		if (m) {
+			c->head = m->next;
+			if (!c->head)
+				c->tail = NULL;
+		}
+		int exited = c->exited;
+		int64_t intr = c->intr_ms;
+		int icount = c->intr_count;
+		pthread_mutex_unlock(&c->lock);
+		if (m) {
+			json_t *j = m->j;
+			free(m);
+			const char *id = json_string_value(json_object_get(j, "id"));
+			const char *type = json_string_value(json_object_get(j, "type"));
+			if (!id || !type || strcmp(id, k->rid) != 0) {
+				json_decref(j);
+				continue;
+			}
+			if (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0) {
+				const char *data = json_string_value(json_object_get(j, "data"));
+				cell_append(k, type[3] == 'o' ? 1 : 2, data ? data : "");
+				json_object_del(j, "id");
+				return j;
+			}
+			if (strcmp(type, "display") == 0) {
+				json_object_del(j, "id");
+				json_array_append(k->displays, j);
+				return j;
+			}
+			if (strcmp(type, "result") == 0) {
+				json_t *o = final_result(k, j);
+				json_decref(j);
+				k->done = 1;
+				return o;
+			}
+			json_decref(j);
+			continue;
+		}
+		if (exited) {
+			k->state_lost = 1;
+			json_t *o = final_result(k, NULL);
+			json_object_set_new(o, "error", died_error(k));
+			k->done = 1;
+			daemon_log("code_host_lost", "sandbox=%s context=%s", c->sbid, c->id);
+			return o;
+		}
+		int64_t now = mono_ms();
+		if (!k->killed && ((k->hard_ms && now >= k->hard_ms) ||
+				   (intr && now >= intr + INTR_KILL_MS))) {
+			k->killed = 1;
+			ctx_kill(c, SIGKILL);
+		} else if (intr && icount == 1 && now >= intr + INTR_RESEND_MS) {
+			pthread_mutex_lock(&c->lock);
+			c->intr_count++;
+			pthread_mutex_unlock(&c->lock);
+			ctx_kill(c, SIGINT);
+		}
+		int rc = http_wait(k->client_fd, c->efd, 250);
+		if (rc < 0) {
+			/* the client left: interrupt the cell, finish it quietly */
+			k->client_fd = -1;
+			pthread_mutex_lock(&c->lock);
+			int first = c->intr_ms == 0;
+			if (first) {
+				c->intr_ms = mono_ms();
+				c->intr_count = 1;
+			}
+			pthread_mutex_unlock(&c->lock);
+			if (first)
+				ctx_kill(c, SIGINT);
+		} else if (rc > 0) {
+			uint64_t v;
+			if (read(c->efd, &v, sizeof(v)) < 0) {
+				/* EAGAIN */
+			}
+		}
+	}
+}
+
+static void cell_free(struct cell *k)
+{
+	pthread_mutex_lock(&k->c->lock);
+	k->c->busy = 0;
+	pthread_mutex_unlock(&k->c->lock);
+	ctx_put(k->c);
+	json_decref(k->displays);
+	free(k->out[1]);
+	free(k->out[2]);
+	free(k->buf);
+	free(k);
+}
+
+/* ---- routes ---------------------------------------------------------------- */
+
+static int check_fields(struct http_req *req, const char *const *allowed)
+{
+	if (!json_is_object(req->json))
+		return http_error(req, 400, "bad_request", "the body must be a JSON object"), -1;
+	const char *key;
+	json_t *v;
+	json_object_foreach(req->json, key, v) {
+		int ok = 0;
+		for (size_t i = 0; allowed[i]; i++)
+			ok |= strcmp(key, allowed[i]) == 0;
+		if (!ok)
+			return http_error(req, 400, "bad_request", "unknown field \"%s\"", key), -1;
+	}
+	return 0;
+}
+
+static ssize_t stream_read(void *ud, char *out, size_t max)
+{
+	struct cell *k = ud;
+	for (;;) {
+		if (k->off < k->len) {
+			size_t n = k->len - k->off;
+			if (n > max)
+				n = max;
+			memcpy(out, k->buf + k->off, n);
+			k->off += n;
+			return (ssize_t)n;
+		}
+		free(k->buf);
+		k->buf = NULL;
+		k->len = k->off = 0;
+		if (k->done)
+			return 0;
+		json_t *ev = cell_next(k);
+		if (k->client_fd < 0) {
+			json_decref(ev);
+			return -1;
+		}
+		char *t = json_dumps(ev, JSON_COMPACT);
+		json_decref(ev);
+		if (!t)
+			return -1;
+		size_t n = strlen(t);
+		t = realloc(t, n + 2);
+		t[n] = '\n';
+		k->buf = t;
+		k->len = n + 1;
+	}
+}
+
+static void stream_free(void *ud, int completed)
+{
+	struct cell *k = ud;
+	(void)completed;
+	if (!k->done) {
+		k->client_fd = -1;
+		pthread_mutex_lock(&k->c->lock);
+		int first = k->c->intr_ms == 0;
+		if (first) {
+			k->c->intr_ms = mono_ms();
+			k->c->intr_count = 1;
+		}
+		pthread_mutex_unlock(&k->c->lock);
+		if (first)
+			ctx_kill(k->c, SIGINT);
+		while (!k->done)
+			json_decref(cell_next(k));
+	}
+	struct daemon *d = k->d;
+	struct dsb *s = k->s;
+	cell_free(k);
+	dsb_busy(s, -1);
+	dsb_release(d, s);
+}
+
+static int handle_code(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	static const char *const fields[] = { "language", "code", "context", "timeout_ms", NULL };
+	if (check_fields(req, fields) < 0)
+		return 0;
+	json_t *jl = json_object_get(req->json, "language");
+	json_t *jc = json_object_get(req->json, "code");
+	json_t *jx = json_object_get(req->json, "context");
+	json_t *jt = json_object_get(req->json, "timeout_ms");
+	const char *lang = valid_lang(json_string_value(jl));
+	if (jl && !lang)
+		return http_error(req, 400, "bad_request",
+				  "\"language\" must be \"python\", \"javascript\" or \"bash\"");
+	if (!json_is_string(jc))
+		return http_error(req, 400, "bad_request", "\"code\" (a string) is required");
+	if (jx && !json_is_string(jx))
+		return http_error(req, 400, "bad_request", "\"context\" must be a string");
+	if (jt && (!json_is_integer(jt) || json_integer_value(jt) <= 0 ||
+		   json_integer_value(jt) > 86400000))
+		return http_error(req, 400, "bad_request", "\"timeout_ms\" must be 1..86400000");
+	if (!jx && !lang)
+		return http_error(req, 400, "bad_request", "give \"language\" or \"context\"");
+	sweep(d);
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	struct ctx *c;
+	char defid[48];
+	if (jx) {
+		c = ctx_find(s->id, json_string_value(jx));
+		if (!c) {
+			dsb_put(d, s);
+			return http_error(req, 404, "not_found", "no context %.60s in sandbox %s",
+					  json_string_value(jx), s->id);
+		}
+		if (lang && strcmp(lang, c->lang) != 0) {
+			ctx_put(c);
+			dsb_put(d, s);
+			return http_error(req, 400, "bad_request", "context %s is a %s context", c->id,
+					  c->lang);
+		}
+	} else {
+		snprintf(defid, sizeof(defid), "default-%s", lang);
+		c = ctx_get_or_add(s->id, defid, lang);
+		if (!c) {
+			dsb_put(d, s);
+			return http_error(req, 500, "internal", "out of memory");
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	int busy = c->busy;
+	if (!busy) {
+		c->busy = 1;
+		c->intr_ms = 0;
+		c->intr_count = 0;
+	}
+	int need_start = !c->started || c->exited || !c->proc;
+	pthread_mutex_unlock(&c->lock);
+	if (busy) {
+		ctx_put(c);
+		dsb_put(d, s);
+		return http_error(req, 409, "context_busy", "context %s is running a cell", c->id);
+	}
+	struct cell *k = calloc(1, sizeof(*k));
+	k->d = d;
+	k->s = s;
+	k->c = c;
+	k->client_fd = req->client_fd;
+	k->displays = json_array();
+	k->started = mono_ms();
+	int lost_before = 0;
+	if (need_start) {
+		pthread_mutex_lock(&c->lock);
+		lost_before = c->started;  /* a previous host died or was killed */
+		pthread_mutex_unlock(&c->lock);
+		char msg[768];
+		if (host_start(s, c, msg, sizeof(msg)) < 0) {
+			cell_free(k);
+			dsb_put(d, s);
+			return http_error(req, 500, "interpreter_failed", "%s", msg);
+		}
+	}
+	(void)lost_before;
+	pthread_mutex_lock(&c->lock);
+	c->seq++;
+	snprintf(k->rid, sizeof(k->rid), "c-%llu", (unsigned long long)c->seq);
+	pthread_mutex_unlock(&c->lock);
+	json_t *rq = json_pack("{s:s,s:s,s:O}", "id", k->rid, "kind", "execute", "code", jc);
+	if (jt) {
+		json_object_set(rq, "timeout_ms", jt);
+		k->hard_ms = k->started + json_integer_value(jt) + INTR_KILL_MS;
+	}
+	char *line = json_dumps(rq, JSON_COMPACT | JSON_ENSURE_ASCII);
+	json_decref(rq);
+	size_t n = line ? strlen(line) : 0;
+	if (line) {
+		line = realloc(line, n + 2);
+		line[n++] = '\n';
+	}
+	sandlot_proc_t *p = proc_get(c);
+	if (p) {
+		sandlot_proc_write_stdin(p, line, n, NULL); /* a failure shows as the host's exit */
+		proc_put(c);
+	}
+	free(line);
+	dsb_touch(s);
+
+	if (http_wants_ndjson(req)) {
+		dsb_busy(s, +1);
+		dsb_hold(s);
+		http_stream(req, 200, "application/x-ndjson", stream_read, stream_free, k);
+		dsb_put(d, s);
+		return 0;
+	}
+	json_t *res = NULL;
+	while (!k->done) {
+		json_t *ev = cell_next(k);
+		if (k->done)
+			res = ev;
+		else
+			json_decref(ev);
+	}
+	json_object_del(res, "type");
+	cell_free(k);
+	http_json(req, 200, res);
+	dsb_put(d, s);
+	return 0;
+}
+
+static json_t *ctx_json(struct ctx *c)
+{
+	pthread_mutex_lock(&c->lock);
+	int busy = c->busy, alive = c->started && !c->exited;
+	pthread_mutex_unlock(&c->lock);
+	return json_pack("{s:s,s:s,s:b,s:b}", "id", c->id, "language", c->lang, "busy", busy,
+			 "alive", alive);
+}
+
+static int handle_ctx_create(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	static const char *const fields[] = { "language", NULL };
+	if (check_fields(req, fields) < 0)
+		return 0;
+	const char *lang = valid_lang(json_string_value(json_object_get(req->json, "language")));
+	if (!lang)
+		return http_error(req, 400, "bad_request",
+				  "\"language\" must be \"python\", \"javascript\" or \"bash\"");
+	sweep(d);
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	char id[32];
+	sandlot__new_id("ctx-", id);
+	struct ctx *c = ctx_get_or_add(s->id, id, lang);
+	if (!c) {
+		dsb_put(d, s);
+		return http_error(req, 500, "internal", "out of memory");
+	}
+	/* Start the host now, so that the first cell finds it ready. */
+	pthread_mutex_lock(&c->lock);
+	c->busy = 1;
+	pthread_mutex_unlock(&c->lock);
+	char msg[768];
+	int rc = host_start(s, c, msg, sizeof(msg));
+	pthread_mutex_lock(&c->lock);
+	c->busy = 0;
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0) {
+		pthread_mutex_lock(&g_lock);
+		int was = !c->removed;
+		unlink_locked(c);
+		pthread_mutex_unlock(&g_lock);
+		if (was)
+			ctx_put(c);
+		ctx_put(c);
+		dsb_put(d, s);
+		return http_error(req, 500, "interpreter_failed", "%s", msg);
+	}
+	json_t *o = json_pack("{s:s,s:s}", "id", c->id, "language", c->lang);
+	ctx_put(c);
+	dsb_put(d, s);
+	return http_json(req, 201, o);
+}
+
+static int handle_ctx_list(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	sweep(d);
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	struct ctx *list[256];
+	size_t n = 0;
+	pthread_mutex_lock(&g_lock);
+	for (struct ctx *c = g_ctxs; c && n < 256; c = c->next)
+		if (strcmp(c->sbid, s->id) == 0) {
+			c->refs++;
+			list[n++] = c;
+		}
+	pthread_mutex_unlock(&g_lock);
+	json_t *arr = json_array();
+	for (size_t i = n; i-- > 0;) {
+		json_array_append_new(arr, ctx_json(list[i]));
+		ctx_put(list[i]);
+	}
+	dsb_put(d, s);
+	return http_json(req, 200, json_pack("{s:o}", "contexts", arr));
+}
+
+static int handle_ctx_delete(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	struct ctx *c = ctx_find(s->id, req->params[1]);
+	if (!c) {
+		dsb_put(d, s);
+		return http_error(req, 404, "not_found", "no context %.60s in sandbox %s",
+				  req->params[1], s->id);
+	}
+	pthread_mutex_lock(&g_lock);
+	int was = !c->removed;
+	unlink_locked(c);
+	pthread_mutex_unlock(&g_lock);
+	/* Close its stdin (the host exits), then kill what is left: a cell
+	 * running on it ends as InterpreterDied. */
+	sandlot_proc_t *p = proc_get(c);
+	if (p) {
+		sandlot_proc_close_stdin(p, NULL);
+		sandlot_proc_kill(p, SIGKILL, NULL);
+		proc_put(c);
+	}
+	if (was)
+		ctx_put(c);
+	ctx_put(c);
+	dsb_put(d, s);
+	return http_empty(req, 204);
+}
+
+static int handle_interrupt(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	static const char *const fields[] = { "context", "language", NULL };
+	if (req->json && check_fields(req, fields) < 0)
+		return 0;
+	const char *id = json_string_value(json_object_get(req->json, "context"));
+	const char *lang = valid_lang(json_string_value(json_object_get(req->json, "language")));
+	char defid[48];
+	if (!id) {
+		snprintf(defid, sizeof(defid), "default-%s", lang ? lang : "python");
+		id = defid;
+	}
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	struct ctx *c = ctx_find(s->id, id);
+	if (!c) {
+		dsb_put(d, s);
+		return http_error(req, 404, "not_found", "no context %.60s in sandbox %s", id, s->id);
+	}
+	pthread_mutex_lock(&c->lock);
+	int busy = c->busy;
+	if (busy && c->intr_ms == 0) {
+		c->intr_ms = mono_ms();
+		c->intr_count = 1;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (busy)
+		ctx_kill(c, SIGINT);
+	json_t *o = json_pack("{s:s,s:b}", "context", c->id, "interrupted", busy);
+	ctx_put(c);
+	dsb_put(d, s);
+	return http_json(req, 200, o);
+}
+
+const struct http_route code_routes[] = {
+	{ "POST", "/v1/sandboxes/{}/code", HTTP_JSON, handle_code, NULL, NULL, NULL },
+	{ "POST", "/v1/sandboxes/{}/code/interrupt", HTTP_JSON, handle_interrupt, NULL, NULL, NULL },
+	{ "POST", "/v1/sandboxes/{}/contexts", HTTP_JSON, handle_ctx_create, NULL, NULL, NULL },
+	{ "GET", "/v1/sandboxes/{}/contexts", HTTP_NOBODY, handle_ctx_list, NULL, NULL, NULL },
+	{ "DELETE", "/v1/sandboxes/{}/contexts/{}", HTTP_NOBODY, handle_ctx_delete, NULL, NULL, NULL },
+	{ 0 },
+};
