@@ -201,6 +201,20 @@ int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **er
 	return 0;
 }
 
+static void free_sandbox(sandlot_t *sb)
+{
+	if (sb->conn_open)
+		sandlot__conn_free(&sb->conn);
+	pthread_mutex_destroy(&sb->env_lock);
+	sandlot__strv_free(sb->env);
+	free(sb->image);
+	free(sb->hostname);
+	free(sb->data_dir);
+	free(sb->workspace_image);
+	free(sb->init_path);
+	free(sb);
+}
+
 sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 {
 	sandlot_options_t defaults;
@@ -289,29 +303,8 @@ fail_started:
 	return NULL;
 fail:
 	sandlot__error_wrap(err, "create sandbox");
-	pthread_mutex_destroy(&sb->env_lock);
-	sandlot__strv_free(sb->env);
-	free(sb->image);
-	free(sb->hostname);
-	free(sb->data_dir);
-	free(sb->workspace_image);
-	free(sb->init_path);
-	free(sb);
+	free_sandbox(sb); /* the connection was never opened */
 	return NULL;
-}
-
-static void free_sandbox(sandlot_t *sb)
-{
-	if (sb->conn_open)
-		sandlot__conn_free(&sb->conn);
-	pthread_mutex_destroy(&sb->env_lock);
-	sandlot__strv_free(sb->env);
-	free(sb->image);
-	free(sb->hostname);
-	free(sb->data_dir);
-	free(sb->workspace_image);
-	free(sb->init_path);
-	free(sb);
 }
 
 void sandlot__ref(sandlot_t *sb)

@@ -48,7 +48,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,22 +250,6 @@ static void unmark_queued_locked(struct pools *ps)
 	}
 }
 
-static int cgroup_left(const char *id)
-{
-	char pat[2][256];
-	snprintf(pat[0], sizeof(pat[0]), "/sys/fs/cgroup/sandlot/%s", id);
-	snprintf(pat[1], sizeof(pat[1]), "/sys/fs/cgroup/*/sandlot/%s", id);
-	for (int i = 0; i < 2; i++) {
-		glob_t g;
-		int rc = glob(pat[i], GLOB_NOSORT, NULL, &g);
-		size_t n = rc == 0 ? g.gl_pathc : 0;
-		globfree(&g);
-		if (n)
-			return 1;
-	}
-	return 0;
-}
-
 /* Markers of a previous run that died with sandboxes in its pools: their
  * inits exited when that sandlotd's connections closed (give them a
  * moment), so remove the cgroups named after them, then the markers. */
@@ -300,17 +283,15 @@ static void recover_markers(struct pools *ps)
 	size_t left;
 	for (;;) {
 		left = 0;
-		for (size_t i = 0; i < n; i++) {
-			sandlot__cgroup_cleanup_stale(ids[i], 0);
-			left += cgroup_left(ids[i]);
-		}
+		for (size_t i = 0; i < n; i++)
+			left += sandlot__cgroup_remove_named(ids[i], 0);
 		if (!left || sandlot__now_ms() > deadline)
 			break;
 		usleep(50000);
 	}
 	for (size_t i = 0; i < n; i++) {
 		workspace_remove(ps->d, ids[i]); /* workspace_recover() did, as a rule */
-		if (!cgroup_left(ids[i]))
+		if (!sandlot__cgroup_remove_named(ids[i], 0))
 			unmark(ps, ids[i]);
 	}
 	daemon_log("pool_recover", "%smarkers=%zu cgroups_left=%zu", left ? "level=warn " : "", n,

@@ -23,7 +23,6 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <glob.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -433,8 +432,6 @@ int dsb_scan_changes(struct daemon *d, struct dsb *s, const char *source, json_t
 
 /* ---- ending ------------------------------------------------------------------ */
 
-static int cgroup_exists(const char *id);
-
 /* libsandlot removes a sandbox's cgroups when destroying it, retrying for
  * about a second while the kernel finishes with the killed processes; on a
  * loaded host that is sometimes not enough.  Such leftovers are retried here
@@ -450,10 +447,7 @@ static size_t ncg_retries, capcg_retries;
 
 void cgroup_check_after_destroy(const char *id)
 {
-	if (!cgroup_exists(id))
-		return;
-	sandlot__cgroup_cleanup_stale(id, 0);
-	if (!cgroup_exists(id))
+	if (!sandlot__cgroup_remove_named(id, 0))
 		return;
 	pthread_mutex_lock(&cg_retry_lock);
 	if (ncg_retries == capcg_retries) {
@@ -480,8 +474,7 @@ static size_t cgroup_retry_run(void)
 	size_t k = 0;
 	for (size_t i = 0; i < ncg_retries; i++) {
 		struct cg_retry *c = &cg_retries[i];
-		sandlot__cgroup_cleanup_stale(c->id, 0);
-		if (!cgroup_exists(c->id))
+		if (!sandlot__cgroup_remove_named(c->id, 0))
 			continue;
 		if (now > c->until_ms) {
 			daemon_log("cgroup_left", "level=warn sandbox=%s msg=\"could not remove its cgroup\"",
@@ -1356,49 +1349,6 @@ void reaper_start(struct daemon *d)
 
 /* ---- start-up recovery and shutdown ------------------------------------------- */
 
-/* Whether a cgroup directory named `id` exists in any hierarchy. */
-static int cgroup_exists(const char *id)
-{
-	char pat[2][256];
-	snprintf(pat[0], sizeof(pat[0]), "/sys/fs/cgroup/sandlot/%s", id);
-	snprintf(pat[1], sizeof(pat[1]), "/sys/fs/cgroup/*/sandlot/%s", id);
-	for (int i = 0; i < 2; i++) {
-		glob_t g;
-		int rc = glob(pat[i], GLOB_NOSORT, NULL, &g);
-		size_t n = rc == 0 ? g.gl_pathc : 0;
-		globfree(&g);
-		if (n)
-			return 1;
-	}
-	return 0;
-}
-
-/* SIGKILL whatever is still in the cgroups named `id` (only ever one of
- * ours: ids are unique and this one is in our registry). */
-static void cgroup_kill_all(const char *id)
-{
-	char pat[2][256];
-	snprintf(pat[0], sizeof(pat[0]), "/sys/fs/cgroup/sandlot/%s/cgroup.procs", id);
-	snprintf(pat[1], sizeof(pat[1]), "/sys/fs/cgroup/*/sandlot/%s/cgroup.procs", id);
-	for (int i = 0; i < 2; i++) {
-		glob_t g;
-		if (glob(pat[i], GLOB_NOSORT, NULL, &g) != 0)
-			continue;
-		for (size_t k = 0; k < g.gl_pathc; k++) {
-			char *text = sandlot__read_file(g.gl_pathv[k], 1 << 20);
-			for (char *p = text, *e; p && *p; p = e) {
-				long pid = strtol(p, &e, 10);
-				if (e == p)
-					break;
-				if (pid > 1)
-					kill((pid_t)pid, SIGKILL);
-			}
-			free(text);
-		}
-		globfree(&g);
-	}
-}
-
 /* Storage images left by a creation that sandlotd was killed in the middle
  * of (a live sandbox's image is unlinked milliseconds after it is made), and
  * those of lost sandboxes. */
@@ -1465,12 +1415,9 @@ void sandboxes_recover(struct daemon *d)
 				struct dsb *s = v[i];
 				if ((s->state != DSB_LOST || s->ended_ms != now) && s->state != DSB_PAUSED)
 					continue;
-				sandlot__cgroup_cleanup_stale(s->id, 0);
-				if (cgroup_exists(s->id)) {
-					left++;
-					if (sandlot__now_ms() > deadline - 1500)
-						cgroup_kill_all(s->id);
-				}
+				/* Kill what is left only after a grace period. */
+				left += sandlot__cgroup_remove_named(s->id,
+								     sandlot__now_ms() > deadline - 1500);
 			}
 			if (!left || sandlot__now_ms() > deadline) {
 				if (left)

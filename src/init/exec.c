@@ -660,18 +660,10 @@ static void send_start_error(struct loop *l, uint32_t id, int err, char stage, c
 /* ERROR for an EXEC that could not start, with the STAGE that failed. */
 static void send_start_error(struct loop *l, uint32_t id, int err, char stage, const char *fmt, ...)
 {
-	char msg[INIT_PATH_MAX + 256];
 	va_list ap;
 	va_start(ap, fmt);
-	if (vsnprintf(msg, sizeof(msg), fmt, ap) < 0)
-		msg[0] = '\0';
+	init__send_errorv(l, id, err, stage, fmt, ap);
 	va_end(ap);
-	struct sl_msg m;
-	sl_msg_begin(&m, SL_MSG_ERROR, 0, id);
-	sl_msg_put_u32(&m, SL_TAG_ERRNO, (uint32_t)(err > 0 ? err : EIO));
-	sl_msg_put_str(&m, SL_TAG_MESSAGE, msg);
-	sl_msg_put_u8(&m, SL_TAG_STAGE, (uint8_t)stage);
-	init__queue(l, &m);
 }
 
 static void report_start_failure(struct loop *l, uint32_t id, const struct child_report *r,

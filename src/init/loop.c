@@ -141,19 +141,27 @@ static void queue_flush(struct loop *l)
 	}
 }
 
-void init__send_error(struct loop *l, uint32_t id, int err, const char *fmt, ...)
+void init__send_errorv(struct loop *l, uint32_t id, int err, char stage, const char *fmt,
+		       va_list ap)
 {
 	char msg[INIT_PATH_MAX + 256];
-	va_list ap;
-	va_start(ap, fmt);
 	if (vsnprintf(msg, sizeof(msg), fmt, ap) < 0)
 		msg[0] = '\0';
-	va_end(ap);
 	struct sl_msg m;
 	sl_msg_begin(&m, SL_MSG_ERROR, 0, id);
 	sl_msg_put_u32(&m, SL_TAG_ERRNO, (uint32_t)(err > 0 ? err : EIO));
 	sl_msg_put_str(&m, SL_TAG_MESSAGE, msg);
+	if (stage)
+		sl_msg_put_u8(&m, SL_TAG_STAGE, (uint8_t)stage);
 	init__queue(l, &m);
+}
+
+void init__send_error(struct loop *l, uint32_t id, int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	init__send_errorv(l, id, err, 0, fmt, ap);
+	va_end(ap);
 }
 
 void init__send_ok(struct loop *l, uint32_t id)

@@ -14,6 +14,7 @@
 
 #include <poll.h>
 #include <stddef.h>
+#include <stdarg.h>
 #include <stdint.h>
 
 #include "common/proto.h"
@@ -78,6 +79,10 @@ void init__log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * failure (m failed to build) the connection is given up: the loop ends. */
 void init__queue(struct loop *l, struct sl_msg *m);
 /* Queue ERROR (errno err > 0, formatted message) / an empty OK on stream id. */
+/* init__send_error() with a STAGE record when stage != 0 (EXEC start
+ * failures: spec/protocol.md). */
+void init__send_errorv(struct loop *l, uint32_t id, int err, char stage, const char *fmt,
+		       va_list ap);
 void init__send_error(struct loop *l, uint32_t id, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 void init__send_ok(struct loop *l, uint32_t id);

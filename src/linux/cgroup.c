@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -512,4 +513,40 @@ int sandlot__cgroup_events(sandlot_cgroup_t *cg, uint64_t *oom_kills, uint64_t *
 		return 0;
 	}
 	return 0;
+}
+
+/* Every directory of the cgroup named `name` (v1: one per hierarchy; v2:
+ * one), as a glob over the roots this process uses. */
+static int named_dirs(const char *name, glob_t *g)
+{
+	char pat[PATH_MAX];
+	const char *mode = sandlot__cgroup_mode();
+	if (!valid_name(name))
+		return -1;
+	int rc;
+	if (!strcmp(mode, "v1"))
+		rc = sandlot__cg_pathf(pat, "%s/*/sandlot/%s", sandlot__cgroup_v1_root(), name);
+	else if (!strcmp(mode, "v2"))
+		rc = sandlot__cg_pathf(pat, "%s/sandlot/%s", sandlot__cgroup_v2_root(), name);
+	else
+		return -1;
+	if (rc < 0)
+		return -1;
+	return glob(pat, GLOB_NOSORT | GLOB_ONLYDIR, NULL, g) == 0 ? 0 : -1;
+}
+
+int sandlot__cgroup_remove_named(const char *name, int kill)
+{
+	glob_t g;
+	if (kill && named_dirs(name, &g) == 0) {
+		for (size_t i = 0; i < g.gl_pathc; i++)
+			sandlot__cg_kill_procs(g.gl_pathv[i]);
+		globfree(&g);
+	}
+	get_ops()->cleanup_stale(name, 0);
+	if (named_dirs(name, &g) < 0)
+		return 0;
+	int left = g.gl_pathc > 0;
+	globfree(&g);
+	return left;
 }

@@ -133,6 +133,14 @@ void sandlot__cgroup_destroy(sandlot_cgroup_t *cg);
  * cgroups (names) removed; never fails. */
 int sandlot__cgroup_cleanup_stale(const char *prefix, unsigned min_age_s);
 
+/* Remove the leftover cgroup named exactly `name` (one that a destroy could
+ * not remove yet, or one of a sandbox whose owner crashed): with kill,
+ * SIGKILL whatever is still inside first; then remove its directories in
+ * every hierarchy.  Returns 1 while some directory of it remains (the
+ * kernel is still finishing with its processes: try again later), 0 when
+ * none does.  Only for names the caller knows to be its own. */
+int sandlot__cgroup_remove_named(const char *name, int kill);
+
 /* Directory of the cgroup for `controller` ("memory", "pids", "cpu",
  * "cpuacct", "freezer"), for tests and diagnostics.  v2 has one directory
  * whatever the controller ("" is the usual spelling); in v1 "" means the
