@@ -14,7 +14,7 @@ static const char main_help[] =
 	"\n"
 	"SYNOPSIS\n"
 	"    sandlot run [OPTIONS] -- COMMAND [ARG...]\n"
-	"    sandlot [-H HOST] create | exec | cp | ls | rm | logs | changes [OPTIONS] ...\n"
+	"    sandlot [-H HOST] create | exec | code | cp | ls | rm | logs | changes [OPTIONS] ...\n"
 	"    sandlot COMMAND --help\n"
 	"    sandlot --version\n"
 	"\n"
@@ -35,6 +35,8 @@ static const char main_help[] =
 	"    create    Create a sandbox and print its id.\n"
 	"    exec      Run a command in a sandbox, output streamed live; exits\n"
 	"              with the command's status.\n"
+	"    code      Run Python, JavaScript or bash code in an interpreter that\n"
+	"              keeps its variables between calls (a notebook-like context).\n"
 	"    cp        Copy files or directories between the host and a sandbox\n"
 	"              (ID:PATH on one side, as docker cp).\n"
 	"    ls        List sandboxes.\n"
@@ -115,6 +117,7 @@ static const struct {
 	{ "rm", cmd_rm },
 	{ "logs", cmd_logs },
 	{ "changes", cmd_changes },
+	{ "code", cmd_code },
 #else
 	{ "run", cmd_run },
 	{ "create", NULL },
@@ -124,6 +127,7 @@ static const struct {
 	{ "rm", NULL },
 	{ "logs", NULL },
 	{ "changes", NULL },
+	{ "code", NULL },
 #endif
 };
 

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@ static const char run_help[] =
 	"\n"
 	"SYNOPSIS\n"
 	"    sandlot run [OPTIONS] -- COMMAND [ARG...]\n"
+	"    sandlot run [OPTIONS] --lang LANG (-c CODE | FILE | -) [ARG...]\n"
 	"\n"
 	"DESCRIPTION\n"
 	"    Creates a sandbox, uploads files, runs COMMAND (an argv, not a shell\n"
@@ -72,6 +74,13 @@ static const char run_help[] =
 	"                           an image on a loop device with a real disk quota;\n"
 	"                           tmpfs is a few ms faster per run, but its files\n"
 	"                           live in memory and count against --memory\n"
+	"    -l, --lang LANG        run code instead of COMMAND, one-shot: python\n"
+	"                           (python3), javascript (node) or bash, with the\n"
+	"                           code from -c CODE, from FILE (uploaded to\n"
+	"                           /home/user first) or from standard input (-);\n"
+	"                           ARGs go to the program (sys.argv[1:], ...).  For\n"
+	"                           state kept between runs see `sandlot code`\n"
+	"    -c, --code CODE        the code for --lang\n"
 	"    -h, --help             show this help\n"
 	"\n"
 	"EXIT STATUS\n"
@@ -85,12 +94,30 @@ static const char run_help[] =
 	"    sandlot run -- python3 -c 'print(6 * 7)'\n"
 	"    sandlot run --memory 256M --timeout 10s -u data.csv -d out.png:plot.png \\\n"
 	"        -- python3 analyse.py\n"
-	"    sandlot run --json -- sh -c 'echo hi > note.txt'\n";
+	"    sandlot run --json -- sh -c 'echo hi > note.txt'\n"
+	"    sandlot run --lang python -c 'import sys; print(sys.version)'\n"
+	"    sandlot run --lang python -u data.csv analyse.py --verbose\n"
+	"    echo 'console.log(6 * 7)' | sandlot run --lang js -\n";
 
 enum {
 	OPT_CPUS = 256, OPT_PIDS, OPT_DISK, OPT_JSON, OPT_OUTPUT_LIMIT, OPT_NOFILE,
 	OPT_HOSTNAME, OPT_IMAGE, OPT_STORAGE,
 };
+
+/* --lang: the interpreter, how it takes code inline, and a file suffix. */
+static const struct lang {
+	const char *name, *alias1, *alias2;
+	const char *prog, *inline_flag, *suffix;
+} langs[] = {
+	{ "python", "py", "python3", "python3", "-c", ".py" },
+	{ "javascript", "js", "node", "node", "-e", ".js" },
+	{ "bash", "sh", "shell", "bash", "-c", ".sh" },
+};
+
+/* Code up to this size travels as an argument (Linux caps one at 128 KiB);
+ * larger code is uploaded as a file. */
+#define INLINE_CODE_MAX (100u << 10)
+#define CODE_MAX (64u << 20)
 
 static const struct option run_opts[] = {
 	{ "memory", required_argument, NULL, 'm' },
@@ -109,6 +136,9 @@ static const struct option run_opts[] = {
 	{ "hostname", required_argument, NULL, OPT_HOSTNAME },
 	{ "image", required_argument, NULL, OPT_IMAGE },
 	{ "storage", required_argument, NULL, OPT_STORAGE },
+	{ "lang", required_argument, NULL, 'l' },
+	{ "language", required_argument, NULL, 'l' },
+	{ "code", required_argument, NULL, 'c' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -265,6 +295,130 @@ static void supervise(sandlot_proc_t *p, struct run_state *st, int interactive, 
 	}
 }
 
+/* Read all of fd (a FILE or stdin) for --lang: malloc'd into *out. */
+static int read_all(int fd, const char *what, char **out, size_t *outlen)
+{
+	size_t cap = 65536, len = 0;
+	char *buf = malloc(cap);
+	if (!buf)
+		return EXIT_SANDLOT;
+	for (;;) {
+		if (len == cap) {
+			if (cap >= CODE_MAX) {
+				free(buf);
+				return cli_usage_error("run", "%s: larger than %u MiB", what, CODE_MAX >> 20);
+			}
+			char *nb = realloc(buf, cap *= 2);
+			if (!nb) {
+				free(buf);
+				return EXIT_SANDLOT;
+			}
+			buf = nb;
+		}
+		ssize_t n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = errno;
+			free(buf);
+			return cli_usage_error("run", "cannot read %s: %s", what, strerror(e));
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	*out = buf;
+	*outlen = len;
+	return 0;
+}
+
+/* The command for --lang: `python3 -c CODE ARG...` for small inline code;
+ * a FILE is uploaded to /home/user and run by name; large inline code (or
+ * code from stdin past INLINE_CODE_MAX) is uploaded from a memfd.  Adds at
+ * most one upload (*up, *nup).  *cmd is malloc'd.  0 or an exit status. */
+static int lang_command(const struct lang *lang, const char **code, size_t *code_len,
+			char **code_buf, int argc, char **argv, int *optind_, int interactive,
+			struct transfer *up, size_t *nup, int *code_fd, char *code_remote,
+			const char ***cmd)
+{
+	int i = *optind_;
+	if (i < argc && !strcmp(argv[i], "--"))
+		i++;
+	const char *file = NULL;
+	if (!*code) {
+		if (i >= argc) {
+			if (isatty(0))
+				return cli_usage_error("run", "--lang %s needs code: -c CODE, a FILE, or - "
+						       "for standard input", lang->name);
+			file = "-";
+		} else {
+			file = argv[i++];
+		}
+		if (!strcmp(file, "-")) {
+			if (interactive)
+				return cli_usage_error("run", "-i cannot be used with code read from "
+						       "standard input");
+			int rc = read_all(0, "standard input", code_buf, code_len);
+			if (rc != 0)
+				return rc;
+			*code = *code_buf;
+			file = NULL;
+		} else {
+			struct stat st;
+			if (stat(file, &st) < 0)
+				return cli_usage_error("run", "%s: %s", file, strerror(errno));
+			if (!S_ISREG(st.st_mode) || access(file, R_OK) < 0)
+				return cli_usage_error("run", "%s: not a readable file", file);
+		}
+	}
+	if (*code && memchr(*code, '\0', *code_len))
+		return cli_usage_error("run", "the code contains a NUL byte");
+	size_t nargs = (size_t)(argc - i);
+	const char **v = calloc(nargs + 5, sizeof(*v));
+	if (!v)
+		return EXIT_SANDLOT;
+	size_t n = 0;
+	v[n++] = lang->prog;
+	if (*code && *code_len <= INLINE_CODE_MAX) {
+		v[n++] = lang->inline_flag;
+		v[n++] = *code;
+		if (!strcmp(lang->prog, "bash"))
+			v[n++] = "bash";   /* $0; the ARGs are $1... */
+	} else {
+		if (*code) {
+			/* Too long for an argument: a file, from memory, written
+			 * into the sandbox after the uploads (cmd_run). */
+			*code_fd = memfd_create("sandlot-code", MFD_CLOEXEC);
+			if (*code_fd < 0 || write(*code_fd, *code, *code_len) != (ssize_t)*code_len ||
+			    lseek(*code_fd, 0, SEEK_SET) != 0) {
+				cli_err("run: memfd: %s", strerror(errno));
+				free(v);
+				return EXIT_SANDLOT;
+			}
+			snprintf(code_remote, 64, "/tmp/sandlot-code%s", lang->suffix);
+			v[n++] = code_remote;
+			goto args;
+		} else {
+			const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+			up->local = strdup(file);
+			if (asprintf(&up->remote, "/home/user/%s", base) < 0)
+				up->remote = NULL;
+			v[n++] = up->remote;
+		}
+		if (!up->local || !up->remote) {
+			free(v);
+			return EXIT_SANDLOT;
+		}
+		(*nup)++;
+	}
+args:
+	for (; i < argc; i++)
+		v[n++] = argv[i];
+	*optind_ = argc;
+	*cmd = v;
+	return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
 	sandlot_options_t opts;
@@ -279,6 +433,13 @@ int cmd_run(int argc, char **argv)
 	sandlot_error_t *err = NULL;
 	cleanup_close int sigfd = -1;
 	int rc = EXIT_SANDLOT;
+	const struct lang *lang = NULL;
+	const char *code = NULL;
+	size_t code_len = 0;
+	cleanup_free char *code_buf = NULL;
+	cleanup_close int code_fd = -1;
+	char code_remote[64] = "";
+	const char **cmd = NULL;
 	if (!env || !up || !down)
 		return EXIT_SANDLOT;
 
@@ -292,7 +453,7 @@ int cmd_run(int argc, char **argv)
 	optind = 1;
 	opterr = 0;
 	int c;
-	while ((c = getopt_long(argc, argv, "+:m:t:e:w:u:d:ih", run_opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:m:t:e:w:u:d:il:c:h", run_opts, NULL)) != -1) {
 		/* `--memory -- cmd`: getopt took the separator as the value. */
 		if (optarg && strcmp(optarg, "--") == 0)
 			c = ':';
@@ -380,6 +541,22 @@ int cmd_run(int argc, char **argv)
 				goto out;
 			}
 			break;
+		case 'l':
+			lang = NULL;
+			for (size_t i = 0; i < sizeof(langs) / sizeof(langs[0]); i++)
+				if (!strcmp(optarg, langs[i].name) || !strcmp(optarg, langs[i].alias1) ||
+				    !strcmp(optarg, langs[i].alias2))
+					lang = &langs[i];
+			if (!lang) {
+				rc = cli_usage_error("run", "unknown --lang \"%s\": expected python, javascript or bash",
+						     optarg);
+				goto out;
+			}
+			break;
+		case 'c':
+			code = optarg;
+			code_len = strlen(optarg);
+			break;
 		case 'h':
 			fputs(run_help, stdout);
 			rc = 0;
@@ -397,9 +574,20 @@ int cmd_run(int argc, char **argv)
 			goto out;
 		}
 	}
-	if (optind >= argc) {
+	if (code && !lang) {
+		rc = cli_usage_error("run", "-c needs --lang (python, javascript or bash)");
+		goto out;
+	}
+	if (lang) {
+		rc = lang_command(lang, &code, &code_len, &code_buf, argc, argv, &optind, interactive,
+				  &up[nup], &nup, &code_fd, code_remote, &cmd);
+		if (rc != 0)
+			goto out;
+	} else if (optind >= argc) {
 		rc = cli_usage_error("run", "no command given: sandlot run [OPTIONS] -- COMMAND [ARG...]");
 		goto out;
+	} else {
+		cmd = (const char **)argv + optind;
 	}
 	if (geteuid() != 0) {
 		cli_err("run: sandlot needs root to create sandboxes (uid maps, cgroups, loop storage)");
@@ -461,6 +649,14 @@ int cmd_run(int argc, char **argv)
 			goto out;
 		}
 	}
+	if (code_fd >= 0 &&
+	    sandlot_file_write_fd(sb, code_remote, 0644, SANDLOT_WRITE_MKDIRS, code_fd, &err) < 0) {
+		cli_err("writing the code to %s: %s", code_remote, sandlot_error_message(err));
+		sandlot_error_free(err);
+		sandlot_destroy(sb);
+		rc = EXIT_SANDLOT;
+		goto out;
+	}
 	/* The command's changes are measured from here, uploads excluded. */
 	sandlot_changes_t ch = { 0 };
 	if (json && sandlot_changes_scan(sb, &ch, NULL) == 0)
@@ -474,7 +670,7 @@ int cmd_run(int argc, char **argv)
 		goto out;
 	}
 	sandlot_exec_spec_t spec = {
-		.argv = (const char *const *)argv + optind,
+		.argv = (const char *const *)cmd,
 		.cwd = workdir,
 		.stdin_pipe = interactive,
 		.timeout_ms = timeout_ms,
@@ -540,6 +736,8 @@ out_pipe:
 	close(st.exit_pipe[0]);
 	close(st.exit_pipe[1]);
 out:
+	if (lang)
+		free(cmd);
 	for (size_t i = 0; i < nup; i++)
 		transfer_free(&up[i]);
 	for (size_t i = 0; i < ndown; i++)

@@ -59,6 +59,7 @@ struct ctx {
 	int proc_users;
 	int started;                /* a host was started (proc valid) */
 	int exited;                 /* its on_exit ran */
+	int death_reported;         /* a cell's result said state_lost for this exit */
 	sandlot_exit_t ex;
 	int ready;
 	char *lb;                   /* stdout line buffer */
@@ -467,6 +468,7 @@ static int host_start(struct dsb *s, struct ctx *c, char *msg, size_t msglen)
 	c->partlen = 0;
 	c->errlen = 0;
 	c->exited = 0;
+	c->death_reported = 0;
 	c->ready = 0;
 	c->started = 0;
 	memset(&c->ex, 0, sizeof(c->ex));
@@ -668,6 +670,9 @@ static json_t *cell_next(struct cell *k)
 		}
 		if (exited) {
 			k->state_lost = 1;
+			pthread_mutex_lock(&c->lock);
+			c->death_reported = 1;
+			pthread_mutex_unlock(&c->lock);
 			json_t *o = final_result(k, NULL);
 			json_object_set_new(o, "error", died_error(k));
 			k->done = 1;
@@ -868,10 +873,12 @@ static int handle_code(struct http_req *req)
 	k->client_fd = req->client_fd;
 	k->displays = json_array();
 	k->started = mono_ms();
-	int lost_before = 0;
 	if (need_start) {
+		/* A host that died between cells (killed from inside the sandbox,
+		 * out of memory) took its state with it, and no result has said
+		 * so yet: this cell's does. */
 		pthread_mutex_lock(&c->lock);
-		lost_before = c->started;  /* a previous host died or was killed */
+		k->state_lost = c->started && c->exited && !c->death_reported;
 		pthread_mutex_unlock(&c->lock);
 		char msg[768];
 		if (host_start(s, c, msg, sizeof(msg)) < 0) {
@@ -880,7 +887,6 @@ static int handle_code(struct http_req *req)
 			return http_error(req, 500, "interpreter_failed", "%s", msg);
 		}
 	}
-	(void)lost_before;
 	pthread_mutex_lock(&c->lock);
 	c->seq++;
 	snprintf(k->rid, sizeof(k->rid), "c-%llu", (unsigned long long)c->seq);

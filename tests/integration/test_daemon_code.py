@@ -109,6 +109,21 @@ def test_interpreter_death_is_reported_and_recoverable(sandlotd):
     assert code(sandlotd, sid, "1 + 1")["value"] == "2"
 
 
+def test_interpreter_killed_between_cells_is_reported_by_the_next_cell(sandlotd):
+    sid = sandlotd.create()
+    pid = code(sandlotd, sid, "import os\nw = 5\nos.getpid()")["value"]
+    assert pid.isdigit()
+    r = sandlotd.exec(sid, argv=["kill", "-KILL", pid])
+    assert r["exit_code"] == 0, r
+    time.sleep(0.2)
+    # The death happened while no cell ran: the next cell says the state
+    # is gone (and runs in a fresh interpreter); the one after does not.
+    r = code(sandlotd, sid, "'w' in globals()")
+    assert r["status"] == "ok" and r["value"] == "False" and r["state_lost"] is True, r
+    r = code(sandlotd, sid, "1 + 1")
+    assert r["value"] == "2" and r["state_lost"] is False, r
+
+
 def test_javascript_bindings_persist(sandlotd):
     sid = sandlotd.create()
     r = code(sandlotd, sid, "let a = 1; const b = 2; function f() { return a + b }", lang="javascript")
