@@ -295,6 +295,19 @@ static __attribute__((noreturn)) void warm_child(const struct init_config *cfg, 
 	child_fail(3, STAGE_EXEC);
 }
 
+/* How long after a command started its warm successor is forked, unless
+ * the command ends first (see spawn()). */
+#define WARM_DELAY_MS 5
+
+void init__warm_later(struct loop *l, int delay_ms)
+{
+	int64_t at = init__now_ms() + delay_ms;
+	if (at < 1)
+		at = 1;
+	if (l->warm_at_ms == 0 || at < l->warm_at_ms)
+		l->warm_at_ms = at;
+}
+
 struct warm {
 	pid_t pid;         /* 0: none ready */
 	int in_w, out_r, err_r, st_r, ctl_w;
@@ -461,7 +474,7 @@ static void maybe_finish(struct loop *l, struct stream *s)
 	init__queue(l, &m);
 	init__stream_close(l, s);
 	warm_blocked = 0;
-	init__warm_prepare(l);
+	init__warm_later(l, 0);   /* after the EXIT is out */
 }
 
 static void pipe_read(struct loop *l, struct stream *s, int which)
@@ -774,7 +787,7 @@ started:;
 			;
 		free(e);
 		report_start_failure(l, id, &rep, argv[0], cwd);
-		init__warm_prepare(l);
+		init__warm_later(l, 0);
 		return;
 	}
 
@@ -794,9 +807,13 @@ started:;
 	sl_msg_put_u32(&m, SL_TAG_PID, (uint32_t)pid);
 	init__queue(l, &m);
 	/* The next command's process gets ready while this one runs, unless
-	 * the pids limit is so small that it would take a command's place. */
+	 * the pids limit is so small that it would take a command's place.
+	 * Not at once: the fork, and the new child's privilege drop and BPF
+	 * compile, would compete with this command for the CPUs and delay
+	 * its exit; a command that ends within WARM_DELAY_MS gets the next
+	 * warm child prepared right after its EXIT instead. */
 	if (!warm_blocked && (l->cfg->pids == 0 || l->cfg->pids >= 16))
-		init__warm_prepare(l);
+		init__warm_later(l, WARM_DELAY_MS);
 	return;
 fail:
 	init__send_error(l, id, errno, "cannot start %s: %s", argv[0], strerror(errno));

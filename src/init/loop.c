@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -407,6 +408,25 @@ static int run_pumps(struct loop *l)
 	return again && l->qbytes < INIT_QUEUE_HIGH;
 }
 
+int64_t init__now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* poll()'s timeout: 0 while pumps have work, else until a deferred warm
+ * child is due, else none. */
+static int poll_timeout(const struct loop *l, int busy)
+{
+	if (busy)
+		return 0;
+	if (!l->warm_at_ms)
+		return -1;
+	int64_t left = l->warm_at_ms - init__now_ms();
+	return left <= 0 ? 0 : (int)left;
+}
+
 static void serve(struct loop *l)
 {
 	struct pollfd *fds = NULL;
@@ -439,7 +459,7 @@ static void serve(struct loop *l)
 			if (s->ops->poll_fds)
 				s->ops->poll_fds(l, s, fds, &n);
 
-		if (poll(fds, n, busy ? 0 : -1) < 0) {
+		if (poll(fds, n, poll_timeout(l, busy)) < 0) {
 			if (errno == EINTR)
 				continue;
 			init__fail(l, 1, "poll failed");
@@ -466,6 +486,10 @@ static void serve(struct loop *l)
 			read_input(l);
 		if (!l->done && l->qhead)
 			queue_flush(l); /* answers usually fit right away */
+		if (!l->done && l->warm_at_ms && init__now_ms() >= l->warm_at_ms) {
+			l->warm_at_ms = 0;
+			init__warm_prepare(l);
+		}
 	}
 	free(fds);
 }

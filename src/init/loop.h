@@ -68,6 +68,8 @@ struct loop {
 	struct snapshot *baseline; /* previous SCAN, NULL before the first */
 	uint8_t *scratch;          /* SANDLOT_PROTO_MAX_DATA bytes for reads */
 	int done;                  /* stop serving after this iteration */
+	int64_t warm_at_ms;        /* prepare the next warm child at this
+				    * CLOCK_MONOTONIC time (ms); 0: not asked */
 	int status;                /* init's exit status when done */
 };
 
@@ -124,6 +126,10 @@ void init__exec_request(struct loop *l, const struct sl_frame_header *h, const u
 void init__reap(struct loop *l);
 /* Prepare the warm child for the next EXEC (see exec.c). */
 void init__warm_prepare(struct loop *l);
+/* Ask for init__warm_prepare() after delay_ms, once what is queued has been
+ * sent (the fork must not delay an answer).  An earlier request wins. */
+void init__warm_later(struct loop *l, int delay_ms);
+int64_t init__now_ms(void);
 /* Send SIGKILL to every process we are responsible for and reap them. */
 void init__kill_all(struct loop *l);
 

@@ -657,6 +657,18 @@ static uint32_t wait_pids(sandlot_t *sb, uint32_t want)
 	return n;
 }
 
+/* Wait (up to 3 s) until the sandbox runs at least `want` processes (init
+ * forks the next command's warm process a few ms after a command starts);
+ * return the last count. */
+static uint32_t wait_pids_at_least(sandlot_t *sb, uint32_t want)
+{
+	uint64_t t0 = now_ms();
+	uint32_t n;
+	while ((n = pids_now(sb)) < want && now_ms() - t0 < 3000)
+		sleep_ms(5);
+	return n;
+}
+
 /* ---- options ---------------------------------------------------------------- */
 
 static void test_options_defaults(void)
@@ -1421,7 +1433,7 @@ static void test_exec_kill(void)
 	run_init(&r);
 	p = start(sb, &s, &r);
 	CHECK(wait_output(&r, "ready", 5000));
-	CHECK(pids_now(sb) >= idle + 3);
+	CHECK(wait_pids_at_least(sb, idle + 3) >= idle + 3);
 	MUST(sandlot_proc_kill(p, SIGTERM, E));
 	finish_proc(p, &r);
 	CHECK_EQ_INT(r.ex.signal, SIGTERM);
@@ -2664,6 +2676,7 @@ static void test_usage(void)
 	sandlot_proc_t *p = start(sb, &s, &r);
 	CHECK(wait_output(&r, "ready", 5000));
 	uint32_t idle = u.pids;
+	wait_pids_at_least(sb, idle + 2);
 	MUST(sandlot_usage(sb, &u, NULL));
 	CHECK(u.pids >= idle + 2);
 	CHECK(u.cpu_usec > 0);
