@@ -52,7 +52,7 @@ out=$(mktemp)
 $PYTEST -q -rs -p no:cacheprovider tests/integration tests/interp 2>&1 | tee "$out"
 # pytest's summary: "364 passed, 2 skipped in 12.3s" (-q) or framed by "=" signs.
 line=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|errors?|deselected)[^=]* in [0-9.]+s' "$out" | tail -n 1)
-for kind in passed failed skipped error errors; do
+for kind in passed failed skipped "errors?"; do
 	n=$(echo "$line" | grep -oE "[0-9]+ $kind" | grep -oE '^[0-9]+' || true)
 	n=${n:-0}
 	case $kind in
