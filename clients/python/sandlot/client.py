@@ -481,12 +481,15 @@ class Client:
             raise RequestTimeoutError(f"{what}: no answer from sandlotd at {self.host} within "
                                       f"{timeout}s", self.host) from None
         except (OSError, http.client.HTTPException) as e:
-            conn.close()
-            # A request body the daemon refused before reading it all (e.g.
-            # an upload to an unknown sandbox) breaks the pipe; its answer
-            # may still be waiting.
-            raise ConnectionLostError(f"{what}: the connection to sandlotd at {self.host} broke: "
-                                      f"{e}", self.host) from None
+            # A request body the daemon refused before reading it all (an
+            # upload to an unknown sandbox, past what it drains) breaks the
+            # pipe; its error answer may still be there to read.
+            broke = isinstance(e, (BrokenPipeError, ConnectionResetError))
+            resp = _late_answer(conn, method) if broke else None
+            if resp is None:
+                conn.close()
+                raise ConnectionLostError(f"{what}: the connection to sandlotd at {self.host} broke: "
+                                          f"{e}", self.host) from None
         if resp.status >= 400:
             try:
                 data = resp.read(1 << 20)
@@ -580,6 +583,19 @@ class Client:
         """DELETE the sandbox: kills everything, removes its files."""
         self._call("DELETE", f"/v1/sandboxes/{_q(sandbox_id)}", expect_json=False,
                    context=f"sandbox {sandbox_id}")
+
+
+def _late_answer(conn, method):
+    """The error answer sent before the daemon stopped reading our body, if
+    one can be read from the socket; else None."""
+    if conn.sock is None:
+        return None
+    try:
+        resp = http.client.HTTPResponse(conn.sock, method=method)
+        resp.begin()
+    except (OSError, http.client.HTTPException):
+        return None
+    return resp if resp.status >= 400 else None
 
 
 def _q(s):
