@@ -42,7 +42,7 @@ import threading
 import types
 
 from ._owned import OwnedSandbox
-from .langchain import format_code_result
+from ._format import format_code_result
 
 __all__ = ["create_sandlot_eval", "SandlotEval"]
 

@@ -19,6 +19,7 @@ default python) and ``timeout`` (seconds).  Each language has one
 long-lived interpreter in the sandbox (its default code context), so
 variables, imports and functions survive between calls.
 """
+from ._format import format_code_result
 from ._owned import OwnedSandbox
 from .errors import SandlotError
 
@@ -77,36 +78,6 @@ def _args_schema():
         timeout: Optional[float] = Field(None, description="seconds before the run is interrupted")
 
     return SandlotToolInput
-
-
-def format_code_result(r, max_chars=20000):
-    """A CodeResult as text for a model: stdout, stderr, the value of the
-    last expression, the error report, and what happened on a timeout."""
-    parts = []
-    if r.stdout:
-        parts.append(r.stdout.rstrip("\n"))
-    if r.stderr:
-        parts.append("[stderr]\n" + r.stderr.rstrip("\n"))
-    for d in r.displays:
-        mimes = sorted((d.get("data") or {}).keys())
-        if mimes:
-            parts.append(f"[display: {', '.join(mimes)}]")
-    if r.value is not None:
-        parts.append(f"Out: {r.value}")
-    if r.status == "timeout":
-        parts.append("[timed out: the run was interrupted" +
-                     ("; the interpreter was restarted and its state is lost]" if r.state_lost
-                      else "; variables defined before are kept]"))
-    elif r.error:
-        parts.append(r.error_text)
-    if r.state_lost and r.status != "timeout":
-        parts.append("[the interpreter died; its state is lost and the next run starts fresh]")
-    if r.exit_code not in (None, 0):
-        parts.append(f"[exit status {r.exit_code}]")
-    text = "\n".join(parts)
-    if len(text) > max_chars:
-        text = text[:max_chars] + f"\n[output truncated: {len(text)} characters, first {max_chars} shown]"
-    return text
 
 
 class SandlotTool(_BaseTool):

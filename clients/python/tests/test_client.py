@@ -10,7 +10,7 @@ import time
 import pytest
 
 import sandlot
-from conftest import Daemon, free_port
+from .pyclient_daemon import Daemon, free_port
 
 
 # ---- sandboxes --------------------------------------------------------------
