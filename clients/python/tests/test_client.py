@@ -436,3 +436,25 @@ def test_tcp_with_token(base_dir, tmp_path, monkeypatch):
     finally:
         rc = d.stop()
     assert rc == 0 and not d.leftovers()
+
+
+def test_latency(sb):
+    """Round trips through the client over the unix socket (printed with -s;
+    bounds loose enough for a loaded 2-CPU machine)."""
+    import statistics
+
+    def p50(fn, n):
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1000)
+        return statistics.median(times)
+
+    sb.run_code("n = 0")
+    exec_ms = p50(lambda: sb.exec("true"), 50)
+    code_ms = p50(lambda: sb.run_code("n += 1"), 100)
+    assert sb.run_code("n").value == "100"
+    print(f"\npython client, unix socket: exec('true') p50 {exec_ms:.2f} ms, "
+          f"run_code('n += 1') p50 {code_ms:.2f} ms")
+    assert exec_ms < 200 and code_ms < 100
