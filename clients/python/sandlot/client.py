@@ -25,13 +25,14 @@ import json
 import os
 import socket
 import ssl
+import stat as _stat
 import tarfile
 import tempfile
 import urllib.parse
 
 from .errors import (
-    ConfigError, ConnectionLostError, DaemonUnreachableError, ProtocolError,
-    RequestTimeoutError, error_from_response,
+    ConfigError, ConnectionLostError, DaemonUnreachableError, NotFoundError, ProtocolError,
+    RequestTimeoutError, SandboxEndedError, error_from_response,
 )
 
 __all__ = [
@@ -604,8 +605,8 @@ def _q(s):
 
 def _body_and_length(data):
     """(body, headers) for an upload of bytes, str, a file object or an
-    iterable of bytes; a length is sent when it is known, else the body goes
-    chunked."""
+    iterable of bytes: a length header when the length is known, else none,
+    and http.client sends the body chunked."""
     if isinstance(data, str):
         data = data.encode("utf-8")
     if isinstance(data, (bytes, bytearray, memoryview)):
@@ -614,7 +615,6 @@ def _body_and_length(data):
         try:
             st = os.fstat(data.fileno())
             pos = data.tell()
-            import stat as _stat
             if _stat.S_ISREG(st.st_mode):
                 return data, {"Content-Length": str(st.st_size - pos)}
         except (AttributeError, OSError, io.UnsupportedOperation, ValueError):
@@ -694,7 +694,6 @@ class Sandbox:
     def destroy(self, missing_ok=False):
         """Destroy the sandbox.  With ``missing_ok``, one that is already
         gone (ended or forgotten) is not an error."""
-        from .errors import NotFoundError, SandboxEndedError
         try:
             self._call("DELETE", "", expect_json=False)
         except (NotFoundError, SandboxEndedError):
@@ -852,7 +851,7 @@ class Sandbox:
         return self._call("GET", "/files/stat", query={"path": str(path)}, context=f"{self.id}:{path}")
 
     def exists(self, path):
-        from .errors import NotFoundError
+        """Whether ``path`` exists (a symlink counts, dangling or not)."""
         try:
             self.stat(path)
             return True

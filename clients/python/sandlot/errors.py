@@ -6,6 +6,7 @@ status; each carries ``code``, ``message``, ``status`` and the whole error
 object as ``details`` (``state`` and ``end_reason`` for an ended sandbox).
 Problems on the way to the daemon are ``TransportError`` subclasses.
 """
+import json
 
 __all__ = [
     "SandlotError", "ConfigError", "TransportError", "DaemonUnreachableError",
@@ -154,7 +155,6 @@ def error_from_response(status, body, context=None):
     does not already name it."""
     code, message, details = None, None, {}
     try:
-        import json
         obj = json.loads(body.decode("utf-8")) if body else None
         if isinstance(obj, dict) and isinstance(obj.get("error"), dict):
             details = obj["error"]

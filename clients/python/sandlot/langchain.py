@@ -100,9 +100,9 @@ class SandlotTool(_BaseTool):
     default_timeout: object = 60.0
     max_output_chars: int = 20000
 
-    if HAVE_LANGCHAIN:
-        # A pydantic model: the holder is kept out of the fields.
-        model_config = {"arbitrary_types_allowed": True}
+    # The sandbox holder: a private attribute of the pydantic model when
+    # BaseTool is one (a leading underscore keeps it out of the fields).
+    _holder: object = None
 
     def __init__(self, sandbox=None, **kwargs):
         kwargs["sandbox"] = sandbox
@@ -114,7 +114,10 @@ class SandlotTool(_BaseTool):
                     raise TypeError(f"SandlotTool() got an unexpected keyword argument {k!r}")
                 setattr(self, k, v)
         holder = OwnedSandbox(self.sandbox, self.client, self.sandbox_options)
-        object.__setattr__(self, "_holder", holder)
+        try:
+            self._holder = holder
+        except (AttributeError, ValueError, TypeError):   # a model that refuses new attributes
+            object.__setattr__(self, "_holder", holder)
 
     # -- the tool --------------------------------------------------------
     def _run(self, code, language="python", timeout=None, run_manager=None):
