@@ -47,9 +47,9 @@ else
 	failed=$((failed + 1))
 fi
 
-echo "== integration tests (CLI, daemon) and interpreter hosts"
+echo "== integration tests (CLI, daemon), interpreter hosts, Python client"
 out=$(mktemp)
-$PYTEST -q -rs -p no:cacheprovider tests/integration tests/interp 2>&1 | tee "$out"
+$PYTEST -q -rs -p no:cacheprovider tests/integration tests/interp clients/python/tests 2>&1 | tee "$out"
 # pytest's summary: "364 passed, 2 skipped in 12.3s" (-q) or framed by "=" signs.
 line=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|errors?|deselected)[^=]* in [0-9.]+s' "$out" | tail -n 1)
 for kind in passed failed skipped "errors?"; do

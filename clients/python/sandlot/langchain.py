@@ -1,0 +1,176 @@
+"""A LangChain tool that runs code in a sandlot sandbox: ``SandlotTool``.
+
+    from sandlot import Client
+    from sandlot.langchain import SandlotTool
+
+    tool = SandlotTool(Client().create())        # or SandlotTool() to create one on first use
+    tool.invoke({"code": "x = 6 * 7\\nprint(x)"})  # -> "42\\n"
+    tool.invoke({"code": "x + 1"})                 # state is kept: "Out: 43"
+
+With ``langchain_core`` installed, SandlotTool is a ``langchain_core.tools.
+BaseTool`` (name, description, args_schema, ``_run``), usable by any
+LangChain / LangGraph agent; errors the model can fix (a bad language) are
+``ToolException``s, which ``handle_tool_error=True`` (the default here) hands
+back to the model as the observation.  Without it, SandlotTool is a plain
+class with the same attributes and ``invoke``/``run`` methods.
+
+The arguments are ``code``, ``language`` ("python", "javascript" or "bash";
+default python) and ``timeout`` (seconds).  Each language has one
+long-lived interpreter in the sandbox (its default code context), so
+variables, imports and functions survive between calls.
+"""
+from ._format import format_code_result
+from ._owned import OwnedSandbox
+from .errors import SandlotError
+
+try:  # the framework is optional
+    from langchain_core.tools import BaseTool as _BaseTool
+    from langchain_core.tools import ToolException
+    HAVE_LANGCHAIN = True
+except ImportError:
+    HAVE_LANGCHAIN = False
+    _BaseTool = object
+
+    class ToolException(Exception):
+        """Stands in for langchain_core.tools.ToolException."""
+
+__all__ = ["SandlotTool", "HAVE_LANGCHAIN", "LANGUAGES", "ARGS_JSON_SCHEMA", "ToolException"]
+
+LANGUAGES = ("python", "javascript", "bash")
+
+DESCRIPTION = (
+    "Run code in an isolated sandbox and get its output. Languages: python (default), "
+    "javascript, bash. Each language keeps one long-lived interpreter, so variables, imports "
+    "and functions defined in one call can be used in the next. Print what you want to see; "
+    "the value of a final expression is shown as 'Out: ...'. Files live in /home/user. "
+    "There is no network access."
+)
+
+ARGS_JSON_SCHEMA = {
+    "title": "SandlotToolInput",
+    "type": "object",
+    "properties": {
+        "code": {"type": "string", "description": "the code to run"},
+        "language": {"type": "string", "enum": list(LANGUAGES), "default": "python",
+                     "description": "python, javascript or bash"},
+        "timeout": {"type": "number", "minimum": 0,
+                    "description": "seconds before the run is interrupted (optional)"},
+    },
+    "required": ["code"],
+}
+
+
+def _args_schema():
+    """A pydantic model when pydantic is there (it always is with
+    langchain_core; every langchain_core version takes one), else the JSON
+    schema as a dict (accepted by langchain_core 0.3 and later)."""
+    try:
+        from typing import Optional
+
+        from pydantic import BaseModel, Field
+    except ImportError:
+        return ARGS_JSON_SCHEMA
+
+    class SandlotToolInput(BaseModel):
+        """Code to run in the sandbox."""
+        code: str = Field(..., description="the code to run")
+        language: str = Field("python", description="python, javascript or bash")
+        timeout: Optional[float] = Field(None, description="seconds before the run is interrupted")
+
+    return SandlotToolInput
+
+
+class SandlotTool(_BaseTool):
+    """Runs ``code`` in a sandlot sandbox (see the module doc).
+
+    Constructor: ``SandlotTool(sandbox=None, *, client=None,
+    sandbox_options=None, default_timeout=60.0, max_output_chars=20000)``.
+    ``sandbox`` is a sandlot.Sandbox (or an id); without one, a sandbox is
+    created with ``client`` (default ``Client()``) and ``sandbox_options``
+    (create's keyword arguments) on first use, and destroyed by ``close()``.
+    """
+
+    name: str = "sandlot_run_code"
+    description: str = DESCRIPTION
+    args_schema: object = _args_schema()
+    handle_tool_error: object = True
+    sandbox: object = None
+    client: object = None
+    sandbox_options: object = None
+    default_timeout: object = 60.0
+    max_output_chars: int = 20000
+
+    # The sandbox holder: a private attribute of the pydantic model when
+    # BaseTool is one (a leading underscore keeps it out of the fields).
+    _holder: object = None
+
+    def __init__(self, sandbox=None, **kwargs):
+        kwargs["sandbox"] = sandbox
+        if HAVE_LANGCHAIN:
+            super().__init__(**kwargs)
+        else:
+            for k, v in kwargs.items():
+                if not hasattr(type(self), k):
+                    raise TypeError(f"SandlotTool() got an unexpected keyword argument {k!r}")
+                setattr(self, k, v)
+        holder = OwnedSandbox(self.sandbox, self.client, self.sandbox_options)
+        try:
+            self._holder = holder
+        except (AttributeError, ValueError, TypeError):   # a model that refuses new attributes
+            object.__setattr__(self, "_holder", holder)
+
+    # -- the tool --------------------------------------------------------
+    def _run(self, code, language="python", timeout=None, run_manager=None):
+        if not isinstance(code, str) or not code.strip():
+            raise ToolException("code must be a non-empty string")
+        language = (language or "python").lower()
+        if language not in LANGUAGES:
+            raise ToolException(f"unsupported language {language!r}: use one of {', '.join(LANGUAGES)}")
+        if timeout is None:
+            timeout = self.default_timeout
+        elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise ToolException(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        sb = self._holder.sandbox
+        try:
+            r = sb.run_code(code, language=language, timeout=timeout or None)
+        except SandlotError as e:
+            raise ToolException(f"sandlot: {e}") from e
+        return format_code_result(r, self.max_output_chars)
+
+    if not HAVE_LANGCHAIN:
+        def run(self, tool_input, **kwargs):
+            """Run with a dict of arguments, or a string of code."""
+            if isinstance(tool_input, str):
+                tool_input = {"code": tool_input}
+            if not isinstance(tool_input, dict):
+                raise TypeError("tool input must be a dict or a string of code")
+            unknown = set(tool_input) - set(ARGS_JSON_SCHEMA["properties"])
+            if unknown:
+                raise ToolException(f"unknown argument(s): {', '.join(sorted(unknown))}")
+            if "code" not in tool_input:
+                raise ToolException("missing argument: code")
+            try:
+                return self._run(**tool_input)
+            except ToolException as e:
+                if self.handle_tool_error:
+                    return str(e)
+                raise
+
+        def invoke(self, input, config=None, **kwargs):
+            return self.run(input, **kwargs)
+
+    # -- lifecycle -------------------------------------------------------
+    @property
+    def current_sandbox(self):
+        """The sandbox the tool runs code in (created now if needed)."""
+        return self._holder.sandbox
+
+    def close(self):
+        """Destroy the sandbox if the tool created it."""
+        self._holder.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,1 @@
+"""Test stand-in for deepagents (see ../README.md)."""

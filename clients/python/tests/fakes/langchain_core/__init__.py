@@ -1,0 +1,1 @@
+"""Test stand-in for langchain_core (see ../README.md)."""
