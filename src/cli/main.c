@@ -115,6 +115,7 @@ static const struct {
 	{ "rm", cmd_rm },
 	{ "logs", cmd_logs },
 	{ "changes", cmd_changes },
+	{ "mcp", cmd_mcp },
 #else
 	{ "run", cmd_run },
 	{ "create", NULL },
@@ -124,6 +125,7 @@ static const struct {
 	{ "rm", NULL },
 	{ "logs", NULL },
 	{ "changes", NULL },
+	{ "mcp", NULL },
 #endif
 };
 
