@@ -1010,19 +1010,41 @@ static void add_display(struct call *k, json_t *bundle)
 		say(k, "--- display ---\n%s", text);
 }
 
+/* Interrupt the cell of a cancelled run_code and wait (up to 7 s: sandlotd
+ * kills an interpreter that ignores the interrupt for 5 s) until its
+ * context is free again, so that the next call does not find it busy. */
 static void interrupt_cell(struct mcp *m, const char *context, const char *language)
 {
 	if (!m->sandbox)
 		return;
-	cleanup_free char *path = NULL;
-	if (asprintf(&path, "/v1/sandboxes/%s/code/interrupt", m->sandbox) < 0)
+	cleanup_free char *path = NULL, *list = NULL;
+	if (asprintf(&path, "/v1/sandboxes/%s/code/interrupt", m->sandbox) < 0 ||
+	    asprintf(&list, "/v1/sandboxes/%s/contexts", m->sandbox) < 0)
 		return;
+	m->cancelled = 0;   /* let http() run these requests */
 	json_t *body = context ? json_pack("{s:s}", "context", context)
 			       : json_pack("{s:s}", "language", language);
 	struct client_req r = { .method = "POST", .path = path, .json = body };
-	client_perform(&m->c, &r);
+	http(m, &r);
+	cleanup_free char *id = is_2xx(r.status) ? strdup(client_str(r.reply, "context")) : NULL;
 	client_req_free(&r);
 	json_decref(body);
+	for (int64_t deadline = now_ms() + 7000; id && now_ms() < deadline && m->stop != STOP_NOW;) {
+		struct client_req g = { .method = "GET", .path = list };
+		http(m, &g);
+		int busy = 0;
+		json_t *c;
+		size_t i;
+		json_array_foreach(json_object_get(g.reply, "contexts"), i, c)
+			if (!strcmp(client_str(c, "id"), id))
+				busy = json_is_true(json_object_get(c, "busy"));
+		int ok = is_2xx(g.status);
+		client_req_free(&g);
+		if (!ok || !busy)
+			break;
+		wait_io(m, 50, 1);
+	}
+	m->cancelled = 1;
 }
 
 static void tool_run_code(struct call *k)
