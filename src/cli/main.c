@@ -15,6 +15,7 @@ static const char main_help[] =
 	"SYNOPSIS\n"
 	"    sandlot run [OPTIONS] -- COMMAND [ARG...]\n"
 	"    sandlot [-H HOST] create | exec | cp | ls | rm | logs | changes [OPTIONS] ...\n"
+	"    sandlot [-H HOST] mcp [OPTIONS]\n"
 	"    sandlot COMMAND --help\n"
 	"    sandlot --version\n"
 	"\n"
@@ -41,6 +42,9 @@ static const char main_help[] =
 	"    rm        Destroy sandboxes.\n"
 	"    logs      Output of a background exec (--follow to stream it).\n"
 	"    changes   Files created, modified and deleted in a sandbox.\n"
+	"    mcp       Serve the Model Context Protocol on stdin/stdout for MCP\n"
+	"              hosts: tools to run commands and code and move files in\n"
+	"              one sandbox per session (docs/mcp.md).\n"
 	"\n"
 	"ENVIRONMENT\n"
 	"    SANDLOT_HOST       the sandlotd of the client commands: unix:PATH,\n"
@@ -64,7 +68,7 @@ static const char main_help[] =
 	"\n"
 	"SEE ALSO\n"
 	"    sandlot run --help (and so on for each command); docs/cli.md;\n"
-	"    README.md; SECURITY.md for the threat model.\n";
+	"    docs/mcp.md; README.md; SECURITY.md for the threat model.\n";
 
 void cli_err(const char *fmt, ...)
 {
