@@ -126,7 +126,7 @@ struct line {
 	char data[];
 };
 
-enum stop { RUNNING, STOP_DRAIN, STOP_NOW };
+enum stop { RUNNING, STOP_NOW };
 
 struct mcp {
 	struct client c;
@@ -155,7 +155,8 @@ struct mcp {
 	/* the tools/call in progress */
 	json_t *cur_id;
 	int cancelled;
-	enum stop stop;
+	enum stop stop;                /* STOP_NOW: a signal, or stdout gone */
+	int hold;                      /* http() finishes the request whatever happens */
 };
 
 static void mlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -353,7 +354,7 @@ static long http(struct mcp *m, struct client_req *r)
 	if (client_start(&m->c, r) < 0)
 		return 0;
 	while (!client_done(r)) {
-		if (m->stop == STOP_NOW || m->cancelled) {
+		if ((m->stop == STOP_NOW || m->cancelled) && !m->hold) {
 			client_cancel(r);
 			break;
 		}
@@ -721,7 +722,12 @@ static int ensure_sandbox(struct call *k)
 	if (m->sandbox)
 		return 0;
 	struct client_req r = { .method = "POST", .path = "/v1/sandboxes", .json = m->create_body };
+	/* Not abandoned half-way: a sandbox sandlotd made for an answer we did
+	 * not wait for would be nobody's until its idle timeout.  Once we have
+	 * its id, the end of the session deletes it. */
+	m->hold = 1;
 	http(m, &r);
+	m->hold = 0;
 	int rc = -1;
 	const char *id = r.reply ? client_str(r.reply, "id") : "";
 	if (is_2xx(r.status) && *id) {
@@ -730,7 +736,10 @@ static int ensure_sandbox(struct call *k)
 		m->last_active_ms = now_ms();
 		mlog("created sandbox %s", id);
 		rc = m->sandbox ? 0 : -1;
-	} else if (!abandoned(k)) {
+	}
+	if (rc == 0 && abandoned(k)) {
+		rc = -1;
+	} else if (rc < 0 && !abandoned(k)) {
 		cleanup_free char *why = is_2xx(r.status) ? strdup("sandlotd did not say its id")
 							  : req_error(m, &r);
 		fail(k, "could not create a sandbox: %s", why ? why : "error");
