@@ -9,7 +9,7 @@ BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansso
 # matplotlib, pandas, numpy: the interpreter and seccomp tests run real data-science code
 TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy
 
-.PHONY: all deps test-deps demo check unit asan integration clean
+.PHONY: all deps test-deps demo check unit asan integration mcp-check clean
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -42,6 +42,18 @@ asan:
 
 integration: all
 	$(PYTEST) -q tests/integration
+
+# `sandlot mcp` under the official MCP SDK client (tests/mcp, its packages
+# from the committed package-lock.json) against a real sandlotd.  With
+# MCP_TAP=FILE the results are also written to FILE as TAP (scripts/check.sh
+# counts them from there).
+mcp-check: all
+	@command -v node >/dev/null && command -v npm >/dev/null || scripts/apt-install.sh nodejs npm
+	@cd tests/mcp && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
+	cd tests/mcp && node --test --test-concurrency=1 \
+		--test-reporter=spec --test-reporter-destination=stdout \
+		$(if $(MCP_TAP),--test-reporter=tap --test-reporter-destination=$(abspath $(MCP_TAP))) \
+		*.test.mjs
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

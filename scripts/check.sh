@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests (plain build), the same unit tests under
-# ASan+UBSan, the integration tests driving the real CLI, and a leak check.
+# ASan+UBSan, the integration tests driving the real CLI, and a leak check,
+# and the MCP server's tests (node, the official MCP SDK client).
 # Ends with one summary line "N passed, N failed, N skipped".
 set -u
 cd "$(dirname "$0")/.."
@@ -63,6 +64,25 @@ for kind in passed failed skipped "errors?"; do
 done
 [ -n "$line" ] || failed=$((failed + 1))
 rm -f "$out"
+
+echo "== MCP server (sandlot mcp) under the official MCP SDK client"
+tap=$(mktemp)
+make -s mcp-check MCP_TAP="$tap"
+# node's TAP summary: "# pass N", "# fail N", "# cancelled N", "# skipped N"
+n_pass=$(grep -oE '^# pass [0-9]+$' "$tap" | grep -oE '[0-9]+$' || true)
+if [ -z "$n_pass" ]; then
+	echo "the MCP tests did not run to the end (no TAP summary)"
+	failed=$((failed + 1))
+else
+	passed=$((passed + n_pass))
+	for n in $(grep -oE '^# (fail|cancelled) [0-9]+$' "$tap" | grep -oE '[0-9]+$'); do
+		failed=$((failed + n))
+	done
+	for n in $(grep -oE '^# skipped [0-9]+$' "$tap" | grep -oE '[0-9]+$'); do
+		skipped=$((skipped + n))
+	done
+fi
+rm -f "$tap"
 
 echo
 echo "$passed passed, $failed failed, $skipped skipped"

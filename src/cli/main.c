@@ -15,6 +15,7 @@ static const char main_help[] =
 	"SYNOPSIS\n"
 	"    sandlot run [OPTIONS] -- COMMAND [ARG...]\n"
 	"    sandlot [-H HOST] create | exec | code | cp | ls | rm | logs | changes [OPTIONS] ...\n"
+	"    sandlot [-H HOST] mcp [OPTIONS]\n"
 	"    sandlot COMMAND --help\n"
 	"    sandlot --version\n"
 	"\n"
@@ -43,6 +44,9 @@ static const char main_help[] =
 	"    rm        Destroy sandboxes.\n"
 	"    logs      Output of a background exec (--follow to stream it).\n"
 	"    changes   Files created, modified and deleted in a sandbox.\n"
+	"    mcp       Serve the Model Context Protocol on stdin/stdout for MCP\n"
+	"              hosts: tools to run commands and code and move files in\n"
+	"              one sandbox per session (docs/mcp.md).\n"
 	"\n"
 	"ENVIRONMENT\n"
 	"    SANDLOT_HOST       the sandlotd of the client commands: unix:PATH,\n"
@@ -66,7 +70,7 @@ static const char main_help[] =
 	"\n"
 	"SEE ALSO\n"
 	"    sandlot run --help (and so on for each command); docs/cli.md;\n"
-	"    README.md; SECURITY.md for the threat model.\n";
+	"    docs/mcp.md; README.md; SECURITY.md for the threat model.\n";
 
 void cli_err(const char *fmt, ...)
 {
@@ -118,6 +122,7 @@ static const struct {
 	{ "logs", cmd_logs },
 	{ "changes", cmd_changes },
 	{ "code", cmd_code },
+	{ "mcp", cmd_mcp },
 #else
 	{ "run", cmd_run },
 	{ "create", NULL },
@@ -128,6 +133,7 @@ static const struct {
 	{ "logs", NULL },
 	{ "changes", NULL },
 	{ "code", NULL },
+	{ "mcp", NULL },
 #endif
 };
 

@@ -545,6 +545,9 @@ def test_logs_of_a_background_exec(cli, sb, sandlotd):
     ["changes", "--since", "-1", "sb-x"],
     ["nosuchverb"],
     ["ls", "--host", "ftp://x"],
+    ["mcp", "--memory", "lots"],
+    ["mcp", "--timeout", "0"],
+    ["mcp", "extra"],
 ])
 def test_bad_arguments_exit_2(args):
     cli = Cli("unix:/nonexistent/sandlot.sock")
@@ -554,7 +557,7 @@ def test_bad_arguments_exit_2(args):
     assert len(r.stderr.strip().splitlines()) == 1, r
 
 
-@pytest.mark.parametrize("verb", ["create", "exec", "cp", "ls", "rm", "logs", "changes"])
+@pytest.mark.parametrize("verb", ["create", "exec", "cp", "ls", "rm", "logs", "changes", "mcp"])
 def test_verb_help(verb):
     r = Cli(None)(verb, "--help")
     assert r.rc == 0, r
@@ -566,12 +569,13 @@ def test_verb_help(verb):
 def test_main_help_lists_the_verbs():
     r = Cli(None)("--help")
     assert r.rc == 0
-    for verb in ("run", "create", "exec", "cp", "ls", "rm", "logs", "changes"):
+    for verb in ("run", "create", "exec", "cp", "ls", "rm", "logs", "changes", "mcp"):
         assert re.search(rf"^    {verb}\b", r.stdout, re.M), verb
 
 
 @pytest.mark.parametrize("args", [["ls"], ["create"], ["rm", "sb-x"], ["exec", "sb-x", "--", "true"],
-                                  ["changes", "sb-x"], ["logs", "sb-x", "ex-y"], ["cp", "sb-x:a", "/tmp/a"]])
+                                  ["changes", "sb-x"], ["logs", "sb-x", "ex-y"], ["cp", "sb-x:a", "/tmp/a"],
+                                  ["mcp"]])
 def test_unreachable_daemon_is_a_clear_125(args, tmp_path):
     sock = tmp_path / "none.sock"
     r = Cli(f"unix:{sock}")(*args)

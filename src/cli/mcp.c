@@ -1,0 +1,1930 @@
+/* sandlot mcp: a Model Context Protocol server over stdio.
+ *
+ * The process reads JSON-RPC 2.0 messages, one per line, from stdin and
+ * writes one answer per line to stdout; stderr carries only its own log
+ * lines.  The tools it offers (run_command, run_code, read_file,
+ * write_file, list_files, generated_files) work in ONE sandbox of sandlotd
+ * per session, created by the first tool call that needs it and deleted
+ * when the session ends (stdin closed, SIGTERM, SIGINT or SIGHUP).
+ *
+ * One thread.  Messages are handled one at a time, in order; while a tool
+ * call waits for sandlotd, stdin and a signalfd are still watched (with the
+ * HTTP transfers, through client_poll), so that a ping is answered at once,
+ * notifications/cancelled for the running call stops it (sandlotd kills a
+ * command whose client went away), and a signal ends the session without
+ * waiting for the call.  Other messages that arrive meanwhile are queued.
+ *
+ * The sandbox is created with an idle timeout (--idle-timeout, default
+ * 5 minutes) and this server sends a keepalive every third of it, so the
+ * sandbox lives as long as the server does, and goes away by itself soon
+ * after a server that was killed without a chance to delete it.
+ *
+ * Errors, as the MCP specification sorts them: a message that is not JSON
+ * is -32700; not a JSON-RPC request, -32600; an unknown method, -32601;
+ * malformed params or an unknown tool, -32602.  Arguments that do not
+ * match a tool's inputSchema are -32602 for protocol versions up to
+ * 2025-06-18 and a tool result with isError (so that the model sees the
+ * message) from 2025-11-25 on, as that version of the specification asks.
+ * Everything that goes wrong while a tool runs (a non-zero exit, a missing
+ * file, sandlotd unreachable) is a tool result with isError: true and one
+ * clear sentence.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "client.h"
+#include "common/cleanup.h"
+#include "common/json.h"
+
+#define MESSAGE_MAX (64u << 20)        /* longest JSON-RPC line we take */
+#define OUTPUT_LIMIT (256u << 10)      /* run_command output kept per stream */
+#define READ_MAX (16u << 20)           /* read_file */
+#define GENERATED_BYTES_MAX (8u << 20) /* contents in one generated_files answer */
+#define GENERATED_LIST_MAX 500         /* paths listed by generated_files */
+#define CHANGES_SHOWN 20               /* changed files named after a run_command */
+#define DEFAULT_TIMEOUT_MS (5 * 60 * 1000)
+#define DEFAULT_IDLE_S 300
+#define TIMEOUT_MAX_S 86400
+
+/* Newest first; the first is what we answer a client asking for a version
+ * we do not know. */
+static const char *const protocol_versions[] = { "2025-11-25", "2025-06-18", "2025-03-26",
+						 "2024-11-05" };
+
+static const char mcp_help[] =
+	"NAME\n"
+	"    sandlot mcp - serve a sandbox to AI agents over the Model Context Protocol\n"
+	"\n"
+	"SYNOPSIS\n"
+	"    sandlot mcp [OPTIONS]\n"
+	"\n"
+	"DESCRIPTION\n"
+	"    Speaks MCP (JSON-RPC 2.0, one message per line) on standard input and\n"
+	"    output, for MCP hosts that start it as a subprocess:\n"
+	"        {\"command\": \"sandlot\", \"args\": [\"mcp\"]}\n"
+	"    Its tools run commands and code and move files in one sandbox of\n"
+	"    sandlotd, created on the first tool call and deleted when standard\n"
+	"    input is closed or on SIGTERM, SIGINT or SIGHUP:\n"
+	"        run_command      a shell command: exit code, stdout, stderr\n"
+	"        run_code         Python, JavaScript or bash in a long-lived\n"
+	"                         interpreter (state kept between calls; matplotlib\n"
+	"                         figures come back as PNG images)\n"
+	"        read_file        a file's content (text, image or binary)\n"
+	"        write_file       write a file (text or base64; parents created)\n"
+	"        list_files       the entries of a directory\n"
+	"        generated_files  files created, modified or deleted in /home/user\n"
+	"                         since the session began, optionally with contents\n"
+	"    Log lines go to standard error.  sandlotd must be running: if it\n"
+	"    cannot be reached at start, sandlot mcp says so and exits 125.\n"
+	"    docs/mcp.md describes the tools, their arguments and results.\n"
+	"\n"
+	"OPTIONS\n"
+	"    -m, --memory SIZE       memory limit of the sandbox, e.g. 1G (default:\n"
+	"                            the daemon's, 512M)\n"
+	"        --cpus N            CPU quota, e.g. 0.5 or 2 (default: no quota)\n"
+	"        --pids N            maximum number of processes (default 256)\n"
+	"        --disk SIZE         size of /home/user + /tmp (default 1G)\n"
+	"    -e, --env KEY=VALUE     environment variable of every command (repeatable)\n"
+	"        --image NAME        root filesystem image (default host)\n"
+	"        --ttl DURATION      delete the sandbox DURATION after its creation\n"
+	"                            (the next tool call then starts a new one;\n"
+	"                            default: the daemon's)\n"
+	"        --idle-timeout DURATION\n"
+	"                            sandlotd deletes the sandbox after this long\n"
+	"                            without a keepalive from this server, which\n"
+	"                            sends one every third of it: a server that is\n"
+	"                            killed leaves nothing behind for longer\n"
+	"                            (default 5m; 0 = never)\n"
+	"    -t, --timeout DURATION  time limit of run_command and run_code when the\n"
+	"                            call gives no timeout_seconds (default 5m)\n"
+	CLI_CLIENT_OPTIONS_HELP
+	"    -h, --help              show this help\n"
+	"\n"
+	"EXIT STATUS\n"
+	"    0 after the session ended, 125 if sandlotd could not be reached or\n"
+	"    refused the token at start, 2 for bad arguments.\n"
+	"\n"
+	"EXAMPLES\n"
+	"    sandlot mcp --memory 1G --timeout 2m\n"
+	"    sandlot mcp -H tcp:127.0.0.1:7070 --token-file ~/.config/sandlot/token\n";
+
+/* ---- session state ---------------------------------------------------------- */
+
+struct line {
+	struct line *next;
+	size_t len;
+	char data[];
+};
+
+enum stop { RUNNING, STOP_NOW };
+
+struct mcp {
+	struct client c;
+	json_t *create_body;           /* POST /v1/sandboxes */
+	uint64_t timeout_ms;           /* default of run_command / run_code */
+	uint64_t keepalive_ms;         /* 0: none */
+
+	/* protocol */
+	int input_errors_as_results;   /* negotiated 2025-11-25 or later */
+
+	/* the sandbox */
+	char *sandbox;                 /* id, or NULL before the first call */
+	json_int_t baseline;           /* changes cursor when it was created */
+	json_int_t gen_cursor;         /* ... at the last generated_files */
+	int64_t last_active_ms;
+	json_t *contexts;              /* run_code context name -> daemon context id */
+
+	/* input */
+	int sigfd;
+	int in_eof;
+	char *in;                      /* a partial line */
+	size_t in_len, in_cap;
+	int discarding;                /* skipping the rest of a too long line */
+	struct line *queue, **queue_tail;
+
+	/* the tools/call in progress */
+	json_t *cur_id;
+	int cancelled;
+	enum stop stop;                /* STOP_NOW: a signal, or stdout gone */
+	int hold;                      /* http() finishes the request whatever happens */
+};
+
+static void mlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void mlog(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("sandlot mcp: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- output ----------------------------------------------------------------- */
+
+/* Write one message as one line.  A stdout that is gone ends the session. */
+static void send_msg(struct mcp *m, json_t *msg)
+{
+	if (!msg)
+		return;
+	char *text = json_dumps(msg, JSON_COMPACT);
+	json_decref(msg);
+	if (!text) {
+		mlog("cannot encode an answer (out of memory)");
+		return;
+	}
+	size_t n = strlen(text);
+	text[n] = '\n';   /* json_dumps leaves room: we write n + 1 bytes of a n + 1 buffer */
+	int rc = client_write_all(STDOUT_FILENO, text, n + 1);
+	free(text);
+	if (rc < 0) {
+		mlog("standard output is gone (%s): ending the session", strerror(errno));
+		m->stop = STOP_NOW;
+	}
+}
+
+static json_t *rpc_result(json_t *id, json_t *result)
+{
+	return json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result);
+}
+
+static json_t *rpc_error(json_t *id, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static json_t *rpc_error(json_t *id, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *msg = NULL;
+	if (vasprintf(&msg, fmt, ap) < 0)
+		msg = NULL;
+	va_end(ap);
+	json_t *o = json_pack("{s:s,s:O,s:{s:i,s:o}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
+			      "error", "code", code, "message",
+			      json_text(msg ? msg : "error", strlen(msg ? msg : "error")));
+	free(msg);
+	return o;
+}
+
+/* ---- input ------------------------------------------------------------------ */
+
+static void handle_in_call(struct mcp *m, const char *data, size_t len);
+
+static void enqueue(struct mcp *m, const char *data, size_t len)
+{
+	struct line *l = malloc(sizeof(*l) + len + 1);
+	if (!l) {
+		mlog("out of memory: a message of %zu bytes was dropped", len);
+		return;
+	}
+	l->next = NULL;
+	l->len = len;
+	memcpy(l->data, data, len);
+	l->data[len] = '\0';
+	*m->queue_tail = l;
+	m->queue_tail = &l->next;
+}
+
+static struct line *dequeue(struct mcp *m)
+{
+	struct line *l = m->queue;
+	if (l) {
+		m->queue = l->next;
+		if (!m->queue)
+			m->queue_tail = &m->queue;
+	}
+	return l;
+}
+
+static void got_line(struct mcp *m, int in_call)
+{
+	size_t len = m->in_len;
+	while (len > 0 && (m->in[len - 1] == '\r' || m->in[len - 1] == ' ' || m->in[len - 1] == '\t'))
+		len--;
+	if (len == 0)
+		return;
+	if (in_call)
+		handle_in_call(m, m->in, len);
+	else
+		enqueue(m, m->in, len);
+}
+
+/* Read what stdin has (it said it is readable) and split it into lines. */
+static void pump_input(struct mcp *m, int in_call)
+{
+	char buf[65536];
+	ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
+	if (n < 0) {
+		if (errno == EINTR || errno == EAGAIN)
+			return;
+		mlog("reading standard input: %s", strerror(errno));
+		n = 0;
+	}
+	if (n == 0) {
+		/* The last message may lack its newline. */
+		if (m->in_len && !m->discarding)
+			got_line(m, in_call);
+		m->in_len = 0;
+		m->in_eof = 1;
+		return;
+	}
+	const char *p = buf, *end = buf + n;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t take = (size_t)((nl ? nl : end) - p);
+		if (!m->discarding) {
+			if (m->in_len + take > MESSAGE_MAX) {
+				m->discarding = 1;
+				m->in_len = 0;
+				send_msg(m, rpc_error(NULL, -32600, "message longer than %u MiB: not read",
+						      MESSAGE_MAX >> 20));
+			} else {
+				if (m->in_len + take + 1 > m->in_cap) {
+					size_t cap = m->in_cap ? m->in_cap : 65536;
+					while (cap < m->in_len + take + 1)
+						cap *= 2;
+					char *nb = realloc(m->in, cap);
+					if (!nb) {
+						mlog("out of memory reading a message");
+						m->discarding = 1;
+						m->in_len = 0;
+						continue;
+					}
+					m->in = nb;
+					m->in_cap = cap;
+				}
+				memcpy(m->in + m->in_len, p, take);
+				m->in_len += take;
+			}
+		}
+		p += take;
+		if (nl) {
+			if (!m->discarding)
+				got_line(m, in_call);
+			m->in_len = 0;
+			m->discarding = 0;
+			p++;
+		}
+	}
+}
+
+/* Wait up to timeout_ms for stdin, a signal or the HTTP transfers. */
+static void wait_io(struct mcp *m, int timeout_ms, int in_call)
+{
+	struct pollfd fds[2] = {
+		{ .fd = m->in_eof ? -1 : STDIN_FILENO, .events = POLLIN },
+		{ .fd = m->sigfd, .events = POLLIN },
+	};
+	client_poll(&m->c, fds, 2, timeout_ms);
+	/* client_poll reports POLLIN only; look again for hang-ups. */
+	if (poll(fds, 2, 0) < 0)
+		return;
+	if (fds[1].revents & POLLIN) {
+		struct signalfd_siginfo si;
+		if (read(m->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+			mlog("%s: ending the session", strsignal((int)si.ssi_signo));
+		m->stop = STOP_NOW;
+		return;
+	}
+	if (fds[0].revents & (POLLIN | POLLHUP | POLLERR))
+		pump_input(m, in_call);
+}
+
+/* ---- talking to sandlotd ---------------------------------------------------- */
+
+/* client_perform, but stdin and signals are served while it runs, and a
+ * cancellation or a signal stops it (req->aborted is then set). */
+static long http(struct mcp *m, struct client_req *r)
+{
+	if (client_start(&m->c, r) < 0)
+		return 0;
+	while (!client_done(r)) {
+		if ((m->stop == STOP_NOW || m->cancelled) && !m->hold) {
+			client_cancel(r);
+			break;
+		}
+		wait_io(m, 1000, 1);
+	}
+	return r->status;
+}
+
+/* Why a request failed, in one line (malloc'd). */
+static char *req_error(struct mcp *m, const struct client_req *r)
+{
+	char *s = NULL;
+	const char *msg = r->err_msg ? r->err_msg : "unknown error";
+	int rc;
+	if (r->transport && r->unreachable)
+		rc = asprintf(&s, "cannot reach sandlotd at %s: %s (is it running? start it with: sandlotd)",
+			      m->c.host, msg);
+	else if (r->transport)
+		rc = asprintf(&s, "talking to sandlotd at %s: %s", m->c.host, msg);
+	else if (r->status == 401)
+		rc = asprintf(&s, "sandlotd at %s refused the token (check SANDLOT_TOKEN, "
+			      "SANDLOT_TOKEN_FILE or --token-file)", m->c.host);
+	else
+		rc = asprintf(&s, "%s", msg);
+	return rc < 0 ? NULL : s;
+}
+
+static int is_2xx(long status)
+{
+	return status >= 200 && status < 300;
+}
+
+/* ---- tool results ----------------------------------------------------------- */
+
+struct call {
+	struct mcp *m;
+	json_t *args;
+	json_t *content;   /* the result's content array */
+	int is_error;
+	char *note;        /* said first: "the previous sandbox had ended ..." */
+};
+
+static void add_text(struct call *k, const char *text, size_t len)
+{
+	json_array_append_new(k->content, json_pack("{s:s,s:o}", "type", "text", "text",
+						    json_text(text, len)));
+}
+
+static void say(struct call *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(struct call *k, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *s = NULL;
+	int n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (n >= 0) {
+		add_text(k, s, (size_t)n);
+		free(s);
+	}
+}
+
+static void fail(struct call *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(struct call *k, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *s = NULL;
+	int n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (n >= 0) {
+		add_text(k, s, (size_t)n);
+		free(s);
+	}
+	k->is_error = 1;
+}
+
+/* Whether the call should stop without an answer (cancelled, or the
+ * server is going away). */
+static int abandoned(const struct call *k)
+{
+	return k->m->cancelled || k->m->stop == STOP_NOW;
+}
+
+/* ---- base64 and small helpers ---------------------------------------------- */
+
+static json_t *base64_json(const unsigned char *in, size_t len)
+{
+	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t olen = (len + 2) / 3 * 4;
+	char *out = malloc(olen + 1);
+	if (!out)
+		return NULL;
+	size_t o = 0, i = 0;
+	for (; i + 3 <= len; i += 3) {
+		uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+		out[o++] = tab[v >> 18];
+		out[o++] = tab[(v >> 12) & 63];
+		out[o++] = tab[(v >> 6) & 63];
+		out[o++] = tab[v & 63];
+	}
+	if (i < len) {
+		uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < len ? (uint32_t)in[i + 1] << 8 : 0);
+		out[o++] = tab[v >> 18];
+		out[o++] = tab[(v >> 12) & 63];
+		out[o++] = i + 1 < len ? tab[(v >> 6) & 63] : '=';
+		out[o++] = '=';
+	}
+	json_t *s = json_stringn_nocheck(out, o);
+	free(out);
+	return s;
+}
+
+/* "sandlot://sb-.../home/user/a%20b.bin": where a binary file came from. */
+static json_t *file_uri(const char *sandbox, const char *path)
+{
+	static const char keep[] = "-._~/";
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return NULL;
+	fprintf(f, "sandlot://%s", sandbox);
+	if (path[0] != '/')
+		fputs("/home/user/", f);
+	for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		    strchr(keep, *p))
+			fputc(*p, f);
+		else
+			fprintf(f, "%%%02X", *p);
+	}
+	fclose(f);
+	json_t *s = json_stringn(buf, len);
+	free(buf);
+	return s;
+}
+
+static const char *image_mime(const unsigned char *d, size_t n)
+{
+	if (n >= 8 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8))
+		return "image/png";
+	if (n >= 3 && !memcmp(d, "\xff\xd8\xff", 3))
+		return "image/jpeg";
+	if (n >= 6 && (!memcmp(d, "GIF87a", 6) || !memcmp(d, "GIF89a", 6)))
+		return "image/gif";
+	if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4))
+		return "image/webp";
+	return NULL;
+}
+
+/* A file's bytes as MCP content: an image, text (valid UTF-8 without NUL
+ * bytes), or else an embedded resource with the bytes as a base64 blob. */
+static json_t *file_content(struct mcp *m, const char *path, const char *data, size_t len,
+			    int *is_text)
+{
+	*is_text = 0;
+	const char *mime = image_mime((const unsigned char *)data, len);
+	if (mime)
+		return json_pack("{s:s,s:o,s:s}", "type", "image", "data",
+				 base64_json((const unsigned char *)data, len), "mimeType", mime);
+	if (!memchr(data, 0, len)) {
+		json_t *s = json_stringn(data, len);   /* NULL unless valid UTF-8 */
+		if (s) {
+			*is_text = 1;
+			return json_pack("{s:s,s:o}", "type", "text", "text", s);
+		}
+	}
+	return json_pack("{s:s,s:{s:o,s:s,s:o}}", "type", "resource", "resource", "uri",
+			 file_uri(m->sandbox, path), "mimeType", "application/octet-stream", "blob",
+			 base64_json((const unsigned char *)data, len));
+}
+
+/* ---- tool arguments: one table gives both the inputSchema and the checks ---- */
+
+enum arg_type { ARG_STRING, ARG_INTEGER, ARG_BOOLEAN, ARG_STRING_MAP };
+
+struct arg_spec {
+	const char *name;
+	enum arg_type type;
+	int required;
+	const char *description;
+	const char *const *choices;   /* ARG_STRING: the allowed values, NULL-terminated */
+	json_int_t min, max;          /* ARG_INTEGER */
+};
+
+struct tool {
+	const char *name;
+	const char *title;
+	const char *description;
+	const struct arg_spec *args;
+	int read_only;
+	void (*fn)(struct call *k);
+};
+
+static const char *const languages[] = { "python", "javascript", "bash", NULL };
+static const char *const encodings[] = { "utf-8", "base64", NULL };
+
+static json_t *input_schema(const struct tool *t)
+{
+	json_t *props = json_object(), *required = json_array();
+	for (const struct arg_spec *a = t->args; a->name; a++) {
+		json_t *p = json_object();
+		switch (a->type) {
+		case ARG_STRING:
+			json_object_set_new(p, "type", json_string("string"));
+			if (a->choices) {
+				json_t *e = json_array();
+				for (const char *const *c = a->choices; *c; c++)
+					json_array_append_new(e, json_string(*c));
+				json_object_set_new(p, "enum", e);
+			}
+			break;
+		case ARG_INTEGER:
+			json_object_set_new(p, "type", json_string("integer"));
+			json_object_set_new(p, "minimum", json_integer(a->min));
+			json_object_set_new(p, "maximum", json_integer(a->max));
+			break;
+		case ARG_BOOLEAN:
+			json_object_set_new(p, "type", json_string("boolean"));
+			break;
+		case ARG_STRING_MAP:
+			json_object_set_new(p, "type", json_string("object"));
+			json_object_set_new(p, "additionalProperties", json_pack("{s:s}", "type", "string"));
+			break;
+		}
+		json_object_set_new(p, "description", json_string(a->description));
+		json_object_set_new(props, a->name, p);
+		if (a->required)
+			json_array_append_new(required, json_string(a->name));
+	}
+	return json_pack("{s:s,s:o,s:o,s:b}", "type", "object", "properties", props, "required",
+			 required, "additionalProperties", 0);
+}
+
+static const char *type_name(enum arg_type t)
+{
+	switch (t) {
+	case ARG_STRING: return "a string";
+	case ARG_INTEGER: return "an integer";
+	case ARG_BOOLEAN: return "a boolean";
+	case ARG_STRING_MAP: return "an object of strings";
+	}
+	return "?";
+}
+
+/* Check args against the tool's table.  NULL if they fit, else why not
+ * (malloc'd).  A JSON null counts as leaving an optional argument out. */
+static char *check_args(const struct tool *t, json_t *args)
+{
+	char *why = NULL;
+	const char *key;
+	json_t *v;
+	json_object_foreach(args, key, v) {
+		const struct arg_spec *a = t->args;
+		while (a->name && strcmp(a->name, key) != 0)
+			a++;
+		if (!a->name) {
+			char names[256] = "";
+			for (const struct arg_spec *b = t->args; b->name; b++)
+				snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+					 b == t->args ? "" : ", ", b->name);
+			if (asprintf(&why, "unknown argument \"%.100s\" (%s takes: %s)", key, t->name, names) < 0)
+				why = NULL;
+			return why ? why : strdup("unknown argument");
+		}
+		if (json_is_null(v) && !a->required)
+			continue;
+		int ok = 0;
+		switch (a->type) {
+		case ARG_STRING:
+			ok = json_is_string(v);
+			if (ok && a->choices) {
+				const char *const *c = a->choices;
+				while (*c && strcmp(*c, json_string_value(v)) != 0)
+					c++;
+				if (!*c) {
+					char names[128] = "";
+					for (c = a->choices; *c; c++)
+						snprintf(names + strlen(names), sizeof(names) - strlen(names),
+							 "%s%s", c == a->choices ? "" : ", ", *c);
+					if (asprintf(&why, "argument \"%s\" must be one of %s, not \"%.100s\"",
+						     key, names, json_string_value(v)) < 0)
+						why = NULL;
+					return why ? why : strdup("invalid argument");
+				}
+			}
+			break;
+		case ARG_INTEGER: {
+			double d = json_is_real(v) ? json_real_value(v) : 0;
+			if (json_is_real(v) && d == (double)(json_int_t)d) {
+				/* 30.0 is an integer in JSON Schema */
+				json_object_set_new(args, key, json_integer((json_int_t)d));
+				v = json_object_get(args, key);
+			}
+			ok = json_is_integer(v);
+			if (ok && (json_integer_value(v) < a->min || json_integer_value(v) > a->max)) {
+				if (asprintf(&why, "argument \"%s\" must be from %lld to %lld, not %lld", key,
+					     (long long)a->min, (long long)a->max,
+					     (long long)json_integer_value(v)) < 0)
+					why = NULL;
+				return why ? why : strdup("invalid argument");
+			}
+			break;
+		}
+		case ARG_BOOLEAN:
+			ok = json_is_boolean(v);
+			break;
+		case ARG_STRING_MAP: {
+			ok = json_is_object(v);
+			const char *k2;
+			json_t *v2;
+			json_object_foreach(v, k2, v2)
+				if (!json_is_string(v2))
+					ok = 0;
+			break;
+		}
+		}
+		if (!ok) {
+			if (asprintf(&why, "argument \"%s\" must be %s", key, type_name(a->type)) < 0)
+				why = NULL;
+			return why ? why : strdup("invalid argument");
+		}
+	}
+	for (const struct arg_spec *a = t->args; a->name; a++) {
+		v = json_object_get(args, a->name);
+		if (a->required && (!v || json_is_null(v))) {
+			if (asprintf(&why, "missing required argument \"%s\"", a->name) < 0)
+				why = NULL;
+			return why ? why : strdup("missing argument");
+		}
+	}
+	return NULL;
+}
+
+static const char *arg_str(struct call *k, const char *name)
+{
+	return json_string_value(json_object_get(k->args, name));
+}
+
+static int arg_bool(struct call *k, const char *name)
+{
+	return json_is_true(json_object_get(k->args, name));
+}
+
+/* timeout_seconds, else the server's default, in ms. */
+static json_int_t arg_timeout_ms(struct call *k)
+{
+	json_t *v = json_object_get(k->args, "timeout_seconds");
+	return json_is_integer(v) ? json_integer_value(v) * 1000 : (json_int_t)k->m->timeout_ms;
+}
+
+/* ---- the sandbox ------------------------------------------------------------- */
+
+static void forget_sandbox(struct mcp *m)
+{
+	free(m->sandbox);
+	m->sandbox = NULL;
+	json_object_clear(m->contexts);
+}
+
+static int ensure_sandbox(struct call *k)
+{
+	struct mcp *m = k->m;
+	if (m->sandbox)
+		return 0;
+	struct client_req r = { .method = "POST", .path = "/v1/sandboxes", .json = m->create_body };
+	/* Not abandoned half-way: a sandbox sandlotd made for an answer we did
+	 * not wait for would be nobody's until its idle timeout.  Once we have
+	 * its id, the end of the session deletes it. */
+	m->hold = 1;
+	http(m, &r);
+	m->hold = 0;
+	int rc = -1;
+	const char *id = r.reply ? client_str(r.reply, "id") : "";
+	if (is_2xx(r.status) && *id) {
+		m->sandbox = strdup(id);
+		m->baseline = m->gen_cursor = json_integer_value(json_object_get(r.reply, "cursor"));
+		m->last_active_ms = now_ms();
+		mlog("created sandbox %s", id);
+		rc = m->sandbox ? 0 : -1;
+	}
+	if (rc == 0 && abandoned(k)) {
+		rc = -1;
+	} else if (rc < 0 && !abandoned(k)) {
+		cleanup_free char *why = is_2xx(r.status) ? strdup("sandlotd did not say its id")
+							  : req_error(m, &r);
+		fail(k, "could not create a sandbox: %s", why ? why : "error");
+	}
+	client_req_free(&r);
+	return rc;
+}
+
+/* Whether a failed request says that our sandbox no longer runs: 410, or
+ * a 404 after which the sandbox's own record is gone or not running. */
+static int sandbox_gone(struct mcp *m, const struct client_req *r)
+{
+	if (r->status == 410)
+		return 1;
+	if (r->status != 404)
+		return 0;
+	cleanup_free char *path = NULL;
+	if (asprintf(&path, "/v1/sandboxes/%s", m->sandbox) < 0)
+		return 0;
+	struct client_req g = { .method = "GET", .path = path };
+	http(m, &g);
+	int gone = g.status == 404 ||
+		   (g.status == 200 && strcmp(client_str(g.reply, "state"), "running") != 0 &&
+		    strcmp(client_str(g.reply, "state"), "paused") != 0);
+	client_req_free(&g);
+	return gone;
+}
+
+/* Run r at /v1/sandboxes/ID<suffix> in the session's sandbox, creating it
+ * first if there is none yet, and once more in a new sandbox if the old one
+ * has ended (TTL, deleted by someone, daemon restart): k->note then says so.
+ * Returns 0 on a 2xx answer; -1 otherwise, after adding the reason
+ * (prefixed with `what` if not NULL) to the result -- unless the call was
+ * abandoned.  The caller frees r in either case. */
+static int sb_request(struct call *k, struct client_req *r, const char *what, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int sb_request(struct call *k, struct client_req *r, const char *what, const char *fmt, ...)
+{
+	struct mcp *m = k->m;
+	va_list ap;
+	va_start(ap, fmt);
+	cleanup_free char *suffix = NULL;
+	if (vasprintf(&suffix, fmt, ap) < 0)
+		suffix = NULL;
+	va_end(ap);
+	if (!suffix) {
+		fail(k, "out of memory");
+		return -1;
+	}
+	struct client_req in = *r;
+	for (int attempt = 0;; attempt++) {
+		if (ensure_sandbox(k) < 0)
+			return -1;
+		cleanup_free char *path = NULL;
+		if (asprintf(&path, "/v1/sandboxes/%s%s", m->sandbox, suffix) < 0) {
+			fail(k, "out of memory");
+			return -1;
+		}
+		r->path = path;
+		http(m, r);
+		r->path = NULL;
+		if (is_2xx(r->status)) {
+			m->last_active_ms = now_ms();
+			return 0;
+		}
+		if (abandoned(k))
+			return -1;
+		if (attempt == 0 && !r->transport && sandbox_gone(m, r)) {
+			mlog("sandbox %s has ended (%s); starting a new one", m->sandbox,
+			     r->err_msg ? r->err_msg : "gone");
+			free(k->note);
+			if (asprintf(&k->note, "Note: the session's sandbox %s had ended (%s); this ran in a "
+				     "new sandbox, so files and interpreter state from before are gone.",
+				     m->sandbox, r->err_msg ? r->err_msg : "gone") < 0)
+				k->note = NULL;
+			forget_sandbox(m);
+			client_req_free(r);
+			*r = in;
+			continue;
+		}
+		cleanup_free char *why = req_error(m, r);
+		if (what && why && !strstr(why, what))
+			fail(k, "%s: %s", what, why);
+		else
+			fail(k, "%s", why ? why : "error");
+		return -1;
+	}
+}
+
+/* Reset the sandbox's idle clock when it is due.  A sandbox that has ended
+ * is forgotten (the next tool call starts a new one). */
+static void keepalive(struct mcp *m)
+{
+	if (!m->sandbox || !m->keepalive_ms || now_ms() - m->last_active_ms < (int64_t)m->keepalive_ms)
+		return;
+	cleanup_free char *path = NULL;
+	if (asprintf(&path, "/v1/sandboxes/%s/keepalive", m->sandbox) < 0)
+		return;
+	struct client_req r = { .method = "POST", .path = path };
+	http(m, &r);
+	if (is_2xx(r.status)) {
+		m->last_active_ms = now_ms();
+	} else if (r.status == 410 || r.status == 404) {
+		mlog("sandbox %s has ended: %s", m->sandbox, r.err_msg ? r.err_msg : "gone");
+		forget_sandbox(m);
+	} else if (!r.aborted) {
+		cleanup_free char *why = req_error(m, &r);
+		mlog("keepalive of %s failed: %s", m->sandbox, why ? why : "error");
+		/* try again in a while, not at once */
+		m->last_active_ms = now_ms() - (int64_t)m->keepalive_ms / 2;
+	}
+	client_req_free(&r);
+}
+
+/* DELETE the sandbox at the end of the session (at most ~20 s). */
+static void destroy_sandbox(struct mcp *m)
+{
+	if (!m->sandbox)
+		return;
+	cleanup_free char *path = NULL;
+	if (asprintf(&path, "/v1/sandboxes/%s", m->sandbox) < 0)
+		return;
+	struct client_req r = { .method = "DELETE", .path = path };
+	int64_t deadline = now_ms() + 20000;
+	if (client_start(&m->c, &r) == 0) {
+		while (!client_done(&r) && now_ms() < deadline)
+			client_poll(&m->c, NULL, 0, 500);
+		client_cancel(&r);
+	}
+	if (is_2xx(r.status) || r.status == 410 || r.status == 404) {
+		mlog("removed sandbox %s", m->sandbox);
+	} else {
+		cleanup_free char *why = r.finished && !r.aborted ? req_error(m, &r)
+								 : strdup("no answer within 20 s");
+		mlog("could not remove sandbox %s: %s (sandlotd removes it after its idle timeout)",
+		     m->sandbox, why ? why : "error");
+	}
+	client_req_free(&r);
+	forget_sandbox(m);
+}
+
+/* ---- run_command ------------------------------------------------------------ */
+
+static void describe_changes(FILE *f, json_t *changes)
+{
+	size_t n = json_array_size(changes), shown = 0, i;
+	json_t *ch;
+	if (!n)
+		return;
+	fputs("\nfiles changed:\n", f);
+	json_array_foreach(changes, i, ch) {
+		if (!strcmp(client_str(ch, "type"), "directory"))
+			continue;
+		if (shown++ == CHANGES_SHOWN) {
+			fputs("  ... and more (see generated_files)\n", f);
+			break;
+		}
+		if (!strcmp(client_str(ch, "kind"), "deleted"))
+			fprintf(f, "  deleted %s\n", client_str(ch, "path"));
+		else
+			fprintf(f, "  %s %s (%lld bytes)\n", client_str(ch, "kind"), client_str(ch, "path"),
+				(long long)json_integer_value(json_object_get(ch, "size")));
+	}
+}
+
+static void tool_run_command(struct call *k)
+{
+	json_t *body = json_object();
+	json_object_set(body, "command", json_object_get(k->args, "command"));
+	if (arg_str(k, "cwd"))
+		json_object_set(body, "cwd", json_object_get(k->args, "cwd"));
+	if (json_is_object(json_object_get(k->args, "env")))
+		json_object_set(body, "env", json_object_get(k->args, "env"));
+	if (arg_str(k, "stdin"))
+		json_object_set(body, "stdin", json_object_get(k->args, "stdin"));
+	json_int_t timeout_ms = arg_timeout_ms(k);
+	json_object_set_new(body, "timeout_ms", json_integer(timeout_ms));
+	json_object_set_new(body, "output_limit", json_integer(OUTPUT_LIMIT));
+	struct client_req r = { .method = "POST", .json = body };
+	if (sb_request(k, &r, NULL, "/exec") == 0) {
+		json_t *res = r.reply;
+		json_t *code = json_object_get(res, "exit_code"), *sig = json_object_get(res, "signal");
+		const char *err = client_str(res, "error"), *out = client_str(res, "stdout"),
+			   *errout = client_str(res, "stderr");
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&buf, &len);
+		if (f) {
+			int ok = 0;
+			if (*err)
+				fprintf(f, "the command could not run: %s (exit code %lld)\n", err,
+					(long long)json_integer_value(code));
+			else if (json_is_true(json_object_get(res, "timed_out")))
+				fprintf(f, "timed out after %lld s and was killed (with everything it started)\n",
+					(long long)(timeout_ms / 1000));
+			else if (json_is_true(json_object_get(res, "oom_killed")))
+				fputs("killed: out of memory (the sandbox's memory limit)\n", f);
+			else if (json_is_integer(sig))
+				fprintf(f, "killed by signal %lld (SIG%s)\n", (long long)json_integer_value(sig),
+					sigabbrev_np((int)json_integer_value(sig))
+						? sigabbrev_np((int)json_integer_value(sig)) : "?");
+			else {
+				fprintf(f, "exit code %lld\n", (long long)json_integer_value(code));
+				ok = json_integer_value(code) == 0;
+			}
+			k->is_error = !ok;
+			if (*out)
+				fprintf(f, "\n--- stdout ---\n%s%s", out, out[strlen(out) - 1] == '\n' ? "" : "\n");
+			if (*errout)
+				fprintf(f, "\n--- stderr ---\n%s%s", errout,
+					errout[strlen(errout) - 1] == '\n' ? "" : "\n");
+			if (!*out && !*errout && !*err)
+				fputs("(no output)\n", f);
+			if (json_is_true(json_object_get(res, "truncated")))
+				fprintf(f, "\n(output truncated: only the first %u KiB of each stream are shown; "
+					"redirect it to a file and read that in parts)\n", OUTPUT_LIMIT >> 10);
+			describe_changes(f, json_object_get(res, "changes"));
+			fclose(f);
+			add_text(k, buf, len);
+			free(buf);
+		}
+	}
+	client_req_free(&r);
+	json_decref(body);
+}
+
+/* ---- run_code ------------------------------------------------------------------ */
+
+/* The daemon's context id for the name the model chose, created on first use. */
+static const char *code_context(struct call *k, const char *name, const char *language)
+{
+	struct mcp *m = k->m;
+	json_t *c = json_object_get(m->contexts, name);
+	if (c) {
+		if (strcmp(client_str(c, "language"), language) != 0) {
+			fail(k, "context \"%s\" runs %s, not %s (use another context name for %s)", name,
+			     client_str(c, "language"), language, language);
+			return NULL;
+		}
+		return client_str(c, "id");
+	}
+	json_t *body = json_pack("{s:s}", "language", language);
+	struct client_req r = { .method = "POST", .json = body };
+	const char *id = NULL;
+	if (sb_request(k, &r, "creating the code context", "/contexts") == 0 &&
+	    *client_str(r.reply, "id")) {
+		json_object_set_new(m->contexts, name, json_pack("{s:s,s:s}", "id", client_str(r.reply, "id"),
+								  "language", language));
+		id = client_str(json_object_get(m->contexts, name), "id");
+	}
+	client_req_free(&r);
+	json_decref(body);
+	return id;
+}
+
+/* The image type of a mime bundle ("image/png", ...), or NULL. */
+static const char *bundle_image(json_t *bundle)
+{
+	static const char *const mimes[] = { "image/png", "image/jpeg", "image/gif", "image/webp" };
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(mimes); i++)
+		if (json_is_string(json_object_get(bundle, mimes[i])))
+			return mimes[i];
+	return NULL;
+}
+
+/* A rich output: its image as image content, else its text/plain. */
+static void add_display(struct call *k, json_t *bundle)
+{
+	const char *mime = bundle_image(bundle);
+	if (mime) {
+		json_array_append_new(k->content, json_pack("{s:s,s:O,s:s}", "type", "image", "data",
+							    json_object_get(bundle, mime), "mimeType", mime));
+		return;
+	}
+	const char *text = client_str(bundle, "text/plain");
+	if (*text)
+		say(k, "--- display ---\n%s", text);
+}
+
+/* Interrupt the cell of a cancelled run_code and wait (up to 7 s: sandlotd
+ * kills an interpreter that ignores the interrupt for 5 s) until its
+ * context is free again, so that the next call does not find it busy. */
+static void interrupt_cell(struct mcp *m, const char *context, const char *language)
+{
+	if (!m->sandbox)
+		return;
+	cleanup_free char *path = NULL, *list = NULL;
+	if (asprintf(&path, "/v1/sandboxes/%s/code/interrupt", m->sandbox) < 0 ||
+	    asprintf(&list, "/v1/sandboxes/%s/contexts", m->sandbox) < 0)
+		return;
+	m->cancelled = 0;   /* let http() run these requests */
+	json_t *body = context ? json_pack("{s:s}", "context", context)
+			       : json_pack("{s:s}", "language", language);
+	struct client_req r = { .method = "POST", .path = path, .json = body };
+	http(m, &r);
+	cleanup_free char *id = is_2xx(r.status) ? strdup(client_str(r.reply, "context")) : NULL;
+	client_req_free(&r);
+	json_decref(body);
+	for (int64_t deadline = now_ms() + 7000; id && now_ms() < deadline && m->stop != STOP_NOW;) {
+		struct client_req g = { .method = "GET", .path = list };
+		http(m, &g);
+		int busy = 0;
+		json_t *c;
+		size_t i;
+		json_array_foreach(json_object_get(g.reply, "contexts"), i, c)
+			if (!strcmp(client_str(c, "id"), id))
+				busy = json_is_true(json_object_get(c, "busy"));
+		int ok = is_2xx(g.status);
+		client_req_free(&g);
+		if (!ok || !busy)
+			break;
+		wait_io(m, 50, 1);
+	}
+	m->cancelled = 1;
+}
+
+static void tool_run_code(struct call *k)
+{
+	const char *language = arg_str(k, "language"), *name = arg_str(k, "context");
+	const char *context = NULL;
+	if (name && *name && strcmp(name, "default") != 0) {
+		context = code_context(k, name, language);
+		if (!context)
+			return;
+	}
+	json_t *body = json_pack("{s:O,s:I}", "code", json_object_get(k->args, "code"), "timeout_ms",
+				 arg_timeout_ms(k));
+	json_object_set_new(body, context ? "context" : "language", json_string(context ? context : language));
+	struct client_req r = { .method = "POST", .json = body };
+	int rc = sb_request(k, &r, NULL, "/code");
+	if (rc < 0 && k->m->cancelled && k->m->stop != STOP_NOW)
+		interrupt_cell(k->m, context, language);   /* do not leave the cell running */
+	if (rc == 0) {
+		json_t *res = r.reply;
+		const char *status = client_str(res, "status"), *out = client_str(res, "stdout"),
+			   *errout = client_str(res, "stderr");
+		json_t *value = json_object_get(res, "value"), *error = json_object_get(res, "error");
+		json_t *exit_code = json_object_get(res, "exit_code");
+		k->is_error = strcmp(status, "ok") != 0 ||
+			      (json_is_integer(exit_code) && json_integer_value(exit_code) != 0);
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&buf, &len);
+		if (f) {
+			if (*out)
+				fprintf(f, "%s%s", out, out[strlen(out) - 1] == '\n' ? "" : "\n");
+			if (*errout)
+				fprintf(f, "--- stderr ---\n%s%s", errout,
+					errout[strlen(errout) - 1] == '\n' ? "" : "\n");
+			if (json_is_object(error)) {
+				json_t *tb = json_object_get(error, "traceback");
+				size_t i;
+				json_t *line;
+				fputs("--- error ---\n", f);
+				if (json_array_size(tb)) {
+					json_array_foreach(tb, i, line)
+						fprintf(f, "%s\n", json_string_value(line) ? json_string_value(line) : "");
+				} else {
+					fprintf(f, "%s: %s\n", client_str(error, "name"), client_str(error, "value"));
+				}
+			}
+			if (!strcmp(status, "timeout"))
+				fprintf(f, "(timed out after %lld s: the cell was interrupted)\n",
+					(long long)(arg_timeout_ms(k) / 1000));
+			if (json_is_string(value))
+				fprintf(f, "--- result ---\n%s\n", json_string_value(value));
+			if (json_is_integer(exit_code) && json_integer_value(exit_code) != 0)
+				fprintf(f, "(exit code %lld)\n", (long long)json_integer_value(exit_code));
+			if (json_is_true(json_object_get(res, "state_lost")) ||
+			    json_is_true(json_object_get(res, "restarted")))
+				fputs("(the interpreter was restarted: variables, imports and definitions from "
+				      "earlier calls are gone)\n", f);
+			if (ftell(f) == 0)
+				fputs("(no output)\n", f);
+			fclose(f);
+			add_text(k, buf, len);
+			free(buf);
+		}
+		json_t *displays = json_object_get(res, "displays"), *d;
+		size_t i;
+		json_array_foreach(displays, i, d)
+			add_display(k, json_object_get(d, "data"));
+		/* a last expression that is an image (its repr is in the text) */
+		if (bundle_image(json_object_get(res, "data")))
+			add_display(k, json_object_get(res, "data"));
+	}
+	client_req_free(&r);
+	json_decref(body);
+}
+
+/* ---- files -------------------------------------------------------------------- */
+
+struct grab {
+	char *buf;
+	size_t len, cap, max;
+	int too_big;
+};
+
+static int grab_sink(void *ud, const char *data, size_t len)
+{
+	struct grab *g = ud;
+	if (g->len + len > g->max) {
+		g->too_big = 1;
+		return -1;
+	}
+	if (g->len + len + 1 > g->cap) {
+		size_t cap = g->cap ? g->cap : 65536;
+		while (cap < g->len + len + 1)
+			cap *= 2;
+		char *nb = realloc(g->buf, cap);
+		if (!nb)
+			return -1;
+		g->buf = nb;
+		g->cap = cap;
+	}
+	memcpy(g->buf + g->len, data, len);
+	g->len += len;
+	return 0;
+}
+
+/* GET a file of at most max bytes into g.  Returns 0, or -1 after saying
+ * why (unless abandoned). */
+static int fetch_file(struct call *k, const char *path, struct grab *g)
+{
+	cleanup_free char *esc = client_escape(path);
+	if (!esc) {
+		fail(k, "out of memory");
+		return -1;
+	}
+	struct client_req r = { .method = "GET", .sink = grab_sink, .sink_ud = g };
+	int rc = sb_request(k, &r, path, "/files?path=%s", esc);
+	if (rc == 0 && (r.aborted || g->too_big)) {
+		if (g->too_big)
+			fail(k, "%s: larger than %zu MiB: read it in parts with run_command (head, tail, "
+			     "split) instead", path, g->max >> 20);
+		else if (!abandoned(k))
+			fail(k, "%s: the transfer failed", path);
+		rc = -1;
+	}
+	client_req_free(&r);
+	return rc;
+}
+
+/* GET .../files/stat: the entry's FileInfo (new reference), or NULL after
+ * saying why. */
+static json_t *stat_file(struct call *k, const char *path)
+{
+	cleanup_free char *esc = client_escape(path);
+	if (!esc) {
+		fail(k, "out of memory");
+		return NULL;
+	}
+	struct client_req r = { .method = "GET" };
+	json_t *info = NULL;
+	if (sb_request(k, &r, path, "/files/stat?path=%s", esc) == 0)
+		info = json_incref(r.reply);
+	client_req_free(&r);
+	return info;
+}
+
+static void tool_read_file(struct call *k)
+{
+	const char *path = arg_str(k, "path");
+	json_t *info = stat_file(k, path);
+	if (!info)
+		return;
+	const char *type = client_str(info, "type");
+	const char *abs = *client_str(info, "path") ? client_str(info, "path") : path;
+	json_int_t size = json_integer_value(json_object_get(info, "size"));
+	if (!strcmp(type, "directory")) {
+		fail(k, "%s is a directory: use list_files", abs);
+	} else if (strcmp(type, "file") != 0) {
+		fail(k, "%s is not a regular file (%s)", abs, type);
+	} else if (size > (json_int_t)READ_MAX) {
+		fail(k, "%s is %lld bytes, more than read_file returns (%u MiB): read it in parts with "
+		     "run_command (head, tail, split) instead", abs, (long long)size, READ_MAX >> 20);
+	} else {
+		struct grab g = { .max = READ_MAX };
+		if (fetch_file(k, abs, &g) == 0) {
+			int is_text;
+			json_t *c = file_content(k->m, abs, g.buf ? g.buf : "", g.len, &is_text);
+			if (c)
+				json_array_append_new(k->content, c);
+			else
+				fail(k, "out of memory");
+		}
+		free(g.buf);
+	}
+	json_decref(info);
+}
+
+static void tool_write_file(struct call *k)
+{
+	const char *path = arg_str(k, "path"), *enc = arg_str(k, "encoding");
+	json_t *content = json_object_get(k->args, "content");
+	const char *data = json_string_value(content);
+	size_t len = json_string_length(content);
+	cleanup_free unsigned char *decoded = NULL;
+	if (enc && !strcmp(enc, "base64")) {
+		decoded = malloc(len / 4 * 3 + 3);
+		if (!decoded) {
+			fail(k, "out of memory");
+			return;
+		}
+		ssize_t n = client_base64_decode(data, len, decoded);
+		if (n < 0) {
+			fail(k, "content is not valid base64 (encoding is \"base64\")");
+			return;
+		}
+		data = (const char *)decoded;
+		len = (size_t)n;
+	}
+	cleanup_free char *esc = client_escape(path);
+	if (!esc) {
+		fail(k, "out of memory");
+		return;
+	}
+	struct client_req r = { .method = "PUT", .body = data, .body_len = len };
+	if (sb_request(k, &r, path, "/files?path=%s", esc) == 0)
+		say(k, "wrote %zu bytes to %s", len, *client_str(r.reply, "path") ? client_str(r.reply, "path")
+									: path);
+	client_req_free(&r);
+}
+
+static void tool_list_files(struct call *k)
+{
+	const char *path = arg_str(k, "path");
+	if (!path || !*path)
+		path = "/home/user";
+	cleanup_free char *esc = client_escape(path);
+	if (!esc) {
+		fail(k, "out of memory");
+		return;
+	}
+	struct client_req r = { .method = "GET" };
+	if (sb_request(k, &r, path, "/files/list?path=%s", esc) == 0) {
+		json_t *entries = json_object_get(r.reply, "entries"), *e;
+		char *buf = NULL;
+		size_t len = 0, i;
+		FILE *f = open_memstream(&buf, &len);
+		if (f) {
+			size_t n = json_array_size(entries);
+			fprintf(f, "%s: %zu %s\n", *client_str(r.reply, "path") ? client_str(r.reply, "path") : path,
+				n, n == 1 ? "entry" : "entries");
+			json_array_foreach(entries, i, e) {
+				const char *type = client_str(e, "type");
+				fprintf(f, "%-9s %10lld  %s  %s%s\n", type,
+					(long long)json_integer_value(json_object_get(e, "size")),
+					client_str(e, "mode"), client_str(e, "name"),
+					!strcmp(type, "directory") ? "/" : !strcmp(type, "symlink") ? "@" : "");
+			}
+			fclose(f);
+			add_text(k, buf, len);
+			free(buf);
+		}
+	}
+	client_req_free(&r);
+}
+
+/* ---- generated_files ---------------------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Whether a path is under a hidden directory or is a hidden file, or
+ * under __pycache__: caches that tools write (fontconfig, matplotlib, pip)
+ * rather than results. */
+static int is_hidden(const char *path)
+{
+	for (const char *p = path; (p = strchr(p, '/')); p++)
+		if (p[1] == '.' || !strncmp(p + 1, "__pycache__/", 12))
+			return 1;
+	return 0;
+}
+
+static void tool_generated_files(struct call *k)
+{
+	struct mcp *m = k->m;
+	int contents = arg_bool(k, "include_contents"), since_last = arg_bool(k, "since_last_call");
+	int hidden = arg_bool(k, "include_hidden");
+	size_t left_hidden = 0;
+	if (!m->sandbox) {
+		say(k, "no files: no sandbox has been used in this session yet");
+		return;
+	}
+	/* The daemon records changes when an exec or a file call ends, not after
+	 * a run_code cell: a no-op exec makes it look at the workspace now. */
+	json_t *body = json_pack("{s:[s],s:i}", "argv", "true", "output_limit", 1024);
+	struct client_req r = { .method = "POST", .json = body };
+	int rc = sb_request(k, &r, "scanning the workspace", "/exec");
+	client_req_free(&r);
+	json_decref(body);
+	if (rc < 0)
+		return;
+	json_int_t since = since_last ? m->gen_cursor : m->baseline;
+	struct client_req g = { .method = "GET" };
+	if (sb_request(k, &g, NULL, "/changes?since=%lld", (long long)since) < 0) {
+		client_req_free(&g);
+		return;
+	}
+	m->gen_cursor = json_integer_value(json_object_get(g.reply, "cursor"));
+
+	/* The net effect per path: what happened first decides created vs
+	 * modified, the last entry whether it still exists and its size. */
+	json_t *net = json_object(), *ch;
+	size_t i;
+	json_array_foreach(json_object_get(g.reply, "changes"), i, ch) {
+		const char *path = client_str(ch, "path"), *kind = client_str(ch, "kind");
+		json_t *e = json_object_get(net, path);
+		if (!e) {
+			e = json_pack("{s:s}", "first", kind);
+			json_object_set_new(net, path, e);
+		}
+		json_object_set_new(e, "last", json_string(kind));
+		json_object_set(e, "type", json_object_get(ch, "type"));
+		json_object_set(e, "size", json_object_get(ch, "size"));
+	}
+	size_t n = json_object_size(net), count = 0;
+	const char **paths = calloc(n ? n : 1, sizeof(*paths));
+	const char *key;
+	json_t *e;
+	json_object_foreach(net, key, e) {
+		const char *first = client_str(e, "first"), *last = client_str(e, "last");
+		if (!strcmp(client_str(e, "type"), "directory") ||
+		    (!strcmp(first, "created") && !strcmp(last, "deleted")))
+			continue;   /* directories show through their files; transient files are no result */
+		if (!hidden && is_hidden(key)) {
+			left_hidden++;
+			continue;
+		}
+		if (paths)
+			paths[count++] = key;
+	}
+	if (paths)
+		qsort(paths, count, sizeof(*paths), cmp_str);
+
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (f) {
+		const char *when = since_last ? "since the last generated_files call" : "since the session began";
+		if (!count)
+			fprintf(f, "no files were created, modified or deleted under /home/user %s\n", when);
+		else
+			fprintf(f, "%zu %s created, modified or deleted under /home/user %s:\n", count,
+				count == 1 ? "file" : "files", when);
+		for (i = 0; i < count && i < GENERATED_LIST_MAX; i++) {
+			e = json_object_get(net, paths[i]);
+			const char *first = client_str(e, "first"), *last = client_str(e, "last");
+			if (!strcmp(last, "deleted"))
+				fprintf(f, "  deleted   %s\n", paths[i]);
+			else
+				fprintf(f, "  %-9s %s (%lld bytes)\n", !strcmp(first, "created") ? "created" : "modified",
+					paths[i], (long long)json_integer_value(json_object_get(e, "size")));
+		}
+		if (count > GENERATED_LIST_MAX)
+			fprintf(f, "  ... and %zu more\n", count - GENERATED_LIST_MAX);
+		if (left_hidden)
+			fprintf(f, "(%zu hidden %s (paths with a component starting with \".\", __pycache__) left "
+				"out: include_hidden shows them)\n", left_hidden, left_hidden == 1 ? "file" : "files");
+		if (json_is_true(json_object_get(g.reply, "truncated")))
+			fputs("(the daemon's change log dropped its oldest entries: earlier changes are missing)\n", f);
+		fclose(f);
+		add_text(k, buf, len);
+		free(buf);
+	}
+
+	/* Contents, in the same order, until the byte budget is spent. */
+	size_t budget = GENERATED_BYTES_MAX, skipped = 0;
+	for (i = 0; contents && i < count && !abandoned(k); i++) {
+		e = json_object_get(net, paths[i]);
+		if (!strcmp(client_str(e, "last"), "deleted") || strcmp(client_str(e, "type"), "file") != 0)
+			continue;
+		json_int_t size = json_integer_value(json_object_get(e, "size"));
+		if (size < 0 || (size_t)size > budget) {
+			skipped++;
+			continue;
+		}
+		struct grab gr = { .max = budget };
+		struct call sub = { .m = m, .args = k->args, .content = json_array() };
+		if (fetch_file(&sub, paths[i], &gr) == 0) {
+			int is_text;
+			json_t *c = file_content(m, paths[i], gr.buf ? gr.buf : "", gr.len, &is_text);
+			if (is_text) {
+				/* the name first, in the same text block */
+				char *t = NULL;
+				if (asprintf(&t, "--- %s ---\n%s", paths[i], json_string_value(json_object_get(c, "text"))) >= 0) {
+					json_object_set_new(c, "text", json_text(t, strlen(t)));
+					free(t);
+				}
+			} else {
+				say(k, "--- %s ---", paths[i]);
+			}
+			if (c)
+				json_array_append_new(k->content, c);
+			budget -= gr.len;
+		} else if (gr.too_big) {
+			skipped++;
+		} else {
+			/* gone since (deleted by a process still running): say so */
+			json_array_extend(k->content, sub.content);
+		}
+		json_decref(sub.content);
+		free(sub.note);
+		free(gr.buf);
+	}
+	if (skipped)
+		say(k, "(%zu %s left out: more than %u MiB of contents in all; use read_file)", skipped,
+		    skipped == 1 ? "file was" : "files were", GENERATED_BYTES_MAX >> 20);
+	free(paths);
+	json_decref(net);
+	client_req_free(&g);
+}
+
+/* ---- the tools -------------------------------------------------------------- */
+
+static const struct arg_spec run_command_args[] = {
+	{ "command", ARG_STRING, 1, "shell command line, run by /bin/sh -c", NULL, 0, 0 },
+	{ "cwd", ARG_STRING, 0, "working directory (absolute, or relative to /home/user; default /home/user)",
+	  NULL, 0, 0 },
+	{ "env", ARG_STRING_MAP, 0, "extra environment variables", NULL, 0, 0 },
+	{ "stdin", ARG_STRING, 0, "text given to the command's standard input (default: empty)", NULL, 0,
+	  0 },
+	{ "timeout_seconds", ARG_INTEGER, 0,
+	  "kill the command and everything it started after this long (default: the server's, 300)", NULL,
+	  1, TIMEOUT_MAX_S },
+	{ 0 },
+};
+
+static const struct arg_spec run_code_args[] = {
+	{ "language", ARG_STRING, 1, "the interpreter", languages, 0, 0 },
+	{ "code", ARG_STRING, 1,
+	  "the code to run, like a notebook cell: the value of a last expression is returned", NULL, 0, 0 },
+	{ "context", ARG_STRING, 0,
+	  "name of an independent interpreter of this language, started on first use (default: the "
+	  "language's default context, shared by all calls without a context)",
+	  NULL, 0, 0 },
+	{ "timeout_seconds", ARG_INTEGER, 0,
+	  "interrupt the code after this long; the interpreter keeps its state (default 300)", NULL, 1,
+	  TIMEOUT_MAX_S },
+	{ 0 },
+};
+
+static const struct arg_spec read_file_args[] = {
+	{ "path", ARG_STRING, 1, "the file (absolute, or relative to /home/user)", NULL, 0, 0 },
+	{ 0 },
+};
+
+static const struct arg_spec write_file_args[] = {
+	{ "path", ARG_STRING, 1, "the file (absolute, or relative to /home/user); parent directories are "
+	  "created; an existing file is replaced", NULL, 0, 0 },
+	{ "content", ARG_STRING, 1, "the content: text, or base64 with encoding \"base64\"", NULL, 0, 0 },
+	{ "encoding", ARG_STRING, 0, "how content is given (default utf-8)", encodings, 0, 0 },
+	{ 0 },
+};
+
+static const struct arg_spec list_files_args[] = {
+	{ "path", ARG_STRING, 0, "the directory (absolute, or relative to /home/user; default /home/user)",
+	  NULL, 0, 0 },
+	{ 0 },
+};
+
+static const struct arg_spec generated_files_args[] = {
+	{ "include_contents", ARG_BOOLEAN, 0,
+	  "also return the files' contents: text, images, or base64 blobs for other binaries (at most "
+	  "8 MiB in all; default false)", NULL, 0, 0 },
+	{ "since_last_call", ARG_BOOLEAN, 0,
+	  "only what changed since the previous generated_files call (default false: since the session "
+	  "began)", NULL, 0, 0 },
+	{ "include_hidden", ARG_BOOLEAN, 0,
+	  "also list hidden files and caches (a path component starting with \".\", __pycache__; "
+	  "default false)", NULL, 0, 0 },
+	{ 0 },
+};
+
+static const struct tool tools[] = {
+	{ "run_command", "Run a shell command",
+	  "Run a shell command in the sandbox (Linux, as an unprivileged user in /home/user, no network) "
+	  "and return its exit code, stdout and stderr, and the files it changed. State on disk persists "
+	  "between calls; a non-zero exit is reported as an error result.",
+	  run_command_args, 0, tool_run_command },
+	{ "run_code", "Run code in a persistent interpreter",
+	  "Run Python, JavaScript (Node.js) or bash code in a long-lived interpreter in the sandbox: "
+	  "variables, imports and functions persist between calls of the same context, as in a notebook. "
+	  "Returns printed output, the value of the last expression, the error with its traceback, and "
+	  "images (matplotlib figures are returned as PNG images).",
+	  run_code_args, 0, tool_run_code },
+	{ "read_file", "Read a file",
+	  "Read a file from the sandbox: text is returned as text, images as images, other binary files "
+	  "as a base64 blob (at most 16 MiB).",
+	  read_file_args, 1, tool_read_file },
+	{ "write_file", "Write a file",
+	  "Write a file in the sandbox (text, or base64 for binary content), creating parent directories.",
+	  write_file_args, 0, tool_write_file },
+	{ "list_files", "List a directory",
+	  "List the entries of a directory in the sandbox: type, size, permissions and name.",
+	  list_files_args, 1, tool_list_files },
+	{ "generated_files", "Files created or modified",
+	  "List the files created, modified or deleted under /home/user since the session began (or since "
+	  "the last call), optionally with their contents: the way to collect what the code produced.",
+	  generated_files_args, 1, tool_generated_files },
+};
+
+static json_t *tools_list(void)
+{
+	json_t *arr = json_array();
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(tools); i++) {
+		const struct tool *t = &tools[i];
+		json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:o,s:{s:s,s:b,s:b,s:b,s:b}}", "name", t->name,
+						     "title", t->title, "description", t->description,
+						     "inputSchema", input_schema(t), "annotations", "title",
+						     t->title, "readOnlyHint", t->read_only, "destructiveHint",
+						     !t->read_only, "idempotentHint", t->read_only,
+						     "openWorldHint", 0));
+	}
+	return json_pack("{s:o}", "tools", arr);
+}
+
+/* ---- JSON-RPC ------------------------------------------------------------------ */
+
+static const char instructions[] =
+	"The tools of this server work in one Linux sandbox kept for the whole session and deleted "
+	"when it ends. Commands and code run as an unprivileged user in /home/user, which is "
+	"writable, as is /tmp; the rest of the file system is read-only, and there is no network "
+	"access. python3 (with numpy, pandas and matplotlib when the host has them) and node are "
+	"available. Relative paths are relative to /home/user. run_code keeps interpreter state "
+	"between calls; generated_files lists what the code wrote.";
+
+static json_t *do_initialize(struct mcp *m, json_t *id, json_t *params)
+{
+	const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
+	if (!asked)
+		return rpc_error(id, -32602, "initialize needs params.protocolVersion (a string)");
+	const char *version = protocol_versions[0];
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(protocol_versions); i++)
+		if (!strcmp(asked, protocol_versions[i]))
+			version = protocol_versions[i];
+	m->input_errors_as_results = strcmp(version, "2025-11-25") >= 0;
+	json_t *info = json_object_get(params, "clientInfo");
+	int other = strcmp(asked, version) != 0;
+	mlog("client %s %s, protocol %s%s%.40s%s", *client_str(info, "name") ? client_str(info, "name") : "?",
+	     client_str(info, "version"), version, other ? " (it asked for " : "", other ? asked : "",
+	     other ? ")" : "");
+	return rpc_result(id, json_pack("{s:s,s:{s:{s:b}},s:{s:s,s:s,s:s},s:s}", "protocolVersion", version,
+					"capabilities", "tools", "listChanged", 0, "serverInfo", "name",
+					"sandlot", "title", "sandlot sandbox", "version", "0.1.0",
+					"instructions", instructions));
+}
+
+static json_t *do_tools_call(struct mcp *m, json_t *id, json_t *params)
+{
+	const char *name = json_string_value(json_object_get(params, "name"));
+	if (!name)
+		return rpc_error(id, -32602, "tools/call needs params.name (a string)");
+	const struct tool *t = NULL;
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(tools); i++)
+		if (!strcmp(tools[i].name, name))
+			t = &tools[i];
+	if (!t)
+		return rpc_error(id, -32602, "unknown tool \"%.100s\" (tools: run_command, run_code, "
+				 "read_file, write_file, list_files, generated_files)", name);
+	json_t *args = json_object_get(params, "arguments");
+	if (args && !json_is_object(args) && !json_is_null(args))
+		return rpc_error(id, -32602, "tools/call: params.arguments must be an object");
+	args = json_is_object(args) ? json_deep_copy(args) : json_object();
+	struct call k = { .m = m, .args = args, .content = json_array() };
+	cleanup_free char *why = check_args(t, args);
+	json_t *answer = NULL;
+	if (why && !m->input_errors_as_results) {
+		answer = rpc_error(id, -32602, "%s: %s", t->name, why);
+		goto out;
+	}
+	if (why) {
+		fail(&k, "invalid arguments for %s: %s", t->name, why);
+	} else {
+		m->cur_id = id;
+		m->cancelled = 0;
+		t->fn(&k);
+		m->cur_id = NULL;
+		if (abandoned(&k)) {
+			/* no answer to a cancelled request; none when going away */
+			if (m->cancelled)
+				mlog("%s cancelled", t->name);
+			m->cancelled = 0;
+			goto out;
+		}
+	}
+	if (k.note)
+		json_array_insert_new(k.content, 0, json_pack("{s:s,s:s}", "type", "text", "text", k.note));
+	if (!json_array_size(k.content))
+		add_text(&k, "done", 4);
+	answer = rpc_result(id, json_pack("{s:O,s:b}", "content", k.content, "isError", k.is_error));
+out:
+	json_decref(k.content);
+	json_decref(args);
+	free(k.note);
+	return answer;
+}
+
+/* One message (an element of a batch, or the whole line): the answer, or
+ * NULL for notifications and responses. */
+static json_t *handle_message(struct mcp *m, json_t *msg)
+{
+	if (!json_is_object(msg))
+		return rpc_error(NULL, -32600, "invalid request: a JSON-RPC message is an object");
+	json_t *id = json_object_get(msg, "id");
+	json_t *method = json_object_get(msg, "method");
+	if (id && !json_is_string(id) && !json_is_integer(id))
+		return rpc_error(NULL, -32600, "invalid request: \"id\" must be a string or an integer");
+	if (strcmp(client_str(msg, "jsonrpc"), "2.0") != 0)
+		return rpc_error(id, -32600, "invalid request: \"jsonrpc\" must be \"2.0\"");
+	if (!method) {
+		if (json_object_get(msg, "result") || json_object_get(msg, "error"))
+			return NULL;   /* a response; we send no requests */
+		return rpc_error(id, -32600, "invalid request: no \"method\"");
+	}
+	if (!json_is_string(method))
+		return rpc_error(id, -32600, "invalid request: \"method\" must be a string");
+	const char *name = json_string_value(method);
+	json_t *params = json_object_get(msg, "params");
+	if (!id) {
+		/* notifications: initialized, cancelled (of nothing running now),
+		 * roots/list_changed, ...: nothing to do */
+		return NULL;
+	}
+	if (params && !json_is_object(params))
+		return rpc_error(id, -32602, "invalid params: \"params\" must be an object");
+	if (!strcmp(name, "initialize"))
+		return do_initialize(m, id, params);
+	if (!strcmp(name, "ping"))
+		return rpc_result(id, json_object());
+	if (!strcmp(name, "tools/list"))
+		return rpc_result(id, tools_list());
+	if (!strcmp(name, "tools/call"))
+		return do_tools_call(m, id, params);
+	return rpc_error(id, -32601, "method not found: %.100s", name);
+}
+
+static void handle_line(struct mcp *m, const char *data, size_t len)
+{
+	json_error_t je;
+	json_t *msg = json_loadb(data, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+	if (!msg) {
+		send_msg(m, rpc_error(NULL, -32700, "parse error: %s (line %d, column %d)", je.text, je.line,
+				      je.column));
+		return;
+	}
+	if (json_is_array(msg)) {
+		/* A batch (JSON-RPC 2.0; MCP 2025-03-26): answers in one array. */
+		if (!json_array_size(msg)) {
+			send_msg(m, rpc_error(NULL, -32600, "invalid request: an empty batch"));
+		} else {
+			json_t *answers = json_array(), *el;
+			size_t i;
+			json_array_foreach(msg, i, el) {
+				if (m->stop == STOP_NOW)
+					break;
+				json_t *a = handle_message(m, el);
+				if (a)
+					json_array_append_new(answers, a);
+			}
+			if (json_array_size(answers) && m->stop != STOP_NOW)
+				send_msg(m, answers);
+			else
+				json_decref(answers);
+		}
+	} else {
+		send_msg(m, handle_message(m, msg));
+	}
+	json_decref(msg);
+}
+
+/* A line that came while a tool call runs: pings are answered and
+ * cancellations applied now, the rest waits its turn. */
+static void handle_in_call(struct mcp *m, const char *data, size_t len)
+{
+	json_t *msg = json_loadb(data, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+	const char *method = json_is_object(msg) ? client_str(msg, "method") : "";
+	json_t *id = json_object_get(msg, "id");
+	if (!strcmp(method, "ping") && (json_is_string(id) || json_is_integer(id))) {
+		send_msg(m, rpc_result(id, json_object()));
+	} else if (!strcmp(method, "notifications/cancelled") && !id) {
+		json_t *rid = json_object_get(json_object_get(msg, "params"), "requestId");
+		if (m->cur_id && rid && json_equal(rid, m->cur_id))
+			m->cancelled = 1;
+	} else {
+		enqueue(m, data, len);
+	}
+	json_decref(msg);
+}
+
+/* ---- main ------------------------------------------------------------------- */
+
+enum { OPT_CPUS = 256, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE };
+
+static const struct option mcp_opts[] = {
+	{ "memory", required_argument, NULL, 'm' },
+	{ "cpus", required_argument, NULL, OPT_CPUS },
+	{ "pids", required_argument, NULL, OPT_PIDS },
+	{ "disk", required_argument, NULL, OPT_DISK },
+	{ "env", required_argument, NULL, 'e' },
+	{ "image", required_argument, NULL, OPT_IMAGE },
+	{ "ttl", required_argument, NULL, OPT_TTL },
+	{ "idle-timeout", required_argument, NULL, OPT_IDLE },
+	{ "timeout", required_argument, NULL, 't' },
+	CLI_CLIENT_OPTIONS,
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* Options into m->create_body and m->timeout_ms.  0, 1 for --help, or
+ * EXIT_USAGE after saying why. */
+static int parse_options(struct mcp *m, int argc, char **argv, const char **host, const char **token_file)
+{
+	json_t *body = m->create_body, *env = json_object();
+	sandlot_error_t *err = NULL;
+	uint64_t v, idle_s = DEFAULT_IDLE_S;
+	uint32_t milli;
+	int rc = 0, c;
+	optind = 1;
+	opterr = 0;
+	while (rc == 0 && (c = getopt_long(argc, argv, "+:m:e:t:H:h", mcp_opts, NULL)) != -1) {
+		if (optarg && strcmp(optarg, "--") == 0)
+			c = ':';
+		const char *opt = NULL;
+		switch (c) {
+		case 'm':
+		case OPT_DISK:
+			opt = c == 'm' ? "--memory" : "--disk";
+			if (sandlot_parse_size(optarg, 0, &v, &err) == 0)
+				json_object_set_new(body, c == 'm' ? "memory" : "disk", json_integer((json_int_t)v));
+			break;
+		case OPT_CPUS:
+			opt = "--cpus";
+			if (sandlot_parse_cpus(optarg, &milli, &err) == 0)
+				json_object_set_new(body, "cpus", json_real(milli / 1000.0));
+			break;
+		case OPT_PIDS: {
+			char *end;
+			errno = 0;
+			unsigned long long n = strtoull(optarg, &end, 10);
+			if (!*optarg || *end || errno || optarg[0] == '-' || n < 2 || n > (1u << 22))
+				rc = cli_usage_error("mcp", "invalid --pids \"%s\": expected a whole number "
+						     "from 2 to %u", optarg, 1u << 22);
+			else
+				json_object_set_new(body, "pids", json_integer((json_int_t)n));
+			break;
+		}
+		case 'e': {
+			const char *eq = strchr(optarg, '=');
+			cleanup_free char *key = eq && eq != optarg ? strndup(optarg, (size_t)(eq - optarg)) : NULL;
+			if (!key || json_object_set_new(env, key, json_string(eq + 1)) < 0)
+				rc = cli_usage_error("mcp", "invalid --env \"%s\": expected KEY=VALUE", optarg);
+			break;
+		}
+		case OPT_IMAGE:
+			json_object_set_new(body, "image", json_string(optarg));
+			break;
+		case OPT_TTL:
+		case OPT_IDLE:
+		case 't':
+			opt = c == OPT_TTL ? "--ttl" : c == OPT_IDLE ? "--idle-timeout" : "--timeout";
+			if (sandlot_parse_duration(optarg, &v, &err) == 0) {
+				if (c == 't') {
+					if (v == 0 || v > TIMEOUT_MAX_S * 1000ull)
+						rc = cli_usage_error("mcp", "invalid --timeout \"%s\": expected "
+								     "1s to 24h", optarg);
+					m->timeout_ms = v;
+				} else if (c == OPT_TTL) {
+					json_object_set_new(body, "ttl_seconds", json_integer((json_int_t)((v + 999) / 1000)));
+				} else {
+					idle_s = (v + 999) / 1000;
+				}
+			}
+			break;
+		case 'H':
+			*host = optarg;
+			break;
+		case OPT_TOKEN_FILE:
+			*token_file = optarg;
+			break;
+		case 'h':
+			fputs(mcp_help, stdout);
+			rc = 1;
+			break;
+		default:
+			rc = cli_option_error("mcp", c, argv);
+			break;
+		}
+		if (err) {
+			rc = cli_usage_error("mcp", "%s: %s", opt, sandlot_error_message(err));
+			sandlot_error_free(err);
+			err = NULL;
+		}
+	}
+	if (rc == 0 && optind < argc)
+		rc = cli_usage_error("mcp", "unexpected argument \"%s\"", argv[optind]);
+	if (json_object_size(env))
+		json_object_set(body, "env", env);
+	json_decref(env);
+	json_object_set_new(body, "idle_timeout_seconds", json_integer((json_int_t)idle_s));
+	json_object_set_new(body, "auto_resume", json_true());
+	json_object_set_new(body, "metadata", json_pack("{s:s}", "client", "sandlot-mcp"));
+	/* A keepalive every third of the idle timeout (at least every second). */
+	m->keepalive_ms = idle_s ? (idle_s * 1000 / 3 > 1000 ? idle_s * 1000 / 3 : 1000) : 0;
+	return rc;
+}
+
+int cmd_mcp(int argc, char **argv)
+{
+	struct mcp m = { .timeout_ms = DEFAULT_TIMEOUT_MS, .sigfd = -1 };
+	m.queue_tail = &m.queue;
+	m.create_body = json_object();
+	m.contexts = json_object();
+	const char *host = NULL, *token_file = NULL;
+	int rc = parse_options(&m, argc, argv, &host, &token_file);
+	if (rc) {
+		json_decref(m.create_body);
+		json_decref(m.contexts);
+		return rc == 1 ? 0 : rc;
+	}
+
+	/* Signals end the session through the poll loop, never mid-write. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	m.sigfd = signalfd(-1, &set, SFD_CLOEXEC);
+	if (m.sigfd < 0) {
+		cli_err("mcp: signalfd: %s", strerror(errno));
+		rc = EXIT_SANDLOT;
+		goto out;
+	}
+
+	rc = client_init(&m.c, "mcp", host, token_file);
+	if (rc)
+		goto out;
+	/* Find out now, not at the first tool call, that the daemon is not
+	 * there: an MCP host shows this in its server log. */
+	struct client_req health = { .method = "GET", .path = "/v1/health" };
+	client_perform(&m.c, &health);
+	if (health.status != 200) {
+		rc = client_report(&m.c, &health, NULL);
+		if (rc == 1)
+			rc = EXIT_SANDLOT;
+		client_req_free(&health);
+		client_free(&m.c);
+		goto out;
+	}
+	client_req_free(&health);
+	mlog("serving MCP on stdio with sandlotd at %s", m.c.host);
+
+	while (m.stop != STOP_NOW) {
+		struct line *l = dequeue(&m);
+		if (l) {
+			handle_line(&m, l->data, l->len);
+			free(l);
+			continue;
+		}
+		if (m.in_eof)
+			break;
+		int timeout = 60000;
+		if (m.sandbox && m.keepalive_ms) {
+			int64_t due = m.last_active_ms + (int64_t)m.keepalive_ms - now_ms();
+			timeout = due < 0 ? 0 : due < timeout ? (int)due : timeout;
+		}
+		wait_io(&m, timeout, 0);
+		if (m.stop != STOP_NOW)
+			keepalive(&m);
+	}
+	destroy_sandbox(&m);
+	client_free(&m.c);
+	rc = 0;
+out:
+	while (m.queue)
+		free(dequeue(&m));
+	free(m.in);
+	if (m.sigfd >= 0)
+		close(m.sigfd);
+	json_decref(m.create_body);
+	json_decref(m.contexts);
+	return rc;
+}
