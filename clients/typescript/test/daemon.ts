@@ -113,7 +113,7 @@ export class Daemon {
     problems.push(...found);
     const ws = path.join(this.dataDir, "workspaces");
     if (fs.existsSync(ws)) for (const f of fs.readdirSync(ws)) problems.push(`workspace image left: ${ws}/${f}`);
-    if (problems.length === 0) fs.rmSync(this.base, { recursive: true, force: true });
+    fs.rmSync(this.base, { recursive: true, force: true });
     return problems;
   }
 }
