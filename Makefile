@@ -9,7 +9,7 @@ BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansso
 # matplotlib, pandas, numpy: the interpreter and seccomp tests run real data-science code
 TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy
 
-.PHONY: all deps test-deps demo check unit asan integration mcp-check clean
+.PHONY: all deps test-deps demo check unit asan integration mcp-check ts-check clean
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -54,6 +54,16 @@ mcp-check: all
 		--test-reporter=spec --test-reporter-destination=stdout \
 		$(if $(MCP_TAP),--test-reporter=tap --test-reporter-destination=$(abspath $(MCP_TAP))) \
 		*.test.mjs
+
+# The TypeScript package (clients/typescript): install its locked dev
+# dependencies, build it, run its tests against a real sandlotd (root).
+# TS_REPORTER=tap for machine-readable results (scripts/check.sh counts them).
+NPM ?= npm
+TS_REPORTER ?= spec
+ts-check: all
+	cd clients/typescript && $(NPM) ci --no-audit --no-fund --prefer-offline --loglevel=error
+	cd clients/typescript && $(NPM) run --silent build && $(NPM) run --silent build:test
+	cd clients/typescript && node --test --test-concurrency=1 --test-reporter=$(TS_REPORTER) dist-test/*.test.js
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

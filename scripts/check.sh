@@ -84,6 +84,26 @@ else
 fi
 rm -f "$tap"
 
+echo "== TypeScript client (clients/typescript): npm ci, tsc, node --test"
+if ! command -v node >/dev/null || [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -lt 20 ]; then
+	echo "SKIP: the TypeScript tests need Node.js 20 or later and npm (not found)"
+	skipped=$((skipped + 1))
+else
+	out=$(mktemp)
+	make -s ts-check TS_REPORTER=tap 2>&1 | tee "$out"
+	# node's TAP summary: "# pass N", "# fail N", "# cancelled N", "# skipped N", "# todo N".
+	if grep -qE '^# pass [0-9]+$' "$out"; then
+		n() { grep -E "^# $1 [0-9]+$" "$out" | tail -n 1 | grep -oE '[0-9]+$' || echo 0; }
+		passed=$((passed + $(n pass)))
+		failed=$((failed + $(n fail) + $(n cancelled)))
+		skipped=$((skipped + $(n skipped) + $(n todo)))
+	else
+		echo "the TypeScript tests did not run (install or build failed)"
+		failed=$((failed + 1))
+	fi
+	rm -f "$out"
+fi
+
 echo
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -230,10 +230,10 @@ void workspace_destroyed(struct daemon *d, struct dsb *s)
 	 * ended.  The registry says running, so the next start treats it as
 	 * lost and removes the image then.) */
 	pthread_mutex_lock(&s->lock);
-	if (s->transition && st == DSB_PAUSED) {
+	if (s->transition && st == DSB_PAUSED)
 		s->transition = 0;
-		pthread_cond_broadcast(&s->cond);
-	}
+	/* Also wakes from_snapshot copies waiting for the teardown. */
+	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -661,6 +661,22 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 		else
 			http_error(req, 409, "conflict",
 				   "field \"from_snapshot\": sandbox %s (%s) has no kept workspace", from, st);
+		return -1;
+	}
+	/* A sandbox that has just expired still has its image mounted (and
+	 * locked) until its teardown is done, a few ms to END_WAIT_MS later:
+	 * wait for it rather than fail with "in use". */
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += SETTLE_WAIT_MS / 1000;
+	while (ended(src->state) && (src->sb || src->destroy_pending))
+		if (pthread_cond_timedwait(&src->cond, &src->lock, &dl) == ETIMEDOUT)
+			break;
+	if (ended(src->state) && (src->sb || src->destroy_pending)) {
+		pthread_mutex_unlock(&src->lock);
+		dsb_release(d, src);
+		http_error(req, 409, "conflict",
+			   "field \"from_snapshot\": sandbox %s is still being torn down", from);
 		return -1;
 	}
 	src->copying++;

@@ -467,6 +467,29 @@ def test_from_snapshot_of_an_expired_sandbox(sandlotd):
     assert images(d) == []
 
 
+def test_from_snapshot_right_as_a_sandbox_expires(sandlotd):
+    """An agent that re-creates its sandbox the moment it sees it expired
+    must not get 409 "in use" while the old one is still being torn down
+    (its image stays mounted until then): the copy waits for the teardown.
+    A command streaming at the expiry keeps the teardown busy a little."""
+    d = sandlotd
+    for _ in range(3):
+        old = d.create(**SMALL, ttl_seconds=1)
+        put(d, old, "keep.txt", b"kept")
+        c, resp = d.stream("POST", f"/v1/sandboxes/{old}/exec",
+                           json_body={"command": "sleep 30"},
+                           headers={"Accept": "application/x-ndjson"})
+        try:
+            assert wait_until(lambda: state(d, old)["state"] == "expired", 10, interval=0.005)
+            new = d.create(from_snapshot=old)
+        finally:
+            c.close()
+        assert get_file(d, new, "keep.txt") == b"kept"
+        for sid in (new, old):
+            assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+    assert images(d) == []
+
+
 def test_snapshot_route_is_a_tar_of_the_workspace(sandlotd):
     d = sandlotd
     sid = d.create(**SMALL)

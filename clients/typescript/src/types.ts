@@ -1,0 +1,193 @@
+/**
+ * The objects of sandlotd's HTTP API (spec/openapi.yaml), field for field.
+ * Request and answer bodies keep the API's snake_case names.
+ */
+
+/** Bytes as an integer, or a string with a binary unit ("512M", "1G"). */
+export type Size = number | string;
+
+export type SandboxState = "running" | "paused" | "expired" | "deleted" | "lost" | "failed";
+
+/** Body of POST /v1/sandboxes.  Every field is optional. */
+export interface CreateSandboxOptions {
+  image?: string;
+  memory?: Size;
+  cpus?: number;
+  pids?: number;
+  disk?: Size;
+  env?: Record<string, string>;
+  network?: "none";
+  ttl_seconds?: number;
+  idle_timeout_seconds?: number;
+  metadata?: Record<string, string>;
+  auto_resume?: boolean;
+  paused_retention_seconds?: number;
+  from_snapshot?: string;
+}
+
+export interface SandboxInfo {
+  id: string;
+  state: SandboxState;
+  created_at: string;
+  expires_at: string | null;
+  last_active_at: string;
+  ended_at: string | null;
+  end_reason: string | null;
+  ttl_seconds: number;
+  idle_timeout_seconds: number;
+  options: {
+    image: string;
+    memory: number;
+    cpus: number | null;
+    pids: number;
+    disk: number;
+    env: Record<string, string>;
+    network: string;
+    from_snapshot?: string;
+  };
+  metadata: Record<string, string>;
+  cursor: number;
+  auto_resume: boolean;
+  paused_retention_seconds: number;
+  paused_at: string | null;
+  workspace_kept: boolean;
+  workspace_expires_at: string | null;
+}
+
+export interface Health {
+  status: "ok";
+  version: string;
+  sandboxes: number;
+  uptime_seconds: number;
+  pool?: Record<string, { size: number; ready: number }>;
+}
+
+export type ChangeKind = "created" | "modified" | "deleted";
+export type FileType = "file" | "directory" | "symlink" | "other";
+
+export interface Change {
+  cursor: number;
+  path: string;
+  kind: ChangeKind;
+  type: FileType;
+  size: number;
+  /** exec id, or "api" for file routes */
+  source: string;
+}
+
+export interface ChangesPage {
+  cursor: number;
+  changes: Change[];
+  /** true when entries after `since` were dropped from sandlotd's memory */
+  truncated?: boolean;
+}
+
+/** Body of POST .../exec apart from the command itself. */
+export interface ExecOptions {
+  cwd?: string;
+  env?: Record<string, string>;
+  /** text fed to stdin, then EOF */
+  stdin?: string;
+  stdin_base64?: string;
+  /** kill after this long; default 300000; 0 = none */
+  timeout_ms?: number;
+  output?: "text" | "base64";
+  /** bytes kept per stream (buffered and background execs) */
+  output_limit?: number;
+}
+
+export interface ExecResult {
+  exec_id: string;
+  exit_code: number | null;
+  signal: number | null;
+  timed_out: boolean;
+  oom_killed: boolean;
+  pids_limited: boolean;
+  truncated: boolean;
+  duration_ms: number;
+  stdout: string;
+  stderr: string;
+  /** why the command could not start (exit 126/127) */
+  error?: string;
+  changes: Change[];
+  cursor: number;
+}
+
+export interface ExecStatus {
+  exec_id: string;
+  state: "running" | "exited";
+  mode: "buffered" | "stream" | "background";
+  output: "text" | "base64";
+  pid: number | null;
+  truncated: boolean;
+  command: string[];
+  started_at: string;
+  stdout?: string;
+  stderr?: string;
+  result?: ExecResult;
+}
+
+/** Events of a streamed exec (NDJSON), in order: start, output..., exit. */
+export type ExecEvent =
+  | { type: "start"; exec_id: string; pid: number; output: "text" | "base64" }
+  | { type: "stdout"; data: string }
+  | { type: "stderr"; data: string }
+  | { type: "exit"; result: ExecResult };
+
+export interface FileInfo {
+  name: string;
+  path: string;
+  type: FileType;
+  size: number;
+  /** octal, e.g. "0644" */
+  mode: string;
+  modified_at: string;
+}
+
+export interface ArchiveResult {
+  files: number;
+  directories: number;
+  bytes: number;
+  skipped?: string[];
+}
+
+export type Language = "python" | "javascript" | "bash";
+
+export interface CodeContext {
+  id: string;
+  language: Language;
+  busy: boolean;
+  alive: boolean;
+}
+
+export interface CodeOptions {
+  /** language of the default context to use (one of language and context is required) */
+  language?: Language;
+  /** a context id from createContext() */
+  context?: string;
+  timeout_ms?: number;
+}
+
+export interface CodeResult {
+  context: string;
+  status: "ok" | "error" | "interrupted" | "timeout";
+  stdout: string;
+  stderr: string;
+  value: string | null;
+  data?: Record<string, unknown>;
+  displays?: Array<{ data: Record<string, unknown> }>;
+  error: { name: string; value: string; traceback: string[] } | null;
+  execution_count?: number;
+  exit_code?: number;
+  cwd?: string;
+  duration_ms: number;
+  state_lost?: boolean;
+}
+
+/** Messages of a streamed code cell; the last one is the result. */
+export type CodeEvent =
+  | { type: "stdout"; data: string }
+  | { type: "stderr"; data: string }
+  | { type: "display"; data: Record<string, unknown> }
+  | ({ type: "result" } & CodeResult)
+  | { type: string; [k: string]: unknown };
