@@ -596,6 +596,16 @@ static json_t *final_result(struct cell *k, json_t *hostres)
 		json_object_set_new(o, "value", json_null());
 		json_object_set_new(o, "data", json_null());
 	}
+	/* What the cell did to the workspace, recorded in the sandbox's
+	 * change log (GET .../changes, source = the context id) as an
+	 * exec's changes are. */
+	json_t *changes = NULL;
+	sandlot_error_t *err = NULL;
+	if (dsb_scan_changes(k->d, k->s, k->c->id, &changes, &err) < 0) {
+		sandlot_error_free(err);
+		changes = NULL;
+	}
+	json_object_set_new(o, "changes", changes ? changes : json_array());
 	json_object_set_new(o, "duration_ms", json_integer(mono_ms() - k->started));
 	json_object_set_new(o, "state_lost", json_boolean(k->state_lost));
 	return o;

@@ -182,3 +182,19 @@ def test_ndjson_stream_output_before_result(sandlotd):
     assert events[-1]["type"] == "result" and events[-1]["value"] == "42"
     assert events[-1]["stdout"] == "first\nsecond\n"
     assert [e["type"] for e in events[:-1]] == ["stdout"]
+
+
+def test_a_cells_file_changes_are_in_its_result_and_the_change_log(sandlotd):
+    sid = sandlotd.create()
+    r = code(sandlotd, sid, "open('made.txt', 'w').write('x' * 5)")
+    assert r["status"] == "ok", r
+    assert [(c["path"], c["kind"], c["size"]) for c in r["changes"]] == \
+        [("/home/user/made.txt", "created", 5)], r
+    assert r["changes"][0]["source"] == "default-python"
+    r = code(sandlotd, sid, "import os; os.remove('made.txt')")
+    assert [(c["path"], c["kind"]) for c in r["changes"]] == [("/home/user/made.txt", "deleted")]
+    log = sandlotd.get(f"/v1/sandboxes/{sid}/changes").json()["changes"]
+    assert [(c["path"], c["kind"], c["source"]) for c in log] == [
+        ("/home/user/made.txt", "created", "default-python"),
+        ("/home/user/made.txt", "deleted", "default-python")], log
+    assert code(sandlotd, sid, "1")["changes"] == []
