@@ -44,6 +44,7 @@ int cmd_ls(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
 int cmd_changes(int argc, char **argv);
+int cmd_image(int argc, char **argv);
 
 /* NDJSON exec event stream (exec.c; also used by logs.c): writes stdout and
  * stderr data to fds 1 and 2 as they arrive and keeps the exit event. */
