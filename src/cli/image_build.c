@@ -1330,7 +1330,7 @@ int image_build(int argc, char **argv)
 	snprintf(b->images, sizeof(b->images), "%s/images", dd);
 	snprintf(b->cache, sizeof(b->cache), "%s", cache);
 	snprintf(b->debs, sizeof(b->debs), "%s/debs", cache);
-	int status = 1;
+	int status = 1, cache_lock = -1;
 	cleanup_free char *arch = NULL, *dbs = NULL, *resolv = NULL;
 	json_t *packages = NULL, *npm = NULL;
 	char digest[65] = "";
@@ -1384,6 +1384,20 @@ int image_build(int argc, char **argv)
 		cli_err("mkdir %s: %s", b->root, strerror(errno));
 		goto out;
 	}
+	/* One build at a time uses the package cache (apt locks its archives
+	 * directory and gives up at once when another apt holds it). */
+	snprintf(lock, sizeof(lock), "%s/lock", b->cache);
+	cache_lock = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (cache_lock < 0) {
+		cli_err("open %s: %s", lock, strerror(errno));
+		goto out;
+	}
+	if (flock(cache_lock, LOCK_EX | LOCK_NB) < 0) {
+		say(b, "waiting for another build that uses the cache %s", b->cache);
+		while (flock(cache_lock, LOCK_EX) < 0)
+			if (errno != EINTR || interrupted)
+				goto out;
+	}
 	if (bootstrap(b) < 0 || interrupted)
 		goto out;
 	char p[4400];
@@ -1403,6 +1417,8 @@ int image_build(int argc, char **argv)
 	if (apt_steps(b) < 0 || interrupted || npm_step(b) < 0 || interrupted || steps(b) < 0 ||
 	    interrupted)
 		goto out;
+	close(cache_lock);
+	cache_lock = -1;
 	say(b, "tidying up, listing packages");
 	packages = package_list(b);
 	npm = npm_list(b);
@@ -1439,6 +1455,8 @@ out:
 	}
 	if (b->lock_fd >= 0)
 		close(b->lock_fd);
+	if (cache_lock >= 0)
+		close(cache_lock);
 	json_decref(packages);
 	json_decref(npm);
 	json_decref(b->sources);

@@ -236,7 +236,7 @@ int recipe_parse(const char *path, struct recipe *r, char *msg, size_t len)
 		if (cont)
 			line[--n] = '\0';
 		if (!llen) {
-			char *t = trim(line);
+			const char *t = line + strspn(line, " \t");
 			if (!*t || *t == '#') {
 				if (cont)
 					rc = fail(msg, len, path, lineno,
