@@ -5,11 +5,12 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 PYTEST ?= /usr/bin/python3 -m pytest
 
-BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev e2fsprogs
+# nettle-dev: SHA-256 of image trees; debootstrap: sandlot image build
+BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev e2fsprogs nettle-dev debootstrap
 # matplotlib, pandas, numpy: the interpreter and seccomp tests run real data-science code
 TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy
 
-.PHONY: all deps test-deps demo check unit asan integration mcp-check ts-check clean
+.PHONY: all deps test-deps demo check unit asan integration mcp-check ts-check image-minimal image-python-data clean
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -31,6 +32,17 @@ demo: deps all
 
 check: test-deps all
 	@scripts/check.sh
+
+# Built images (docs/images.md): debootstrap + apt into $(SANDLOT_DATA_DIR or
+# /var/lib/sandlot)/images, packages cached in /var/cache/sandlot.
+image-minimal: deps all
+	$(BUILD)/bin/sandlot image build images/minimal.recipe
+	$(BUILD)/bin/sandlot run --image minimal -- python3 -c 'print("minimal: ok")'
+
+image-python-data: deps all
+	$(BUILD)/bin/sandlot image build images/python-data.recipe
+	$(BUILD)/bin/sandlot run --image python-data -- python3 -c \
+	    'import numpy, pandas, matplotlib.pyplot, scipy, openpyxl; print("python-data: ok")'
 
 unit: all
 	$(MESON) test -C $(BUILD) --suite unit --print-errorlogs

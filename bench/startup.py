@@ -8,12 +8,18 @@ machine's load hits all three alike) of
 
     sandlot   build/bin/sandlot run -- /bin/true
     sl-tmpfs  build/bin/sandlot run --storage tmpfs -- /bin/true
+    sl-image  build/bin/sandlot run --image minimal -- /bin/true
+    sl-img-tmpfs  the same with --storage tmpfs
     bwrap     bwrap --unshare-all --die-with-parent --ro-bind /usr /usr ...
               --proc /proc --dev /dev --tmpfs /tmp /bin/true
     bare      /bin/true
 
 and prints median / p90 / min / mean per command and the sandlot/bwrap ratio
-of the medians (target <= 0.7).  Each run is timed from the parent with
+of the medians (target <= 0.7).  The sl-image rows run on a built image
+(images/minimal.recipe, built first into the benchmark's data dir with
+`sandlot image build`; --no-image skips them): a sandbox on a built image
+binds the image read-only instead of copying it, so it should start as fast
+as one on the host's /usr.  Each run is timed from the parent with
 time.perf_counter() around fork+exec+wait, so the same launcher overhead is
 in every row (the "bare" row shows how much that is).
 
@@ -207,6 +213,10 @@ def main():
                     help="sandlot binary (default build/bin/sandlot; sandlot-init next to it)")
     ap.add_argument("--no-bwrap", action="store_true", help="skip bubblewrap")
     ap.add_argument("--no-memory", action="store_true", help="skip the idle memory measurement")
+    ap.add_argument("--no-image", action="store_true",
+                    help="skip the rows on a built image (no image build)")
+    ap.add_argument("--recipe", default=str(REPO / "images" / "minimal.recipe"),
+                    help="recipe of the built image rows (default images/minimal.recipe)")
     args = ap.parse_args()
     SANDLOT = Path(args.sandlot)
 
@@ -222,6 +232,20 @@ def main():
         cmds = {"sandlot": [str(SANDLOT), "run", "--", "/bin/true"],
                 # the same with the workspace on tmpfs instead of a loop-mounted ext4 image
                 "sl-tmpfs": [str(SANDLOT), "run", "--storage", "tmpfs", "--", "/bin/true"]}
+        if not args.no_image:
+            t0 = time.monotonic()
+            r = subprocess.run([str(SANDLOT), "image", "build", "-q", "--name", "bench",
+                                args.recipe], stdin=subprocess.DEVNULL, capture_output=True,
+                               env=env)
+            if r.returncode == 0:
+                print(f"built image \"bench\" from {args.recipe} in "
+                      f"{time.monotonic() - t0:.1f}s")
+                cmds["sl-image"] = [str(SANDLOT), "run", "--image", "bench", "--", "/bin/true"]
+                cmds["sl-img-tmpfs"] = [str(SANDLOT), "run", "--image", "bench", "--storage",
+                                        "tmpfs", "--", "/bin/true"]
+            else:
+                print(f"image build failed (no sl-image rows): "
+                      f"{r.stderr.decode(errors='replace')[-500:]}")
         bwrap = shutil.which("bwrap")
         if not args.no_bwrap:
             if bwrap:
@@ -239,9 +263,9 @@ def main():
         print(f"start-up: {args.n} sequential runs each, {args.warmup} warm-up runs, "
               f"{os.cpu_count()} CPUs, kernel {os.uname().release}")
         times, failures = bench_startup(cmds, args.n, args.warmup, env)
-        print(f"{'':10} {'median':>9} {'p90':>9} {'min':>9} {'mean':>9} {'failed':>7}")
+        print(f"{'':12} {'median':>9} {'p90':>9} {'min':>9} {'mean':>9} {'failed':>7}")
         for name, ts in times.items():
-            print(f"{name:10} {statistics.median(ts):8.2f}ms {percentile(ts, 0.9):8.2f}ms "
+            print(f"{name:12} {statistics.median(ts):8.2f}ms {percentile(ts, 0.9):8.2f}ms "
                   f"{min(ts):8.2f}ms {statistics.fmean(ts):8.2f}ms {failures[name]:7d}")
         if "bwrap" in times:
             ratio = statistics.median(times["sandlot"]) / statistics.median(times["bwrap"])

@@ -35,7 +35,8 @@ struct sandlot_backend_ops {
 
 extern const struct sandlot_backend_ops sandlot__backend_ns;
 
-/* The backend for an image name ("host" → ns).  NULL + error if unknown. */
+/* The backend for an image ("host" or a built image → ns).  NULL + error
+ * if there is none for it. */
 const struct sandlot_backend_ops *sandlot__backend_for(const char *image, sandlot_error_t **err);
 
 #endif

@@ -104,7 +104,7 @@ static __attribute__((noreturn)) void child_fail(int status_fd, const char *what
 
 struct child_args {
 	const struct sandlot_cgroup_join *join;
-	int sync_rd, status_wr, sock, seccomp_fd, storage_fd, devnull;
+	int sync_rd, status_wr, sock, seccomp_fd, storage_fd, image_fd, devnull;
 	const char *init_path;
 	char *const *argv;
 };
@@ -131,23 +131,23 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	if (sys_setresgid(0, 0, 0) < 0 || sys_setresuid(0, 0, 0) < 0)
 		child_fail(a->status_wr, "become root of the user namespace");
 
-	/* Move the descriptors init expects to 3..6, going through high
+	/* Move the descriptors init expects to 3..7, going through high
 	 * numbers first so no dup2 clobbers a source. */
-	int src[4] = { a->sock, a->status_wr, a->seccomp_fd, a->storage_fd };
-	int hi[4];
-	for (int i = 0; i < 4; i++) {
+	int src[5] = { a->sock, a->status_wr, a->seccomp_fd, a->storage_fd, a->image_fd };
+	int hi[5];
+	for (int i = 0; i < 5; i++) {
 		hi[i] = -1;
 		if (src[i] >= 0 && (hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 100)) < 0)
 			child_fail(a->status_wr, "dup");
 	}
 	int status_fd = hi[1];
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 5; i++)
 		if (hi[i] >= 0 && dup2(hi[i], INIT_FD_PROTO + i) < 0)
 			child_fail(status_fd, "dup2");
 	if (dup2(a->devnull, 0) < 0 || dup2(a->devnull, 1) < 0 || dup2(a->devnull, 2) < 0)
 		child_fail(status_fd, "dup2 stdio");
-	if (sys_close_range(INIT_FD_STORAGE + 1, ~0U, 0) < 0) {
-		for (int fd = INIT_FD_STORAGE + 1; fd < 1024; fd++)
+	if (sys_close_range(INIT_FD_IMAGE + 1, ~0U, 0) < 0) {
+		for (int fd = INIT_FD_IMAGE + 1; fd < 1024; fd++)
 			close(fd);
 	}
 	char *const envp[] = { NULL };
@@ -249,6 +249,11 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 				    err) < 0)
 		goto fail;
 	sandlot__trace("storage");
+	if (sb->img.lock_fd >= 0) {
+		if (sandlot__image_mount(sb->data_dir, &sb->img, err) < 0)
+			goto fail;
+		sandlot__trace("image");
+	}
 	char cache_dir[4200];
 	snprintf(cache_dir, sizeof(cache_dir), "%s/cache", sb->data_dir);
 	int seccomp_fd = sandlot__seccomp_program_fd(cache_dir, err);
@@ -278,7 +283,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	 * must come before the rlimit's SIGXFSZ (a kill). */
 	snprintf(a_fsize, sizeof(a_fsize), "%llu", (unsigned long long)ns->storage.bytes + (1ull << 20));
 	snprintf(a_disk, sizeof(a_disk), "%llu", (unsigned long long)ns->storage.bytes);
-	char *argv[24];
+	char *argv[32];
 	int ac = 0;
 	argv[ac++] = (char *)"sandlot-init";
 	argv[ac++] = (char *)"--nofile";
@@ -294,6 +299,17 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		argv[ac++] = (char *)"--disk";
 		argv[ac++] = a_disk;
 	}
+	if (sb->img.root_fd >= 0) {
+		argv[ac++] = (char *)"--image";
+		if (sb->img.workdir) {
+			argv[ac++] = (char *)"--workdir";
+			argv[ac++] = sb->img.workdir;
+		}
+		if (sb->img.user) {
+			argv[ac++] = (char *)"--user-name";
+			argv[ac++] = sb->img.user;
+		}
+	}
 	argv[ac] = NULL;
 	struct sandlot_cgroup_join join;
 	if (sandlot__cgroup_join_prepare(ns->cg, &join, err) < 0)
@@ -301,7 +317,8 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	struct child_args ca = {
 		.join = &join,
 		.sync_rd = sync_rd, .status_wr = status_wr, .sock = sock_child,
-		.seccomp_fd = seccomp_fd, .storage_fd = ns->storage.mount_fd, .devnull = devnull,
+		.seccomp_fd = seccomp_fd, .storage_fd = ns->storage.mount_fd,
+		.image_fd = sb->img.root_fd, .devnull = devnull,
 		.init_path = sb->init_path, .argv = argv,
 	};
 
@@ -344,6 +361,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	 * namespace's mapping, before init attaches it. */
 	if (sandlot__storage_idmap(&ns->storage, pid, err) < 0)
 		goto fail;
+	sandlot__image_idmap(&sb->img, pid);
 	if (!added && sandlot__cgroup_add_pid(ns->cg, pid, err) < 0)
 		goto fail;
 	sandlot__trace("cgroup add");
@@ -366,6 +384,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	/* Init has attached the storage in its own namespace; the host's
 	 * handle is no longer needed and must not keep it alive. */
 	sandlot__storage_release(&ns->storage);
+	sandlot__image_close_mount(&sb->img);
 
 	sb->conn_fd = steal_fd(&sock_host);
 	sb->backend = ns;
@@ -374,6 +393,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 fail_errno:
 	sandlot__error_errno(err, errno, "create sandbox");
 fail:
+	sandlot__image_close_mount(&sb->img);
 	ns_release(ns);
 	free(ns);
 	return -1;

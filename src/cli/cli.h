@@ -46,6 +46,7 @@ int cmd_logs(int argc, char **argv);
 int cmd_changes(int argc, char **argv);
 int cmd_code(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
+int cmd_image(int argc, char **argv);
 
 /* NDJSON exec event stream (exec.c; also used by logs.c): writes stdout and
  * stderr data to fds 1 and 2 as they arrive and keeps the exit event. */

@@ -37,7 +37,9 @@ static const char create_help[] =
 	"                            process or an API call (0 = never)\n"
 	"    -l, --label KEY=VALUE   free-form metadata, filterable with\n"
 	"                            `sandlot ls --label` (repeatable)\n"
-	"        --image NAME        root filesystem image (default host)\n"
+	"        --image NAME        root filesystem image: host, or one built with\n"
+	"                            sandlot image build in sandlotd's data directory\n"
+	"                            (default: sandlotd's --default-image, else host)\n"
 	"        --json              print the whole sandbox object as JSON (one line)\n"
 	"                            instead of its id\n"
 	CLI_CLIENT_OPTIONS_HELP

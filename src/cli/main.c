@@ -16,6 +16,7 @@ static const char main_help[] =
 	"    sandlot run [OPTIONS] -- COMMAND [ARG...]\n"
 	"    sandlot [-H HOST] create | exec | code | cp | ls | rm | logs | changes [OPTIONS] ...\n"
 	"    sandlot [-H HOST] mcp [OPTIONS]\n"
+	"    sandlot image build | ls | inspect | rm [OPTIONS] ...\n"
 	"    sandlot COMMAND --help\n"
 	"    sandlot --version\n"
 	"\n"
@@ -48,14 +49,21 @@ static const char main_help[] =
 	"              hosts: tools to run commands and code and move files in\n"
 	"              one sandbox per session (docs/mcp.md).\n"
 	"\n"
+	"    Images (no daemon needed; see sandlot image --help, docs/images.md):\n"
+	"    image     build a Debian root filesystem from a recipe with debootstrap\n"
+	"              and apt; ls, inspect, rm the built images.  Select one with\n"
+	"              --image NAME (run, create) or \"image\" in sandlotd's API.\n"
+	"\n"
 	"ENVIRONMENT\n"
 	"    SANDLOT_HOST       the sandlotd of the client commands: unix:PATH,\n"
 	"                       tcp:HOST:PORT or http://HOST:PORT (default\n"
 	"                       unix:/run/sandlot/sandlot.sock); --host overrides\n"
 	"    SANDLOT_TOKEN      bearer token for a TCP sandlotd (or\n"
 	"                       SANDLOT_TOKEN_FILE, a file holding it)\n"
-	"    SANDLOT_DATA_DIR   where storage templates and locks live\n"
+	"    SANDLOT_DATA_DIR   where images, storage templates and locks live\n"
 	"                       (default /var/lib/sandlot)\n"
+	"    SANDLOT_CACHE_DIR  image build cache: packages, base trees\n"
+	"                       (default /var/cache/sandlot)\n"
 	"    SANDLOT_INIT       path of sandlot-init (default: next to sandlot)\n"
 	"    SANDLOT_STORAGE    \"tmpfs\" to keep workspaces in memory instead of\n"
 	"                       loop-mounted ext4 images\n"
@@ -123,6 +131,7 @@ static const struct {
 	{ "changes", cmd_changes },
 	{ "code", cmd_code },
 	{ "mcp", cmd_mcp },
+	{ "image", cmd_image },
 #else
 	{ "run", cmd_run },
 	{ "create", NULL },
@@ -134,6 +143,7 @@ static const struct {
 	{ "changes", NULL },
 	{ "code", NULL },
 	{ "mcp", NULL },
+	{ "image", NULL },
 #endif
 };
 

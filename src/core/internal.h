@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "common/error.h"
 #include "common/proto.h"
+#include "core/images.h"
 
 struct sl_conn;
 struct sl_stream;
@@ -90,6 +91,8 @@ struct sandlot {
 	sandlot_options_t opts;     /* strings below are owned copies */
 	char *image, *hostname, *data_dir, *init_path;
 	char *workspace_image;      /* kept storage image, or NULL */
+	struct sandlot_image img;   /* a built image (locked while the sandbox exists), or
+				     * img.lock_fd < 0 for "host" */
 	char **env;                 /* full default environment, NULL-terminated */
 	pthread_mutex_t env_lock;   /* guards env (sandlot_set_env vs sandlot_exec); a leaf */
 	const struct sandlot_backend_ops *ops;

@@ -198,6 +198,12 @@ int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **er
 		return -1;
 	if (!sandlot__backend_for(opts->image, err))
 		return -1;
+	if (opts->image && strcmp(opts->image, "host") != 0) {
+		char digest[SANDLOT_DIGEST_HEX + 1];
+		if (sandlot__image_resolve(sandlot__data_dir(opts->data_dir), opts->image, digest,
+					   err) < 0)
+			return -1;
+	}
 	return 0;
 }
 
@@ -206,6 +212,7 @@ static void free_sandbox(sandlot_t *sb)
 	if (sb->conn_open)
 		sandlot__conn_free(&sb->conn);
 	pthread_mutex_destroy(&sb->env_lock);
+	sandlot__image_release(&sb->img);
 	sandlot__strv_free(sb->env);
 	free(sb->image);
 	free(sb->hostname);
@@ -233,6 +240,7 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		return sandlot__error(err, ENOMEM, "out of memory"), NULL;
 	sb->opts = *opts;
 	sb->conn_fd = -1;
+	sb->img.lock_fd = sb->img.root_fd = -1;
 	sb->refs = 1;
 	pthread_mutex_init(&sb->env_lock, NULL);
 	if (!sb->opts.memory_bytes)
@@ -255,14 +263,27 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sb->data_dir = strdup(dd && *dd ? dd : "/var/lib/sandlot");
 	sb->workspace_image = opts->workspace_image ? strdup(opts->workspace_image) : NULL;
 	sb->opts.workspace_image = sb->workspace_image;
-	char host_env[80];
-	snprintf(host_env, sizeof(host_env), "HOSTNAME=%s", sb->hostname ? sb->hostname : "");
-	const char *const hn[] = { host_env, NULL };
-	char **base = sandlot__env_merge((char *const *)default_env, hn);
-	sb->env = base ? sandlot__env_merge(base, opts->env) : NULL;
-	sandlot__strv_free(base);
-	if (!sb->image || !sb->hostname || !sb->data_dir || !sb->env ||
+	if (!sb->image || !sb->hostname || !sb->data_dir ||
 	    (opts->workspace_image && !sb->workspace_image)) {
+		sandlot__error(err, ENOMEM, "out of memory");
+		goto fail;
+	}
+	/* A built image: locked in use from now until the sandbox is
+	 * destroyed; its environment comes between ours and the caller's. */
+	if (strcmp(sb->image, "host") != 0 &&
+	    sandlot__image_open(sb->data_dir, sb->image, &sb->img, err) < 0)
+		goto fail;
+	char host_env[80], user_env[80], logname_env[80];
+	snprintf(host_env, sizeof(host_env), "HOSTNAME=%s", sb->hostname);
+	snprintf(user_env, sizeof(user_env), "USER=%s", sb->img.user ? sb->img.user : "user");
+	snprintf(logname_env, sizeof(logname_env), "LOGNAME=%s", sb->img.user ? sb->img.user : "user");
+	const char *const hn[] = { host_env, user_env, logname_env, NULL };
+	char **base = sandlot__env_merge((char *const *)default_env, hn);
+	char **with_image = base ? sandlot__env_merge(base, (const char *const *)sb->img.env) : NULL;
+	sb->env = with_image ? sandlot__env_merge(with_image, opts->env) : NULL;
+	sandlot__strv_free(base);
+	sandlot__strv_free(with_image);
+	if (!sb->env) {
 		sandlot__error(err, ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -333,6 +354,8 @@ void sandlot_destroy(sandlot_t *sb)
 		sandlot__conn_shutdown(&sb->conn);
 	if (sb->ops)
 		sb->ops->release(sb);
+	/* No longer in use: `sandlot image rm` may take it from here. */
+	sandlot__image_release(&sb->img);
 	sandlot__trace("destroy: release");
 	sandlot__unref(sb);
 }

@@ -100,6 +100,7 @@ struct daemon_config {
 	unsigned default_idle_s;
 	unsigned max_sandboxes;
 	unsigned paused_retention_s; /* default paused_retention_seconds; 0 = forever */
+	const char *default_image;  /* --default-image; "host" unless set */
 };
 
 struct daemon_metrics {
@@ -232,7 +233,7 @@ int registry_load(struct daemon *d, sandlot_error_t **err);
 
 /* ---- pool.c ------------------------------------------------------------- */
 
-/* One --pool argument: "N" (image host) or "IMAGE=N", N from 0 to 1000; a
+/* One --pool argument: "N" (the default image) or "IMAGE=N", N from 0 to 1000; a
  * later one for the same image replaces an earlier one.  0, or -1 with a
  * message for the user in msg. */
 int pool_configure(struct daemon *d, const char *arg, char *msg, size_t msglen);

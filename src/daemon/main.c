@@ -60,7 +60,11 @@ static const char help[] =
 	"                               idle_timeout_seconds (default 0: none)\n"
 	"        --max-sandboxes N      running sandboxes at most (default 2000);\n"
 	"                               more creations get 429\n"
-	"        --pool [IMAGE=]N       keep N sandboxes of IMAGE (default host)\n"
+	"        --default-image NAME   image of sandboxes created without \"image\"\n"
+	"                               (default host; a built image: see\n"
+	"                               sandlot image, docs/images.md)\n"
+	"        --pool [IMAGE=]N       keep N sandboxes of IMAGE (default: the\n"
+	"                               default image)\n"
 	"                               ready, so that creations with the default\n"
 	"                               limits return at once (repeatable, one per\n"
 	"                               image; default 0: no pool)\n"
@@ -80,7 +84,7 @@ static const char help[] =
 	"    0 after a clean stop, 1 if it could not start, 2 for bad arguments.\n";
 
 enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MAX, OPT_POOL,
-       OPT_PAUSED_RETENTION };
+       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -90,6 +94,7 @@ static const struct option opts[] = {
 	{ "default-idle-timeout", required_argument, NULL, OPT_IDLE },
 	{ "max-sandboxes", required_argument, NULL, OPT_MAX },
 	{ "pool", required_argument, NULL, OPT_POOL },
+	{ "default-image", required_argument, NULL, OPT_DEFAULT_IMAGE },
 	{ "paused-retention", required_argument, NULL, OPT_PAUSED_RETENTION },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
@@ -190,7 +195,12 @@ int main(int argc, char **argv)
 	const char *listens[MAX_LISTEN];
 	int nlisten = 0;
 	const char *token_file = NULL;
+	/* --pool is applied after every option is known: its image is looked
+	 * up in --data-dir, and "N" means --default-image. */
+	const char *pool_args[64];
+	int npool = 0;
 	d.cfg.data_dir = "/var/lib/sandlot";
+	d.cfg.default_image = "host";
 	d.cfg.max_sandboxes = 2000;
 	d.cfg.paused_retention_s = 7 * 24 * 3600;
 
@@ -233,12 +243,14 @@ int main(int argc, char **argv)
 			if (d.cfg.max_sandboxes == 0)
 				return usage_error("--max-sandboxes must be at least 1");
 			break;
-		case OPT_POOL: {
-			char msg[512];
-			if (pool_configure(&d, optarg, msg, sizeof(msg)) < 0)
-				return usage_error("%s", msg);
+		case OPT_POOL:
+			if (npool == (int)(sizeof(pool_args) / sizeof(pool_args[0])))
+				return usage_error("too many --pool options");
+			pool_args[npool++] = optarg;
 			break;
-		}
+		case OPT_DEFAULT_IMAGE:
+			d.cfg.default_image = optarg;
+			break;
 		case OPT_PAUSED_RETENTION:
 			if (parse_uint("--paused-retention", optarg, 315360000,
 				       &d.cfg.paused_retention_s) < 0)
@@ -255,6 +267,24 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument \"%s\"", argv[optind]);
+	if (strcmp(d.cfg.default_image, "host") != 0) {
+		sandlot_options_t o;
+		sandlot_options_init(&o);
+		o.image = d.cfg.default_image;
+		o.data_dir = d.cfg.data_dir;
+		sandlot_error_t *e = NULL;
+		if (sandlot_options_validate(&o, &e) < 0) {
+			fprintf(stderr, "sandlotd: --default-image %s: %s\n", d.cfg.default_image,
+				sandlot_error_message(e));
+			sandlot_error_free(e);
+			return 1;
+		}
+	}
+	for (int i = 0; i < npool; i++) {
+		char msg[512];
+		if (pool_configure(&d, pool_args[i], msg, sizeof(msg)) < 0)
+			return usage_error("%s", msg);
+	}
 	int have_unix = 0, have_tcp = 0;
 	for (int i = 0; i < nlisten; i++) {
 		if (strncmp(listens[i], "unix:", 5) == 0)

@@ -1,6 +1,6 @@
 /* The warm pool: sandboxes made in advance, handed out by POST /v1/sandboxes.
  *
- * `sandlotd --pool N` (image "host") or `--pool IMAGE=N` keeps N sandboxes
+ * `sandlotd --pool N` (the default image) or `--pool IMAGE=N` keeps N sandboxes
  * of that image ready: sandlot_create() done — init running, namespaces,
  * cgroup, storage, seccomp policy, uid range, change-tracking baseline —
  * with the options a create request gets when it asks for nothing.  A
@@ -118,7 +118,7 @@ int pool_configure(struct daemon *d, const char *arg, char *msg, size_t msglen)
 		snprintf(image, sizeof(image), "%.*s", (int)(eq - arg), arg);
 		num = eq + 1;
 	} else {
-		snprintf(image, sizeof(image), "host");
+		snprintf(image, sizeof(image), "%s", d->cfg.default_image ? d->cfg.default_image : "host");
 	}
 	char *end;
 	errno = 0;
@@ -131,6 +131,7 @@ int pool_configure(struct daemon *d, const char *arg, char *msg, size_t msglen)
 	sandlot_options_t o;
 	sandlot_options_init(&o);
 	o.image = image;
+	o.data_dir = d->cfg.data_dir;
 	sandlot_error_t *err = NULL;
 	if (sandlot_options_validate(&o, &err) < 0) {
 		snprintf(msg, msglen, "invalid --pool \"%s\": %s", arg, sandlot_error_message(err));

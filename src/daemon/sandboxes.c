@@ -691,6 +691,7 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 	struct daemon *d = req->d;
 	sandlot_options_init(&c->opts);
 	c->opts.data_dir = d->cfg.data_dir;
+	c->opts.image = d->cfg.default_image ? d->cfg.default_image : "host";
 	c->ttl = d->cfg.default_ttl_s;
 	c->idle = d->cfg.default_idle_s;
 	c->retention = d->cfg.paused_retention_s;

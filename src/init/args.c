@@ -33,6 +33,7 @@ int init_parse_args(int argc, char **argv, struct init_config *cfg)
 	cfg->gid = 1000;
 	cfg->hostname = "sandbox";
 	cfg->home = INIT_HOME;
+	cfg->user_name = "user";
 
 	for (int i = 1; i < argc; i++) {
 		const char *opt = argv[i];
@@ -48,6 +49,10 @@ int init_parse_args(int argc, char **argv, struct init_config *cfg)
 		}
 		if (!strcmp(opt, "--no-warm")) {
 			cfg->no_warm = 1;
+			continue;
+		}
+		if (!strcmp(opt, "--image")) {
+			cfg->image = 1;
 			continue;
 		}
 		if (!strcmp(opt, "--no-setup")) {
@@ -67,6 +72,16 @@ int init_parse_args(int argc, char **argv, struct init_config *cfg)
 				return usage("--home needs an absolute path without a final slash",
 					     val);
 			cfg->home = val;
+		} else if (!strcmp(opt, "--workdir")) {
+			if (val[0] != '/' || strlen(val) > 1024)
+				return usage("--workdir needs an absolute path", val);
+			cfg->workdir = val;
+		} else if (!strcmp(opt, "--user-name")) {
+			/* It goes into a passwd line: no separators, no newlines. */
+			size_t ul = strlen(val);
+			if (ul == 0 || ul > 32 || strpbrk(val, ":\n/ \t"))
+				return usage("bad --user-name", val);
+			cfg->user_name = val;
 		} else if (!strcmp(opt, "--uid") || !strcmp(opt, "--gid")) {
 			/* (uid_t)-1 means "unchanged" to the set*id calls: refuse it. */
 			if (parse_num(val, UINT32_MAX - 1, &n) < 0)

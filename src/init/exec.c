@@ -873,7 +873,7 @@ void init__exec_request(struct loop *l, const struct sl_frame_header *h, const u
 		what = "ARG (none given)";
 		goto out;
 	}
-	abs_cwd = init__abs_path(l, cwd ? cwd : l->cfg->home);
+	abs_cwd = init__abs_path(l, cwd ? cwd : l->cfg->workdir ? l->cfg->workdir : l->cfg->home);
 	if (!abs_cwd) {
 		err = errno;
 		what = "CWD";

@@ -14,6 +14,8 @@
  *      (memfd, read from offset 0), or absent with --no-seccomp (tests only)
  *   6  workspace storage: a detached mount (fsmount/open_tree fd) that
  *      becomes the sandbox's writable storage, or absent with --tmpfs-storage
+ *   7  with --image: a detached read-only mount of a built image's root
+ *      filesystem (open_tree clone), which replaces the host's /usr, /etc...
  *
  * Options (all numbers decimal):
  *   --uid N --gid N        sandbox user (default 1000/1000)
@@ -26,6 +28,9 @@
  *   --tmpfs-storage        storage on tmpfs of --disk bytes instead of fd 6
  *   --home DIR             workspace directory (default /home/user)
  *   --no-warm              do not keep a pre-forked child ready for the next command
+ *   --image                the root comes from the image on fd 7
+ *   --workdir DIR          default working directory of commands (default --home)
+ *   --user-name NAME       login name of the sandbox user (default "user")
  *   --no-setup             skip init_setup() entirely (unit tests of the loop
  *                          run init on the host this way, never in production)
  *
@@ -44,6 +49,7 @@
 #define INIT_FD_STATUS 4
 #define INIT_FD_SECCOMP 5
 #define INIT_FD_STORAGE 6
+#define INIT_FD_IMAGE 7
 
 #define INIT_HOME "/home/user"
 #define INIT_SCAN_LIMIT 100000
@@ -61,6 +67,9 @@ struct init_config {
 	int no_setup;           /* --no-setup */
 	int no_warm;            /* --no-warm: fork each command on demand (tests) */
 	int tmpfs_storage;
+	int image;              /* --image: root from fd 7 */
+	const char *workdir;    /* default cwd of commands; NULL: home */
+	const char *user_name;  /* passwd name of uid `uid` */
 	/* Loaded by init_setup() from fd 5; NULL/0 with --no-seccomp. */
 	struct sock_filter *filter;
 	unsigned short filter_len;

@@ -10,6 +10,10 @@
  *   /etc                       generated passwd/group/hosts/... plus a
  *                              read-only allowlist of host entries that hold
  *                              no secrets (alternatives, ld.so.cache, ssl...)
+ *
+ * or, with a built image (--image, fd 7), the image's /usr, /var, /etc ...
+ * (every top-level directory but those below) with the same generated
+ * files bound over the image's, and the image's top-level links, plus
  *   /home/user, /tmp           the sandbox's own storage (fd 6, quota'd)
  *   /dev                       null zero full random urandom tty, pts, shm
  *   /proc                      the sandbox's pid namespace, sensitive files
@@ -22,6 +26,7 @@
  */
 #include "init.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -187,38 +192,102 @@ static const char *const etc_allow[] = {
 	"bash.bashrc", "profile", "inputrc", "protocols", "services",
 };
 
-static int build_etc(const struct init_config *cfg)
+/* Lines of an image's passwd or group file other than those describing
+ * the sandbox user (by name or id), which we write ourselves. */
+static void append_other_entries(char *out, size_t cap, const char *path, const char *name,
+				 unsigned id)
 {
-	char path[256];
-	static const struct {
-		const char *name;
-		const char *text;
-	} files[] = {
-		{ "passwd", "root:x:0:0:root:/root:/usr/sbin/nologin\n"
-			    "user:x:1000:1000:sandbox user:/home/user:/bin/bash\n"
-			    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n" },
-		{ "group", "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n" },
-		{ "nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\n"
-				   "hosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n" },
-		{ "resolv.conf", "# sandlot: no network by default\n" },
-	};
-	if (mkdir(NEWROOT "/etc", 0755) < 0)
-		FAIL("mkdir /etc");
-	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(files); i++) {
-		snprintf(path, sizeof(path), NEWROOT "/etc/%s", files[i].name);
-		if (write_text(path, files[i].text, 0644) < 0)
-			FAIL("write /etc/%s", files[i].name);
+	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	char buf[65536];
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return;
+	buf[n] = '\0';
+	size_t used = strlen(out);
+	for (char *line = buf, *next; line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		char *c1 = strchr(line, ':');
+		char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c1 || !c2 || line[0] == '#')
+			continue;
+		size_t nl = (size_t)(c1 - line);
+		if ((nl == strlen(name) && strncmp(line, name, nl) == 0) ||
+		    (nl == 4 && strncmp(line, "user", 4) == 0) ||
+		    strtoul(c2 + 1, NULL, 10) == id)
+			continue;
+		size_t ll = strlen(line);
+		if (used + ll + 2 >= cap)
+			break;
+		memcpy(out + used, line, ll);
+		out[used + ll] = '\n';
+		used += ll + 1;
+		out[used] = '\0';
 	}
-	char hosts[512];
+}
+
+/* The files of /etc that sandlot writes itself: users (the sandbox user
+ * is uid cfg->uid, named cfg->user_name), name service, hosts, hostname,
+ * an empty resolver configuration.  With an image, its other users and
+ * groups are kept (so its files show their owners' names). */
+static int write_generated_etc(const struct init_config *cfg, const char *dir, const char *image_etc)
+{
+	char path[256], src[256];
+	static char passwd[70000], group[70000];
+	if (image_etc) {
+		passwd[0] = group[0] = '\0';
+		snprintf(src, sizeof(src), "%s/passwd", image_etc);
+		append_other_entries(passwd, sizeof(passwd) - 256, src, cfg->user_name, cfg->uid);
+		snprintf(src, sizeof(src), "%s/group", image_etc);
+		append_other_entries(group, sizeof(group) - 256, src, cfg->user_name, cfg->gid);
+	} else {
+		snprintf(passwd, sizeof(passwd), "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+			 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+		snprintf(group, sizeof(group), "root:x:0:\nnogroup:x:65534:\n");
+	}
+	size_t pl = strlen(passwd), gl = strlen(group);
+	snprintf(passwd + pl, sizeof(passwd) - pl, "%s:x:%u:%u:sandbox user:%s:/bin/bash\n",
+		 cfg->user_name, (unsigned)cfg->uid, (unsigned)cfg->gid, INIT_HOME);
+	snprintf(group + gl, sizeof(group) - gl, "%s:x:%u:\n", cfg->user_name, (unsigned)cfg->gid);
+	char hosts[512], hn[300];
 	snprintf(hosts, sizeof(hosts),
 		 "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
 		 cfg->hostname);
-	if (write_text(NEWROOT "/etc/hosts", hosts, 0644) < 0)
-		FAIL("write /etc/hosts");
-	char hn[300];
 	snprintf(hn, sizeof(hn), "%s\n", cfg->hostname);
-	if (write_text(NEWROOT "/etc/hostname", hn, 0644) < 0)
-		FAIL("write /etc/hostname");
+	const struct {
+		const char *name;
+		const char *text;
+	} files[] = {
+		{ "passwd", passwd },
+		{ "group", group },
+		{ "nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\n"
+				   "hosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n" },
+		{ "resolv.conf", "# sandlot: no network by default\n" },
+		{ "hosts", hosts },
+		{ "hostname", hn },
+	};
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(files); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, files[i].name);
+		if (write_text(path, files[i].text, 0644) < 0)
+			FAIL("write /etc/%s", files[i].name);
+	}
+	return 0;
+}
+
+static const char *const generated_etc[] = {
+	"passwd", "group", "nsswitch.conf", "resolv.conf", "hosts", "hostname",
+};
+
+static int build_etc(const struct init_config *cfg)
+{
+	char path[256];
+	if (mkdir(NEWROOT "/etc", 0755) < 0)
+		FAIL("mkdir /etc");
+	if (write_generated_etc(cfg, NEWROOT "/etc", NULL) < 0)
+		return -1;
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(etc_allow); i++) {
 		char src[128];
 		snprintf(src, sizeof(src), "/etc/%s", etc_allow[i]);
@@ -226,6 +295,78 @@ static int build_etc(const struct init_config *cfg)
 		if (bind_host(src, path, 1) < 0)
 			return -1;
 	}
+	return 0;
+}
+
+/* Where the image is attached while its parts are bound into place, and
+ * where the generated /etc files wait to be bound over the image's. */
+#define IMAGE NEWROOT "/.image"
+#define ETCGEN NEWROOT "/.etc"
+
+/* The root of a built image (fd 7): every top-level directory of the image
+ * bound (read-only later) and every top-level link copied, except what the
+ * sandbox provides itself; its /etc with our generated files bound over
+ * the image's own (the image builder makes sure they exist). */
+static int build_image_root(const struct init_config *cfg)
+{
+	static const char *const own[] = {
+		"dev", "proc", "sys", "tmp", "home", "run", "root", "boot", "lost+found", "etc",
+	};
+	char src[512], dst[512], link[512];
+	if (mkdir(IMAGE, 0700) < 0)
+		FAIL("mkdir %s", IMAGE);
+	if (move_mount(INIT_FD_IMAGE, "", AT_FDCWD, IMAGE, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		FAIL("attach the image");
+	close(INIT_FD_IMAGE);
+	cleanup_closedir DIR *d = opendir(IMAGE);
+	if (!d)
+		FAIL("open the image root");
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		const char *name = de->d_name;
+		if (name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2])))
+			continue;
+		int skip = 0;
+		for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(own); i++)
+			skip |= strcmp(name, own[i]) == 0;
+		if (skip || strlen(name) > 200)
+			continue;
+		snprintf(src, sizeof(src), IMAGE "/%s", name);
+		snprintf(dst, sizeof(dst), NEWROOT "/%s", name);
+		struct stat st;
+		if (lstat(src, &st) < 0)
+			FAIL("stat image /%s", name);
+		if (S_ISLNK(st.st_mode)) {
+			ssize_t n = readlink(src, link, sizeof(link) - 1);
+			if (n < 0)
+				FAIL("read image link /%s", name);
+			link[n] = '\0';
+			if (symlink(link, dst) < 0)
+				FAIL("symlink /%s", name);
+		} else if (S_ISDIR(st.st_mode)) {
+			if (bind_host(src, dst, 0) < 0)
+				return -1;
+		}
+	}
+	if (bind_host(IMAGE "/etc", NEWROOT "/etc", 0) < 0)
+		return -1;
+	if (mkdir(ETCGEN, 0755) < 0)
+		FAIL("mkdir %s", ETCGEN);
+	if (write_generated_etc(cfg, ETCGEN, IMAGE "/etc") < 0)
+		return -1;
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(generated_etc); i++) {
+		snprintf(src, sizeof(src), ETCGEN "/%s", generated_etc[i]);
+		snprintf(dst, sizeof(dst), NEWROOT "/etc/%s", generated_etc[i]);
+		if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+			FAIL("bind /etc/%s over the image's (is the image complete?)", generated_etc[i]);
+		/* The bind keeps the file; its name on the root tmpfs can go. */
+		if (unlink(src) < 0)
+			FAIL("unlink %s", src);
+	}
+	if (rmdir(ETCGEN) < 0)
+		FAIL("rmdir %s", ETCGEN);
+	if (umount2(IMAGE, MNT_DETACH) < 0 || rmdir(IMAGE) < 0)
+		FAIL("detach the image staging mount");
 	return 0;
 }
 
@@ -391,7 +532,7 @@ int init_setup(struct init_config *cfg)
 	/* The skeleton: every mount point and link, while the tmpfs is still
 	 * writable. */
 	static const char *const dirs[] = {
-		"/home", "/home/user", "/tmp", "/dev", "/proc", "/root", "/var", "/run",
+		"/home", "/home/user", "/tmp", "/dev", "/proc", "/root", "/run",
 	};
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(dirs); i++) {
 		char d[64];
@@ -399,16 +540,26 @@ int init_setup(struct init_config *cfg)
 		if (mkdir(d, 0755) < 0)
 			FAIL("mkdir %s", dirs[i]);
 	}
-	if (chmod(NEWROOT "/tmp", 01777) < 0 || chmod(NEWROOT "/root", 0700) < 0 ||
-	    symlink("../tmp", NEWROOT "/var/tmp") < 0)
+	if (chmod(NEWROOT "/tmp", 01777) < 0 || chmod(NEWROOT "/root", 0700) < 0)
 		FAIL("prepare the root skeleton");
-	if (bind_host("/usr", NEWROOT "/usr", 0) < 0)
-		return -1;
-	static const char *const tops[] = { "bin", "sbin", "lib", "lib64", "lib32", "libx32" };
-	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(tops); i++)
-		if (mirror_top(tops[i]) < 0)
+	if (cfg->image) {
+		/* Everything else comes from the image (its /var/tmp is a link
+		 * to /tmp, made so by the image builder). */
+		if (build_image_root(cfg) < 0)
 			return -1;
-	if (build_etc(cfg) < 0 || make_tree_readonly() < 0)
+	} else {
+		if (mkdir(NEWROOT "/var", 0755) < 0 || symlink("../tmp", NEWROOT "/var/tmp") < 0)
+			FAIL("prepare /var");
+		if (bind_host("/usr", NEWROOT "/usr", 0) < 0)
+			return -1;
+		static const char *const tops[] = { "bin", "sbin", "lib", "lib64", "lib32", "libx32" };
+		for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(tops); i++)
+			if (mirror_top(tops[i]) < 0)
+				return -1;
+		if (build_etc(cfg) < 0)
+			return -1;
+	}
+	if (make_tree_readonly() < 0)
 		return -1;
 	/* Writable and special mounts go on top of the read-only tree. */
 	if (build_storage(cfg) < 0 || build_dev() < 0 || build_proc() < 0)
