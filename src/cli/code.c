@@ -452,40 +452,10 @@ static int code_run(const struct code_args *a, const char *host, const char *tok
 /* Read the whole of fd (a file or stdin) as the cell's code. */
 static int read_code(int fd, const char *what, struct code_args *a)
 {
-	size_t cap = 65536, len = 0;
-	char *buf = malloc(cap);
-	if (!buf)
-		return EXIT_SANDLOT;
-	for (;;) {
-		if (len == cap) {
-			if (cap >= CODE_MAX) {
-				free(buf);
-				return cli_usage_error("code", "%s: larger than %u MiB", what, CODE_MAX >> 20);
-			}
-			cap *= 2;
-			char *nb = realloc(buf, cap);
-			if (!nb) {
-				free(buf);
-				return EXIT_SANDLOT;
-			}
-			buf = nb;
-		}
-		ssize_t n = read(fd, buf + len, cap - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			int e = errno;
-			free(buf);
-			return cli_usage_error("code", "cannot read %s: %s", what, strerror(e));
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	a->code_buf = buf;
-	a->code = buf;
-	a->code_len = len;
-	return 0;
+	int rc = cli_read_all("code", fd, what, CODE_MAX, &a->code_buf, &a->code_len);
+	if (rc == 0)
+		a->code = a->code_buf;
+	return rc;
 }
 
 static int valid_lang(const char **lang)

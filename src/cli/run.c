@@ -297,43 +297,6 @@ static void supervise(sandlot_proc_t *p, struct run_state *st, int interactive, 
 	}
 }
 
-/* Read all of fd (a FILE or stdin) for --lang: malloc'd into *out. */
-static int read_all(int fd, const char *what, char **out, size_t *outlen)
-{
-	size_t cap = 65536, len = 0;
-	char *buf = malloc(cap);
-	if (!buf)
-		return EXIT_SANDLOT;
-	for (;;) {
-		if (len == cap) {
-			if (cap >= CODE_MAX) {
-				free(buf);
-				return cli_usage_error("run", "%s: larger than %u MiB", what, CODE_MAX >> 20);
-			}
-			char *nb = realloc(buf, cap *= 2);
-			if (!nb) {
-				free(buf);
-				return EXIT_SANDLOT;
-			}
-			buf = nb;
-		}
-		ssize_t n = read(fd, buf + len, cap - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			int e = errno;
-			free(buf);
-			return cli_usage_error("run", "cannot read %s: %s", what, strerror(e));
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	*out = buf;
-	*outlen = len;
-	return 0;
-}
-
 /* The command for --lang: `python3 -c CODE ARG...` for small inline code;
  * a FILE is uploaded to /home/user and run by name; large inline code (or
  * code from stdin past INLINE_CODE_MAX) is uploaded from a memfd.  Adds at
@@ -360,7 +323,7 @@ static int lang_command(const struct lang *lang, const char **code, size_t *code
 			if (interactive)
 				return cli_usage_error("run", "-i cannot be used with code read from "
 						       "standard input");
-			int rc = read_all(0, "standard input", code_buf, code_len);
+			int rc = cli_read_all("run", 0, "standard input", CODE_MAX, code_buf, code_len);
 			if (rc != 0)
 				return rc;
 			*code = *code_buf;
