@@ -168,6 +168,16 @@ function safeReaddir(p: string): string[] {
   }
 }
 
+/** Poll `cond` every 20 ms until it holds or `ms` pass; its last value. */
+export async function waitFor(cond: () => Promise<boolean>, ms = 5000): Promise<boolean> {
+  const end = Date.now() + ms;
+  for (;;) {
+    if (await cond()) return true;
+    if (Date.now() > end) return false;
+    await sleep(20);
+  }
+}
+
 export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
