@@ -55,10 +55,15 @@ int cmd_image(int argc, char **argv);
 
 /* NDJSON exec event stream (exec.c; also used by logs.c): writes stdout and
  * stderr data to fds 1 and 2 as they arrive and keeps the exit event. */
+/* A partial line of an NDJSON stream (client_lines_feed() in client.h). */
+struct client_lines {
+	char *buf;               /* a partial line (no '\n' yet) */
+	size_t len, cap;
+};
+
 struct exec_stream {
 	const char *verb;
-	char *line;              /* a partial line */
-	size_t len, cap;
+	struct client_lines lines;
 	int base64;              /* data fields are base64 (we asked for it) */
 	int broken_pipe;         /* our stdout or stderr is gone */
 	int bad;                 /* a line that is not an event: message printed */

@@ -3,9 +3,11 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -686,4 +688,81 @@ ssize_t client_base64_decode(const char *in, size_t len, unsigned char *out)
 		}
 	}
 	return (ssize_t)o;
+}
+
+/* ---- NDJSON lines, signals ------------------------------------------------- */
+
+int client_lines_feed(struct client_lines *l, const char *data, size_t len, size_t max,
+		      int (*on_line)(void *ud, const char *line, size_t len), void *ud)
+{
+	while (len > 0) {
+		const char *nl = memchr(data, '\n', len);
+		size_t take = nl ? (size_t)(nl - data) : len;
+		if (l->len == 0 && nl) {
+			if (take > max)
+				return -2;
+			if (on_line(ud, data, take) < 0)
+				return -1;
+		} else {
+			if (l->len + take > max)
+				return -2;
+			if (l->len + take + 1 > l->cap) {
+				size_t cap = l->cap ? l->cap : 65536;
+				while (cap < l->len + take + 1)
+					cap *= 2;
+				char *nb = realloc(l->buf, cap);
+				if (!nb)
+					return -1;
+				l->buf = nb;
+				l->cap = cap;
+			}
+			memcpy(l->buf + l->len, data, take);
+			l->len += take;
+			if (nl) {
+				size_t n = l->len;
+				l->len = 0;
+				if (on_line(ud, l->buf, n) < 0)
+					return -1;
+			}
+		}
+		if (!nl)
+			break;
+		data += take + 1;
+		len -= take + 1;
+	}
+	return 0;
+}
+
+int client_lines_flush(struct client_lines *l,
+		       int (*on_line)(void *ud, const char *line, size_t len), void *ud)
+{
+	size_t n = l->len;
+	l->len = 0;
+	return n ? on_line(ud, l->buf, n) : 0;
+}
+
+void client_lines_free(struct client_lines *l)
+{
+	free(l->buf);
+	*l = (struct client_lines){ 0 };
+}
+
+int client_signalfd(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGHUP);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);
+	return signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+int client_take_signal(int sigfd)
+{
+	struct signalfd_siginfo si;
+	if (read(sigfd, &si, sizeof(si)) == sizeof(si))
+		return (int)si.ssi_signo;
+	return 0;
 }

@@ -9,7 +9,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -99,8 +98,7 @@ struct code_args {
 };
 
 struct code_stream {
-	char *line;
-	size_t len, cap;
+	struct client_lines lines;
 	int broken_pipe;
 	int bad;
 	unsigned images;             /* images seen */
@@ -212,39 +210,20 @@ static int handle_line(struct code_stream *s, const char *line, size_t len)
 	return 0;
 }
 
+static int on_line(void *ud, const char *line, size_t len)
+{
+	return handle_line(ud, line, len);
+}
+
 static int stream_sink(void *ud, const char *data, size_t len)
 {
 	struct code_stream *s = ud;
-	while (len > 0) {
-		const char *nl = memchr(data, '\n', len);
-		size_t take = nl ? (size_t)(nl - data) : len;
-		if (s->len + take > LINE_MAX_BYTES) {
-			fprintf(stderr, "sandlot code: an event from sandlotd is too large\n");
-			s->bad = 1;
-			return -1;
-		}
-		if (s->len + take + 1 > s->cap) {
-			size_t cap = s->cap ? s->cap : 65536;
-			while (cap < s->len + take + 1)
-				cap *= 2;
-			char *nb = realloc(s->line, cap);
-			if (!nb)
-				return -1;
-			s->line = nb;
-			s->cap = cap;
-		}
-		memcpy(s->line + s->len, data, take);
-		s->len += take;
-		if (!nl)
-			break;
-		size_t n = s->len;
-		s->len = 0;
-		if (handle_line(s, s->line, n) < 0)
-			return -1;
-		data += take + 1;
-		len -= take + 1;
+	int rc = client_lines_feed(&s->lines, data, len, LINE_MAX_BYTES, on_line, s);
+	if (rc == -2) {
+		fprintf(stderr, "sandlot code: an event from sandlotd is too large\n");
+		s->bad = 1;
 	}
-	return 0;
+	return rc < 0 ? -1 : 0;
 }
 
 /* Print the end of a cell (value, error, notes) and return the exit status. */
@@ -328,14 +307,6 @@ static json_t *code_body(const struct code_args *a)
 	return body;
 }
 
-static int take_signal(int sigfd)
-{
-	struct signalfd_siginfo si;
-	if (read(sigfd, &si, sizeof(si)) == sizeof(si))
-		return (int)si.ssi_signo;
-	return 0;
-}
-
 static int code_run(const struct code_args *a, const char *host, const char *token_file)
 {
 	struct client cl;
@@ -349,14 +320,7 @@ static int code_run(const struct code_args *a, const char *host, const char *tok
 		client_free(&cl);
 		return EXIT_SANDLOT;
 	}
-	signal(SIGPIPE, SIG_IGN);
-	sigset_t sigs;
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGTERM);
-	sigaddset(&sigs, SIGHUP);
-	sigprocmask(SIG_BLOCK, &sigs, NULL);
-	cleanup_close int sigfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+	cleanup_close int sigfd = client_signalfd();
 	if (sigfd < 0) {
 		fprintf(stderr, "sandlot code: signalfd: %s\n", strerror(errno));
 		client_free(&cl);
@@ -388,7 +352,7 @@ static int code_run(const struct code_args *a, const char *host, const char *tok
 				client_req_free(&intr);
 				interrupting = 0;
 			}
-			int s = pfd.revents ? take_signal(sigfd) : 0;
+			int s = pfd.revents ? client_take_signal(sigfd) : 0;
 			if (!s)
 				continue;
 			if (sig || s != SIGINT) {
@@ -412,12 +376,8 @@ static int code_run(const struct code_args *a, const char *host, const char *tok
 		client_poll(&cl, NULL, 0, 1000);
 	client_req_free(&intr);
 
-	if (client_done(&req) && !a->json && st.len > 0) {
-		/* a last event without its newline */
-		size_t n = st.len;
-		st.len = 0;
-		handle_line(&st, st.line, n);
-	}
+	if (client_done(&req) && !a->json)
+		client_lines_flush(&st.lines, on_line, &st); /* a last event without its newline */
 	if (!client_done(&req)) {
 		rc = 128 + sig;
 	} else if (req.transport || req.status == 0 || req.status >= 300) {
@@ -444,7 +404,7 @@ static int code_run(const struct code_args *a, const char *host, const char *tok
 	json_decref(body);
 	json_decref(intr_body);
 	json_decref(st.result);
-	free(st.line);
+	client_lines_free(&st.lines);
 	client_free(&cl);
 	return rc;
 }

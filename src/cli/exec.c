@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -158,53 +157,25 @@ static int handle_line(struct exec_stream *s, const char *line, size_t len)
 	return rc;
 }
 
+static int on_line(void *ud, const char *line, size_t len)
+{
+	return handle_line(ud, line, len);
+}
+
 int exec_stream_sink(void *ud, const char *data, size_t len)
 {
 	struct exec_stream *s = ud;
-	while (len > 0) {
-		const char *nl = memchr(data, '\n', len);
-		size_t take = nl ? (size_t)(nl - data) : len;
-		if (s->len == 0 && nl) {
-			/* A whole line in the chunk: no copy. */
-			if (handle_line(s, data, take) < 0)
-				return -1;
-		} else {
-			if (s->len + take > STREAM_LINE_MAX) {
-				fprintf(stderr, "sandlot %s: an event from sandlotd is too large\n", s->verb);
-				s->bad = 1;
-				return -1;
-			}
-			if (s->len + take + 1 > s->cap) {
-				size_t cap = s->cap ? s->cap : 65536;
-				while (cap < s->len + take + 1)
-					cap *= 2;
-				char *nb = realloc(s->line, cap);
-				if (!nb)
-					return -1;
-				s->line = nb;
-				s->cap = cap;
-			}
-			memcpy(s->line + s->len, data, take);
-			s->len += take;
-			if (nl) {
-				size_t n = s->len;
-				s->len = 0;
-				if (handle_line(s, s->line, n) < 0)
-					return -1;
-			}
-		}
-		if (!nl)
-			break;
-		data += take + 1;
-		len -= take + 1;
+	int rc = client_lines_feed(&s->lines, data, len, STREAM_LINE_MAX, on_line, s);
+	if (rc == -2) {
+		fprintf(stderr, "sandlot %s: an event from sandlotd is too large\n", s->verb);
+		s->bad = 1;
 	}
-	return 0;
+	return rc < 0 ? -1 : 0;
 }
 
 void exec_stream_free(struct exec_stream *s)
 {
-	free(s->line);
-	s->line = NULL;
+	client_lines_free(&s->lines);
 	json_decref(s->result);
 	s->result = NULL;
 }
@@ -270,15 +241,6 @@ static json_t *exec_body(const struct exec_args *a, int background)
 	return body;
 }
 
-/* Read one signal from the signalfd; 0 if none. */
-static int take_signal(int sigfd)
-{
-	struct signalfd_siginfo si;
-	if (read(sigfd, &si, sizeof(si)) == sizeof(si))
-		return (int)si.ssi_signo;
-	return 0;
-}
-
 /* What ends a stream: the exit event, or why there was none. */
 static int stream_outcome(struct client *c, struct client_req *req, struct exec_stream *st)
 {
@@ -314,7 +276,7 @@ static int exec_streaming(struct client *c, const struct exec_args *a, int sigfd
 	if (client_start(c, &req) == 0) {
 		while (!client_done(&req)) {
 			struct pollfd pfd = { .fd = sigfd, .events = POLLIN };
-			if (client_poll(c, &pfd, 1, -1) > 0 && (sig = take_signal(sigfd)) != 0) {
+			if (client_poll(c, &pfd, 1, -1) > 0 && (sig = client_take_signal(sigfd)) != 0) {
 				/* Closing the stream makes sandlotd kill the command. */
 				client_cancel(&req);
 				break;
@@ -415,7 +377,7 @@ static int exec_interactive(struct client *c, const struct exec_args *a, int sig
 			killing = 0;
 		}
 		if (fds[0].revents) {
-			int s = take_signal(sigfd);
+			int s = client_take_signal(sigfd);
 			if (s && sig) {
 				client_cancel(&follow);   /* a second signal: stop waiting */
 				break;
@@ -483,14 +445,7 @@ static int exec_run(const struct exec_args *a, const char *host, const char *tok
 		return rc;
 	/* Signals arrive through a signalfd so that they can end the stream
 	 * cleanly; a closed output pipe is an EPIPE, not our death. */
-	signal(SIGPIPE, SIG_IGN);
-	sigset_t sigs;
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGTERM);
-	sigaddset(&sigs, SIGHUP);
-	sigprocmask(SIG_BLOCK, &sigs, NULL);
-	cleanup_close int sigfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+	cleanup_close int sigfd = client_signalfd();
 	if (sigfd < 0) {
 		fprintf(stderr, "sandlot exec: signalfd: %s\n", strerror(errno));
 		rc = EXIT_SANDLOT;

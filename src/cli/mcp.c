@@ -37,7 +37,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -335,9 +334,9 @@ static void wait_io(struct mcp *m, int timeout_ms, int in_call)
 	if (poll(fds, 2, 0) < 0)
 		return;
 	if (fds[1].revents & POLLIN) {
-		struct signalfd_siginfo si;
-		if (read(m->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-			mlog("%s: ending the session", strsignal((int)si.ssi_signo));
+		int sig = client_take_signal(m->sigfd);
+		if (sig)
+			mlog("%s: ending the session", strsignal(sig));
 		m->stop = STOP_NOW;
 		return;
 	}
@@ -1865,14 +1864,7 @@ int cmd_mcp(int argc, char **argv)
 	}
 
 	/* Signals end the session through the poll loop, never mid-write. */
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	sigprocmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	m.sigfd = signalfd(-1, &set, SFD_CLOEXEC);
+	m.sigfd = client_signalfd();
 	if (m.sigfd < 0) {
 		cli_err("mcp: signalfd: %s", strerror(errno));
 		rc = EXIT_SANDLOT;
