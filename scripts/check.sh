@@ -65,23 +65,26 @@ done
 [ -n "$line" ] || failed=$((failed + 1))
 rm -f "$out"
 
+# Add the summary of node's TAP reporter in $1 ("# pass N", "# fail N",
+# "# cancelled N", "# skipped N", "# todo N") to the counts; $2 names the
+# suite when there is no summary (it did not run to the end).
+count_node_tap() {
+	if ! grep -qE '^# pass [0-9]+$' "$1"; then
+		echo "the $2 tests did not run to the end (no TAP summary)"
+		failed=$((failed + 1))
+		return
+	fi
+	local tap_file=$1
+	n() { grep -E "^# $1 [0-9]+$" "$tap_file" | tail -n 1 | grep -oE '[0-9]+$' || echo 0; }
+	passed=$((passed + $(n pass)))
+	failed=$((failed + $(n fail) + $(n cancelled)))
+	skipped=$((skipped + $(n skipped) + $(n todo)))
+}
+
 echo "== MCP server (sandlot mcp) under the official MCP SDK client"
 tap=$(mktemp)
 make -s mcp-check MCP_TAP="$tap"
-# node's TAP summary: "# pass N", "# fail N", "# cancelled N", "# skipped N"
-n_pass=$(grep -oE '^# pass [0-9]+$' "$tap" | grep -oE '[0-9]+$' || true)
-if [ -z "$n_pass" ]; then
-	echo "the MCP tests did not run to the end (no TAP summary)"
-	failed=$((failed + 1))
-else
-	passed=$((passed + n_pass))
-	for n in $(grep -oE '^# (fail|cancelled) [0-9]+$' "$tap" | grep -oE '[0-9]+$'); do
-		failed=$((failed + n))
-	done
-	for n in $(grep -oE '^# skipped [0-9]+$' "$tap" | grep -oE '[0-9]+$'); do
-		skipped=$((skipped + n))
-	done
-fi
+count_node_tap "$tap" MCP
 rm -f "$tap"
 
 echo "== TypeScript client (clients/typescript): npm ci, tsc, node --test"
@@ -91,16 +94,7 @@ if ! command -v node >/dev/null || [ "$(node -p 'process.versions.node.split("."
 else
 	out=$(mktemp)
 	make -s ts-check TS_REPORTER=tap 2>&1 | tee "$out"
-	# node's TAP summary: "# pass N", "# fail N", "# cancelled N", "# skipped N", "# todo N".
-	if grep -qE '^# pass [0-9]+$' "$out"; then
-		n() { grep -E "^# $1 [0-9]+$" "$out" | tail -n 1 | grep -oE '[0-9]+$' || echo 0; }
-		passed=$((passed + $(n pass)))
-		failed=$((failed + $(n fail) + $(n cancelled)))
-		skipped=$((skipped + $(n skipped) + $(n todo)))
-	else
-		echo "the TypeScript tests did not run (install or build failed)"
-		failed=$((failed + 1))
-	fi
+	count_node_tap "$out" TypeScript
 	rm -f "$out"
 fi
 
