@@ -646,28 +646,19 @@ static uint32_t pids_now(sandlot_t *sb)
 	return u.pids;
 }
 
-/* Wait (up to 3 s) until the sandbox runs `want` processes again; return
- * the last count. */
-static uint32_t wait_pids(sandlot_t *sb, uint32_t want)
+/* Wait (up to 3 s) until the sandbox runs `want` processes (exactly, or
+ * at least: init forks the next command's warm process a few ms after a
+ * command starts); return the last count. */
+static uint32_t wait_pids_until(sandlot_t *sb, uint32_t want, int at_least)
 {
 	uint64_t t0 = now_ms();
 	uint32_t n;
-	while ((n = pids_now(sb)) != want && now_ms() - t0 < 3000)
-		sleep_ms(20);
-	return n;
-}
-
-/* Wait (up to 3 s) until the sandbox runs at least `want` processes (init
- * forks the next command's warm process a few ms after a command starts);
- * return the last count. */
-static uint32_t wait_pids_at_least(sandlot_t *sb, uint32_t want)
-{
-	uint64_t t0 = now_ms();
-	uint32_t n;
-	while ((n = pids_now(sb)) < want && now_ms() - t0 < 3000)
+	while (((n = pids_now(sb)) != want && !(at_least && n > want)) && now_ms() - t0 < 3000)
 		sleep_ms(5);
 	return n;
 }
+#define wait_pids(sb, want) wait_pids_until(sb, want, 0)
+#define wait_pids_at_least(sb, want) wait_pids_until(sb, want, 1)
 
 /* ---- options ---------------------------------------------------------------- */
 
