@@ -141,12 +141,7 @@ int cmd_changes(int argc, char **argv)
 		case OPT_JSON:
 			json = 1;
 			break;
-		case 'H':
-			host = optarg;
-			break;
-		case OPT_TOKEN_FILE:
-			token_file = optarg;
-			break;
+		CLI_CLIENT_OPTION_CASES(host, token_file);
 		case 'h':
 			fputs(changes_help, stdout);
 			return 0;

@@ -34,6 +34,15 @@ enum { OPT_HOST = 1000, OPT_TOKEN_FILE };
 #define CLI_CLIENT_OPTIONS                                              \
 	{ "host", required_argument, NULL, 'H' },                       \
 	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE }
+/* Their cases in a verb's getopt_long() switch: store the values in the
+ * lvalues host and token_file. */
+#define CLI_CLIENT_OPTION_CASES(host, token_file)                        \
+	case 'H':                                                        \
+		(host) = optarg;                                         \
+		break;                                                   \
+	case OPT_TOKEN_FILE:                                             \
+		(token_file) = optarg;                                   \
+		break
 #define CLI_CLIENT_OPTIONS_HELP                                                        \
 	"    -H, --host HOST        the sandlotd to talk to: unix:PATH, tcp:HOST:PORT\n"   \
 	"                           or http://HOST:PORT (default: $SANDLOT_HOST, else\n"  \

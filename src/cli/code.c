@@ -478,12 +478,7 @@ int cmd_code(int argc, char **argv)
 		case OPT_JSON:
 			a.json = 1;
 			break;
-		case 'H':
-			host = optarg;
-			break;
-		case OPT_TOKEN_FILE:
-			token_file = optarg;
-			break;
+		CLI_CLIENT_OPTION_CASES(host, token_file);
 		case 'h':
 			fputs(code_help, stdout);
 			rc = 0;

@@ -503,12 +503,7 @@ int cmd_exec(int argc, char **argv)
 		case 'i':
 			a.interactive = 1;
 			break;
-		case 'H':
-			host = optarg;
-			break;
-		case OPT_TOKEN_FILE:
-			token_file = optarg;
-			break;
+		CLI_CLIENT_OPTION_CASES(host, token_file);
 		case 'h':
 			fputs(exec_help, stdout);
 			rc = 0;

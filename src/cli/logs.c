@@ -145,12 +145,7 @@ int cmd_logs(int argc, char **argv)
 		case 'f':
 			follow = 1;
 			break;
-		case 'H':
-			host = optarg;
-			break;
-		case OPT_TOKEN_FILE:
-			token_file = optarg;
-			break;
+		CLI_CLIENT_OPTION_CASES(host, token_file);
 		case 'h':
 			fputs(logs_help, stdout);
 			return 0;

@@ -1816,12 +1816,7 @@ static int parse_options(struct mcp *m, int argc, char **argv, const char **host
 				}
 			}
 			break;
-		case 'H':
-			*host = optarg;
-			break;
-		case OPT_TOKEN_FILE:
-			*token_file = optarg;
-			break;
+		CLI_CLIENT_OPTION_CASES(*host, *token_file);
 		case 'h':
 			fputs(mcp_help, stdout);
 			rc = 1;

@@ -81,12 +81,7 @@ int cmd_rm(int argc, char **argv)
 		if (optarg && strcmp(optarg, "--") == 0)
 			c = ':';
 		switch (c) {
-		case 'H':
-			host = optarg;
-			break;
-		case OPT_TOKEN_FILE:
-			token_file = optarg;
-			break;
+		CLI_CLIENT_OPTION_CASES(host, token_file);
 		case 'h':
 			fputs(rm_help, stdout);
 			return 0;
