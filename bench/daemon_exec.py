@@ -25,12 +25,9 @@ it), Debian's /usr/bin/python3 (stdlib only).  Exit status 0 whatever the
 numbers: a measurement, not a test.
 """
 import argparse
-import http.client
-import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,61 +36,14 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SANDLOTD = Path(os.environ.get("SANDLOT_TEST_BIN_DIR") or REPO / "build" / "bin") / "sandlotd"
-
-
-class UnixConn(http.client.HTTPConnection):
-    def __init__(self, path, timeout=120):
-        super().__init__("localhost", timeout=timeout)
-        self.path_ = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.path_)
-        self.sock = s
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import SANDLOTD, UnixConn, percentile, request, start_daemon  # noqa: E402
 
 
 def call(conn, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    headers = {"Content-Type": "application/json"} if data is not None else {}
-    conn.request(method, path, body=data, headers=headers)
-    r = conn.getresponse()
-    raw = r.read()
-    return r.status, (json.loads(raw) if raw and r.getheader("Content-Type", "").startswith(
-        "application/json") else None)
+    st, js, _ = request(conn, method, path, body)
+    return st, js
 
-
-def percentile(xs, q):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def start_daemon(base):
-    sock = str(base / "sandlot.sock")
-    log = open(base / "sandlotd.log", "wb")
-    p = subprocess.Popen([str(SANDLOTD), "--listen", f"unix:{sock}", "--data-dir", str(base / "data")],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            sys.exit(f"sandlotd exited with {p.returncode}; see {base}/sandlotd.log")
-        try:
-            c = UnixConn(sock, 2)
-            st, _ = call(c, "GET", "/v1/health")
-            c.close()
-            if st == 200:
-                return p, sock
-        except OSError:
-            pass
-        time.sleep(0.02)
-    p.kill()
-    sys.exit("sandlotd did not become healthy")
 
 
 def bench_exec(sock, n, warmup):

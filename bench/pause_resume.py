@@ -30,12 +30,9 @@ for scale, one create and one delete.  Needs root, Debian's
 files came back wrong.
 """
 import argparse
-import http.client
-import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,53 +40,19 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SANDLOTD = Path(os.environ.get("SANDLOT_TEST_BIN_DIR") or REPO / "build" / "bin") / "sandlotd"
-
-
-class UnixConn(http.client.HTTPConnection):
-    def __init__(self, path, timeout=300):
-        super().__init__("localhost", timeout=timeout)
-        self.path_ = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.path_)
-        self.sock = s
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import UnixConn, request, start_daemon  # noqa: E402
 
 
 def call(sock, method, path, body=None):
+    """One call on a connection of its own: (status, JSON answer)."""
     c = UnixConn(sock)
     try:
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        c.request(method, path, body=data, headers=headers)
-        r = c.getresponse()
-        raw = r.read()
-        return r.status, (json.loads(raw) if raw else None)
+        st, js, _ = request(c, method, path, body)
+        return st, js
     finally:
         c.close()
 
-
-def start_daemon(base):
-    sock = str(base / "sandlot.sock")
-    log = open(base / "sandlotd.log", "wb")
-    p = subprocess.Popen([str(SANDLOTD), "--listen", f"unix:{sock}", "--data-dir",
-                          str(base / "data")],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            sys.exit(f"sandlotd exited with {p.returncode}; see {base}/sandlotd.log")
-        try:
-            if call(sock, "GET", "/v1/health")[0] == 200:
-                return p, sock
-        except OSError:
-            pass
-        time.sleep(0.02)
-    p.kill()
-    sys.exit("sandlotd did not become healthy")
 
 
 def sh(sock, sid, command):

@@ -29,12 +29,9 @@ target (pool p50 <= 3 ms) is met.  Needs root and Debian's /usr/bin/python3
 (stdlib only).  Exit status 0 whatever the numbers: a measurement.
 """
 import argparse
-import http.client
-import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,68 +39,25 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SANDLOTD = Path(os.environ.get("SANDLOT_TEST_BIN_DIR") or REPO / "build" / "bin") / "sandlotd"
-TARGET_P50_MS = 3.0
-
-
-class UnixConn(http.client.HTTPConnection):
-    def __init__(self, path, timeout=120):
-        super().__init__("localhost", timeout=timeout)
-        self.path_ = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.path_)
-        self.sock = s
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import SANDLOTD, UnixConn, percentile, request, start_daemon  # noqa: E402
 
 
 def call(conn, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    headers = {"Content-Type": "application/json"} if data is not None else {}
-    conn.request(method, path, body=data, headers=headers)
-    r = conn.getresponse()
-    raw = r.read()
-    js = json.loads(raw) if raw and r.getheader("Content-Type", "").startswith(
-        "application/json") else None
-    return r.status, js, r.getheader("Sandlot-Pool")
+    """(status, JSON answer, Sandlot-Pool header)."""
+    st, js, r = request(conn, method, path, body)
+    return st, js, r.getheader("Sandlot-Pool")
 
 
-def percentile(xs, q):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+TARGET_P50_MS = 3.0
 
 
 class Daemon:
     def __init__(self, base, extra):
         base.mkdir(parents=True)
         self.base = base
-        self.sock = str(base / "sandlot.sock")
-        self.log = open(base / "sandlotd.log", "wb")
-        self.proc = subprocess.Popen(
-            [str(SANDLOTD), "--listen", f"unix:{self.sock}", "--data-dir", str(base / "data"),
-             *extra], stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                sys.exit(f"sandlotd exited with {self.proc.returncode}; see {base}/sandlotd.log")
-            try:
-                c = UnixConn(self.sock, 2)
-                st, _, _ = call(c, "GET", "/v1/health")
-                c.close()
-                if st == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.02)
-        else:
-            self.proc.kill()
-            sys.exit("sandlotd did not become healthy")
+        self.proc, self.sock = start_daemon(base, extra)
         self.conn = UnixConn(self.sock)
 
     def pool_ready(self):

@@ -43,7 +43,8 @@ import time
 import uuid
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import REPO, percentile  # noqa: E402
 SANDLOT = REPO / "build" / "bin" / "sandlot"
 BWRAP_ARGS = [
     "--unshare-all", "--die-with-parent",
@@ -53,15 +54,6 @@ BWRAP_ARGS = [
 ]
 RATIO_TARGET = 0.7
 IDLE_PSS_TARGET_KB = 2048
-
-
-def percentile(xs, q):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def time_once(argv, env):
