@@ -34,6 +34,25 @@ enum { OPT_HOST = 1000, OPT_TOKEN_FILE };
 #define CLI_CLIENT_OPTIONS                                              \
 	{ "host", required_argument, NULL, 'H' },                       \
 	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE }
+/* The sandbox options of `create` and `mcp` (create.c): --memory (-m),
+ * --cpus, --pids, --disk, --env (-e), --ttl, --idle-timeout, --image. */
+enum { OPT_CPUS = 1100, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE };
+#define CLI_SANDBOX_OPTIONS                                             \
+	{ "memory", required_argument, NULL, 'm' },                     \
+	{ "cpus", required_argument, NULL, OPT_CPUS },                  \
+	{ "pids", required_argument, NULL, OPT_PIDS },                  \
+	{ "disk", required_argument, NULL, OPT_DISK },                  \
+	{ "env", required_argument, NULL, 'e' },                        \
+	{ "ttl", required_argument, NULL, OPT_TTL },                    \
+	{ "idle-timeout", required_argument, NULL, OPT_IDLE },          \
+	{ "image", required_argument, NULL, OPT_IMAGE }
+struct json_t;
+/* Put sandbox option c (getopt's code) with value arg into a create
+ * request's body (--env pairs into env).  0 when stored; 1 when c is not a
+ * sandbox option; EXIT_USAGE after saying why the value is bad. */
+int cli_sandbox_option(const char *verb, int c, const char *arg, struct json_t *body,
+		       struct json_t *env);
+
 /* Their cases in a verb's getopt_long() switch: store the values in the
  * lvalues host and token_file. */
 #define CLI_CLIENT_OPTION_CASES(host, token_file)                        \

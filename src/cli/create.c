@@ -53,18 +53,11 @@ static const char create_help[] =
 	"    id=$(sandlot create --memory 1G --ttl 1h --label owner=alice)\n"
 	"    sandlot exec \"$id\" -- python3 -c 'print(1)'\n";
 
-enum { OPT_CPUS = 256, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE, OPT_JSON };
+enum { OPT_JSON = 256 };
 
 static const struct option create_opts[] = {
-	{ "memory", required_argument, NULL, 'm' },
-	{ "cpus", required_argument, NULL, OPT_CPUS },
-	{ "pids", required_argument, NULL, OPT_PIDS },
-	{ "disk", required_argument, NULL, OPT_DISK },
-	{ "env", required_argument, NULL, 'e' },
-	{ "ttl", required_argument, NULL, OPT_TTL },
-	{ "idle-timeout", required_argument, NULL, OPT_IDLE },
+	CLI_SANDBOX_OPTIONS,
 	{ "label", required_argument, NULL, 'l' },
-	{ "image", required_argument, NULL, OPT_IMAGE },
 	{ "json", no_argument, NULL, OPT_JSON },
 	CLI_CLIENT_OPTIONS,
 	{ "help", no_argument, NULL, 'h' },
@@ -72,14 +65,66 @@ static const struct option create_opts[] = {
 };
 
 /* "KEY=VALUE" into obj.  Returns 0, or EXIT_USAGE after saying why. */
-static int add_pair(json_t *obj, const char *opt, const char *s)
+static int add_pair(const char *verb, json_t *obj, const char *opt, const char *s)
 {
 	const char *eq = strchr(s, '=');
 	if (!eq || eq == s)
-		return cli_usage_error("create", "invalid %s \"%s\": expected KEY=VALUE", opt, s);
+		return cli_usage_error(verb, "invalid %s \"%s\": expected KEY=VALUE", opt, s);
 	cleanup_free char *key = strndup(s, (size_t)(eq - s));
 	if (!key || json_object_set_new(obj, key, json_string(eq + 1)) < 0)
-		return cli_usage_error("create", "invalid %s \"%s\": not UTF-8", opt, s);
+		return cli_usage_error(verb, "invalid %s \"%s\": not UTF-8", opt, s);
+	return 0;
+}
+
+int cli_sandbox_option(const char *verb, int c, const char *arg, json_t *body, json_t *env)
+{
+	sandlot_error_t *err = NULL;
+	const char *opt = NULL;
+	uint64_t v;
+	uint32_t milli;
+	switch (c) {
+	case 'm':
+	case OPT_DISK:
+		opt = c == 'm' ? "--memory" : "--disk";
+		if (sandlot_parse_size(arg, 0, &v, &err) == 0)
+			json_object_set_new(body, c == 'm' ? "memory" : "disk", json_integer((json_int_t)v));
+		break;
+	case OPT_CPUS:
+		opt = "--cpus";
+		if (sandlot_parse_cpus(arg, &milli, &err) == 0)
+			json_object_set_new(body, "cpus", json_real(milli / 1000.0));
+		break;
+	case OPT_PIDS: {
+		char *end;
+		errno = 0;
+		unsigned long long n = strtoull(arg, &end, 10);
+		if (!*arg || *end || errno || arg[0] == '-' || n < 2 || n > (1u << 22))
+			return cli_usage_error(verb, "invalid --pids \"%s\": expected a whole "
+					       "number from 2 to %u", arg, 1u << 22);
+		json_object_set_new(body, "pids", json_integer((json_int_t)n));
+		break;
+	}
+	case OPT_TTL:
+	case OPT_IDLE:
+		opt = c == OPT_TTL ? "--ttl" : "--idle-timeout";
+		/* The API counts whole seconds; round up so that 500ms is not "never". */
+		if (sandlot_parse_duration(arg, &v, &err) == 0)
+			json_object_set_new(body, c == OPT_TTL ? "ttl_seconds" : "idle_timeout_seconds",
+					    json_integer((json_int_t)((v + 999) / 1000)));
+		break;
+	case 'e':
+		return add_pair(verb, env, "--env", arg);
+	case OPT_IMAGE:
+		json_object_set_new(body, "image", json_string(arg));
+		break;
+	default:
+		return 1;
+	}
+	if (err) {
+		int rc = cli_usage_error(verb, "%s: %s", opt, sandlot_error_message(err));
+		sandlot_error_free(err);
+		return rc;
+	}
 	return 0;
 }
 
@@ -118,17 +163,7 @@ int cmd_create(int argc, char **argv)
 {
 	json_t *body = json_object(), *env = json_object(), *labels = json_object();
 	const char *host = NULL, *token_file = NULL;
-	sandlot_error_t *err = NULL;
 	int json = 0, rc = EXIT_USAGE;
-	uint64_t v;
-	uint32_t milli;
-
-#define USAGE_FROM_ERR(opt)                                                             \
-	do {                                                                            \
-		rc = cli_usage_error("create", "%s: %s", opt, sandlot_error_message(err)); \
-		sandlot_error_free(err);                                                \
-		goto out;                                                               \
-	} while (0)
 
 	optind = 1;
 	opterr = 0;
@@ -137,51 +172,9 @@ int cmd_create(int argc, char **argv)
 		if (optarg && strcmp(optarg, "--") == 0)
 			c = ':';
 		switch (c) {
-		case 'm':
-			if (sandlot_parse_size(optarg, 0, &v, &err) < 0)
-				USAGE_FROM_ERR("--memory");
-			json_object_set_new(body, "memory", json_integer((json_int_t)v));
-			break;
-		case OPT_DISK:
-			if (sandlot_parse_size(optarg, 0, &v, &err) < 0)
-				USAGE_FROM_ERR("--disk");
-			json_object_set_new(body, "disk", json_integer((json_int_t)v));
-			break;
-		case OPT_CPUS:
-			if (sandlot_parse_cpus(optarg, &milli, &err) < 0)
-				USAGE_FROM_ERR("--cpus");
-			json_object_set_new(body, "cpus", json_real(milli / 1000.0));
-			break;
-		case OPT_PIDS: {
-			char *end;
-			errno = 0;
-			unsigned long long n = strtoull(optarg, &end, 10);
-			if (!*optarg || *end || errno || optarg[0] == '-' || n < 2 || n > (1u << 22)) {
-				rc = cli_usage_error("create", "invalid --pids \"%s\": expected a whole "
-						     "number from 2 to %u", optarg, 1u << 22);
-				goto out;
-			}
-			json_object_set_new(body, "pids", json_integer((json_int_t)n));
-			break;
-		}
-		case OPT_TTL:
-		case OPT_IDLE:
-			if (sandlot_parse_duration(optarg, &v, &err) < 0)
-				USAGE_FROM_ERR(c == OPT_TTL ? "--ttl" : "--idle-timeout");
-			/* The API counts whole seconds; round up so that 500ms is not "never". */
-			json_object_set_new(body, c == OPT_TTL ? "ttl_seconds" : "idle_timeout_seconds",
-					    json_integer((json_int_t)((v + 999) / 1000)));
-			break;
-		case 'e':
-			if ((rc = add_pair(env, "--env", optarg)) != 0)
-				goto out;
-			break;
 		case 'l':
-			if ((rc = add_pair(labels, "--label", optarg)) != 0)
+			if ((rc = add_pair("create", labels, "--label", optarg)) != 0)
 				goto out;
-			break;
-		case OPT_IMAGE:
-			json_object_set_new(body, "image", json_string(optarg));
 			break;
 		case OPT_JSON:
 			json = 1;
@@ -192,11 +185,14 @@ int cmd_create(int argc, char **argv)
 			rc = 0;
 			goto out;
 		default:
-			rc = cli_option_error("create", c, argv);
-			goto out;
+			rc = cli_sandbox_option("create", c, optarg, body, env);
+			if (rc == 1)
+				rc = cli_option_error("create", c, argv);
+			if (rc != 0)
+				goto out;
+			break;
 		}
 	}
-#undef USAGE_FROM_ERR
 	if (optind < argc) {
 		rc = cli_usage_error("create", "unexpected argument \"%s\"", argv[optind]);
 		goto out;

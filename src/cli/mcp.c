@@ -1734,17 +1734,8 @@ static void handle_in_call(struct mcp *m, const char *data, size_t len)
 
 /* ---- main ------------------------------------------------------------------- */
 
-enum { OPT_CPUS = 256, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE };
-
 static const struct option mcp_opts[] = {
-	{ "memory", required_argument, NULL, 'm' },
-	{ "cpus", required_argument, NULL, OPT_CPUS },
-	{ "pids", required_argument, NULL, OPT_PIDS },
-	{ "disk", required_argument, NULL, OPT_DISK },
-	{ "env", required_argument, NULL, 'e' },
-	{ "image", required_argument, NULL, OPT_IMAGE },
-	{ "ttl", required_argument, NULL, OPT_TTL },
-	{ "idle-timeout", required_argument, NULL, OPT_IDLE },
+	CLI_SANDBOX_OPTIONS,
 	{ "timeout", required_argument, NULL, 't' },
 	CLI_CLIENT_OPTIONS,
 	{ "help", no_argument, NULL, 'h' },
@@ -1758,63 +1749,23 @@ static int parse_options(struct mcp *m, int argc, char **argv, const char **host
 	json_t *body = m->create_body, *env = json_object();
 	sandlot_error_t *err = NULL;
 	uint64_t v, idle_s = DEFAULT_IDLE_S;
-	uint32_t milli;
 	int rc = 0, c;
 	optind = 1;
 	opterr = 0;
 	while (rc == 0 && (c = getopt_long(argc, argv, "+:m:e:t:H:h", mcp_opts, NULL)) != -1) {
 		if (optarg && strcmp(optarg, "--") == 0)
 			c = ':';
-		const char *opt = NULL;
 		switch (c) {
-		case 'm':
-		case OPT_DISK:
-			opt = c == 'm' ? "--memory" : "--disk";
-			if (sandlot_parse_size(optarg, 0, &v, &err) == 0)
-				json_object_set_new(body, c == 'm' ? "memory" : "disk", json_integer((json_int_t)v));
-			break;
-		case OPT_CPUS:
-			opt = "--cpus";
-			if (sandlot_parse_cpus(optarg, &milli, &err) == 0)
-				json_object_set_new(body, "cpus", json_real(milli / 1000.0));
-			break;
-		case OPT_PIDS: {
-			char *end;
-			errno = 0;
-			unsigned long long n = strtoull(optarg, &end, 10);
-			if (!*optarg || *end || errno || optarg[0] == '-' || n < 2 || n > (1u << 22))
-				rc = cli_usage_error("mcp", "invalid --pids \"%s\": expected a whole number "
-						     "from 2 to %u", optarg, 1u << 22);
-			else
-				json_object_set_new(body, "pids", json_integer((json_int_t)n));
-			break;
-		}
-		case 'e': {
-			const char *eq = strchr(optarg, '=');
-			cleanup_free char *key = eq && eq != optarg ? strndup(optarg, (size_t)(eq - optarg)) : NULL;
-			if (!key || json_object_set_new(env, key, json_string(eq + 1)) < 0)
-				rc = cli_usage_error("mcp", "invalid --env \"%s\": expected KEY=VALUE", optarg);
-			break;
-		}
-		case OPT_IMAGE:
-			json_object_set_new(body, "image", json_string(optarg));
-			break;
-		case OPT_TTL:
-		case OPT_IDLE:
 		case 't':
-			opt = c == OPT_TTL ? "--ttl" : c == OPT_IDLE ? "--idle-timeout" : "--timeout";
-			if (sandlot_parse_duration(optarg, &v, &err) == 0) {
-				if (c == 't') {
-					if (v == 0 || v > TIMEOUT_MAX_S * 1000ull)
-						rc = cli_usage_error("mcp", "invalid --timeout \"%s\": expected "
-								     "1s to 24h", optarg);
-					m->timeout_ms = v;
-				} else if (c == OPT_TTL) {
-					json_object_set_new(body, "ttl_seconds", json_integer((json_int_t)((v + 999) / 1000)));
-				} else {
-					idle_s = (v + 999) / 1000;
-				}
+			if (sandlot_parse_duration(optarg, &v, &err) < 0) {
+				rc = cli_usage_error("mcp", "--timeout: %s", sandlot_error_message(err));
+				sandlot_error_free(err);
+				err = NULL;
+			} else if (v == 0 || v > TIMEOUT_MAX_S * 1000ull) {
+				rc = cli_usage_error("mcp", "invalid --timeout \"%s\": expected 1s to 24h",
+						     optarg);
 			}
+			m->timeout_ms = v;
 			break;
 		CLI_CLIENT_OPTION_CASES(*host, *token_file);
 		case 'h':
@@ -1822,13 +1773,10 @@ static int parse_options(struct mcp *m, int argc, char **argv, const char **host
 			rc = 1;
 			break;
 		default:
-			rc = cli_option_error("mcp", c, argv);
+			rc = cli_sandbox_option("mcp", c, optarg, body, env);
+			if (rc == 1)
+				rc = cli_option_error("mcp", c, argv);
 			break;
-		}
-		if (err) {
-			rc = cli_usage_error("mcp", "%s: %s", opt, sandlot_error_message(err));
-			sandlot_error_free(err);
-			err = NULL;
 		}
 	}
 	if (rc == 0 && optind < argc)
@@ -1836,7 +1784,11 @@ static int parse_options(struct mcp *m, int argc, char **argv, const char **host
 	if (json_object_size(env))
 		json_object_set(body, "env", env);
 	json_decref(env);
-	json_object_set_new(body, "idle_timeout_seconds", json_integer((json_int_t)idle_s));
+	json_t *idle = json_object_get(body, "idle_timeout_seconds");
+	if (idle)
+		idle_s = (uint64_t)json_integer_value(idle);
+	else
+		json_object_set_new(body, "idle_timeout_seconds", json_integer((json_int_t)idle_s));
 	json_object_set_new(body, "auto_resume", json_true());
 	json_object_set_new(body, "metadata", json_pack("{s:s}", "client", "sandlot-mcp"));
 	/* A keepalive every third of the idle timeout (at least every second). */

@@ -101,10 +101,8 @@ static const char run_help[] =
 	"    sandlot run --lang python -u data.csv analyse.py --verbose\n"
 	"    echo 'console.log(6 * 7)' | sandlot run --lang js -\n";
 
-enum {
-	OPT_CPUS = 256, OPT_PIDS, OPT_DISK, OPT_JSON, OPT_OUTPUT_LIMIT, OPT_NOFILE,
-	OPT_HOSTNAME, OPT_IMAGE, OPT_STORAGE,
-};
+/* OPT_CPUS, OPT_PIDS, OPT_DISK and OPT_IMAGE come from cli.h. */
+enum { OPT_JSON = 256, OPT_OUTPUT_LIMIT, OPT_NOFILE, OPT_HOSTNAME, OPT_STORAGE };
 
 /* --lang: the interpreter, how it takes code inline, and a file suffix. */
 static const struct lang {
