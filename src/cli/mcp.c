@@ -402,32 +402,34 @@ static void add_text(struct call *k, const char *text, size_t len)
 						    json_text(text, len)));
 }
 
-static void say(struct call *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(struct call *k, const char *fmt, ...)
+static void vsay(struct call *k, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+static void vsay(struct call *k, const char *fmt, va_list ap)
 {
-	va_list ap;
-	va_start(ap, fmt);
 	char *s = NULL;
 	int n = vasprintf(&s, fmt, ap);
-	va_end(ap);
 	if (n >= 0) {
 		add_text(k, s, (size_t)n);
 		free(s);
 	}
 }
 
+static void say(struct call *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(struct call *k, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsay(k, fmt, ap);
+	va_end(ap);
+}
+
+/* say(), and the result is an error (isError). */
 static void fail(struct call *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail(struct call *k, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	char *s = NULL;
-	int n = vasprintf(&s, fmt, ap);
+	vsay(k, fmt, ap);
 	va_end(ap);
-	if (n >= 0) {
-		add_text(k, s, (size_t)n);
-		free(s);
-	}
 	k->is_error = 1;
 }
 
