@@ -1328,8 +1328,9 @@ static void tool_generated_files(struct call *k)
 		say(k, "no files: no sandbox has been used in this session yet");
 		return;
 	}
-	/* The daemon records changes when an exec or a file call ends, not after
-	 * a run_code cell: a no-op exec makes it look at the workspace now. */
+	/* The daemon records changes when an exec, a file call or a code cell
+	 * ends; what processes left running in the background wrote since is
+	 * not recorded yet: a no-op exec makes it look at the workspace now. */
 	json_t *body = json_pack("{s:[s],s:i}", "argv", "true", "output_limit", 1024);
 	struct client_req r = { .method = "POST", .json = body };
 	int rc = sb_request(k, &r, "scanning the workspace", "/exec");
