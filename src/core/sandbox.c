@@ -169,7 +169,9 @@ static int valid_sandbox_id(const char *id)
 	return 1;
 }
 
-int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **err)
+/* sandlot_options_validate(); a built image is looked up only with
+ * check_image (sandlot_create() opens it right after, which looks it up). */
+static int validate(const sandlot_options_t *opts, int check_image, sandlot_error_t **err)
 {
 	if (opts->memory_bytes && opts->memory_bytes < MIN_MEMORY)
 		return sandlot__error(err, EINVAL, "memory limit of %llu bytes is below the minimum of 16M",
@@ -198,13 +200,18 @@ int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **er
 		return -1;
 	if (!sandlot__backend_for(opts->image, err))
 		return -1;
-	if (opts->image && strcmp(opts->image, "host") != 0) {
+	if (check_image && opts->image && strcmp(opts->image, "host") != 0) {
 		char digest[SANDLOT_DIGEST_HEX + 1];
 		if (sandlot__image_resolve(sandlot__data_dir(opts->data_dir), opts->image, digest,
 					   err) < 0)
 			return -1;
 	}
 	return 0;
+}
+
+int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **err)
+{
+	return validate(opts, 1, err);
 }
 
 static void free_sandbox(sandlot_t *sb)
@@ -229,7 +236,7 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		sandlot_options_init(&defaults);
 		opts = &defaults;
 	}
-	if (sandlot_options_validate(opts, err) < 0)
+	if (validate(opts, 0, err) < 0)
 		return NULL;
 	const struct sandlot_backend_ops *ops = sandlot__backend_for(opts->image, err);
 	if (!ops)
