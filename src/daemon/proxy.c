@@ -1,0 +1,768 @@
+/* The HTTP proxy to exposed ports: ANY /v1/sandboxes/{id}/ports/{port}/...
+ *
+ * What reaches an exposed port through the API — for remote users of the
+ * TCP listener with a token, who cannot reach the host's 127.0.0.1 — is
+ * proxied as HTTP/1.1 to the server inside, over a connection opened with
+ * sandlot_port_connect() (one per request: "Connection: close").
+ *
+ *   request   the method, the rest of the path after /ports/{port} and the
+ *             query, as sent (still percent-encoded); the client's headers
+ *             except hop-by-hop ones (Connection and what it names,
+ *             Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade, Expect,
+ *             Proxy-*) and except the API's own credentials: Authorization
+ *             is dropped whenever it carried the daemon's bearer token, so
+ *             the token never reaches code in the sandbox.  Host becomes
+ *             127.0.0.1:PORT (what development servers accept); the
+ *             original goes in X-Forwarded-Host, with X-Forwarded-Proto and
+ *             X-Forwarded-Prefix (/v1/sandboxes/{id}/ports/{port}, for
+ *             applications that build absolute links).  A body is passed
+ *             on as it arrives, with its Content-Length, or chunked.
+ *   response  parsed with http-parser (libhttp-parser): its status and
+ *             headers (hop-by-hop ones dropped), and its body as it
+ *             arrives, with its length when it gave one, else chunked.
+ *   upgrade   a request with "Upgrade" (a WebSocket) is sent with it; a
+ *             101 answer switches the client's connection over, and from
+ *             then on the port relay (ports.c) moves the bytes both ways.
+ *   errors    (JSON, from the API): 404 port_not_exposed, 502 bad_gateway
+ *             when nothing listens on the port inside or the server's
+ *             answer is not HTTP, 504 gateway_timeout when it does not take
+ *             the request.  A server that answers more than PROXY_EARLY_MAX
+ *             before reading the whole request body gets 502 too: the API
+ *             server cannot send an answer while a request body is still
+ *             coming (the port's URL relays such full-duplex streams).
+ *
+ * Blocking: the handlers run on the connection's own thread (http.h) and
+ * block on the upstream socket, watching the client's for a hang-up.
+ * Removing the port or ending the sandbox shuts the upstream socket down
+ * (ports_track), which ends a request in progress.
+ */
+#include <errno.h>
+#include <http_parser.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "daemon/daemon.h"
+
+#define PROXY_HEAD_MAX (64u * 1024)      /* request or response head we build/keep */
+#define PROXY_MAX_HEADERS 128
+#define PROXY_EARLY_MAX (1u << 20)       /* answer bytes kept while the body is sent */
+#define PROXY_WRITE_TIMEOUT_MS 60000     /* the server takes no request bytes */
+#define PROXY_READ_CHUNK (64u * 1024)
+
+struct hdr {
+	size_t name, value;                  /* offsets into hbuf */
+};
+
+struct prx {
+	struct daemon *d;
+	struct dsb *s;                       /* dsb_get()'s busy reference */
+	unsigned port;
+	int up;                              /* the connection into the sandbox */
+	int tracked;
+	int client_fd;
+	int head_req, upgrade_req, chunked_up;
+	int write_failed, early_overflow, timed_out;
+	/* Answer bytes read while the request body was being sent. */
+	char *early;
+	size_t early_len;
+	/* The answer: parser and head. */
+	http_parser parser;
+	int head_done, msg_done, in_value;
+	unsigned status;
+	uint64_t length;                     /* Content-Length, or HTTP_SIZE_UNKNOWN */
+	char *hbuf;
+	size_t hlen, hcap;
+	struct hdr hdrs[PROXY_MAX_HEADERS];
+	unsigned nhdrs;
+	int head_too_big;
+	/* Raw bytes read but not parsed yet (after the head: body or, after a
+	 * 101, the new protocol's first bytes). */
+	char *raw;
+	size_t raw_off, raw_len;
+	/* Body bytes decoded and not yet handed to the client. */
+	char *body;
+	size_t body_off, body_len, body_cap;
+	char *rbuf;                          /* PROXY_READ_CHUNK bytes, for reads */
+	char *out;                           /* on_body writes here when set */
+	size_t out_len, out_cap;
+	char prefix[96];                     /* /v1/sandboxes/{id}/ports/{port} */
+};
+
+static void prx_free(struct prx *p)
+{
+	if (!p)
+		return;
+	if (p->up >= 0) {
+		if (p->tracked)
+			ports_untrack(p->s, p->up); /* before close: the number may be reused */
+		close(p->up);
+	}
+	if (p->s)
+		dsb_put(p->d, p->s);
+	free(p->early);
+	free(p->hbuf);
+	free(p->raw);
+	free(p->body);
+	free(p->rbuf);
+	free(p);
+}
+
+static int grow(char **buf, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	size_t c = *cap ? *cap : 1024;
+	while (c < need)
+		c *= 2;
+	char *n = realloc(*buf, c);
+	if (!n)
+		return -1;
+	*buf = n;
+	*cap = c;
+	return 0;
+}
+
+/* ---- the request head --------------------------------------------------------- */
+
+struct head {
+	char *p;
+	size_t len, cap;
+	int failed;
+};
+
+static void hprintf(struct head *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void hprintf(struct head *h, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0 || h->failed || h->len + (size_t)n + 1 > PROXY_HEAD_MAX ||
+	    grow(&h->p, &h->cap, h->len + (size_t)n + 1) < 0) {
+		h->failed = 1;
+		return;
+	}
+	va_start(ap, fmt);
+	vsnprintf(h->p + h->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	h->len += (size_t)n;
+}
+
+/* Whether `list` (a Connection header's value) names header `name`. */
+static int token_listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *p = list; p && *p;) {
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		size_t len = strcspn(p, ", \t");
+		if (len == n && strncasecmp(p, name, n) == 0)
+			return 1;
+		p += len;
+	}
+	return 0;
+}
+
+static int hop_by_hop(const char *name)
+{
+	static const char *const names[] = {
+		"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+		"Proxy-Authorization", "TE", "Trailer", "Transfer-Encoding", "Upgrade",
+	};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcasecmp(name, names[i]) == 0)
+			return 1;
+	return 0;
+}
+
+struct copy_ctx {
+	struct http_req *req;
+	struct head *h;
+	const char *connection;              /* the client's Connection header */
+	const char *bearer;                  /* "Bearer TOKEN" of the daemon, or NULL */
+};
+
+/* Constant-time string equality (the daemon's token). */
+static int same_secret(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned char diff = la != lb;
+	for (size_t i = 0; i < lb; i++)
+		diff |= (unsigned char)(b[i] ^ (i < la ? a[i] : 0));
+	return diff == 0;
+}
+
+static int copy_header(void *ud, const char *name, const char *value)
+{
+	struct copy_ctx *c = ud;
+	if (hop_by_hop(name) || strcasecmp(name, "Host") == 0 || strcasecmp(name, "Expect") == 0 ||
+	    strcasecmp(name, "Content-Length") == 0 || strncasecmp(name, "X-Forwarded-", 12) == 0)
+		return 0;
+	if (c->connection && token_listed(c->connection, name))
+		return 0;
+	if (strcasecmp(name, "Authorization") == 0 &&
+	    (c->req->token_auth || (c->bearer && same_secret(value, c->bearer))))
+		return 0; /* the API's credentials, not the application's */
+	hprintf(c->h, "%s: %s\r\n", name, value);
+	return 0;
+}
+
+/* The request line and headers for the server inside. */
+static int build_head(struct http_req *req, struct prx *p, const char *target, struct head *h)
+{
+	const char *connection = http_header(req, "Connection");
+	const char *upgrade = http_header(req, "Upgrade");
+	const char *host = http_header(req, "Host");
+	const char *cl = http_header(req, "Content-Length");
+	const char *te = http_header(req, "Transfer-Encoding");
+	p->upgrade_req = upgrade && connection && token_listed(connection, "upgrade");
+	char bearer[600] = "";
+	if (req->d->cfg.token)
+		snprintf(bearer, sizeof(bearer), "Bearer %s", req->d->cfg.token);
+	hprintf(h, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n", req->method, target, p->port);
+	struct copy_ctx c = { req, h, connection, bearer[0] ? bearer : NULL };
+	http_headers_each(req, copy_header, &c);
+	if (host)
+		hprintf(h, "X-Forwarded-Host: %s\r\n", host);
+	hprintf(h, "X-Forwarded-Proto: http\r\nX-Forwarded-Prefix: %s\r\n", p->prefix);
+	if (p->upgrade_req)
+		hprintf(h, "Connection: Upgrade\r\nUpgrade: %s\r\n", upgrade);
+	else
+		hprintf(h, "Connection: close\r\n");
+	if (cl) {
+		hprintf(h, "Content-Length: %s\r\n", cl);
+	} else if (te) {
+		/* libmicrohttpd decoded the client's chunks; ours are new. */
+		p->chunked_up = 1;
+		hprintf(h, "Transfer-Encoding: chunked\r\n");
+	}
+	hprintf(h, "\r\n");
+	return h->failed ? -1 : 0;
+}
+
+/* ---- talking to the server inside ------------------------------------------------- */
+
+/* Keep answer bytes that arrive while we still send the request. */
+static int read_early(struct prx *p)
+{
+	char buf[16384];
+	ssize_t n = recv(p->up, buf, sizeof(buf), MSG_DONTWAIT);
+	if (n <= 0)
+		return n == 0 || errno == EAGAIN || errno == EINTR ? 0 : -1;
+	if (p->early_len + (size_t)n > PROXY_EARLY_MAX) {
+		p->early_overflow = 1;
+		return -1;
+	}
+	char *e = realloc(p->early, p->early_len + (size_t)n);
+	if (!e)
+		return -1;
+	memcpy(e + p->early_len, buf, (size_t)n);
+	p->early = e;
+	p->early_len += (size_t)n;
+	return 0;
+}
+
+/* Send all of data to the server; while it takes nothing, keep what it
+ * answers meanwhile.  0, or -1 (sets write_failed, early_overflow or
+ * timed_out; the request is then answered at its end). */
+static int send_up(struct prx *p, const char *data, size_t len)
+{
+	uint64_t deadline = sandlot__now_ms() + PROXY_WRITE_TIMEOUT_MS;
+	while (len > 0) {
+		ssize_t w = send(p->up, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w > 0) {
+			data += w;
+			len -= (size_t)w;
+			deadline = sandlot__now_ms() + PROXY_WRITE_TIMEOUT_MS;
+			continue;
+		}
+		if (w < 0 && errno != EAGAIN && errno != EINTR) {
+			p->write_failed = 1;
+			return -1;
+		}
+		int64_t left = (int64_t)(deadline - sandlot__now_ms());
+		if (left <= 0) {
+			p->timed_out = 1;
+			return -1;
+		}
+		struct pollfd pf[2] = { { .fd = p->up, .events = POLLOUT | POLLIN },
+					{ .fd = p->client_fd, .events = POLLRDHUP } };
+		int r = poll(pf, p->client_fd >= 0 ? 2 : 1, (int)left);
+		if (r < 0 && errno != EINTR)
+			return p->write_failed = 1, -1;
+		if (r > 0 && p->client_fd >= 0 && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+			return p->write_failed = 1, -1;
+		if (r > 0 && (pf[0].revents & POLLIN) && read_early(p) < 0) {
+			p->write_failed = 1;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* ---- parsing the answer ------------------------------------------------------------- */
+
+static int add_hbuf(struct prx *p, const char *at, size_t len)
+{
+	if (p->hlen + len + 1 > PROXY_HEAD_MAX || grow(&p->hbuf, &p->hcap, p->hlen + len + 1) < 0) {
+		p->head_too_big = 1;
+		return -1;
+	}
+	memcpy(p->hbuf + p->hlen, at, len);
+	p->hlen += len;
+	p->hbuf[p->hlen] = '\0';
+	return 0;
+}
+
+static int on_header_field(http_parser *hp, const char *at, size_t len)
+{
+	struct prx *p = hp->data;
+	if (p->in_value || p->nhdrs == 0) {
+		if (p->nhdrs == PROXY_MAX_HEADERS) {
+			p->head_too_big = 1;
+			return -1;
+		}
+		/* NUL after the previous value, then a new name. */
+		if (p->nhdrs && add_hbuf(p, "", 1) < 0)
+			return -1;
+		p->hdrs[p->nhdrs].name = p->hlen;
+		p->hdrs[p->nhdrs].value = 0;
+		p->nhdrs++;
+		p->in_value = 0;
+	}
+	return add_hbuf(p, at, len);
+}
+
+static int on_header_value(http_parser *hp, const char *at, size_t len)
+{
+	struct prx *p = hp->data;
+	if (!p->nhdrs)
+		return -1;
+	if (!p->in_value) {
+		if (add_hbuf(p, "", 1) < 0)
+			return -1;
+		p->hdrs[p->nhdrs - 1].value = p->hlen;
+		p->in_value = 1;
+	}
+	return add_hbuf(p, at, len);
+}
+
+static int on_headers_complete(http_parser *hp)
+{
+	struct prx *p = hp->data;
+	if (p->nhdrs && add_hbuf(p, "", 1) < 0)
+		return -1;
+	if (hp->status_code >= 100 && hp->status_code < 200 && hp->status_code != 101) {
+		/* 100 Continue, 103 Early Hints: not passed on; the real
+		 * answer follows. */
+		p->nhdrs = 0;
+		p->hlen = 0;
+		p->in_value = 0;
+		return 0;
+	}
+	p->head_done = 1;
+	p->status = hp->status_code;
+	p->length = (hp->flags & F_CONTENTLENGTH) && !(hp->flags & F_CHUNKED) ? hp->content_length
+									       : HTTP_SIZE_UNKNOWN;
+	if (p->status == 204 || p->status == 304)
+		p->length = 0;
+	if (p->status != 101)
+		http_parser_pause(hp, 1); /* the body is read when the client wants it */
+	return p->head_req ? 1 : 0;       /* an answer to HEAD has no body */
+}
+
+static int on_body(http_parser *hp, const char *at, size_t len)
+{
+	struct prx *p = hp->data;
+	if (p->out && p->out_len + len <= p->out_cap) {
+		memcpy(p->out + p->out_len, at, len);
+		p->out_len += len;
+		return 0;
+	}
+	if (grow(&p->body, &p->body_cap, p->body_len + len) < 0)
+		return -1;
+	memcpy(p->body + p->body_len, at, len);
+	p->body_len += len;
+	return 0;
+}
+
+static int on_message_complete(http_parser *hp)
+{
+	struct prx *p = hp->data;
+	if (p->head_done)
+		p->msg_done = 1;
+	return 0;
+}
+
+static const http_parser_settings parser_settings = {
+	.on_header_field = on_header_field,
+	.on_header_value = on_header_value,
+	.on_headers_complete = on_headers_complete,
+	.on_body = on_body,
+	.on_message_complete = on_message_complete,
+};
+
+/* Feed bytes to the parser; unparsed ones (after the head, or a new
+ * protocol's) stay in p->raw.  0, or -1 if the answer is not HTTP. */
+static int feed(struct prx *p, const char *data, size_t len)
+{
+	size_t n = http_parser_execute(&p->parser, &parser_settings, data, len);
+	enum http_errno e = HTTP_PARSER_ERRNO(&p->parser);
+	if (e != HPE_OK && e != HPE_PAUSED)
+		return -1;
+	if (n < len) {
+		if (e != HPE_PAUSED && !p->parser.upgrade && !p->msg_done)
+			return -1;
+		/* After the head (paused), or an upgrade, or the end of the
+		 * message (the rest is ignored: we asked for one answer). */
+		size_t rest = len - n;
+		char *r = malloc(rest);
+		if (!r)
+			return -1;
+		memcpy(r, data + n, rest);
+		free(p->raw);
+		p->raw = r;
+		p->raw_off = 0;
+		p->raw_len = rest;
+	}
+	return 0;
+}
+
+/* Wait for the server's bytes (or the client's hang-up).  Returns bytes
+ * read, 0 at the server's EOF, -1 on error or hang-up. */
+static ssize_t read_up(struct prx *p, char *buf, size_t len)
+{
+	for (;;) {
+		struct pollfd pf[2] = { { .fd = p->up, .events = POLLIN },
+					{ .fd = p->client_fd, .events = POLLRDHUP } };
+		int r = poll(pf, p->client_fd >= 0 ? 2 : 1, -1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (p->client_fd >= 0 && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+			return -1;
+		if (!pf[0].revents)
+			continue;
+		ssize_t n = recv(p->up, buf, len, MSG_DONTWAIT);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		return n;
+	}
+}
+
+/* Read until the answer's head is complete.  0, or -1 with *why. */
+static int read_head(struct prx *p, const char **why)
+{
+	if (p->early_len) {
+		char *e = p->early;
+		size_t n = p->early_len;
+		p->early = NULL;
+		p->early_len = 0;
+		int rc = feed(p, e, n);
+		free(e);
+		if (rc < 0)
+			goto bad;
+	}
+	char buf[16384];
+	while (!p->head_done) {
+		ssize_t n = read_up(p, buf, sizeof(buf));
+		if (n < 0) {
+			*why = "the connection to the server inside failed (or the client went away)";
+			return -1;
+		}
+		if (n == 0) {
+			*why = "the server inside closed the connection without answering";
+			return -1;
+		}
+		if (feed(p, buf, (size_t)n) < 0)
+			goto bad;
+	}
+	return 0;
+bad:
+	*why = p->head_too_big ? "the server inside answered with a header larger than 64 KiB"
+			       : "the server inside did not answer with HTTP";
+	return -1;
+}
+
+/* ---- the answer's body, as the client takes it ------------------------------------- */
+
+static ssize_t body_read(void *ud, char *buf, size_t max)
+{
+	struct prx *p = ud;
+	for (;;) {
+		if (p->body_len > p->body_off) {
+			size_t n = p->body_len - p->body_off;
+			if (n > max)
+				n = max;
+			memcpy(buf, p->body + p->body_off, n);
+			p->body_off += n;
+			if (p->body_off == p->body_len)
+				p->body_off = p->body_len = 0;
+			return (ssize_t)n;
+		}
+		if (p->msg_done)
+			return 0;
+		/* Decode straight into buf: the decoded body is never longer
+		 * than the raw bytes it came from. */
+		p->out = buf;
+		p->out_len = 0;
+		p->out_cap = max;
+		int rc;
+		if (p->raw_len) {
+			size_t n = p->raw_len > max ? max : p->raw_len;
+			char *r = p->raw + p->raw_off;
+			p->raw_off += n;
+			p->raw_len -= n;
+			rc = feed(p, r, n);
+		} else {
+			if (!p->rbuf)
+				p->rbuf = malloc(PROXY_READ_CHUNK);
+			ssize_t n = p->rbuf ? read_up(p, p->rbuf, max < PROXY_READ_CHUNK ? max
+											: PROXY_READ_CHUNK)
+					    : -1;
+			if (n < 0) {
+				p->out = NULL;
+				return -1;
+			}
+			/* n == 0: EOF ends a body that runs to the close, and is
+			 * an error for one that had a length (cut short). */
+			rc = feed(p, p->rbuf, (size_t)n);
+			if (n == 0 && !p->msg_done)
+				rc = -1;
+		}
+		size_t got = p->out_len;
+		p->out = NULL;
+		if (rc < 0)
+			return -1;
+		if (got)
+			return (ssize_t)got;
+	}
+}
+
+static void body_done(void *ud, int completed)
+{
+	prx_free(ud);
+}
+
+/* ---- upgrades -------------------------------------------------------------------------- */
+
+static void upgraded(void *ud, int sock, const char *extra, size_t extra_len, void *handle)
+{
+	struct prx *p = ud;
+	int up = p->up;
+	if (p->tracked)
+		ports_untrack(p->s, up);
+	p->tracked = 0;
+	p->up = -1;
+	ports_adopt(p->s, p->port, sock, http_upgrade_close, handle, extra, extra_len, up,
+		    p->raw ? p->raw + p->raw_off : NULL, p->raw_len);
+	prx_free(p);
+}
+
+static void upgrade_dropped(void *ud)
+{
+	prx_free(ud);
+}
+
+/* The 101 answer to the client, with the server's headers. */
+static int answer_upgrade(struct http_req *req, struct prx *p)
+{
+	struct http_resp *r = http_resp_upgrade(upgraded, upgrade_dropped, p);
+	if (!r)
+		return http_error(req, 500, "internal", "out of memory");
+	for (unsigned i = 0; i < p->nhdrs; i++) {
+		const char *name = p->hbuf + p->hdrs[i].name;
+		const char *value = p->hdrs[i].value ? p->hbuf + p->hdrs[i].value : "";
+		if (strcasecmp(name, "Connection") == 0 || strcasecmp(name, "Content-Length") == 0 ||
+		    strcasecmp(name, "Transfer-Encoding") == 0)
+			continue;
+		http_resp_header(r, name, value);
+	}
+	return http_resp_send(req, 101, r);
+}
+
+/* ---- the route ------------------------------------------------------------------------ */
+
+static int proxy_error(struct http_req *req, struct prx *p, int status, const char *code,
+		       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static int proxy_error(struct http_req *req, struct prx *p, int status, const char *code,
+		       const char *fmt, ...)
+{
+	char msg[700];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	http_error(req, status, code, "%s", msg);
+	prx_free(p);
+	req->state = NULL;
+	return -1;
+}
+
+/* The target for the server: the raw URI after /v1/sandboxes/ID/ports/PORT
+ * (the path's fifth '/' starts it). */
+static const char *target_of(const char *uri)
+{
+	const char *t = uri;
+	for (int slashes = 0; *t; t++)
+		if (*t == '/' && ++slashes == 6)
+			return t;
+	return "/";
+}
+
+static int proxy_begin(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	unsigned long port = 0;
+	const char *ps = req->params[1];
+	const char *q = ps;
+	for (; *q >= '0' && *q <= '9' && port <= 65535; q++)
+		port = port * 10 + (unsigned long)(*q - '0');
+	if (q == ps || *q || port < 1 || port > 65535)
+		return http_error(req, 400, "bad_request", "invalid port \"%.16s\": expected 1 to "
+				  "65535", ps), -1;
+	struct prx *p = calloc(1, sizeof(*p));
+	if (!p)
+		return http_error(req, 500, "internal", "out of memory"), -1;
+	p->d = d;
+	p->up = -1;
+	p->port = (unsigned)port;
+	p->client_fd = req->client_fd;
+	p->head_req = strcmp(req->method, "HEAD") == 0;
+	p->length = HTTP_SIZE_UNKNOWN;
+	req->state = p;
+	p->s = dsb_get(d, req, req->params[0]);
+	if (!p->s) {
+		req->state = NULL;
+		free(p);
+		return -1; /* answered */
+	}
+	snprintf(p->prefix, sizeof(p->prefix), "/v1/sandboxes/%s/ports/%u", p->s->id, p->port);
+	if (!ports_exposed(p->s, p->port)) {
+		char list[PORTS_MAX * 8] = "";
+		size_t o = 0;
+		pthread_mutex_lock(&p->s->lock);
+		for (unsigned i = 0; i < p->s->nports && o + 8 < sizeof(list); i++)
+			o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%u", i ? ", " : "",
+					      (unsigned)p->s->ports[i].port);
+		pthread_mutex_unlock(&p->s->lock);
+		return proxy_error(req, p, 404, "port_not_exposed",
+				   "port %u is not exposed in sandbox %s (exposed: %s); add it with "
+				   "POST /v1/sandboxes/%s/ports", p->port, p->s->id,
+				   list[0] ? list : "none", p->s->id);
+	}
+	sandlot_error_t *err = NULL;
+	p->up = sandlot_port_connect(p->s->sb, p->port, 0, &err);
+	if (p->up < 0) {
+		int st = sandlot_error_status(err);
+		char msg[512];
+		snprintf(msg, sizeof(msg), "%s", sandlot_error_message(err));
+		sandlot_error_free(err);
+		if (st == ECONNREFUSED)
+			return proxy_error(req, p, 502, "bad_gateway",
+					   "nothing is listening on port %u in sandbox %s (start a server "
+					   "on 0.0.0.0:%u or 127.0.0.1:%u inside)", p->port, p->s->id,
+					   p->port, p->port);
+		if (st == ETIMEDOUT)
+			return proxy_error(req, p, 504, "gateway_timeout", "sandbox %s: %s", p->s->id,
+					   msg);
+		if (st == EPIPE)
+			return proxy_error(req, p, 410, "sandbox_gone", "sandbox %s: %s", p->s->id, msg);
+		return proxy_error(req, p, 502, "bad_gateway", "sandbox %s: %s", p->s->id, msg);
+	}
+	if (ports_track(p->s, p->port, p->up) < 0)
+		return proxy_error(req, p, 404, "port_not_exposed",
+				   "port %u of sandbox %s was just removed", p->port, p->s->id);
+	p->tracked = 1;
+	struct head h = { 0 };
+	if (build_head(req, p, target_of(req->uri), &h) < 0) {
+		free(h.p);
+		return proxy_error(req, p, 431, "bad_request",
+				   "the request's header is too large to pass on (over %u bytes)",
+				   PROXY_HEAD_MAX);
+	}
+	http_parser_init(&p->parser, HTTP_RESPONSE);
+	p->parser.data = p;
+	send_up(p, h.p, h.len);
+	free(h.p);
+	return 0;
+}
+
+static int proxy_chunk(struct http_req *req, const char *data, size_t len)
+{
+	struct prx *p = req->state;
+	if (p->write_failed || p->timed_out || p->early_overflow)
+		return 0; /* dropped: answered at the end */
+	if (p->chunked_up) {
+		char size[32];
+		int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+		if (send_up(p, size, (size_t)n) == 0 && send_up(p, data, len) == 0)
+			send_up(p, "\r\n", 2);
+	} else {
+		send_up(p, data, len);
+	}
+	return 0;
+}
+
+static int proxy_end(struct http_req *req)
+{
+	struct prx *p = req->state;
+	req->state = NULL;
+	if (p->chunked_up && !p->write_failed && !p->timed_out && !p->early_overflow)
+		send_up(p, "0\r\n\r\n", 5);
+	if (p->early_overflow)
+		return proxy_error(req, p, 502, "bad_gateway",
+				   "the server on port %u answered more than %u bytes before reading "
+				   "the whole request body, which the API cannot relay (use the "
+				   "port's url for full-duplex streams)", p->port, PROXY_EARLY_MAX);
+	if (p->timed_out)
+		return proxy_error(req, p, 504, "gateway_timeout",
+				   "the server on port %u took none of the request for %u s", p->port,
+				   PROXY_WRITE_TIMEOUT_MS / 1000);
+	const char *why = NULL;
+	if (read_head(p, &why) < 0)
+		return proxy_error(req, p, 502, "bad_gateway", "port %u of sandbox %s: %s", p->port,
+				   p->s->id, why);
+	if (p->status == 101) {
+		if (!p->upgrade_req || !p->parser.upgrade)
+			return proxy_error(req, p, 502, "bad_gateway",
+					   "the server on port %u switched protocols (101) without being "
+					   "asked to", p->port);
+		return answer_upgrade(req, p);
+	}
+	http_parser_pause(&p->parser, 0);
+	struct http_resp *r = http_resp_stream(p->length, body_read, body_done, p);
+	if (!r)
+		return http_error(req, 500, "internal", "out of memory");
+	for (unsigned i = 0; i < p->nhdrs; i++) {
+		const char *name = p->hbuf + p->hdrs[i].name;
+		const char *value = p->hdrs[i].value ? p->hbuf + p->hdrs[i].value : "";
+		if (hop_by_hop(name) || strcasecmp(name, "Content-Length") == 0)
+			continue;
+		http_resp_header(r, name, value);
+	}
+	return http_resp_send(req, (int)p->status, r);
+}
+
+static int proxy_abort(struct http_req *req)
+{
+	prx_free(req->state);
+	req->state = NULL;
+	return 0;
+}
+
+const struct http_route proxy_routes[] = {
+	{ "*", "/v1/sandboxes/{}/ports/{}/*", HTTP_RAW, proxy_begin, proxy_chunk, proxy_end,
+	  proxy_abort },
+	{ 0 },
+};
