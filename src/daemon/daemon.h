@@ -353,10 +353,11 @@ json_t *ports_json_locked(struct dsb *s);
 int ports_exposed(struct dsb *s, unsigned port);
 /* Proxied requests (proxy.c): register the upstream socket fd of a request
  * to `port`, so that removing the port or ending s cuts it (shutdown; the
- * owner closes it, after ports_untrack).  0, or -1 if the port is not
- * exposed (or s not running). */
-int ports_track(struct dsb *s, unsigned port, int fd);
-void ports_untrack(struct dsb *s, int fd);
+ * owner closes it, after ports_untrack()).  A handle, or NULL if the port
+ * is not exposed (or s not running). */
+struct ptrack;
+struct ptrack *ports_track(struct dsb *s, unsigned port, int fd);
+void ports_untrack(struct ptrack *t);
 /* Relay an upgraded HTTP connection (a WebSocket): client_fd is closed with
  * close_client(close_ud), sb_fd with close(); the bytes given are sent
  * first each way.  Both are closed on failure too.  0 or -1. */

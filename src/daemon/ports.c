@@ -101,12 +101,13 @@ struct pconn {
 struct ptrack {                       /* a proxied request's upstream socket */
 	int fd;
 	uint16_t port;
-	struct ptrack *next;
+	struct psb *owner;                   /* holds a reference */
+	struct ptrack *prev, *next;
 };
 
 struct psb {
 	struct dsb *s;                /* dsb_hold()ed while the psb exists */
-	int refs;                     /* s->psb + connector threads */
+	int refs;                     /* s->psb, connections, connectors, tracks */
 	int closed;
 	struct plisten *ls[PORTS_MAX];
 	unsigned nls;
@@ -428,11 +429,11 @@ void ports_close(struct dsb *s)
 
 /* ---- proxied requests' upstream sockets --------------------------------------- */
 
-int ports_track(struct dsb *s, unsigned port, int fd)
+struct ptrack *ports_track(struct dsb *s, unsigned port, int fd)
 {
 	struct ptrack *t = calloc(1, sizeof(*t));
 	if (!t)
-		return -1;
+		return NULL;
 	t->fd = fd;
 	t->port = (uint16_t)port;
 	pthread_mutex_lock(&s->lock);
@@ -440,31 +441,37 @@ int ports_track(struct dsb *s, unsigned port, int fd)
 	pthread_mutex_lock(&P.lock);
 	struct psb *ps = exposed ? s->psb : NULL;
 	if (ps) {
+		t->owner = ps;
+		ps->refs++;
 		t->next = ps->tracks;
+		if (ps->tracks)
+			ps->tracks->prev = t;
 		ps->tracks = t;
 	}
 	pthread_mutex_unlock(&P.lock);
 	pthread_mutex_unlock(&s->lock);
 	if (!ps) {
 		free(t);
-		return -1;
+		return NULL;
 	}
-	return 0;
+	return t;
 }
 
-void ports_untrack(struct dsb *s, int fd)
+void ports_untrack(struct ptrack *t)
 {
+	if (!t)
+		return;
 	pthread_mutex_lock(&P.lock);
-	struct psb *ps = s->psb;
-	for (struct ptrack **pp = ps ? &ps->tracks : NULL; pp && *pp; pp = &(*pp)->next) {
-		if ((*pp)->fd == fd) {
-			struct ptrack *t = *pp;
-			*pp = t->next;
-			free(t);
-			break;
-		}
-	}
+	struct psb *ps = t->owner;
+	if (t->prev)
+		t->prev->next = t->next;
+	else
+		ps->tracks = t->next;
+	if (t->next)
+		t->next->prev = t->prev;
+	psb_unref_locked(ps);
 	pthread_mutex_unlock(&P.lock);
+	free(t);
 }
 
 int ports_exposed(struct dsb *s, unsigned port)

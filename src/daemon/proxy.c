@@ -65,7 +65,7 @@ struct prx {
 	struct dsb *s;                       /* dsb_get()'s busy reference */
 	unsigned port;
 	int up;                              /* the connection into the sandbox */
-	int tracked;
+	struct ptrack *tracked;
 	int client_fd;
 	int head_req, upgrade_req, chunked_up;
 	int write_failed, early_overflow, timed_out;
@@ -100,8 +100,7 @@ static void prx_free(struct prx *p)
 	if (!p)
 		return;
 	if (p->up >= 0) {
-		if (p->tracked)
-			ports_untrack(p->s, p->up); /* before close: the number may be reused */
+		ports_untrack(p->tracked); /* before close: the number may be reused */
 		close(p->up);
 	}
 	if (p->s)
@@ -559,9 +558,8 @@ static void upgraded(void *ud, int sock, const char *extra, size_t extra_len, vo
 {
 	struct prx *p = ud;
 	int up = p->up;
-	if (p->tracked)
-		ports_untrack(p->s, up);
-	p->tracked = 0;
+	ports_untrack(p->tracked);
+	p->tracked = NULL;
 	p->up = -1;
 	ports_adopt(p->s, p->port, sock, http_upgrade_close, handle, extra, extra_len, up,
 		    p->raw ? p->raw + p->raw_off : NULL, p->raw_len);
@@ -680,10 +678,10 @@ static int proxy_begin(struct http_req *req)
 			return proxy_error(req, p, 410, "sandbox_gone", "sandbox %s: %s", p->s->id, msg);
 		return proxy_error(req, p, 502, "bad_gateway", "sandbox %s: %s", p->s->id, msg);
 	}
-	if (ports_track(p->s, p->port, p->up) < 0)
+	p->tracked = ports_track(p->s, p->port, p->up);
+	if (!p->tracked)
 		return proxy_error(req, p, 404, "port_not_exposed",
 				   "port %u of sandbox %s was just removed", p->port, p->s->id);
-	p->tracked = 1;
 	struct head h = { 0 };
 	if (build_head(req, p, target_of(req->uri), &h) < 0) {
 		free(h.p);
