@@ -95,6 +95,9 @@ static const char mcp_help[] =
 	"        --disk SIZE         size of /home/user + /tmp (default 1G)\n"
 	"    -e, --env KEY=VALUE     environment variable of every command (repeatable)\n"
 	"        --image NAME        root filesystem image (default host)\n"
+	"    -p, --port PORT         expose PORT of the sandbox (repeatable): a server\n"
+	"                            listening on it inside is reachable at a URL on\n"
+	"                            the host's 127.0.0.1 (also: the expose_port tool)\n"
 	"        --ttl DURATION      delete the sandbox DURATION after its creation\n"
 	"                            (the next tool call then starts a new one;\n"
 	"                            default: the daemon's)\n"
@@ -1755,7 +1758,7 @@ static int parse_options(struct mcp *m, int argc, char **argv, const char **host
 	int rc = 0, c;
 	optind = 1;
 	opterr = 0;
-	while (rc == 0 && (c = getopt_long(argc, argv, "+:m:e:t:H:h", mcp_opts, NULL)) != -1) {
+	while (rc == 0 && (c = getopt_long(argc, argv, "+:m:e:t:p:H:h", mcp_opts, NULL)) != -1) {
 		if (optarg && strcmp(optarg, "--") == 0)
 			c = ':';
 		switch (c) {

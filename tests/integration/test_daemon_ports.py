@@ -660,3 +660,51 @@ def test_ports_metrics(sandlotd):
     assert vals["sandlot_port_relayed_bytes_total"] > 0, text
     assert "sandlot_port_connections" in vals and "sandlot_port_refused_total" in vals
     assert d.delete(f"/v1/sandboxes/{rec['id']}").status == 204
+
+
+# ---- the CLI -------------------------------------------------------------------------
+
+def cli(d, *args):
+    from conftest import SANDLOT
+    import subprocess
+    env = dict(os.environ, SANDLOT_HOST=f"unix:{d.sock}")
+    return subprocess.run([str(SANDLOT), *args], capture_output=True, text=True, env=env,
+                          timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_ports_cli(sandlotd):
+    d = sandlotd
+    r = cli(d, "create", "--memory", "128M", "--port", "8000", "-p", "8001")
+    assert r.returncode == 0, r
+    sid = r.stdout.strip()
+    r = cli(d, "port", sid)
+    assert r.returncode == 0, r
+    lines = [ln.split() for ln in r.stdout.splitlines()]
+    assert [int(p) for p, _ in lines] == [8000, 8001]
+    rec = d.get(f"/v1/sandboxes/{sid}").json()
+    assert [u for _, u in lines] == [p["url"] for p in rec["ports"]]
+    start_server(d, sid, 8000)
+    assert url_get(lines[0][1], "/headers")[0] == 200
+    r = cli(d, "port", sid, "add", "9000", "9001")
+    assert r.returncode == 0, r
+    assert [ln.split()[0] for ln in r.stdout.splitlines()] == ["9000", "9001"]
+    assert all(ln.split()[1].startswith("http://127.0.0.1:") for ln in r.stdout.splitlines())
+    r = cli(d, "port", sid, "add", "9000")
+    assert r.returncode == 1 and "port 9000 is already exposed" in r.stderr, r
+    r = cli(d, "port", sid, "rm", "8000", "7")
+    assert r.returncode == 1 and "port 7 is not exposed" in r.stderr, r
+    assert refused(host_port(lines[0][1]))
+    r = cli(d, "port", "--json", sid)
+    assert r.returncode == 0 and [p["port"] for p in json.loads(r.stdout)["ports"]] == \
+        [8001, 9000, 9001], r
+    for args, needle in ((["create", "--port", "0"], "invalid --port \"0\""),
+                         (["create", "-p", "5", "-p", "5"], "--port 5 is given twice"),
+                         (["port", sid, "bogus", "1"], "unknown subcommand"),
+                         (["port", sid, "add"], "needs at least one PORT"),
+                         (["port", sid, "add", "70000"], "invalid port \"70000\""),
+                         (["port"], "missing the sandbox ID")):
+        r = cli(d, *args)
+        assert r.returncode == 2 and needle in r.stderr, (args, r)
+    assert cli(d, "rm", sid).returncode == 0
+    r = cli(d, "port", sid)
+    assert r.returncode == 0 and all(ln.split()[1] == "-" for ln in r.stdout.splitlines()), r
