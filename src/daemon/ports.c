@@ -38,6 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -650,6 +651,10 @@ static struct pconn *conn_start_locked(struct psb *ps, uint16_t port, int host_f
 	ps->refs++;
 	P.total++;
 	for (int i = 0; i < 2; i++) {
+		/* Bytes go on as they come: no Nagle delay on top of the
+		 * endpoints' own (a no-op on the unix socket of an upgrade). */
+		int one = 1;
+		setsockopt(c->side[i].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		int fl = fcntl(c->side[i].fd, F_GETFL);
 		if (fl < 0 || fcntl(c->side[i].fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
 		    side_watch(&c->side[i]) < 0) {

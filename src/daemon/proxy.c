@@ -38,6 +38,8 @@
  */
 #include <errno.h>
 #include <http_parser.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -678,6 +680,8 @@ static int proxy_begin(struct http_req *req)
 			return proxy_error(req, p, 410, "sandbox_gone", "sandbox %s: %s", p->s->id, msg);
 		return proxy_error(req, p, 502, "bad_gateway", "sandbox %s: %s", p->s->id, msg);
 	}
+	int one = 1;
+	setsockopt(p->up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	p->tracked = ports_track(p->s, p->port, p->up);
 	if (!p->tracked)
 		return proxy_error(req, p, 404, "port_not_exposed",
