@@ -437,9 +437,14 @@ static int feed(struct prx *p, const char *data, size_t len)
 	return 0;
 }
 
-/* Wait for the server's bytes (or the client's hang-up).  Returns bytes
- * read, 0 at the server's EOF, -1 on error or hang-up. */
-static ssize_t read_up(struct prx *p, char *buf, size_t len)
+/* The steps below never block: each says PROXY_AGAIN when it needs the
+ * server's socket to become readable, and proxy_wait() is what waits (on
+ * the connection's own thread, watching the client for a hang-up). */
+#define PROXY_AGAIN (-2)
+
+/* Wait until the server's socket is readable: 0, or -1 if the client
+ * went away. */
+static int proxy_wait(struct prx *p)
 {
 	for (;;) {
 		struct pollfd pf[2] = { { .fd = p->up, .events = POLLIN },
@@ -451,17 +456,27 @@ static ssize_t read_up(struct prx *p, char *buf, size_t len)
 			return -1;
 		if (p->client_fd >= 0 && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
 			return -1;
-		if (!pf[0].revents)
-			continue;
-		ssize_t n = recv(p->up, buf, len, MSG_DONTWAIT);
-		if (n < 0 && (errno == EAGAIN || errno == EINTR))
-			continue;
-		return n;
+		if (pf[0].revents)
+			return 0;
 	}
 }
 
-/* Read until the answer's head is complete.  0, or -1 with *why. */
-static int read_head(struct prx *p, const char **why)
+/* Read what the server has: bytes read, 0 at its EOF, PROXY_AGAIN, or -1. */
+static ssize_t read_up(struct prx *p, char *buf, size_t len)
+{
+	for (;;) {
+		ssize_t n = recv(p->up, buf, len, MSG_DONTWAIT);
+		if (n >= 0)
+			return n;
+		if (errno == EINTR)
+			continue;
+		return errno == EAGAIN ? PROXY_AGAIN : -1;
+	}
+}
+
+/* One step towards the answer's head: 1 when it is complete, PROXY_AGAIN,
+ * or -1 with *why. */
+static int head_step(struct prx *p, const char **why)
 {
 	if (p->early_len) {
 		char *e = p->early;
@@ -476,8 +491,10 @@ static int read_head(struct prx *p, const char **why)
 	char buf[16384];
 	while (!p->head_done) {
 		ssize_t n = read_up(p, buf, sizeof(buf));
+		if (n == PROXY_AGAIN)
+			return PROXY_AGAIN;
 		if (n < 0) {
-			*why = "the connection to the server inside failed (or the client went away)";
+			*why = "the connection to the server inside failed";
 			return -1;
 		}
 		if (n == 0) {
@@ -487,18 +504,32 @@ static int read_head(struct prx *p, const char **why)
 		if (feed(p, buf, (size_t)n) < 0)
 			goto bad;
 	}
-	return 0;
+	return 1;
 bad:
 	*why = p->head_too_big ? "the server inside answered with a header larger than 64 KiB"
 			       : "the server inside did not answer with HTTP";
 	return -1;
 }
 
+static int read_head(struct prx *p, const char **why)
+{
+	for (;;) {
+		int rc = head_step(p, why);
+		if (rc != PROXY_AGAIN)
+			return rc < 0 ? -1 : 0;
+		if (proxy_wait(p) < 0) {
+			*why = "the client went away";
+			return -1;
+		}
+	}
+}
+
 /* ---- the answer's body, as the client takes it ------------------------------------- */
 
-static ssize_t body_read(void *ud, char *buf, size_t max)
+/* Up to max bytes of the body into buf: bytes, 0 at its end, PROXY_AGAIN,
+ * or -1 (the server failed or cut it short). */
+static ssize_t body_step(struct prx *p, char *buf, size_t max)
 {
-	struct prx *p = ud;
 	for (;;) {
 		if (p->body_len > p->body_off) {
 			size_t n = p->body_len - p->body_off;
@@ -532,7 +563,7 @@ static ssize_t body_read(void *ud, char *buf, size_t max)
 					    : -1;
 			if (n < 0) {
 				p->out = NULL;
-				return -1;
+				return n; /* PROXY_AGAIN or -1 */
 			}
 			/* n == 0: EOF ends a body that runs to the close, and is
 			 * an error for one that had a length (cut short). */
@@ -546,6 +577,18 @@ static ssize_t body_read(void *ud, char *buf, size_t max)
 			return -1;
 		if (got)
 			return (ssize_t)got;
+	}
+}
+
+static ssize_t body_read(void *ud, char *buf, size_t max)
+{
+	struct prx *p = ud;
+	for (;;) {
+		ssize_t n = body_step(p, buf, max);
+		if (n != PROXY_AGAIN)
+			return n;
+		if (proxy_wait(p) < 0)
+			return -1;
 	}
 }
 
