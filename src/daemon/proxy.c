@@ -17,7 +17,7 @@
  *             X-Forwarded-Prefix (/v1/sandboxes/{id}/ports/{port}, for
  *             applications that build absolute links).  A body is passed
  *             on as it arrives, with its Content-Length, or chunked.
- *   response  parsed with http-parser (libhttp-parser): its status and
+ *   response  parsed with http-parser (answer.c): its status and
  *             headers (hop-by-hop ones dropped), and its body as it
  *             arrives, with its length when it gave one, else chunked.
  *   upgrade   a request with "Upgrade" (a WebSocket) is sent with it; a
@@ -37,7 +37,6 @@
  * (ports_track), which ends a request in progress.
  */
 #include <errno.h>
-#include <http_parser.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -50,17 +49,13 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "daemon/answer.h"
 #include "daemon/daemon.h"
 
-#define PROXY_HEAD_MAX (64u * 1024)      /* request or response head we build/keep */
-#define PROXY_MAX_HEADERS 128
+#define PROXY_HEAD_MAX (64u * 1024)      /* the request head we build */
 #define PROXY_EARLY_MAX (1u << 20)       /* answer bytes kept while the body is sent */
 #define PROXY_WRITE_TIMEOUT_MS 60000     /* the server takes no request bytes */
 #define PROXY_READ_CHUNK (64u * 1024)
-
-struct hdr {
-	size_t name, value;                  /* offsets into hbuf */
-};
 
 struct prx {
 	struct daemon *d;
@@ -74,26 +69,8 @@ struct prx {
 	/* Answer bytes read while the request body was being sent. */
 	char *early;
 	size_t early_len;
-	/* The answer: parser and head. */
-	http_parser parser;
-	int head_done, msg_done, in_value;
-	unsigned status;
-	uint64_t length;                     /* Content-Length, or HTTP_SIZE_UNKNOWN */
-	char *hbuf;
-	size_t hlen, hcap;
-	struct hdr hdrs[PROXY_MAX_HEADERS];
-	unsigned nhdrs;
-	int head_too_big;
-	/* Raw bytes read but not parsed yet (after the head: body or, after a
-	 * 101, the new protocol's first bytes). */
-	char *raw;
-	size_t raw_off, raw_len;
-	/* Body bytes decoded and not yet handed to the client. */
-	char *body;
-	size_t body_off, body_len, body_cap;
+	struct answer ans;                   /* the answer, parsed */
 	char *rbuf;                          /* PROXY_READ_CHUNK bytes, for reads */
-	char *out;                           /* on_body writes here when set */
-	size_t out_len, out_cap;
 	char prefix[96];                     /* /v1/sandboxes/{id}/ports/{port} */
 };
 
@@ -108,9 +85,7 @@ static void prx_free(struct prx *p)
 	if (p->s)
 		dsb_put(p->d, p->s);
 	free(p->early);
-	free(p->hbuf);
-	free(p->raw);
-	free(p->body);
+	answer_free(&p->ans);
 	free(p->rbuf);
 	free(p);
 }
@@ -309,134 +284,6 @@ static int send_up(struct prx *p, const char *data, size_t len)
 	return 0;
 }
 
-/* ---- parsing the answer ------------------------------------------------------------- */
-
-static int add_hbuf(struct prx *p, const char *at, size_t len)
-{
-	if (p->hlen + len + 1 > PROXY_HEAD_MAX || grow(&p->hbuf, &p->hcap, p->hlen + len + 1) < 0) {
-		p->head_too_big = 1;
-		return -1;
-	}
-	memcpy(p->hbuf + p->hlen, at, len);
-	p->hlen += len;
-	p->hbuf[p->hlen] = '\0';
-	return 0;
-}
-
-static int on_header_field(http_parser *hp, const char *at, size_t len)
-{
-	struct prx *p = hp->data;
-	if (p->in_value || p->nhdrs == 0) {
-		if (p->nhdrs == PROXY_MAX_HEADERS) {
-			p->head_too_big = 1;
-			return -1;
-		}
-		/* NUL after the previous value, then a new name. */
-		if (p->nhdrs && add_hbuf(p, "", 1) < 0)
-			return -1;
-		p->hdrs[p->nhdrs].name = p->hlen;
-		p->hdrs[p->nhdrs].value = 0;
-		p->nhdrs++;
-		p->in_value = 0;
-	}
-	return add_hbuf(p, at, len);
-}
-
-static int on_header_value(http_parser *hp, const char *at, size_t len)
-{
-	struct prx *p = hp->data;
-	if (!p->nhdrs)
-		return -1;
-	if (!p->in_value) {
-		if (add_hbuf(p, "", 1) < 0)
-			return -1;
-		p->hdrs[p->nhdrs - 1].value = p->hlen;
-		p->in_value = 1;
-	}
-	return add_hbuf(p, at, len);
-}
-
-static int on_headers_complete(http_parser *hp)
-{
-	struct prx *p = hp->data;
-	if (p->nhdrs && add_hbuf(p, "", 1) < 0)
-		return -1;
-	if (hp->status_code >= 100 && hp->status_code < 200 && hp->status_code != 101) {
-		/* 100 Continue, 103 Early Hints: not passed on; the real
-		 * answer follows. */
-		p->nhdrs = 0;
-		p->hlen = 0;
-		p->in_value = 0;
-		return 0;
-	}
-	p->head_done = 1;
-	p->status = hp->status_code;
-	p->length = (hp->flags & F_CONTENTLENGTH) && !(hp->flags & F_CHUNKED) ? hp->content_length
-									       : HTTP_SIZE_UNKNOWN;
-	if (p->status == 204 || p->status == 304)
-		p->length = 0;
-	if (p->status != 101)
-		http_parser_pause(hp, 1); /* the body is read when the client wants it */
-	return p->head_req ? 1 : 0;       /* an answer to HEAD has no body */
-}
-
-static int on_body(http_parser *hp, const char *at, size_t len)
-{
-	struct prx *p = hp->data;
-	if (p->out && p->out_len + len <= p->out_cap) {
-		memcpy(p->out + p->out_len, at, len);
-		p->out_len += len;
-		return 0;
-	}
-	if (grow(&p->body, &p->body_cap, p->body_len + len) < 0)
-		return -1;
-	memcpy(p->body + p->body_len, at, len);
-	p->body_len += len;
-	return 0;
-}
-
-static int on_message_complete(http_parser *hp)
-{
-	struct prx *p = hp->data;
-	if (p->head_done)
-		p->msg_done = 1;
-	return 0;
-}
-
-static const http_parser_settings parser_settings = {
-	.on_header_field = on_header_field,
-	.on_header_value = on_header_value,
-	.on_headers_complete = on_headers_complete,
-	.on_body = on_body,
-	.on_message_complete = on_message_complete,
-};
-
-/* Feed bytes to the parser; unparsed ones (after the head, or a new
- * protocol's) stay in p->raw.  0, or -1 if the answer is not HTTP. */
-static int feed(struct prx *p, const char *data, size_t len)
-{
-	size_t n = http_parser_execute(&p->parser, &parser_settings, data, len);
-	enum http_errno e = HTTP_PARSER_ERRNO(&p->parser);
-	if (e != HPE_OK && e != HPE_PAUSED)
-		return -1;
-	if (n < len) {
-		if (e != HPE_PAUSED && !p->parser.upgrade && !p->msg_done)
-			return -1;
-		/* After the head (paused), or an upgrade, or the end of the
-		 * message (the rest is ignored: we asked for one answer). */
-		size_t rest = len - n;
-		char *r = malloc(rest);
-		if (!r)
-			return -1;
-		memcpy(r, data + n, rest);
-		free(p->raw);
-		p->raw = r;
-		p->raw_off = 0;
-		p->raw_len = rest;
-	}
-	return 0;
-}
-
 /* The steps below never block: each says PROXY_AGAIN when it needs the
  * server's socket to become readable, and proxy_wait() is what waits (on
  * the connection's own thread, watching the client for a hang-up). */
@@ -483,13 +330,13 @@ static int head_step(struct prx *p, const char **why)
 		size_t n = p->early_len;
 		p->early = NULL;
 		p->early_len = 0;
-		int rc = feed(p, e, n);
+		int rc = answer_feed(&p->ans, e, n);
 		free(e);
 		if (rc < 0)
 			goto bad;
 	}
 	char buf[16384];
-	while (!p->head_done) {
+	while (!p->ans.head_done) {
 		ssize_t n = read_up(p, buf, sizeof(buf));
 		if (n == PROXY_AGAIN)
 			return PROXY_AGAIN;
@@ -501,13 +348,14 @@ static int head_step(struct prx *p, const char **why)
 			*why = "the server inside closed the connection without answering";
 			return -1;
 		}
-		if (feed(p, buf, (size_t)n) < 0)
+		if (answer_feed(&p->ans, buf, (size_t)n) < 0)
 			goto bad;
 	}
 	return 1;
 bad:
-	*why = p->head_too_big ? "the server inside answered with a header larger than 64 KiB"
-			       : "the server inside did not answer with HTTP";
+	*why = p->ans.too_big ? "the server inside answered with a header larger than 64 KiB "
+				"or 128 headers"
+			      : "the server inside did not answer with HTTP";
 	return -1;
 }
 
@@ -530,31 +378,32 @@ static int read_head(struct prx *p, const char **why)
  * or -1 (the server failed or cut it short). */
 static ssize_t body_step(struct prx *p, char *buf, size_t max)
 {
+	struct answer *a = &p->ans;
 	for (;;) {
-		if (p->body_len > p->body_off) {
-			size_t n = p->body_len - p->body_off;
+		if (a->body_len > a->body_off) {
+			size_t n = a->body_len - a->body_off;
 			if (n > max)
 				n = max;
-			memcpy(buf, p->body + p->body_off, n);
-			p->body_off += n;
-			if (p->body_off == p->body_len)
-				p->body_off = p->body_len = 0;
+			memcpy(buf, a->body + a->body_off, n);
+			a->body_off += n;
+			if (a->body_off == a->body_len)
+				a->body_off = a->body_len = 0;
 			return (ssize_t)n;
 		}
-		if (p->msg_done)
+		if (a->msg_done)
 			return 0;
 		/* Decode straight into buf: the decoded body is never longer
 		 * than the raw bytes it came from. */
-		p->out = buf;
-		p->out_len = 0;
-		p->out_cap = max;
+		a->out = buf;
+		a->out_len = 0;
+		a->out_cap = max;
 		int rc;
-		if (p->raw_len) {
-			size_t n = p->raw_len > max ? max : p->raw_len;
-			char *r = p->raw + p->raw_off;
-			p->raw_off += n;
-			p->raw_len -= n;
-			rc = feed(p, r, n);
+		if (a->raw_len) {
+			size_t n = a->raw_len > max ? max : a->raw_len;
+			char *r = a->raw + a->raw_off;
+			a->raw_off += n;
+			a->raw_len -= n;
+			rc = answer_feed(a, r, n);
 		} else {
 			if (!p->rbuf)
 				p->rbuf = malloc(PROXY_READ_CHUNK);
@@ -562,17 +411,17 @@ static ssize_t body_step(struct prx *p, char *buf, size_t max)
 											: PROXY_READ_CHUNK)
 					    : -1;
 			if (n < 0) {
-				p->out = NULL;
+				a->out = NULL;
 				return n; /* PROXY_AGAIN or -1 */
 			}
 			/* n == 0: EOF ends a body that runs to the close, and is
 			 * an error for one that had a length (cut short). */
-			rc = feed(p, p->rbuf, (size_t)n);
-			if (n == 0 && !p->msg_done)
+			rc = answer_feed(a, p->rbuf, (size_t)n);
+			if (n == 0 && !a->msg_done)
 				rc = -1;
 		}
-		size_t got = p->out_len;
-		p->out = NULL;
+		size_t got = a->out_len;
+		a->out = NULL;
 		if (rc < 0)
 			return -1;
 		if (got)
@@ -607,7 +456,7 @@ static void upgraded(void *ud, int sock, const char *extra, size_t extra_len, vo
 	p->tracked = NULL;
 	p->up = -1;
 	ports_adopt(p->s, p->port, sock, http_upgrade_close, handle, extra, extra_len, up,
-		    p->raw ? p->raw + p->raw_off : NULL, p->raw_len);
+		    p->ans.raw ? p->ans.raw + p->ans.raw_off : NULL, p->ans.raw_len);
 	prx_free(p);
 }
 
@@ -622,9 +471,9 @@ static int answer_upgrade(struct http_req *req, struct prx *p)
 	struct http_resp *r = http_resp_upgrade(upgraded, upgrade_dropped, p);
 	if (!r)
 		return http_error(req, 500, "internal", "out of memory");
-	for (unsigned i = 0; i < p->nhdrs; i++) {
-		const char *name = p->hbuf + p->hdrs[i].name;
-		const char *value = p->hdrs[i].value ? p->hbuf + p->hdrs[i].value : "";
+	for (unsigned i = 0; i < p->ans.nhdrs; i++) {
+		const char *name = answer_header_name(&p->ans, i);
+		const char *value = answer_header_value(&p->ans, i);
 		if (strcasecmp(name, "Connection") == 0 || strcasecmp(name, "Content-Length") == 0 ||
 		    strcasecmp(name, "Transfer-Encoding") == 0)
 			continue;
@@ -682,7 +531,7 @@ static int proxy_begin(struct http_req *req)
 	p->port = (unsigned)port;
 	p->client_fd = req->client_fd;
 	p->head_req = strcmp(req->method, "HEAD") == 0;
-	p->length = HTTP_SIZE_UNKNOWN;
+	answer_init(&p->ans, p->head_req);
 	req->state = p;
 	p->s = dsb_get(d, req, req->params[0]);
 	if (!p->s) {
@@ -736,8 +585,6 @@ static int proxy_begin(struct http_req *req)
 				   "the request's header is too large to pass on (over %u bytes)",
 				   PROXY_HEAD_MAX);
 	}
-	http_parser_init(&p->parser, HTTP_RESPONSE);
-	p->parser.data = p;
 	send_up(p, h.p, h.len);
 	free(h.p);
 	return 0;
@@ -778,25 +625,27 @@ static int proxy_end(struct http_req *req)
 	if (read_head(p, &why) < 0)
 		return proxy_error(req, p, 502, "bad_gateway", "port %u of sandbox %s: %s", p->port,
 				   p->s->id, why);
-	if (p->status == 101) {
-		if (!p->upgrade_req || !p->parser.upgrade)
+	if (p->ans.status == 101) {
+		if (!p->upgrade_req || !answer_upgraded(&p->ans))
 			return proxy_error(req, p, 502, "bad_gateway",
 					   "the server on port %u switched protocols (101) without being "
 					   "asked to", p->port);
 		return answer_upgrade(req, p);
 	}
-	http_parser_pause(&p->parser, 0);
-	struct http_resp *r = http_resp_stream(p->length, body_read, body_done, p);
+	answer_resume(&p->ans);
+	struct http_resp *r = http_resp_stream(p->ans.length == ANSWER_NO_LENGTH ? HTTP_SIZE_UNKNOWN
+										: p->ans.length,
+					       body_read, body_done, p);
 	if (!r)
 		return http_error(req, 500, "internal", "out of memory");
-	for (unsigned i = 0; i < p->nhdrs; i++) {
-		const char *name = p->hbuf + p->hdrs[i].name;
-		const char *value = p->hdrs[i].value ? p->hbuf + p->hdrs[i].value : "";
+	for (unsigned i = 0; i < p->ans.nhdrs; i++) {
+		const char *name = answer_header_name(&p->ans, i);
+		const char *value = answer_header_value(&p->ans, i);
 		if (hop_by_hop(name) || strcasecmp(name, "Content-Length") == 0)
 			continue;
 		http_resp_header(r, name, value);
 	}
-	return http_resp_send(req, (int)p->status, r);
+	return http_resp_send(req, (int)p->ans.status, r);
 }
 
 static int proxy_abort(struct http_req *req)
