@@ -35,6 +35,7 @@
 #include "core/internal.h"
 #include "init/init.h"
 #include "linux/cgroup.h"
+#include "linux/nsconnect.h"
 #include "linux/seccomp.h"
 #include "linux/storage.h"
 #include "linux/syscalls.h"
@@ -436,6 +437,37 @@ static pid_t ns_init_pid(const struct sandlot *sb)
 	return ns ? ns->pid : 0;
 }
 
+/* The sandbox's network namespace is its init's: entered through the
+ * pidfd (Linux 5.8+; the pid is our unreaped child, so it cannot have been
+ * reused), or through /proc/PID/ns/net where setns() takes no pidfd. */
+static int ns_port_connect(struct sandlot *sb, uint16_t port, unsigned timeout_ms,
+			   sandlot_error_t **err)
+{
+	struct ns_state *ns = sb->backend;
+	if (!ns || ns->pid <= 0)
+		return sandlot__error(err, EPIPE, "the sandbox is gone");
+	if (ns->pidfd >= 0) {
+		sandlot_error_t *e = NULL;
+		int fd = sandlot__netns_connect_loopback(ns->pidfd, port, (int)timeout_ms, &e);
+		if (fd >= 0 || sandlot_error_status(e) != EINVAL) {
+			if (fd < 0) {
+				if (err)
+					*err = e;
+				else
+					sandlot_error_free(e);
+			}
+			return fd;
+		}
+		sandlot_error_free(e);
+	}
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)ns->pid);
+	cleanup_close int nsfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (nsfd < 0)
+		return sandlot__error_errno(err, errno, "open the sandbox's network namespace");
+	return sandlot__netns_connect_loopback(nsfd, port, (int)timeout_ms, err);
+}
+
 const struct sandlot_backend_ops sandlot__backend_ns = {
 	.name = "ns",
 	.start = ns_start,
@@ -444,4 +476,5 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.usage = ns_usage,
 	.events = ns_events,
 	.init_pid = ns_init_pid,
+	.port_connect = ns_port_connect,
 };

@@ -35,7 +35,8 @@ enum { OPT_HOST = 1000, OPT_TOKEN_FILE };
 	{ "host", required_argument, NULL, 'H' },                       \
 	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE }
 /* The sandbox options of `create` and `mcp` (create.c): --memory (-m),
- * --cpus, --pids, --disk, --env (-e), --ttl, --idle-timeout, --image. */
+ * --cpus, --pids, --disk, --env (-e), --ttl, --idle-timeout, --image,
+ * --port (-p, repeatable). */
 enum { OPT_CPUS = 1100, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE };
 #define CLI_SANDBOX_OPTIONS                                             \
 	{ "memory", required_argument, NULL, 'm' },                     \
@@ -45,7 +46,8 @@ enum { OPT_CPUS = 1100, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE };
 	{ "env", required_argument, NULL, 'e' },                        \
 	{ "ttl", required_argument, NULL, OPT_TTL },                    \
 	{ "idle-timeout", required_argument, NULL, OPT_IDLE },          \
-	{ "image", required_argument, NULL, OPT_IMAGE }
+	{ "image", required_argument, NULL, OPT_IMAGE },                \
+	{ "port", required_argument, NULL, 'p' }
 struct json_t;
 /* Put sandbox option c (getopt's code) with value arg into a create
  * request's body (--env pairs into env).  0 when stored; 1 when c is not a
@@ -80,6 +82,9 @@ int cmd_changes(int argc, char **argv);
 int cmd_code(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
 int cmd_image(int argc, char **argv);
+int cmd_port(int argc, char **argv);
+/* "8000" → 8000: a whole number from 1 to 65535, else 0. */
+unsigned cli_parse_port(const char *s);
 
 /* NDJSON exec event stream (exec.c; also used by logs.c): writes stdout and
  * stderr data to fds 1 and 2 as they arrive and keeps the exit event. */

@@ -174,7 +174,8 @@ extern const struct http_route code_routes[]; /* code.c */
 static struct http_route *all_routes(void)
 {
 	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
-					      file_routes, workspace_routes, code_routes };
+					      file_routes, workspace_routes, code_routes, port_routes,
+					      proxy_routes };
 	size_t n = 0;
 	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
 		for (const struct http_route *r = tables[t]; r->method; r++)
@@ -346,6 +347,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	if (ports_start(&d, &err) < 0) {
+		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		pool_stop(&d);
+		registry_close(&d);
+		return 1;
+	}
 	struct http_route *routes = all_routes();
 	if (!routes) {
 		fputs("sandlotd: out of memory\n", stderr);
@@ -397,6 +404,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nservers; i++)
 		http_stop(servers[i], 5000);
 	sandboxes_free(&d);
+	ports_stop();
 	pool_free(&d);
 	registry_close(&d);
 	free(routes);

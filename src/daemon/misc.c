@@ -165,6 +165,11 @@ static int metrics(struct http_req *req)
 		bprintf(&b, "%s", pool);
 		free(pool);
 	}
+	char *ports = ports_metrics();
+	if (ports) {
+		bprintf(&b, "%s", ports);
+		free(ports);
+	}
 	bprintf(&b, "# HELP sandlot_uptime_seconds Seconds since sandlotd started.\n"
 		    "# TYPE sandlot_uptime_seconds gauge\nsandlot_uptime_seconds %lld\n",
 		(long long)((daemon_now_ms() - d->started_ms) / 1000));

@@ -319,6 +319,7 @@ static json_t *to_json_locked(struct dsb *s)
 	json_object_set_new(o, "idle_timeout_seconds", json_integer(s->idle_timeout_seconds));
 	json_object_set_new(o, "options", json_deep_copy(s->options));
 	json_object_set_new(o, "metadata", json_deep_copy(s->metadata));
+	json_object_set_new(o, "ports", ports_json_locked(s));
 	json_object_set_new(o, "cursor", json_integer((json_int_t)(s->next_cursor - 1)));
 	/* Kept workspace: while paused, or after expiry until retention ends. */
 	json_object_set_new(o, "auto_resume", json_boolean(s->auto_resume));
@@ -535,6 +536,7 @@ void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *
 
 void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid)
 {
+	ports_close(s);
 	if (execs_release)
 		execs_release(s);
 	/* Our child, not reaped before sandlot_destroy(): the pid cannot have
@@ -597,6 +599,8 @@ struct create_req {
 	uint32_t retention;      /* paused_retention_seconds */
 	const char *from_snapshot; /* id, in the request's JSON */
 	char wpath[4200];        /* its image; opts.workspace_image points here */
+	uint16_t ports[PORTS_MAX]; /* exposed ports */
+	unsigned nports;
 };
 
 static void create_req_free(struct create_req *c)
@@ -790,6 +794,12 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 				    "not \"%.64s\"", json_string_value(v));
 				goto fail;
 			}
+		} else if (strcmp(key, "ports") == 0) {
+			char msg[256];
+			if (ports_parse(v, c->ports, &c->nports, msg, sizeof(msg)) < 0) {
+				bad(req, "field \"ports\": %s", msg);
+				goto fail;
+			}
 		} else if (strcmp(key, "ttl_seconds") == 0) {
 			if (parse_seconds(req, key, v, &c->ttl) < 0)
 				goto fail;
@@ -848,7 +858,7 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 			c->metadata = json_deep_copy(v);
 		} else {
 			bad(req, "unknown field \"%.64s\" (known: image, memory, cpus, pids, disk, env, "
-			    "network, ttl_seconds, idle_timeout_seconds, metadata, auto_resume, "
+			    "network, ports, ttl_seconds, idle_timeout_seconds, metadata, auto_resume, "
 			    "paused_retention_seconds, from_snapshot)", key);
 			goto fail;
 		}
@@ -979,7 +989,6 @@ static int create_sandbox(struct http_req *req)
 	int64_t now = daemon_now_ms();
 	s->sb = sb;
 	s->init_pid = sandlot_init_pid(sb);
-	s->state = DSB_RUNNING;
 	s->created_ms = now;
 	s->last_active_ms = now;
 	s->ttl_seconds = c.ttl;
@@ -994,9 +1003,31 @@ static int create_sandbox(struct http_req *req)
 	json_decref(s->metadata);
 	s->metadata = c.metadata;
 	c.metadata = NULL;
+	pthread_mutex_lock(&s->lock);
+	ports_set_locked(s, c.ports, c.nports);
+	pthread_mutex_unlock(&s->lock);
 	create_req_free(&c);
+	if (s->nports && ports_open(s, &err) < 0) {
+		/* Not published, not running: nobody used it. */
+		ports_close(s);
+		sandlot_destroy(s->sb);
+		s->sb = NULL;
+		workspace_remove(d, s->id);
+		dsb_release(d, s);
+		pthread_mutex_lock(&d->lock);
+		d->ncreating--;
+		pthread_mutex_unlock(&d->lock);
+		__atomic_add_fetch(&d->m.create_failures, 1, __ATOMIC_RELAXED);
+		sandlot__error_wrap(&err, "expose ports");
+		http_error_from(req, err);
+		sandlot_error_free(err);
+		return 0;
+	}
 
 	pthread_mutex_lock(&s->lock);
+	/* Running only now: until here the port relay hands out no
+	 * connection to it (its connectors want a running sandbox). */
+	s->state = DSB_RUNNING;
 	registry_save(d, s);
 	json_t *body = to_json_locked(s);
 	pthread_mutex_unlock(&s->lock);
@@ -1392,6 +1423,9 @@ void sandboxes_recover(struct daemon *d)
 	size_t nlost = 0, npaused = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct dsb *s = v[i];
+		pthread_mutex_lock(&s->lock);
+		ports_load_locked(s);
+		pthread_mutex_unlock(&s->lock);
 		npaused += s->state == DSB_PAUSED;
 		if (!is_live(s->state))
 			continue;

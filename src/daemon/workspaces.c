@@ -435,6 +435,16 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struc
 		return -1;
 	}
 	daemon_log("resumed", "sandbox=%s ms=%.1f init_pid=%d", s->id, ms, (int)sandlot_init_pid(sb));
+	/* Its exposed ports listen again (the same host ports when free). */
+	if (ports_open(s, &err) < 0) {
+		char msg[sizeof(o->msg)];
+		snprintf(msg, sizeof(msg), "%s", sandlot_error_message(err));
+		for (char *c = msg; *c; c++)
+			if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+				*c = '\'';
+		daemon_log("ports_failed", "level=warn sandbox=%s error=\"%s\"", s->id, msg);
+		sandlot_error_free(err);
+	}
 	return 0;
 }
 
