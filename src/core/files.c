@@ -512,18 +512,44 @@ struct list_ctx {
 	sandlot_dirent_t *items;
 	size_t n, cap;
 	int oom;
+	char bad[200]; /* why the listing was refused; "" if it was not */
 };
+
+/* Refuse an entry name from init that the caller could not safely join to
+ * the directory's path (SECURITY.md: a compromised init is a threat).  The
+ * whole listing fails: a caller must never act on part of a lie. */
+static int list_name_ok(struct list_ctx *ctx, const struct sl_rec *rec)
+{
+	const char *why = sandlot__entry_name_problem(rec->val, rec->len);
+	if (!why)
+		return 1;
+	char shown[80];
+	size_t k = 0;
+	for (uint32_t i = 0; i < rec->len && k + 5 < sizeof(shown); i++) {
+		unsigned char c = rec->val[i];
+		if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+			shown[k++] = (char)c;
+		else
+			k += (size_t)snprintf(shown + k, sizeof(shown) - k, "\\x%02x", c);
+	}
+	shown[k] = '\0';
+	snprintf(ctx->bad, sizeof(ctx->bad), "the sandbox sent an invalid entry name \"%s\" (%s)",
+		 shown, why);
+	return 0;
+}
 
 static void list_item(struct req *r, const struct sl_frame_header *h, const uint8_t *payload)
 {
 	struct list_ctx *ctx = r->ctx;
-	if (h->type != SL_MSG_ENTRIES || ctx->oom)
+	if (h->type != SL_MSG_ENTRIES || ctx->oom || ctx->bad[0])
 		return;
 	struct sl_rec_iter it;
 	struct sl_rec rec;
 	sl_rec_iter_init(&it, payload, h->length);
 	while (sl_rec_next(&it, &rec) == 1) {
 		if (rec.tag == SL_TAG_NAME) {
+			if (!list_name_ok(ctx, &rec))
+				return;
 			if (ctx->n == ctx->cap) {
 				size_t cap = ctx->cap ? ctx->cap * 2 : 32;
 				sandlot_dirent_t *ni = realloc(ctx->items, cap * sizeof(*ni));
@@ -571,7 +597,9 @@ int sandlot_list(sandlot_t *sb, const char *path, sandlot_dirent_t **out, size_t
 		return -1;
 	int rc = req_wait(&r, err);
 	req_cleanup(&r);
-	if (rc == 0 && ctx.oom)
+	if (rc == 0 && ctx.bad[0])
+		rc = sandlot__error(err, EPROTO, "list %s: %s", path, ctx.bad);
+	else if (rc == 0 && ctx.oom)
 		rc = sandlot__error(err, ENOMEM, "list %s: out of memory", path);
 	if (rc < 0) {
 		sandlot_dirents_free(ctx.items, ctx.n);

@@ -2295,6 +2295,50 @@ static void test_fs_ops(void)
 	sandlot_destroy(sb);
 }
 
+/* A sandbox whose init is tests/unit/fake_init.c (a compromised init). */
+static sandlot_t *new_fake_sandbox(void)
+{
+	need_sandbox();
+	const char *fake = getenv("SANDLOT_TEST_FAKE_INIT");
+	if (!fake || access(fake, X_OK) != 0)
+		bail("SANDLOT_TEST_FAKE_INIT is not set or not executable: run this through "
+		     "`meson test`", __LINE__);
+	sandlot_options_t o;
+	sandlot_options_init(&o);
+	o.init_path = fake;
+	return new_sandbox_opts(&o);
+}
+
+/* sandlot_list() must refuse the entry names a compromised init could use
+ * to walk its callers out of a directory: "", ".", "..", "/", names with a
+ * '/' or a NUL.  Refused with EPROTO (the whole listing: a caller must
+ * not act on a listing half of which was a lie), naming the entry. */
+static void test_list_hostile_names(void)
+{
+	sandlot_t *sb = new_fake_sandbox();
+	sandlot_dirent_t *ents = NULL;
+	size_t n = 0;
+	MUST(sandlot_list(sb, "/x/fine", &ents, &n, E));
+	CHECK_EQ_INT(n, 1);
+	CHECK(n == 1 && strcmp(ents[0].name, "ok") == 0);
+	sandlot_dirents_free(ents, n);
+
+	static const char *const keys[] = { "dotdot", "dot", "slash", "root", "empty", "nul" };
+	static const char *const shown[] = { "\"..\"", "\".\"", "\"a/b\"", "\"/\"", "\"\"",
+					     "NUL" };
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		char path[64];
+		snprintf(path, sizeof(path), "/x/%s", keys[i]);
+		ents = NULL;
+		n = 0;
+		MUST_FAIL(sandlot_list(sb, path, &ents, &n, E), EPROTO, shown[i]);
+		CHECK(ents == NULL && n == 0);
+	}
+	sandlot_destroy(sb);
+	int status;
+	CHECK(waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD); /* fake init reaped */
+}
+
 static const sandlot_change_t *find_change(const sandlot_changes_t *c, const char *path)
 {
 	for (size_t i = 0; i < c->count; i++)
@@ -3021,6 +3065,7 @@ int main(void)
 	RUN(test_file_callbacks);
 	RUN(test_file_fd);
 	RUN(test_fs_ops);
+	RUN(test_list_hostile_names);
 	RUN(test_changes_scan);
 	RUN(test_destroy_running_exec);
 	RUN(test_destroy_open_reader);
