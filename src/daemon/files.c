@@ -1036,7 +1036,8 @@ static int ain_abort(struct http_req *req)
  * Names are relative to DIR ("sub/file"), depth first, sorted.  Regular
  * files and directories only: symlinks are omitted (sandlot has no
  * readlink, and a link's target means nothing outside the sandbox anyway),
- * as are devices, FIFOs and sockets.  Entries that vanish between the
+ * as are devices, FIFOs and sockets, and files and directories the sandbox
+ * user may not read (logged as archive_entry_unreadable).  Entries that vanish between the
  * listing and the read are left out; any other error cuts the stream short
  * (the client sees a failed transfer, never a silently incomplete tar).  A
  * file that changes size while it is read is truncated or zero-padded to
@@ -1093,6 +1094,15 @@ static int aout_fail(struct aout *st, const char *what, const char *msg)
 		   st->s->id, st->root, what, msg ? msg : "?");
 	st->error = 1;
 	return -1;
+}
+
+/* An entry the sandbox user may not read (the file routes have the user's
+ * rights: creds.c in sandlot-init) is left out, as symlinks are, and
+ * logged. */
+static void aout_unreadable(struct aout *st, const char *rel)
+{
+	daemon_log("archive_entry_unreadable", "sandbox=%s dir=\"%s\" entry=\"%s\"", st->s->id,
+		   st->root, rel);
 }
 
 static void aout_header(struct aout *st, const char *rel, const sandlot_stat_t *s)
@@ -1182,9 +1192,11 @@ static int aout_step(struct aout *st)
 		size_t n = 0;
 		if (sandlot_list(st->sb, full, &ents, &n, &err) < 0) {
 			int e = sandlot_error_status(err);
-			if (e == ENOENT || e == ENOTDIR) {
+			if (e == ENOENT || e == ENOTDIR || e == EACCES) {
+				if (e == EACCES)
+					aout_unreadable(st, rel);
 				sandlot_error_free(err);
-				return 0; /* gone or replaced since the listing */
+				return 0; /* gone or replaced since the listing, or not the user's to read */
 			}
 			aout_fail(st, rel, sandlot_error_message(err));
 			sandlot_error_free(err);
@@ -1210,9 +1222,11 @@ static int aout_step(struct aout *st)
 	st->r = sandlot_file_open_read(st->sb, full, &err);
 	if (!st->r) {
 		int e = sandlot_error_status(err);
-		if (e == ENOENT || e == EISDIR || e == EINVAL) {
+		if (e == ENOENT || e == EISDIR || e == EINVAL || e == EACCES) {
+			if (e == EACCES)
+				aout_unreadable(st, rel);
 			sandlot_error_free(err);
-			return 0; /* gone or no longer a regular file */
+			return 0; /* gone or no longer a regular file, or not the user's to read */
 		}
 		aout_fail(st, rel, sandlot_error_message(err));
 		sandlot_error_free(err);

@@ -4,6 +4,10 @@
  * Init resolves every path itself, after pivot_root, so no path can name a
  * host file; openat2(RESOLVE_NO_MAGICLINKS) additionally refuses the
  * /proc magic links that could lead out of the sandbox's mount namespace.
+ * Everything here runs with the sandbox user's filesystem credentials and
+ * no effective capability (the loop switches around each request and each
+ * stream callback: creds.c), so the kernel's permission checks are the
+ * user's: the API can read and write only what the user's code can.
  * Sandboxed code shares these directories and may race with us, so
  * everything past the first lookup works on directory descriptors
  * (openat/unlinkat/renameat) and never follows a symlink it did not mean
@@ -20,6 +24,8 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,12 +75,51 @@ static int open_at(int dirfd, const char *path, int flags, unsigned mode, uint64
 	return fd;
 }
 
+/* Whether fd is an entry of init's own /proc/<pid> (reached as /proc/1,
+ * /proc/self, /proc/thread-self or through a planted symlink).  The kernel
+ * lets a process read its own /proc entries whatever its credentials
+ * (ptrace_may_access() allows its own thread group first of all), so the
+ * sandbox user's credentials (creds.c) do not keep the API out of init's
+ * memory map, environment or descriptors: this check does.  The path the
+ * kernel shows for the open file tells where it is; anything on procfs
+ * that does not look like /proc/<pid>/... or /proc/<name> counts as init's
+ * (there is no other proc mount in a sandbox). */
+static int own_proc_entry(int fd)
+{
+	struct statfs sf;
+	if (fstatfs(fd, &sf) < 0)
+		return 1;
+	if (sf.f_type != PROC_SUPER_MAGIC)
+		return 0;
+	char link[64], where[INIT_PATH_MAX + 1];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, where, sizeof(where) - 1);
+	if (n < 0)
+		return 1;
+	where[n] = '\0';
+	if (strncmp(where, "/proc/", 6) != 0)
+		return strcmp(where, "/proc") != 0;
+	const char *p = where + 6;
+	if (*p < '0' || *p > '9')
+		return 0; /* /proc/cpuinfo, /proc/sys/...: nobody's own */
+	char *end;
+	unsigned long pid = strtoul(p, &end, 10);
+	return (*end == '/' || *end == '\0') && pid == (unsigned long)getpid();
+}
+
 int init__open(const struct loop *l, const char *path, int flags, unsigned mode, uint64_t resolve)
 {
 	cleanup_free char *abs = init__abs_path(l, path);
 	if (!abs)
 		return -1;
-	return open_at(AT_FDCWD, abs, flags, mode, resolve);
+	int fd = open_at(AT_FDCWD, abs, flags, mode, resolve);
+	/* O_PATH opens (STAT) only show metadata, which the user may see too. */
+	if (fd >= 0 && !(flags & O_PATH) && own_proc_entry(fd)) {
+		close(fd);
+		errno = EACCES;
+		return -1;
+	}
+	return fd;
 }
 
 /* The request records shared by the file operations. */
@@ -302,6 +347,7 @@ static void fwrite_frame(struct loop *l, struct stream *s, const struct sl_frame
 static const struct stream_ops fwrite_ops = {
 	.frame = fwrite_frame,
 	.destroy = fwrite_destroy,
+	.as_user = 1,
 };
 
 /* Create a uniquely named temporary file in dirfd (never following or
@@ -487,6 +533,7 @@ static const struct stream_ops fread_ops = {
 	.frame = fread_frame,
 	.pump = fread_pump,
 	.destroy = fread_destroy,
+	.as_user = 1,
 };
 
 void init__fread_request(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload)
@@ -627,6 +674,7 @@ static void list_pump(struct loop *l, struct stream *s)
 static const struct stream_ops list_ops = {
 	.pump = list_pump,
 	.destroy = list_destroy,
+	.as_user = 1,
 };
 
 void init__list_request(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload)

@@ -64,6 +64,7 @@ static void path_in(const struct client *c, const char *rel, char *out, size_t n
 /* Options for start_init_opts(). */
 struct init_opts {
 	rlim_t fsize; /* RLIMIT_FSIZE for init itself (0: none) */
+	uid_t uid;    /* --uid and --gid (0: the test's own) */
 };
 
 static void start_init_opts(struct client *c, const struct init_opts *o)
@@ -94,8 +95,8 @@ static void start_init_opts(struct client *c, const struct init_opts *o)
 			setrlimit(RLIMIT_FSIZE, &rl);
 		}
 		char uid[16], gid[16];
-		snprintf(uid, sizeof(uid), "%u", (unsigned)getuid());
-		snprintf(gid, sizeof(gid), "%u", (unsigned)getgid());
+		snprintf(uid, sizeof(uid), "%u", (unsigned)(o && o->uid ? o->uid : getuid()));
+		snprintf(gid, sizeof(gid), "%u", (unsigned)(o && o->uid ? o->uid : getgid()));
 		char *argv[] = { "sandlot-init", "--no-setup", "--no-seccomp", "--home", c->home,
 				 "--uid", uid, "--gid", gid, NULL };
 		struct init_config cfg;
@@ -1277,6 +1278,94 @@ static void test_stat_list_mkdir_remove(void)
 }
 
 /* Mount points are not crossed by REMOVE (needs privilege to mount). */
+/* File operations have the sandbox user's rights (creds.c): init runs
+ * them with the user's filesystem uid/gid and no effective capability, and
+ * refuses its own /proc entries, which the kernel would let it read
+ * whatever its credentials. */
+static void test_file_ops_user_creds(void)
+{
+	if (geteuid() != 0)
+		tap_skip("needs root: init must run as root with another --uid");
+	const uid_t user = 65534;
+	struct client c;
+	start_init_opts(&c, &(struct init_opts){ .uid = user });
+	CHECK_EQ_INT(chown(c.home, user, user), 0);
+	skip_hello(&c);
+	char p[200];
+	path_in(&c, "secret", p, sizeof(p));
+	int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	CHECK(fd >= 0 && write(fd, "xyzzy", 5) == 5);
+	close(fd);
+	path_in(&c, "rootdir", p, sizeof(p));
+	CHECK_EQ_INT(mkdir(p, 0755), 0);
+	path_in(&c, "rootdir/f", p, sizeof(p));
+	CHECK_EQ_INT(close(open(p, O_WRONLY | O_CREAT, 0644)), 0);
+	path_in(&c, "closed", p, sizeof(p));
+	CHECK_EQ_INT(mkdir(p, 0700), 0);
+	char target[64];
+	snprintf(target, sizeof(target), "/proc/%d/environ", (int)c.init);
+	path_in(&c, "environ", p, sizeof(p));
+	CHECK_EQ_INT(symlink(target, p), 0);
+	path_in(&c, "selfmaps", p, sizeof(p));
+	CHECK_EQ_INT(symlink("/proc/self/maps", p), 0);
+
+	uint8_t *back = NULL;
+	size_t len = 0;
+	CHECK_EQ_INT(fread_data(&c, 1, "secret", &back, &len), EACCES);
+	free(back);
+	CHECK_EQ_INT(fread_data(&c, 2, "environ", &back, &len), EACCES);
+	free(back);
+	CHECK_EQ_INT(fread_data(&c, 3, "selfmaps", &back, &len), EACCES);
+	free(back);
+	CHECK_EQ_INT(fread_data(&c, 4, target, &back, &len), EACCES);
+	free(back);
+	snprintf(target, sizeof(target), "/proc/%d/fd", (int)c.init);
+	struct entry_seen seen[8];
+	int frames;
+	CHECK_EQ_INT(list_dir(&c, 5, target, seen, 8, &frames), -EACCES);
+	CHECK_EQ_INT(list_dir(&c, 6, "closed", seen, 8, &frames), -EACCES);
+	CHECK_EQ_INT(list_dir(&c, 7, "rootdir", seen, 8, &frames), 1); /* 0755: readable */
+	/* /proc entries that are nobody's own stay readable. */
+	CHECK_EQ_INT(fread_data(&c, 8, "/proc/version", &back, &len), 0);
+	CHECK(len > 0);
+	free(back);
+
+	CHECK_EQ_INT(fwrite_data(&c, 9, "rootdir/new", 0, 0, 0, (const uint8_t *)"x", 1, NULL),
+		     EACCES);
+	send_path(&c, SL_MSG_MKDIR, 10, "rootdir/sub", 0, 0);
+	CHECK_EQ_INT(expect_reply(&c, 10, NULL), EACCES);
+	send_path(&c, SL_MSG_REMOVE, 11, "rootdir/f", 0, 0);
+	CHECK_EQ_INT(expect_reply(&c, 11, NULL), EACCES);
+	send_path(&c, SL_MSG_REMOVE, 12, "rootdir", 1, 1);
+	CHECK_EQ_INT(expect_reply(&c, 12, NULL), EACCES);
+	path_in(&c, "rootdir/f", p, sizeof(p));
+	CHECK_EQ_INT(access(p, F_OK), 0);
+
+	/* What the user may do works, and belongs to the user. */
+	CHECK_EQ_INT(fwrite_data(&c, 13, "mine/deep/file", 0, 0, 1, (const uint8_t *)"ok", 2, NULL), 0);
+	send_path(&c, SL_MSG_MKDIR, 14, "made", 0, 0);
+	CHECK_EQ_INT(expect_reply(&c, 14, NULL), 0);
+	static const char *const made[] = { "mine", "mine/deep", "mine/deep/file", "made" };
+	for (size_t i = 0; i < sizeof(made) / sizeof(made[0]); i++) {
+		struct stat st = { 0 };
+		path_in(&c, made[i], p, sizeof(p));
+		CHECK_EQ_INT(stat(p, &st), 0);
+		CHECK_EQ_INT(st.st_uid, user);
+		CHECK_EQ_INT(st.st_gid, user);
+	}
+	CHECK_EQ_INT(fread_data(&c, 15, "mine/deep/file", &back, &len), 0);
+	CHECK(len == 2 && back && memcmp(back, "ok", 2) == 0);
+	free(back);
+	send_path(&c, SL_MSG_REMOVE, 16, "mine", 1, 1);
+	CHECK_EQ_INT(expect_reply(&c, 16, NULL), 0);
+	/* Init itself is still root: it can start commands as before. */
+	struct result r;
+	run_cmd(&c, 17, (const char *const[]){ "true", NULL }, &r);
+	CHECK_EQ_INT(r.code, 0);
+	result_free(&r);
+	stop_init(&c);
+}
+
 static void test_remove_mount(void)
 {
 	if (geteuid() != 0)
@@ -1656,6 +1745,7 @@ int main(void)
 	TAP_RUN(test_background_holder);
 	TAP_RUN(test_fwrite_fread);
 	TAP_RUN(test_fread_errors);
+	TAP_RUN(test_file_ops_user_creds);
 	TAP_RUN(test_fwrite_parents_and_abort);
 	TAP_RUN(test_fwrite_error_atomic);
 	TAP_RUN(test_stat_list_mkdir_remove);
