@@ -257,6 +257,13 @@ SANDLOT_API int sandlot_file_read(sandlot_t *sb, const char *path, sandlot_write
 SANDLOT_API int sandlot_file_read_fd(sandlot_t *sb, const char *path, int fd,
 				     sandlot_error_t **err);
 
+/* Read at most max_bytes (0: no limit): a larger file fails with EFBIG
+ * before any data ("the file is N bytes, over the limit of M bytes"), and
+ * one that grows past the limit while it is read fails with EFBIG then, so
+ * a sparse file of terabytes cannot make a reader run for hours. */
+SANDLOT_API int sandlot_file_read_fd_max(sandlot_t *sb, const char *path, int fd,
+					 uint64_t max_bytes, sandlot_error_t **err);
+
 /* Streaming in the other direction, for callers that are themselves fed or
  * drained piecewise (an HTTP server).
  *
@@ -267,6 +274,11 @@ SANDLOT_API int sandlot_file_read_fd(sandlot_t *sb, const char *path, int fd,
 typedef struct sandlot_file_reader sandlot_file_reader_t;
 SANDLOT_API sandlot_file_reader_t *sandlot_file_open_read(sandlot_t *sb, const char *path,
 							  sandlot_error_t **err);
+/* The same with a size limit, as sandlot_file_read_fd_max(): a larger file
+ * fails here (EFBIG), before any data. */
+SANDLOT_API sandlot_file_reader_t *sandlot_file_open_read_max(sandlot_t *sb, const char *path,
+							      uint64_t max_bytes,
+							      sandlot_error_t **err);
 SANDLOT_API ssize_t sandlot_file_reader_read(sandlot_file_reader_t *r, void *buf, size_t len,
 					     sandlot_error_t **err);
 SANDLOT_API void sandlot_file_reader_close(sandlot_file_reader_t *r);
@@ -294,8 +306,9 @@ typedef enum {
 typedef struct sandlot_stat {
 	sandlot_file_type_t type;
 	uint32_t mode;        /* permission bits */
-	uint64_t size;
+	uint64_t size;        /* apparent size (what a read returns) */
 	int64_t mtime_ns;     /* nanoseconds since the epoch */
+	uint64_t allocated;   /* bytes it takes on disk: far below size for a sparse file */
 } sandlot_stat_t;
 
 SANDLOT_API int sandlot_stat(sandlot_t *sb, const char *path, sandlot_stat_t *out,

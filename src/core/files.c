@@ -283,8 +283,38 @@ struct sandlot_file_reader {
 	int eof;           /* the END frame arrived */
 	int started;       /* a first DATA (or the end) arrived */
 	int oom;
+	int refused;       /* init broke the limit or its credit: refused_* say how */
+	int refused_status;
+	char refused_msg[200];
 	uint32_t consumed; /* read by the caller, not yet credited */
+	uint64_t received; /* data bytes that arrived */
+	uint64_t allowed;  /* credit given to init so far (the window, then grants) */
+	uint64_t max;      /* MAX_BYTES, 0 = none */
 };
+
+/* A compromised init could send more than it was allowed to: more than
+ * the limit, or past its credit (which is what bounds the queue).  The
+ * transfer then fails; what came too much is not kept.  conn->lock held. */
+static int reader_accept(sandlot_file_reader_t *rd, uint32_t len)
+{
+	if (rd->refused)
+		return 0;
+	if (rd->max && rd->received + len > rd->max) {
+		rd->refused_status = EFBIG;
+		snprintf(rd->refused_msg, sizeof(rd->refused_msg),
+			 "the sandbox sent more than the limit of %llu bytes",
+			 (unsigned long long)rd->max);
+	} else if (rd->received + len > rd->allowed) {
+		rd->refused_status = EPROTO;
+		snprintf(rd->refused_msg, sizeof(rd->refused_msg),
+			 "the sandbox sent more data than its credit allowed");
+	} else {
+		rd->received += len;
+		return 1;
+	}
+	rd->refused = 1;
+	return 0;
+}
 
 static void reader_item(struct req *r, const struct sl_frame_header *h, const uint8_t *payload)
 {
@@ -292,6 +322,10 @@ static void reader_item(struct req *r, const struct sl_frame_header *h, const ui
 	if (h->type != SL_MSG_DATA)
 		return;
 	rd->started = 1;
+	if (h->length && !reader_accept(rd, h->length)) {
+		pthread_cond_broadcast(&r->s.conn->cond);
+		return;
+	}
 	if (h->length) {
 		struct chunk *c = malloc(sizeof(*c) + h->length);
 		if (!c) {
@@ -313,7 +347,8 @@ static void reader_item(struct req *r, const struct sl_frame_header *h, const ui
 	pthread_cond_broadcast(&r->s.conn->cond);
 }
 
-sandlot_file_reader_t *sandlot_file_open_read(sandlot_t *sb, const char *path, sandlot_error_t **err)
+sandlot_file_reader_t *sandlot_file_open_read_max(sandlot_t *sb, const char *path,
+						  uint64_t max_bytes, sandlot_error_t **err)
 {
 	if (check_path(path, "read", err) < 0)
 		return NULL;
@@ -321,13 +356,22 @@ sandlot_file_reader_t *sandlot_file_open_read(sandlot_t *sb, const char *path, s
 	if (!rd)
 		return sandlot__error(err, ENOMEM, "out of memory"), NULL;
 	rd->r.on_item = reader_item;
+	rd->max = max_bytes;
+	rd->allowed = SANDLOT_PROTO_WINDOW;
 	snprintf(rd->r.what, sizeof(rd->r.what), "read %.140s", path);
 	struct sl_msg m;
-	if (req_start(sb, &rd->r, SL_MSG_FREAD, path, &m, err) < 0 || req_send(&rd->r, &m, err) < 0) {
+	if (req_start(sb, &rd->r, SL_MSG_FREAD, path, &m, err) < 0) {
 		free(rd);
 		return NULL;
 	}
-	/* Init answers ERROR (missing, not a regular file) or starts the data. */
+	if (max_bytes)
+		sl_msg_put_u64(&m, SL_TAG_MAX_BYTES, max_bytes);
+	if (req_send(&rd->r, &m, err) < 0) {
+		free(rd);
+		return NULL;
+	}
+	/* Init answers ERROR (missing, not a regular file, over the limit) or
+	 * starts the data. */
 	struct sl_conn *c = &sb->conn;
 	pthread_mutex_lock(&c->lock);
 	while (!rd->started && !rd->r.done)
@@ -342,13 +386,23 @@ sandlot_file_reader_t *sandlot_file_open_read(sandlot_t *sb, const char *path, s
 	return rd;
 }
 
+sandlot_file_reader_t *sandlot_file_open_read(sandlot_t *sb, const char *path, sandlot_error_t **err)
+{
+	return sandlot_file_open_read_max(sb, path, 0, err);
+}
+
 ssize_t sandlot_file_reader_read(sandlot_file_reader_t *rd, void *buf, size_t len,
 				 sandlot_error_t **err)
 {
 	struct sl_conn *c = &rd->r.sb->conn;
 	pthread_mutex_lock(&c->lock);
-	while (!rd->head && !rd->eof && !rd->r.done)
+	while (!rd->head && !rd->eof && !rd->r.done && !rd->refused)
 		pthread_cond_wait(&c->cond, &c->lock);
+	if (rd->refused) {
+		/* Too much came: fail now, whatever is queued. */
+		pthread_mutex_unlock(&c->lock);
+		return sandlot__error(err, rd->refused_status, "%s: %s", rd->r.what, rd->refused_msg);
+	}
 	size_t n = 0;
 	while (rd->head && n < len) {
 		struct chunk *ch = rd->head;
@@ -370,6 +424,7 @@ ssize_t sandlot_file_reader_read(sandlot_file_reader_t *rd, void *buf, size_t le
 	if (rd->consumed >= CREDIT_BATCH && !rd->eof) {
 		grant = rd->consumed;
 		rd->consumed = 0;
+		rd->allowed += grant;
 	}
 	int oom = rd->oom, eof = rd->eof, done = rd->r.done;
 	sandlot_error_t *e = rd->r.error;
@@ -412,10 +467,10 @@ void sandlot_file_reader_close(sandlot_file_reader_t *rd)
 	free(rd);
 }
 
-int sandlot_file_read(sandlot_t *sb, const char *path, sandlot_write_fn sink, void *userdata,
-		      sandlot_error_t **err)
+static int file_read(sandlot_t *sb, const char *path, uint64_t max_bytes, sandlot_write_fn sink,
+		     void *userdata, sandlot_error_t **err)
 {
-	sandlot_file_reader_t *rd = sandlot_file_open_read(sb, path, err);
+	sandlot_file_reader_t *rd = sandlot_file_open_read_max(sb, path, max_bytes, err);
 	if (!rd)
 		return -1;
 	uint8_t *buf = malloc(SANDLOT_PROTO_MAX_DATA);
@@ -443,6 +498,12 @@ int sandlot_file_read(sandlot_t *sb, const char *path, sandlot_write_fn sink, vo
 	return rc;
 }
 
+int sandlot_file_read(sandlot_t *sb, const char *path, sandlot_write_fn sink, void *userdata,
+		      sandlot_error_t **err)
+{
+	return file_read(sb, path, 0, sink, userdata, err);
+}
+
 static int fd_sink(void *ud, const void *buf, size_t len)
 {
 	return sandlot__write_all(*(int *)ud, buf, len);
@@ -450,7 +511,13 @@ static int fd_sink(void *ud, const void *buf, size_t len)
 
 int sandlot_file_read_fd(sandlot_t *sb, const char *path, int fd, sandlot_error_t **err)
 {
-	return sandlot_file_read(sb, path, fd_sink, &fd, err);
+	return file_read(sb, path, 0, fd_sink, &fd, err);
+}
+
+int sandlot_file_read_fd_max(sandlot_t *sb, const char *path, int fd, uint64_t max_bytes,
+			     sandlot_error_t **err)
+{
+	return file_read(sb, path, max_bytes, fd_sink, &fd, err);
 }
 
 /* ---- stat, list, mkdir, remove ----------------------------------------- */
@@ -478,6 +545,10 @@ static void parse_stat_rec(const struct sl_rec *rec, sandlot_stat_t *st)
 	case SL_TAG_MTIME_NS:
 		if (sl_rec_i64(rec, &mt) == 0)
 			st->mtime_ns = mt;
+		break;
+	case SL_TAG_ALLOCATED:
+		if (sl_rec_u64(rec, &size) == 0)
+			st->allocated = size;
 		break;
 	default:
 		break;

@@ -118,6 +118,7 @@ struct daemon_config {
 	unsigned max_sandboxes;
 	unsigned paused_retention_s; /* default paused_retention_seconds; 0 = forever */
 	const char *default_image;  /* --default-image; "host" unless set */
+	uint64_t max_download;      /* --max-download: file bytes a download may send; 0 = any */
 };
 
 struct daemon_metrics {

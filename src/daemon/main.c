@@ -73,6 +73,10 @@ static const char help[] =
 	"                               of an expired one, is kept for sandboxes\n"
 	"                               created without paused_retention_seconds\n"
 	"                               (default 604800: 7 days; 0: for good)\n"
+	"        --max-download SIZE    the most file data one download (a file or an\n"
+	"                               archive) may send, e.g. 8G (default 8G; 0: no\n"
+	"                               limit); larger ones get 413 before any data;\n"
+	"                               a request may ask for less with ?max_bytes=\n"
 	"    -h, --help                 show this help\n"
 	"\n"
 	"SIGNALS\n"
@@ -84,7 +88,7 @@ static const char help[] =
 	"    0 after a clean stop, 1 if it could not start, 2 for bad arguments.\n";
 
 enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MAX, OPT_POOL,
-       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE };
+       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE, OPT_MAX_DOWNLOAD };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -96,6 +100,7 @@ static const struct option opts[] = {
 	{ "pool", required_argument, NULL, OPT_POOL },
 	{ "default-image", required_argument, NULL, OPT_DEFAULT_IMAGE },
 	{ "paused-retention", required_argument, NULL, OPT_PAUSED_RETENTION },
+	{ "max-download", required_argument, NULL, OPT_MAX_DOWNLOAD },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -124,6 +129,17 @@ static int parse_uint(const char *opt, const char *s, unsigned long max, unsigne
 	}
 	*out = (unsigned)v;
 	return 0;
+}
+
+/* A size option ("8G", "512M", bytes); 0 only if allow_zero. */
+static int parse_size_opt(const char *opt, const char *s, int allow_zero, uint64_t *out)
+{
+	sandlot_error_t *e = NULL;
+	if (sandlot_parse_size(s, allow_zero, out, &e) == 0)
+		return 0;
+	usage_error("invalid %s: %s", opt, sandlot_error_message(e));
+	sandlot_error_free(e);
+	return -1;
 }
 
 /* First line of the token file, without surrounding whitespace. */
@@ -204,6 +220,7 @@ int main(int argc, char **argv)
 	d.cfg.default_image = "host";
 	d.cfg.max_sandboxes = 2000;
 	d.cfg.paused_retention_s = 7 * 24 * 3600;
+	d.cfg.max_download = (uint64_t)8 << 30;
 
 	int c;
 	opterr = 0;
@@ -255,6 +272,10 @@ int main(int argc, char **argv)
 		case OPT_PAUSED_RETENTION:
 			if (parse_uint("--paused-retention", optarg, 315360000,
 				       &d.cfg.paused_retention_s) < 0)
+				return 2;
+			break;
+		case OPT_MAX_DOWNLOAD:
+			if (parse_size_opt("--max-download", optarg, 1, &d.cfg.max_download) < 0)
 				return 2;
 			break;
 		case 'h':

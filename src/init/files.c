@@ -127,6 +127,7 @@ struct args {
 	char *path;
 	uint32_t mode, flags;
 	int has_mode;
+	uint64_t max_bytes; /* MAX_BYTES (FREAD), 0 = none */
 };
 
 /* Parse PATH (required), MODE and FLAGS.  On failure ERROR has been queued
@@ -159,6 +160,12 @@ static int parse_args(struct loop *l, const struct sl_frame_header *h, const uin
 		case SL_TAG_FLAGS:
 			if (sl_rec_u32(&r, &a->flags) < 0 || (a->flags & ~allowed_flags)) {
 				init__send_error(l, h->stream, EINVAL, "%s: bad FLAGS", op);
+				return -1;
+			}
+			break;
+		case SL_TAG_MAX_BYTES:
+			if (sl_rec_u64(&r, &a->max_bytes) < 0) {
+				init__send_error(l, h->stream, EPROTO, "%s: bad MAX_BYTES", op);
 				return -1;
 			}
 			break;
@@ -452,6 +459,7 @@ out:
 struct fread {
 	int fd;
 	uint64_t off; /* bytes sent so far */
+	uint64_t max; /* MAX_BYTES, 0 = none */
 	char *path;
 };
 
@@ -466,8 +474,12 @@ static void fread_destroy(struct stream *s)
 static void fread_error(struct loop *l, struct stream *s, int err)
 {
 	struct fread *r = s->data;
-	init__send_error(l, s->id, err, "read %s: %s", r->path,
-			 err == ECANCELED ? "cancelled by the host" : strerror(err));
+	if (err == EFBIG)
+		init__send_error(l, s->id, err, "read %s: the file grew past the limit of %llu bytes",
+				 r->path, (unsigned long long)r->max);
+	else
+		init__send_error(l, s->id, err, "read %s: %s", r->path,
+				 err == ECANCELED ? "cancelled by the host" : strerror(err));
 	init__stream_close(l, s);
 }
 
@@ -489,11 +501,19 @@ static void fread_pump(struct loop *l, struct stream *s)
 		size_t want = SANDLOT_PROTO_MAX_DATA;
 		if (want > s->credit)
 			want = (size_t)s->credit;
+		/* With a limit, read at most one byte past it: enough to tell a
+		 * file that grew past the limit since it was opened. */
+		if (r->max && want > r->max - r->off + 1)
+			want = (size_t)(r->max - r->off + 1);
 		ssize_t n = pread(r->fd, l->scratch, want, (off_t)r->off);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
 			fread_error(l, s, errno);
+			return;
+		}
+		if (r->max && r->off + (uint64_t)n > r->max) {
+			fread_error(l, s, EFBIG);
 			return;
 		}
 		if (n == 0) {
@@ -558,6 +578,12 @@ void init__fread_request(struct loop *l, const struct sl_frame_header *h, const 
 		err = EINVAL;
 		goto out;
 	}
+	if (a.max_bytes && (uint64_t)st.st_size > a.max_bytes) {
+		init__send_error(l, h->stream, EFBIG,
+				 "read %s: the file is %llu bytes, over the limit of %llu bytes", a.path,
+				 (unsigned long long)st.st_size, (unsigned long long)a.max_bytes);
+		goto out;
+	}
 	struct fread *r = calloc(1, sizeof(*r));
 	if (!r || !(r->path = strdup(a.path))) {
 		free(r);
@@ -565,6 +591,7 @@ void init__fread_request(struct loop *l, const struct sl_frame_header *h, const 
 		goto out;
 	}
 	r->fd = fd;
+	r->max = a.max_bytes;
 	struct stream *s = init__stream_new(l, h->stream, &fread_ops, r);
 	if (!s) {
 		free(r->path);
@@ -604,6 +631,7 @@ void init__stat_request(struct loop *l, const struct sl_frame_header *h, const u
 	sl_msg_put_u32(&m, SL_TAG_MODE, st.st_mode & 07777);
 	sl_msg_put_u64(&m, SL_TAG_SIZE, (uint64_t)st.st_size);
 	sl_msg_put_i64(&m, SL_TAG_MTIME_NS, init__ns(st.st_mtim.tv_sec, st.st_mtim.tv_nsec));
+	sl_msg_put_u64(&m, SL_TAG_ALLOCATED, (uint64_t)st.st_blocks * 512);
 	init__queue(l, &m);
 	free(a.path);
 }
@@ -657,6 +685,7 @@ static void list_pump(struct loop *l, struct stream *s)
 			sl_msg_put_u64(&m, SL_TAG_SIZE, (uint64_t)st.st_size);
 			sl_msg_put_i64(&m, SL_TAG_MTIME_NS,
 				       init__ns(st.st_mtim.tv_sec, st.st_mtim.tv_nsec));
+			sl_msg_put_u64(&m, SL_TAG_ALLOCATED, (uint64_t)st.st_blocks * 512);
 			count++;
 		}
 		if (count)

@@ -641,6 +641,7 @@ def test_socket_mode_stale_and_live(own_daemon, tmp_path):
 def test_bad_arguments():
     for args in (["--listen", "http://x"], ["--listen", "unix:relative.sock"],
                  ["--max-sandboxes", "0"], ["--default-ttl", "-1"], ["--data-dir", "rel"],
+                 ["--max-download", "lots"], ["--max-download", "-1"],
                  ["--nope"], ["extra"]):
         p = subprocess.run([str(SANDLOTD), *args], capture_output=True, timeout=10)
         assert p.returncode == 2, (args, p)

@@ -816,3 +816,67 @@ def test_file_api_has_only_the_sandbox_users_rights(sandlotd):
     assert d.get(files_url(sid, "files/stat", path="/tmp/rootdir/secret")).status == 200
     assert "secret" in names(d, sid, "/tmp/rootdir")
     assert d.delete(files_url(sid, path="sub", recursive=1)).status == 204
+
+
+# ---- sparse files: sizes shown, downloads bounded ------------------------------------
+
+@pytest.fixture
+def limited_daemon(session_dirs, tmp_path_factory):
+    """A sandlotd with --max-download 64M."""
+    from daemon import Daemon
+    base = tmp_path_factory.mktemp("sandlotd-limited", numbered=True)
+    d = Daemon(base, extra_args=["--max-download", "64M"],
+               data_dir=session_dirs["data_dir"] / "daemon" / base.name).start()
+    yield d
+    assert d.stop() == 0, d.logs()
+
+
+def test_sparse_files_sizes_and_download_limits(limited_daemon):
+    """Code can make a file of (up to its disk size in) zeros that takes no
+    disk: stat and list show its apparent size and the bytes it takes, and a
+    download over the limit (--max-download, or the request's lower
+    max_bytes) is a 413 before any data, naming the size and the limit —
+    for single files, archives and snapshots alike."""
+    d = limited_daemon
+    sid = d.create()
+    sh(d, sid, "truncate -s 900M sparse && head -c 2000 /dev/urandom > small"
+               " && mkdir -p big/deeper small-only && truncate -s 900M big/deeper/sparse"
+               " && cp small small-only/")
+    st = d.get(files_url(sid, "files/stat", path="sparse")).json()
+    assert st["size"] == 900 * MIB and st["allocated"] < 64 * 1024, st
+    st = d.get(files_url(sid, "files/stat", path="small")).json()
+    assert st["size"] == 2000 and st["allocated"] >= 2000, st
+    entries = {e["name"]: e for e in d.get(files_url(sid, "files/list", path="/home/user")).json()["entries"]}
+    assert entries["sparse"]["size"] == 900 * MIB and entries["sparse"]["allocated"] < 64 * 1024
+    assert entries["small"]["allocated"] >= 2000
+
+    r = d.get(files_url(sid, path="sparse"))
+    assert r.status == 413 and r.error_code() == "too_large", r
+    msg = r.json()["error"]["message"]
+    assert "943718400 bytes" in msg and "67108864 bytes" in msg and "--max-download" in msg, msg
+
+    r = d.get(files_url(sid, path="small", max_bytes="1000"))
+    assert r.status == 413 and "2000 bytes" in r.json()["error"]["message"], r
+    assert "max_bytes" in r.json()["error"]["message"], r
+    r = d.get(files_url(sid, path="small", max_bytes="2000"))
+    assert r.status == 200 and len(r.body) == 2000, r
+    # Asking for more than the daemon allows does not raise its limit.
+    r = d.get(files_url(sid, path="sparse", max_bytes="1G"))
+    assert r.status == 413 and "--max-download" in r.json()["error"]["message"], r
+    for bad in ("abc", "0", "-5"):
+        r = d.get(files_url(sid, path="small", max_bytes=bad))
+        assert r.status == 400 and "max_bytes" in r.json()["error"]["message"], (bad, r)
+
+    for url in (files_url(sid, "files/archive", path="big"),
+                files_url(sid, "files/archive"),
+                f"/v1/sandboxes/{sid}/snapshot"):
+        r = d.get(url)
+        assert r.status == 413 and r.error_code() == "too_large", (url, r)
+        assert "67108864 bytes" in r.json()["error"]["message"], r
+    r = d.get(files_url(sid, "files/archive", path="small-only", max_bytes="1000"))
+    assert r.status == 413 and "max_bytes" in r.json()["error"]["message"], r
+    status, _, size, body, _ = get_digest(d, files_url(sid, "files/archive", path="small-only",
+                                                       max_bytes="2000"))
+    assert status == 200
+    with tarfile.open(fileobj=io.BytesIO(body)) as t:
+        assert t.getnames() == ["small"]

@@ -996,6 +996,67 @@ static void test_fwrite_fread(void)
 	stop_init(&c);
 }
 
+/* FREAD with MAX_BYTES: a larger file is refused before any data (EFBIG,
+ * naming both sizes); one that grows past the limit while it is read ends
+ * with EFBIG once the limit is passed, after at most the limit's bytes. */
+static void test_fread_max_bytes(void)
+{
+	struct client c;
+	start_init(&c);
+	skip_hello(&c);
+	char p[160];
+	path_in(&c, "f", p, sizeof(p));
+	size_t size = 3 * SANDLOT_PROTO_WINDOW;
+	uint8_t *data = calloc(1, size);
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	CHECK(fd >= 0 && write(fd, data, size) == (ssize_t)size);
+
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_FREAD, 0, 1);
+	sl_msg_put_str(&m, SL_TAG_PATH, "f");
+	sl_msg_put_u64(&m, SL_TAG_MAX_BYTES, size - 1);
+	send_msg(&c, &m);
+	struct frame f;
+	CHECK_EQ_INT(next_frame(&c, &f), 1);
+	CHECK_EQ_INT(f.type, SL_MSG_ERROR);
+	CHECK_EQ_INT(rec_u32(&f, SL_TAG_ERRNO, 0), EFBIG);
+	char msg[256];
+	const char *text = rec_str(&f, SL_TAG_MESSAGE, msg, sizeof(msg));
+	CHECK(text && strstr(text, "786432 bytes, over the limit of 786431 bytes"));
+	frame_free(&f);
+
+	/* Within the limit when opened; it grows past it while being read. */
+	sl_msg_begin(&m, SL_MSG_FREAD, 0, 2);
+	sl_msg_put_str(&m, SL_TAG_PATH, "f");
+	sl_msg_put_u64(&m, SL_TAG_MAX_BYTES, size + 1000);
+	send_msg(&c, &m);
+	size_t got = 0;
+	while (got < SANDLOT_PROTO_WINDOW && next_frame(&c, &f) == 1) {
+		CHECK_EQ_INT(f.type, SL_MSG_DATA);
+		got += f.len;
+		frame_free(&f);
+	}
+	CHECK_EQ_INT(got, SANDLOT_PROTO_WINDOW); /* all the credit: init now waits */
+	CHECK(write(fd, data, 4096) == 4096);
+	close(fd);
+	send_u32(&c, SL_MSG_CREDIT, 2, SL_TAG_CREDIT, 4 * SANDLOT_PROTO_WINDOW);
+	int type = 0;
+	while (next_frame(&c, &f) == 1) {
+		type = f.type;
+		if (type == SL_MSG_DATA)
+			got += f.len;
+		else if (type == SL_MSG_ERROR)
+			CHECK_EQ_INT(rec_u32(&f, SL_TAG_ERRNO, 0), EFBIG);
+		frame_free(&f);
+		if (type != SL_MSG_DATA)
+			break;
+	}
+	CHECK_EQ_INT(type, SL_MSG_ERROR);
+	CHECK(got <= size + 1000);
+	free(data);
+	stop_init(&c);
+}
+
 static void test_fread_errors(void)
 {
 	struct client c;
@@ -1745,6 +1806,7 @@ int main(void)
 	TAP_RUN(test_background_holder);
 	TAP_RUN(test_fwrite_fread);
 	TAP_RUN(test_fread_errors);
+	TAP_RUN(test_fread_max_bytes);
 	TAP_RUN(test_file_ops_user_creds);
 	TAP_RUN(test_fwrite_parents_and_abort);
 	TAP_RUN(test_fwrite_error_atomic);

@@ -2339,6 +2339,82 @@ static void test_list_hostile_names(void)
 	CHECK(waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD); /* fake init reaped */
 }
 
+/* Sparse files: stat and list tell the apparent size from the allocated
+ * bytes, and a read with a limit refuses a file over it before any data,
+ * naming both sizes. */
+static void test_file_read_limit(void)
+{
+	sandlot_t *sb = new_sandbox();
+	/* As big as the sandbox's file size limit (its disk size) allows. */
+	sh_ok(sb, "truncate -s 900M sparse && head -c 300000 /dev/urandom > real");
+	sandlot_stat_t st;
+	MUST(sandlot_stat(sb, "sparse", &st, E));
+	CHECK(st.size == 900 * MiB);
+	CHECK(st.allocated < 64 * KiB);
+	MUST(sandlot_stat(sb, "real", &st, E));
+	CHECK_EQ_INT(st.size, 300000);
+	CHECK(st.allocated >= 300000);
+	sandlot_dirent_t *ents = NULL;
+	size_t n = 0;
+	MUST(sandlot_list(sb, "/home/user", &ents, &n, E));
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(ents[i].name, "sparse"))
+			CHECK(ents[i].st.size == 900 * MiB && ents[i].st.allocated < 64 * KiB);
+		else if (!strcmp(ents[i].name, "real"))
+			CHECK(ents[i].st.allocated >= 300000);
+	sandlot_dirents_free(ents, n);
+
+	MUST_FAIL(sandlot_file_open_read_max(sb, "sparse", MiB, E) ? 0 : -1, EFBIG,
+		  "the file is 943718400 bytes, over the limit of 1048576 bytes");
+	MUST_FAIL(sandlot_file_open_read_max(sb, "real", 299999, E) ? 0 : -1, EFBIG,
+		  "over the limit of 299999 bytes");
+	/* Exactly at the limit, and without one, the whole file comes. */
+	int fd = memfd_create("read", MFD_CLOEXEC);
+	REQUIRE(fd >= 0);
+	MUST(sandlot_file_read_fd_max(sb, "real", fd, 300000, E));
+	CHECK_EQ_INT(lseek(fd, 0, SEEK_CUR), 300000);
+	close(fd);
+	sandlot_file_reader_t *r = sandlot_file_open_read_max(sb, "real", 0, NULL);
+	CHECK(r != NULL);
+	sandlot_file_reader_close(r);
+	sandlot_destroy(sb);
+}
+
+/* The host enforces the limit and the credit window itself: a compromised
+ * init that sends a file whatever the limit says, and faster than its
+ * credit, gets the transfer refused instead of filling the host's memory. */
+static void test_file_read_hostile_sizes(void)
+{
+	sandlot_t *sb = new_fake_sandbox();
+	char buf[4096];
+	sandlot_file_reader_t *r = sandlot_file_open_read_max(sb, "any", 128 * KiB, NULL);
+	REQUIRE(r != NULL);
+	ssize_t got = 0, k;
+	sandlot_error_t *e = NULL;
+	while ((k = sandlot_file_reader_read(r, buf, sizeof(buf), &e)) > 0)
+		got += k;
+	CHECK(k < 0 && e && sandlot_error_status(e) == EFBIG);
+	CHECK(got <= (ssize_t)(128 * KiB));
+	if (e)
+		printf("#   (expected) %s\n", sandlot_error_message(e));
+	sandlot_error_free(e);
+	e = NULL;
+	sandlot_file_reader_close(r);
+
+	r = sandlot_file_open_read(sb, "any", NULL);
+	REQUIRE(r != NULL);
+	got = 0;
+	while ((k = sandlot_file_reader_read(r, buf, sizeof(buf), &e)) > 0)
+		got += k;
+	CHECK(k < 0 && e && sandlot_error_status(e) == EPROTO);
+	CHECK(got <= (ssize_t)SANDLOT_PROTO_WINDOW);
+	if (e)
+		printf("#   (expected) %s\n", sandlot_error_message(e));
+	sandlot_error_free(e);
+	sandlot_file_reader_close(r);
+	sandlot_destroy(sb);
+}
+
 static const sandlot_change_t *find_change(const sandlot_changes_t *c, const char *path)
 {
 	for (size_t i = 0; i < c->count; i++)
@@ -3066,6 +3142,8 @@ int main(void)
 	RUN(test_file_fd);
 	RUN(test_fs_ops);
 	RUN(test_list_hostile_names);
+	RUN(test_file_read_limit);
+	RUN(test_file_read_hostile_sizes);
 	RUN(test_changes_scan);
 	RUN(test_destroy_running_exec);
 	RUN(test_destroy_open_reader);

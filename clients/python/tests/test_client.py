@@ -186,6 +186,26 @@ def test_files_dirs_and_errors(sb, tmp_path):
         sb.write_file("n.txt", 12345)
 
 
+def test_sparse_files_sizes_and_max_bytes(sb, tmp_path):
+    assert sb.exec("truncate -s 300M sparse.bin && mkdir sp && truncate -s 300M sp/z").exit_code == 0
+    st = sb.stat("sparse.bin")
+    assert st["size"] == 300 << 20 and st["allocated"] < 65536, st
+    ent = {e["name"]: e for e in sb.list_dir("/home/user")}["sparse.bin"]
+    assert ent["allocated"] < 65536 and ent["size"] == 300 << 20
+    sb.write_file("five.txt", b"12345")
+    assert sb.read_file("five.txt", max_bytes=5) == b"12345"
+    with pytest.raises(sandlot.PayloadTooLargeError) as ei:
+        sb.read_file("five.txt", max_bytes=4)
+    assert ei.value.status == 413 and ei.value.code == "too_large" and "5 bytes" in str(ei.value)
+    with pytest.raises(sandlot.PayloadTooLargeError):
+        sb.download("sparse.bin", tmp_path / "never", max_bytes=1 << 20)
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(sandlot.PayloadTooLargeError):
+        sb.open_archive("sp", max_bytes=1 << 20)
+    with pytest.raises(ValueError):
+        sb.read_file("five.txt", max_bytes=0)
+
+
 def test_disk_quota_is_an_error(client):
     with client.create(disk="16M") as sb:
         big = (b"\0" * (1 << 20) for _ in range(40))

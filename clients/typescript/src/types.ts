@@ -162,7 +162,10 @@ export interface FileInfo {
   name: string;
   path: string;
   type: FileType;
+  /** Bytes a read returns (the apparent size). */
   size: number;
+  /** Bytes the file takes on disk: far below `size` for a sparse file. */
+  allocated: number;
   /** octal, e.g. "0644" */
   mode: string;
   modified_at: string;
