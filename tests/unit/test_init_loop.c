@@ -1460,15 +1460,24 @@ struct change_seen {
 	uint64_t size;
 };
 
-/* SCAN; returns the number of changes (or -errno), *truncated from OK. */
-static int scan(struct client *c, uint32_t id, int baseline, struct change_seen *v, int max,
-		int *truncated)
+/* SCAN with MAX_BYTES and MEMORY records (0: left out); returns the
+ * number of changes (or -errno), *truncated from OK, and if payload is not
+ * NULL the bytes of CHANGES payload received. */
+static int scan_limits(struct client *c, uint32_t id, int baseline, uint64_t max_bytes,
+		       uint64_t memory, struct change_seen *v, int max, int *truncated,
+		       uint64_t *payload)
 {
 	struct sl_msg m;
 	sl_msg_begin(&m, SL_MSG_SCAN, 0, id);
 	if (baseline)
 		sl_msg_put_u32(&m, SL_TAG_FLAGS, 1);
+	if (max_bytes)
+		sl_msg_put_u64(&m, SL_TAG_MAX_BYTES, max_bytes);
+	if (memory)
+		sl_msg_put_u64(&m, SL_TAG_MEMORY, memory);
 	send_msg(c, &m);
+	if (payload)
+		*payload = 0;
 	int n = 0;
 	for (;;) {
 		struct frame f;
@@ -1486,6 +1495,8 @@ static int scan(struct client *c, uint32_t id, int baseline, struct change_seen 
 			return -e;
 		}
 		CHECK_EQ_INT(f.type, SL_MSG_CHANGES);
+		if (payload)
+			*payload += f.len;
 		struct sl_rec_iter it;
 		struct sl_rec r;
 		sl_rec_iter_init(&it, f.p, f.len);
@@ -1512,6 +1523,12 @@ static int scan(struct client *c, uint32_t id, int baseline, struct change_seen 
 		}
 		frame_free(&f);
 	}
+}
+
+static int scan(struct client *c, uint32_t id, int baseline, struct change_seen *v, int max,
+		int *truncated)
+{
+	return scan_limits(c, id, baseline, 0, 0, v, max, truncated, NULL);
 }
 
 static const struct change_seen *find_change(const struct change_seen *v, int n,
@@ -1644,6 +1661,143 @@ static void test_scan_truncated(void)
 	CHECK_EQ_INT(n, 1);
 	const struct change_seen *e = find_change(v, n, &c, "a-first.txt");
 	CHECK(e && e->kind == 'd');
+	stop_init(&c);
+}
+
+/* nfiles files with names of about 250 bytes, in a chain of `depth`
+ * directories with 250-byte names under dir (paths of about 3.7 KB with
+ * depth 14): the tree of the attack that made init run out of memory. */
+static void long_path_tree(const struct client *c, const char *dir, int depth, int nfiles)
+{
+	char p[4096];
+	path_in(c, dir, p, sizeof(p));
+	CHECK_EQ_INT(mkdir(p, 0755), 0);
+	for (int i = 0; i < depth; i++) {
+		size_t l = strlen(p);
+		snprintf(p + l, sizeof(p) - l, "/d%02d", i);
+		memset(p + l + 4, 'x', 246);
+		p[l + 250] = '\0';
+		CHECK_EQ_INT(mkdir(p, 0755), 0);
+	}
+	int dfd = open(p, O_RDONLY | O_DIRECTORY);
+	CHECK(dfd >= 0);
+	char name[256];
+	memset(name, 'y', 250);
+	name[250] = '\0';
+	for (int i = 0; i < nfiles; i++) {
+		snprintf(name, 9, "%08d", i);
+		name[8] = 'y';
+		int fd = openat(dfd, name, O_WRONLY | O_CREAT, 0644);
+		CHECK(fd >= 0);
+		close(fd);
+	}
+	close(dfd);
+}
+
+/* The walk keeps to MEMORY: a tree of long paths far bigger than it is
+ * cut (TRUNCATED) and init's memory stays near the budget, not near the
+ * tree's size; what lies before the cut is still compared, and a later
+ * SCAN still finds later changes there. */
+static void test_scan_memory_limit(void)
+{
+	struct client c;
+	start_init(&c);
+	skip_hello(&c);
+	write_file(&c, "a-first.txt", "x");
+	/* 8,000 paths of ~3.7 KB: ~30 MB of paths (the snapshot of the old
+	 * code was that, the baseline that again, the changes that again). */
+	long_path_tree(&c, "deep", 14, 8000);
+	long before = vm_kb(c.init, "VmHWM:");
+	const uint64_t memory = 2u << 20;
+	struct change_seen v[16];
+	int trunc = 0;
+	CHECK_EQ_INT(scan_limits(&c, 1, 1, 0, memory, v, 16, &trunc, NULL), 0);
+	CHECK_EQ_INT(trunc, 1);
+	uint64_t payload = 0;
+	int n = scan_limits(&c, 2, 0, 0, memory, v, 16, &trunc, &payload);
+	CHECK_EQ_INT(n, 0);
+	CHECK_EQ_INT(trunc, 1);
+	long grown = vm_kb(c.init, "VmHWM:") - before;
+	printf("#   init peak RSS grew by %ld KiB scanning ~30 MB of paths with MEMORY %llu KiB\n",
+	       grown, (unsigned long long)(memory >> 10));
+	CHECK(grown >= 0 && grown < 3 * (long)(memory >> 10) + 2048);
+	/* Within the part walked, changes are still found. */
+	char p[200];
+	path_in(&c, "a-first.txt", p, sizeof(p));
+	unlink(p);
+	n = scan_limits(&c, 3, 0, 0, memory, v, 16, &trunc, NULL);
+	CHECK_EQ_INT(n, 1);
+	CHECK(n == 1 && v[0].kind == 'd');
+	write_file(&c, "a-second.txt", "y");
+	n = scan_limits(&c, 4, 0, 0, memory, v, 16, &trunc, NULL);
+	CHECK_EQ_INT(n, 1);
+	CHECK(n == 1 && v[0].kind == 'c');
+	stop_init(&c);
+}
+
+/* One directory of many long names: reading it keeps only what can fit,
+ * so init's memory does not grow with the directory either. */
+static void test_scan_big_directory(void)
+{
+	struct client c;
+	start_init(&c);
+	skip_hello(&c);
+	long_path_tree(&c, "flat", 0, 40000); /* ~10 MB of names */
+	long before = vm_kb(c.init, "VmHWM:");
+	struct change_seen v[4];
+	int trunc = 0;
+	CHECK_EQ_INT(scan_limits(&c, 1, 1, 0, 1u << 20, v, 4, &trunc, NULL), 0);
+	CHECK_EQ_INT(trunc, 1);
+	long grown = vm_kb(c.init, "VmHWM:") - before;
+	printf("#   init peak RSS grew by %ld KiB reading 40,000 names of 250 bytes\n", grown);
+	CHECK(grown >= 0 && grown < 4096);
+	stop_init(&c);
+}
+
+/* MAX_BYTES bounds the report: at most that much CHANGES payload, then
+ * TRUNCATED.  The new snapshot is the baseline all the same: the next
+ * SCAN reports only what changed after this one — including a change to a
+ * file this report left out. */
+static void test_scan_report_limit(void)
+{
+	struct client c;
+	start_init(&c);
+	skip_hello(&c);
+	struct change_seen v[8];
+	int trunc = 0;
+	CHECK_EQ_INT(scan(&c, 1, 1, v, 8, &trunc), 0);
+	long_path_tree(&c, "many", 2, 2000); /* 2,000 paths of ~800 bytes */
+	uint64_t payload = 0;
+	const uint64_t max = 64u << 10;
+	int n = scan_limits(&c, 2, 0, max, 0, v, 8, &trunc, &payload);
+	printf("#   %d changes, %llu payload bytes, truncated %d\n", n, (unsigned long long)payload,
+	       trunc);
+	CHECK_EQ_INT(trunc, 1);
+	CHECK(n > 10 && n < 2000);
+	/* Frames carry 12-byte headers; records are what the limit counts. */
+	CHECK(payload <= max);
+	CHECK_EQ_INT(scan_limits(&c, 3, 0, max, 0, v, 8, &trunc, NULL), 0);
+	CHECK_EQ_INT(trunc, 0);
+	/* The last file, never reported: modified now, reported now. */
+	char p[4096];
+	path_in(&c, "many", p, sizeof(p));
+	for (int i = 0; i < 2; i++) {
+		size_t l = strlen(p);
+		snprintf(p + l, sizeof(p) - l, "/d%02d", i);
+		memset(p + l + 4, 'x', 246);
+		p[l + 250] = '\0';
+	}
+	size_t l = strlen(p);
+	snprintf(p + l, sizeof(p) - l, "/%08d", 1999);
+	memset(p + l + 9, 'y', 242);
+	p[l + 251] = '\0';
+	int fd = open(p, O_WRONLY | O_APPEND);
+	CHECK(fd >= 0 && write(fd, "more", 4) == 4);
+	close(fd);
+	n = scan_limits(&c, 4, 0, max, 0, v, 8, &trunc, NULL);
+	CHECK_EQ_INT(n, 1);
+	CHECK(n == 1 && v[0].kind == 'm' && v[0].size == 4);
+	CHECK_EQ_INT(trunc, 0);
 	stop_init(&c);
 }
 
@@ -1814,6 +1968,9 @@ int main(void)
 	TAP_RUN(test_remove_mount);
 	TAP_RUN(test_scan);
 	TAP_RUN(test_scan_truncated);
+	TAP_RUN(test_scan_memory_limit);
+	TAP_RUN(test_scan_big_directory);
+	TAP_RUN(test_scan_report_limit);
 	TAP_RUN(test_concurrent_streams);
 	TAP_RUN(test_malformed_frame);
 	TAP_RUN(test_oversized_frame);
