@@ -720,13 +720,19 @@ struct scan_ctx {
 	sandlot_changes_t *out;
 	size_t cap;
 	int oom;
+	uint64_t max;   /* bytes of report accepted at most */
+	int over;       /* init sent more than that: the rest was dropped */
 };
+
+/* What a change counts against the report's limit: its path plus its
+ * records (spec/protocol.md, "Change tracking"). */
+#define CHANGE_RECORDS 34
 
 static void scan_item(struct req *r, const struct sl_frame_header *h, const uint8_t *payload)
 {
 	struct scan_ctx *ctx = r->ctx;
 	sandlot_changes_t *c = ctx->out;
-	if (h->type != SL_MSG_CHANGES || ctx->oom)
+	if (h->type != SL_MSG_CHANGES || ctx->oom || ctx->over)
 		return;
 	struct sl_rec_iter it;
 	struct sl_rec rec;
@@ -736,6 +742,11 @@ static void scan_item(struct req *r, const struct sl_frame_header *h, const uint
 			uint8_t k;
 			if (sl_rec_u8(&rec, &k) < 0)
 				continue;
+			/* The group's size is known at its PATH; a compromised init
+			 * could send more than asked: what passes the limit is not
+			 * kept. */
+			if (c->count > 0 && !c->items[c->count - 1].path)
+				c->count--; /* a group without PATH: dropped */
 			if (c->count == ctx->cap) {
 				size_t cap = ctx->cap ? ctx->cap * 2 : 32;
 				sandlot_change_t *ni = realloc(c->items, cap * sizeof(*ni));
@@ -754,9 +765,19 @@ static void scan_item(struct req *r, const struct sl_frame_header *h, const uint
 			sandlot_change_t *e = &c->items[c->count - 1];
 			uint8_t t;
 			if (rec.tag == SL_TAG_PATH && !e->path) {
+				uint64_t cost = CHANGE_RECORDS + rec.len;
+				if (c->bytes + cost > ctx->max) {
+					c->count--;
+					ctx->over = 1;
+					return;
+				}
 				e->path = sl_rec_str(&rec);
-				if (!e->path)
-					ctx->oom = 1;
+				if (!e->path) {
+					if (errno == ENOMEM)
+						ctx->oom = 1;
+					continue; /* a NUL in it: the group is dropped */
+				}
+				c->bytes += cost;
 			} else if (rec.tag == SL_TAG_FTYPE && sl_rec_u8(&rec, &t) == 0) {
 				e->type = (sandlot_file_type_t)t;
 			} else if (rec.tag == SL_TAG_SIZE) {
@@ -777,10 +798,13 @@ void sandlot_changes_free(sandlot_changes_t *c)
 	c->count = 0;
 }
 
-static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, sandlot_error_t **err)
+static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, uint64_t max_bytes,
+			sandlot_error_t **err)
 {
 	memset(out, 0, sizeof(*out));
-	struct scan_ctx ctx = { .out = out };
+	if (!max_bytes || max_bytes > sb->opts.changes_max_bytes)
+		max_bytes = sb->opts.changes_max_bytes;
+	struct scan_ctx ctx = { .out = out, .max = max_bytes };
 	struct req r = { 0 };
 	r.on_item = scan_item;
 	r.ctx = &ctx;
@@ -789,6 +813,8 @@ static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, san
 	if (req_start(sb, &r, SL_MSG_SCAN, NULL, &m, err) < 0)
 		return -1;
 	sl_msg_put_u32(&m, SL_TAG_FLAGS, baseline ? 1 : 0);
+	sl_msg_put_u64(&m, SL_TAG_MAX_BYTES, max_bytes);
+	sl_msg_put_u64(&m, SL_TAG_MEMORY, sb->opts.scan_memory_bytes);
 	if (req_send(&r, &m, err) < 0)
 		return -1;
 	int rc = req_wait(&r, err);
@@ -801,6 +827,8 @@ static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, san
 			if (rec.tag == SL_TAG_TRUNCATED && sl_rec_u8(&rec, &t) == 0)
 				out->truncated = t != 0;
 		}
+		if (ctx.over)
+			out->truncated = 1;
 	}
 	req_cleanup(&r);
 	/* Drop entries whose path did not arrive (malformed group). */
@@ -818,13 +846,19 @@ static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, san
 
 int sandlot_changes_scan(sandlot_t *sb, sandlot_changes_t *out, sandlot_error_t **err)
 {
-	return changes_scan(sb, out, 0, err);
+	return changes_scan(sb, out, 0, 0, err);
+}
+
+int sandlot_changes_scan_max(sandlot_t *sb, uint64_t max_bytes, sandlot_changes_t *out,
+			     sandlot_error_t **err)
+{
+	return changes_scan(sb, out, 0, max_bytes, err);
 }
 
 int sandlot__changes_baseline(sandlot_t *sb, sandlot_error_t **err)
 {
 	sandlot_changes_t c;
-	int rc = changes_scan(sb, &c, 1, err);
+	int rc = changes_scan(sb, &c, 1, 0, err);
 	sandlot_changes_free(&c);
 	return rc;
 }

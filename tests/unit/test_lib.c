@@ -2604,6 +2604,82 @@ static int join_within(pthread_t t, unsigned ms)
  * (sandlot_proc_wait/free lock p->sb->conn after sandlot_destroy freed
  * it), and finish() calls sb->ops->usage() while ns_stop frees the backend
  * state (see the report). */
+/* The attack of many long paths, scaled down: a sandbox whose code makes
+ * 3,000 files with 3.7 KB paths (11 MB of paths) in 64M of memory.  The
+ * report keeps to changes_max_bytes (truncated), init survives the scans
+ * (it was OOM-killed before, losing the sandbox), and a later change is
+ * still found where the walk reaches (paths sorting before the big tree;
+ * past the walk's memory, nothing is tracked, and every scan says
+ * truncated). */
+static void test_changes_scan_bytes(void)
+{
+	sandlot_options_t o;
+	sandlot_options_init(&o);
+	o.memory_bytes = 64 * MiB;
+	o.changes_max_bytes = 256 * KiB;
+	sandlot_t *sb = new_sandbox_opts(&o);
+	sh_ok(sb, "python3 -c \"import os\n"
+		  "p = 'a/' + '/'.join(('d%02d' % i) + 'x' * 247 for i in range(14))\n"
+		  "os.makedirs(p)\n"
+		  "for i in range(3000): open(os.path.join(p, ('%08d' % i) + 'y' * 190), 'w').close()\n"
+		  "\"");
+	sandlot_changes_t c;
+	MUST(sandlot_changes_scan(sb, &c, E));
+	printf("#   %zu changes, %llu bytes, truncated %d\n", c.count, (unsigned long long)c.bytes,
+	       c.truncated);
+	CHECK(c.truncated);
+	CHECK(c.count > 10);
+	CHECK(c.bytes <= 256 * KiB);
+	uint64_t sum = 0;
+	for (size_t i = 0; i < c.count; i++)
+		sum += 34 + strlen(c.items[i].path);
+	CHECK_EQ_INT(sum, c.bytes);
+	sandlot_changes_free(&c);
+	/* A smaller limit for one call. */
+	sh_ok(sb, "touch a/zz && for f in a/d00*/d01*/d02*; do touch $f; done");
+	MUST(sandlot_changes_scan_max(sb, 8 * KiB, &c, E));
+	CHECK(c.bytes <= 8 * KiB);
+	sandlot_changes_free(&c);
+	for (int i = 0; i < 3; i++) {
+		MUST(sandlot_changes_scan(sb, &c, E));
+		sandlot_changes_free(&c);
+	}
+	CHECK(sandlot_alive(sb));
+	sh_ok(sb, "echo late > 0-late.txt");
+	MUST(sandlot_changes_scan(sb, &c, E));
+	expect_change(&c, "/home/user/0-late.txt", 'c', 'f', 5, __LINE__);
+	CHECK_EQ_INT(c.count, 1);
+	CHECK(c.truncated); /* the walk still stops in the big tree */
+	sandlot_changes_free(&c);
+	CHECK(sandlot_alive(sb));
+	sandlot_destroy(sb);
+
+	sandlot_options_init(&o);
+	o.changes_max_bytes = 100;
+	MUST_FAIL(sandlot_options_validate(&o, E), EINVAL, "4K");
+	sandlot_options_init(&o);
+	o.memory_bytes = 64 * MiB;
+	o.scan_memory_bytes = 32 * MiB;
+	MUST_FAIL(sandlot_options_validate(&o, E), EINVAL, "a quarter");
+}
+
+/* A compromised init that reports far more than asked: the host keeps
+ * what the limit allows and says truncated. */
+static void test_changes_scan_hostile_flood(void)
+{
+	sandlot_t *sb = new_fake_sandbox();
+	sandlot_changes_t c;
+	MUST(sandlot_changes_scan(sb, &c, E));
+	printf("#   %zu changes, %llu bytes kept of 24 MiB sent\n", c.count, (unsigned long long)c.bytes);
+	CHECK(c.truncated);
+	CHECK(c.bytes <= 8 * MiB && c.bytes > 7 * MiB);
+	sandlot_changes_free(&c);
+	MUST(sandlot_changes_scan_max(sb, MiB, &c, E));
+	CHECK(c.truncated && c.bytes <= MiB);
+	sandlot_changes_free(&c);
+	sandlot_destroy(sb);
+}
+
 static void test_destroy_running_exec(void)
 {
 	sandlot_t *sb = new_sandbox();
@@ -3145,6 +3221,8 @@ int main(void)
 	RUN(test_file_read_limit);
 	RUN(test_file_read_hostile_sizes);
 	RUN(test_changes_scan);
+	RUN(test_changes_scan_bytes);
+	RUN(test_changes_scan_hostile_flood);
 	RUN(test_destroy_running_exec);
 	RUN(test_destroy_open_reader);
 	RUN(test_destroy_open_writer);
