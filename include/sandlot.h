@@ -375,8 +375,8 @@ typedef struct sandlot_changes {
  * (made by sandlot_create) records the baseline.  The caller frees *out
  * with sandlot_changes_free(). */
 SANDLOT_API int sandlot_changes_scan(sandlot_t *sb, sandlot_changes_t *out, sandlot_error_t **err);
-/* The same, reporting at most max_bytes this time (0: the sandbox's
- * changes_max_bytes; never more than that). */
+/* The same, reporting at most max_bytes this time instead of the
+ * sandbox's changes_max_bytes (0: that). */
 SANDLOT_API int sandlot_changes_scan_max(sandlot_t *sb, uint64_t max_bytes, sandlot_changes_t *out,
 					 sandlot_error_t **err);
 SANDLOT_API void sandlot_changes_free(sandlot_changes_t *c);

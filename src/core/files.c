@@ -802,7 +802,7 @@ static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, uin
 			sandlot_error_t **err)
 {
 	memset(out, 0, sizeof(*out));
-	if (!max_bytes || max_bytes > sb->opts.changes_max_bytes)
+	if (!max_bytes)
 		max_bytes = sb->opts.changes_max_bytes;
 	struct scan_ctx ctx = { .out = out, .max = max_bytes };
 	struct req r = { 0 };

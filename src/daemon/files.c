@@ -194,7 +194,7 @@ static char *join_path(const char *dir, const char *name)
 static void scan_api(struct daemon *d, struct dsb *s)
 {
 	sandlot_error_t *err = NULL;
-	if (dsb_scan_changes(d, s, "api", NULL, &err) < 0) {
+	if (dsb_scan_changes(d, s, "api", NULL, NULL, &err) < 0) {
 		daemon_log("changes_scan_failed", "sandbox=%s error=\"%s\"", s->id,
 			   err ? sandlot_error_message(err) : "?");
 		sandlot_error_free(err);

@@ -519,6 +519,44 @@ def test_changes_table_json_and_since(cli, sb):
     assert r.rc == 0 and len(r.stdout.splitlines()) == 1, r
 
 
+def test_changes_follows_pages_and_warns_of_forgotten_entries(session_dirs, tmp_path_factory):
+    """A log longer than one answer comes in pages, which `sandlot changes`
+    all fetches; entries the log's window forgot are announced on stderr."""
+    from daemon import Daemon
+    base = tmp_path_factory.mktemp("sandlotd-cli-changes", numbered=True)
+    d = Daemon(base, extra_args=["--changes-scan-bytes", "64K", "--changes-answer-bytes", "64K",
+                                 "--changes-log-bytes", "256K", "--changes-total-bytes", "256K"],
+               data_dir=session_dirs["data_dir"] / "daemon" / base.name).start()
+    try:
+        c = Cli(f"unix:{d.sock}")
+        sid = c.create()
+        for i in range(6):
+            r = sh(c, sid, f"mkdir d{i} && cd d{i} && for n in $(seq 1 300); do "
+                           f": > file-with-a-rather-long-name-of-about-eighty-bytes-$n; done")
+            assert r.rc == 0, r
+        pages, since = 0, 0
+        api = []
+        while True:
+            page = d.get(f"/v1/sandboxes/{sid}/changes?since={since}").json()
+            pages += 1
+            api += page["changes"]
+            if not page.get("more"):
+                break
+            since = page["cursor"]
+        assert pages > 2, pages
+        r = c("changes", "--json", sid)
+        assert r.rc == 0, r
+        obj = r.json()
+        assert obj["changes"] == api and obj["truncated"] is True
+        assert obj["cursor"] == api[-1]["cursor"]
+        assert "were forgotten" in r.stderr, r
+        r = c("changes", "--since", api[-3]["cursor"], sid)
+        assert r.rc == 0 and len(r.stdout.splitlines()) == 3 and r.stderr == "", r
+        c.cleanup()
+    finally:
+        assert d.stop() == 0
+
+
 def test_logs_of_a_background_exec(cli, sb, sandlotd):
     r = sandlotd.post(f"/v1/sandboxes/{sb}/exec", json_body={
         "command": "echo hello; echo oops >&2; sleep 2; echo done", "background": True})

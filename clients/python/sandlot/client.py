@@ -194,10 +194,14 @@ class ExecResult(_Record):
     ``exit_code`` is None when a signal killed it (``signal`` says which;
     ``timed_out`` / ``oom_killed`` say why).  ``stdout``/``stderr`` are text,
     or base64 when the exec asked for ``output="base64"`` (``stdout_bytes`` and
-    ``stderr_bytes`` decode either)."""
+    ``stderr_bytes`` decode either).  ``changes`` is what the command did to
+    /home/user; ``changes_truncated`` says the list is incomplete (the
+    daemon's size limits: ``changes(since)`` pages through what its log
+    keeps)."""
 
     _fields = ("exec_id", "exit_code", "signal", "timed_out", "oom_killed", "pids_limited",
-               "truncated", "duration_ms", "stdout", "stderr", "error", "changes", "cursor")
+               "truncated", "duration_ms", "stdout", "stderr", "error", "changes",
+               "changes_truncated", "cursor")
 
     def __init__(self, raw, encoding="text"):
         super().__init__(raw)
@@ -241,7 +245,8 @@ class CodeResult(_Record):
     outputs (matplotlib figures as image/png base64)."""
 
     _fields = ("context", "status", "stdout", "stderr", "value", "data", "displays", "error",
-               "execution_count", "exit_code", "cwd", "duration_ms", "state_lost")
+               "execution_count", "exit_code", "cwd", "duration_ms", "state_lost", "changes",
+               "changes_truncated")
 
     def __init__(self, raw):
         super().__init__(raw)
@@ -249,6 +254,7 @@ class CodeResult(_Record):
         self.stderr = self.stderr or ""
         self.displays = self.displays or []
         self.data = self.data or {}
+        self.changes = self.changes or []
 
     @property
     def ok(self):
@@ -1036,10 +1042,29 @@ class Sandbox:
 
     # -- changes ---------------------------------------------------------
     def changes(self, since=0):
-        """Changes under /home/user after cursor ``since``: {"cursor",
-        "changes": [{"path", "kind", "type", "size", "source", "cursor"}], ...};
-        pass the returned cursor next time."""
+        """One page of the changes under /home/user after cursor ``since``:
+        {"cursor", "changes": [{"path", "kind", "type", "size", "source",
+        "cursor"}], "more"?, "truncated"?}; pass the returned cursor next
+        time.  ``more`` says the page was cut by the daemon's size limit
+        (ask again from its cursor: ``all_changes`` does); ``truncated``
+        that entries after ``since`` were forgotten (the daemon keeps a
+        window of each sandbox's newest changes)."""
         return self._call("GET", "/changes", query={"since": int(since)})
+
+    def all_changes(self, since=0):
+        """Every page after ``since`` merged: {"cursor", "changes",
+        "truncated"} (truncated as for ``changes``)."""
+        out, truncated = [], None
+        while True:
+            page = self.changes(since)
+            if truncated is None:
+                truncated = bool(page.get("truncated"))
+            out += page["changes"]
+            if not page.get("more"):
+                return {"cursor": page["cursor"], "changes": out, "truncated": truncated}
+            if page["cursor"] <= since:
+                raise ProtocolError(f"sandlotd's changes cursor did not advance past {since}")
+            since = page["cursor"]
 
     # -- code contexts ---------------------------------------------------
     def _code_body(self, code, language, context, timeout):

@@ -374,6 +374,22 @@ export class Sandbox {
     return this.t.json({ method: "GET", path: `${this.path}/changes`, query: { since }, signal: o.signal });
   }
 
+  /** Every page after `since` (following `more`), merged into one. */
+  async allChanges(since = 0, o: SignalOption = {}): Promise<ChangesPage> {
+    const all: ChangesPage = { cursor: since, changes: [] };
+    for (let first = true; ; first = false) {
+      const page = await this.changes(since, o);
+      if (first && page.truncated) all.truncated = true;
+      all.changes.push(...page.changes);
+      all.cursor = page.cursor;
+      if (!page.more) return all;
+      if (page.cursor <= since) {
+        throw new SandlotError(`sandlotd's changes cursor did not advance past ${since}`, { code: "invalid_response" });
+      }
+      since = page.cursor;
+    }
+  }
+
   // ---- code contexts -----------------------------------------------------
 
   /** Runs a cell in a long-lived interpreter; state is kept between cells of a context. */
