@@ -17,8 +17,8 @@
  *   SCAN              baseline: OK; otherwise FAKE_SCAN_MIB MiB of created
  *                     entries with 4000-byte paths, whatever the request's
  *                     limits say
- *   FREAD PATH        FAKE_READ_MIB MiB of zeros, whatever the request's
- *                     limit says, then OK
+ *   FREAD PATH        FAKE_READ_MIB MiB of zeros in 1 MiB frames, whatever
+ *                     the request's limit and the credit say, then OK
  *   EXEC              STARTED, both ENDs, EXIT 0
  *   PING              OK; SHUTDOWN: exit; anything else: ERROR ENOSYS
  */
@@ -168,7 +168,9 @@ static void answer_scan(uint32_t id)
 
 static void answer_fread(uint32_t id)
 {
-	static uint8_t zeros[SANDLOT_PROTO_MAX_DATA];
+	/* Frames of the largest size a frame may have, far past the credit
+	 * window from the first one. */
+	static uint8_t zeros[SANDLOT_PROTO_MAX_PAYLOAD];
 	for (uint64_t sent = 0; sent < (uint64_t)FAKE_READ_MIB << 20; sent += sizeof(zeros)) {
 		struct sl_msg m;
 		sl_msg_begin(&m, SL_MSG_DATA, 0, id);
