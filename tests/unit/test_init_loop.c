@@ -1720,7 +1720,11 @@ static void test_scan_memory_limit(void)
 	long grown = vm_kb(c.init, "VmHWM:") - before;
 	printf("#   init peak RSS grew by %ld KiB scanning ~30 MB of paths with MEMORY %llu KiB\n",
 	       grown, (unsigned long long)(memory >> 10));
+#if defined(__SANITIZE_ADDRESS__)
+	printf("#   (RSS bound not checked under AddressSanitizer: its quarantine keeps freed memory)\n");
+#else
 	CHECK(grown >= 0 && grown < 3 * (long)(memory >> 10) + 2048);
+#endif
 	/* Within the part walked, changes are still found. */
 	char p[200];
 	path_in(&c, "a-first.txt", p, sizeof(p));
@@ -1750,7 +1754,11 @@ static void test_scan_big_directory(void)
 	CHECK_EQ_INT(trunc, 1);
 	long grown = vm_kb(c.init, "VmHWM:") - before;
 	printf("#   init peak RSS grew by %ld KiB reading 40,000 names of 250 bytes\n", grown);
+#if defined(__SANITIZE_ADDRESS__)
+	printf("#   (RSS bound not checked under AddressSanitizer: its quarantine keeps freed memory)\n");
+#else
 	CHECK(grown >= 0 && grown < 4096);
+#endif
 	stop_init(&c);
 }
 
