@@ -1294,11 +1294,13 @@ static void tool_list_files(struct call *k)
 				const char *type = client_str(e, "type");
 				long long size = (long long)json_integer_value(json_object_get(e, "size"));
 				long long disk = (long long)json_integer_value(json_object_get(e, "allocated"));
-				fprintf(f, "%-9s %10lld  %s  %s%s", type, size, client_str(e, "mode"),
-					client_str(e, "name"),
-					!strcmp(type, "directory") ? "/" : !strcmp(type, "symlink") ? "@" : "");
+				const char *mark = !strcmp(type, "directory") ? "/"
+						   : !strcmp(type, "symlink") ? "@" : "";
 				/* A file mostly of holes: reading it costs its size, not its disk. */
-				if (!strcmp(type, "file") && size - disk > (1LL << 20))
+				int sparse = !strcmp(type, "file") && size - disk > (1LL << 20);
+				fprintf(f, "%-9s %10lld  %s  %s%s", type, size, client_str(e, "mode"),
+					client_str(e, "name"), mark);
+				if (sparse)
 					fprintf(f, "  (sparse: %lld bytes on disk)", disk);
 				fputc('\n', f);
 			}
