@@ -399,7 +399,7 @@ int registry_load_changes(struct daemon *d, sandlot_error_t **err)
 	pthread_mutex_lock(&d->lock);
 	size_t n = d->nsbs;
 	struct dsb **v = malloc((n ? n : 1) * sizeof(*v));
-	if (v)
+	if (v && n)
 		memcpy(v, d->sbs, n * sizeof(*v));
 	pthread_mutex_unlock(&d->lock);
 	if (!v) {
