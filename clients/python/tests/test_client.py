@@ -565,3 +565,26 @@ def test_latency(sb):
     print(f"\npython client, unix socket: exec('true') p50 {exec_ms:.2f} ms, "
           f"run_code('n += 1') p50 {code_ms:.2f} ms")
     assert exec_ms < 200 and code_ms < 100
+
+
+def test_changes_pages_and_truncation(base_dir):
+    """With small change limits: an exec result says changes_truncated when
+    its list was cut, changes() pages ("more"), all_changes() follows them."""
+    d = Daemon(base_dir / "changes-limits", ["--changes-scan-bytes", "64K", "--changes-answer-bytes",
+                                             "64K", "--changes-log-bytes", "1M",
+                                             "--changes-total-bytes", "2M"]).start()
+    try:
+        with d.client().create() as sb:
+            r = sb.exec("for n in $(seq 1 1500); do : > file-with-a-long-name-of-some-sixty-bytes-$n; done")
+            assert r.exit_code == 0
+            assert r.changes_truncated is True and 0 < len(r.changes) < 1500
+            page = sb.changes(0)
+            assert page.get("more") is True and page["cursor"] == page["changes"][-1]["cursor"]
+            every = sb.all_changes(0)
+            assert every["truncated"] is False
+            cursors = [c["cursor"] for c in every["changes"]]
+            assert cursors == list(range(1, len(cursors) + 1)) and len(cursors) > len(page["changes"])
+            cell = sb.run_code("open('/home/user/x.txt', 'w').write('x')")
+            assert cell.changes_truncated is False and [c["path"] for c in cell.changes] == ["/home/user/x.txt"]
+    finally:
+        assert d.stop() == 0

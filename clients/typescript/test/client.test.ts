@@ -310,3 +310,38 @@ async function waitExited(ex: { status(): Promise<import("sandlot").ExecStatus> 
   }
   throw new Error("exec did not exit");
 }
+
+describe("changes past the daemon's limits", { skip }, () => {
+  let d: Daemon;
+
+  before(async () => {
+    d = await new Daemon(["--changes-scan-bytes", "64K", "--changes-answer-bytes", "64K",
+      "--changes-log-bytes", "1M", "--changes-total-bytes", "2M"]).start();
+  });
+
+  after(async () => {
+    const problems = await d.stop();
+    assert.deepEqual(problems, [], problems.join("\n"));
+  });
+
+  test("results say changes_truncated, changes() pages, allChanges() follows them", async () => {
+    const sb = await d.client.create();
+    try {
+      const r = await sb.exec("for n in $(seq 1 1500); do : > file-with-a-long-name-of-some-sixty-bytes-$n; done");
+      assert.equal(r.exit_code, 0);
+      assert.equal(r.changes_truncated, true);
+      assert.ok(r.changes.length > 0 && r.changes.length < 1500, String(r.changes.length));
+      const page = await sb.changes(0);
+      assert.equal(page.more, true);
+      assert.equal(page.cursor, page.changes[page.changes.length - 1].cursor);
+      const all = await sb.allChanges(0);
+      assert.ok(!all.truncated);
+      const cursors = all.changes.map((ch) => ch.cursor);
+      assert.deepEqual(cursors, cursors.map((_, i) => i + 1));
+      assert.ok(cursors.length > page.changes.length);
+      assert.equal(all.cursor, cursors[cursors.length - 1]);
+    } finally {
+      await sb.delete();
+    }
+  });
+});
