@@ -605,6 +605,7 @@ static json_t *final_result(struct cell *k, json_t *hostres)
 	if (dsb_scan_changes(k->d, k->s, k->c->id, &changes, &changes_truncated, &err) < 0) {
 		sandlot_error_free(err);
 		changes = NULL;
+		changes_truncated = 1; /* not known */
 	}
 	json_object_set_new(o, "changes", changes ? changes : json_array());
 	json_object_set_new(o, "changes_truncated", json_boolean(changes_truncated));

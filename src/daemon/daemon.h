@@ -189,7 +189,8 @@ void dsb_release(struct daemon *d, struct dsb *s);
  * --changes-answer-bytes of them serialised; *truncated (if not NULL) is
  * then 1 when the array is incomplete: the scan left changes out (its
  * limits) or the answer limit cut the array (the log has the rest, while
- * its window keeps them).  0 or -1. */
+ * its window keeps them).  0 or -1 (callers then report the changes as
+ * unknown: an empty list with changes_truncated). */
 int dsb_scan_changes(struct daemon *d, struct dsb *s, const char *source, json_t **out,
 		     int *truncated, sandlot_error_t **err);
 /* Drop s's changes log: memory, budget and registry rows (the sandbox

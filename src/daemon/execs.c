@@ -667,7 +667,7 @@ static void finish_exec(struct dexec *e)
 	proc_free(e);
 
 	json_t *changes = NULL;
-	int changes_truncated = 0;
+	int changes_truncated = 1; /* unless a scan says what changed */
 	if (!released && sandbox_live(e->s)) {
 		sandlot_error_t *err = NULL;
 		if (dsb_scan_changes(e->d, e->s, e->id, &changes, &changes_truncated, &err) < 0) {
@@ -675,6 +675,7 @@ static void finish_exec(struct dexec *e)
 				   e->id, err ? sandlot_error_message(err) : "?");
 			sandlot_error_free(err);
 			changes = NULL;
+			changes_truncated = 1;
 		}
 	}
 	if (!changes)

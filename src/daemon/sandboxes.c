@@ -1,4 +1,5 @@
-/* The sandbox table, the lifecycle routes, the changes log and the reaper.
+/* The sandbox table, the lifecycle routes and the reaper (the changes log
+ * is changes.c).
  *
  * The table (d->sbs, under d->lock) holds every live sandbox and the ended
  * ones of the last hour (at most MAX_ENDED of them), so that GET on an
