@@ -229,6 +229,30 @@ def test_paused_sandbox_keeps_its_log_across_a_restart(own_daemon):
     assert registry_rows(d, sid) == 0
 
 
+def test_registry_made_before_is_converted_to_incremental_vacuum(own_daemon):
+    """A registry made without auto_vacuum (by an earlier sandlotd) is
+    converted at start-up, keeping its rows, so that its space comes back."""
+    d = own_daemon()
+    sid = d.create()
+    d.exec(sid, command="echo a > a.txt")
+    assert d.post(f"/v1/sandboxes/{sid}/pause").status == 200
+    assert d.stop() == 0
+    db = sqlite3.connect(str(d.data_dir / "sandlot.db"))
+    db.execute("PRAGMA auto_vacuum=NONE")
+    db.execute("VACUUM")
+    assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    db.close()
+    d.start()
+    db = sqlite3.connect(f"file:{d.data_dir / 'sandlot.db'}?mode=ro", uri=True)
+    try:
+        assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+    finally:
+        db.close()
+    assert registry_rows(d, sid) == 1
+    assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+    assert registry_rows(d, sid) == 0
+
+
 @pytest.mark.parametrize("args,why", [
     (["--changes-scan-bytes", "1K"], "at least 64K"),
     (["--changes-log-bytes", "1M", "--changes-scan-bytes", "2M"], "--changes-log-bytes"),
