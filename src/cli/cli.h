@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "sandlot.h"
+#include "common/lines.h"
 
 /* Exit statuses of our own (the command's status is passed through). */
 #define EXIT_USAGE 2        /* bad arguments: sizes, durations, paths, options */
@@ -88,15 +89,9 @@ unsigned cli_parse_port(const char *s);
 
 /* NDJSON exec event stream (exec.c; also used by logs.c): writes stdout and
  * stderr data to fds 1 and 2 as they arrive and keeps the exit event. */
-/* A partial line of an NDJSON stream (client_lines_feed() in client.h). */
-struct client_lines {
-	char *buf;               /* a partial line (no '\n' yet) */
-	size_t len, cap;
-};
-
 struct exec_stream {
 	const char *verb;
-	struct client_lines lines;
+	struct sl_lines lines;   /* a partial NDJSON line */
 	int base64;              /* data fields are base64 (we asked for it) */
 	int broken_pipe;         /* our stdout or stderr is gone */
 	int bad;                 /* a line that is not an event: message printed */
