@@ -42,6 +42,52 @@ SANDLOT_INIT = BIN_DIR / "sandlot-init"
 DEFAULT_TIMEOUT = 60
 
 
+# --------------------------------------------------------------------------
+# sanitizer reports
+#
+# With a sanitized build (scripts/check.sh runs the suite with
+# SANDLOT_TEST_BIN_DIR=build-asan/bin: sandlotd and the CLI under ASan+UBSan)
+# every report goes to a file of its own in SANITIZER_DIR (log_path), and
+# the first error ends the program (halt_on_error) with status 66.  After
+# each test, a report that appeared during it fails the test and is printed
+# in full: a daemon that died of one is named with the reason, and a leak
+# found at exit is not lost in a log.  Harmless for plain builds: their
+# programs never read these variables.
+SANITIZER_DIR = Path(os.environ.get("SANDLOT_SANITIZER_REPORTS") or
+                     tempfile.mkdtemp(prefix="sandlot-sanitizer-", dir="/var/tmp"))
+SANITIZER_DIR.mkdir(parents=True, exist_ok=True)
+os.environ["SANDLOT_SANITIZER_REPORTS"] = str(SANITIZER_DIR)
+
+
+def _sanitizer_options(var, options):
+    have = os.environ.get(var, "")
+    if "log_path=" not in have:
+        have = ":".join(x for x in (f"log_path={SANITIZER_DIR}/report", options, have) if x)
+    os.environ[var] = have
+
+
+_sanitizer_options("ASAN_OPTIONS", "halt_on_error=1:exitcode=66:detect_leaks=1")
+_sanitizer_options("UBSAN_OPTIONS", "halt_on_error=1:exitcode=66:print_stacktrace=1")
+_sanitizer_options("TSAN_OPTIONS", "halt_on_error=1:exitcode=66")
+
+
+def sanitizer_reports():
+    """New sanitizer reports (files not yet marked .reported)."""
+    return sorted(p for p in SANITIZER_DIR.iterdir() if not p.name.endswith(".reported"))
+
+
+def take_sanitizer_reports():
+    """The text of every new report; each is marked as reported."""
+    out = []
+    for p in sanitizer_reports():
+        try:
+            out.append(f"--- {p.name}\n" + p.read_text(errors="replace")[:20000])
+        except OSError:
+            continue
+        p.rename(p.with_name(p.name + ".reported"))
+    return out
+
+
 class Result:
     """Outcome of one `sandlot run`: status, raw output, wall time."""
 
@@ -216,6 +262,17 @@ def session_dirs():
 @pytest.fixture
 def sandlot(session_dirs):
     return Sandlot(session_dirs["data_dir"])
+
+
+@pytest.fixture(autouse=True)
+def no_sanitizer_report(request):
+    """Set up before (so torn down after) every other fixture of the test,
+    daemons included: a report written when a daemon stops counts."""
+    yield
+    reports = take_sanitizer_reports()
+    if reports:
+        pytest.fail("sanitizer report(s) during this test:\n" + "\n".join(reports),
+                    pytrace=False)
 
 
 @pytest.fixture(autouse=True)

@@ -479,19 +479,24 @@ def test_background_stdin_status_follow(sb):
     lst = d.get(f"/v1/sandboxes/{sid}/execs").json()["execs"]
     assert lst[0]["exec_id"] == eid and lst[0]["state"] == "running", lst
 
-    # Two followers at once, attached before any output.
+    # Two followers at once, attached before any output: each has read its
+    # start event before the first input goes in.
     follows = []
+    attached = threading.Semaphore(0)
 
     def follow():
         c, fr = d.stream("GET", base + "?follow=1", timeout=30)
         assert fr.status == 200
-        follows.append(read_events(fr))
+        first = json.loads(fr.readline())
+        attached.release()
+        follows.append([first] + read_events(fr))
         c.close()
 
     ft = [threading.Thread(target=follow) for _ in range(2)]
     for t in ft:
         t.start()
-    time.sleep(0.3)
+    for _ in ft:
+        assert attached.acquire(timeout=10), "a follower did not attach"
     assert d.request("POST", base + "/stdin", body=b"").status == 204  # empty body: a no-op
     r = d.request("POST", base + "/stdin", body=b"one\n")
     assert r.status == 204, r

@@ -1606,12 +1606,19 @@ static void test_shutdown(void)
 	struct client c;
 	start_init(&c);
 	skip_hello(&c);
-	send_exec(&c, 1, (const char *[]){ "sh", "-c", "setsid sleep 30 & sleep 30", NULL }, 0, NULL);
+	/* The session leader says it runs (after setsid) before the shutdown. */
+	send_exec(&c, 1,
+		  (const char *[]){ "sh", "-c", "setsid sh -c 'echo ready; exec sleep 30' & sleep 30",
+				    NULL },
+		  0, NULL);
 	struct frame f;
 	CHECK_EQ_INT(next_frame(&c, &f), 1);
 	CHECK_EQ_INT(f.type, SL_MSG_STARTED);
 	frame_free(&f);
-	usleep(100000);
+	CHECK_EQ_INT(next_frame(&c, &f), 1);
+	CHECK_EQ_INT(f.type, SL_MSG_STDOUT);
+	CHECK(f.len == 6 && memcmp(f.p, "ready\n", 6) == 0);
+	frame_free(&f);
 	send_empty(&c, SL_MSG_SHUTDOWN, 0);
 	CHECK_EQ_INT(next_frame(&c, &f), -1);
 	stop_init(&c);
