@@ -1,14 +1,39 @@
 #!/usr/bin/env bash
-# The whole test suite: unit tests (plain build), the same unit tests under
-# ASan+UBSan, the integration tests driving the real CLI, and a leak check,
-# and the MCP server's tests (node, the official MCP SDK client).
-# Ends with one summary line "N passed, N failed, N skipped".
+# The whole test suite, ending with one summary line "N passed, N failed,
+# N skipped":
+#   - unit tests (plain build), fuzz targets replaying their corpora;
+#   - the same under ASan+UBSan;
+#   - the integration tests (CLI, daemon, interpreter hosts, Python client)
+#     with sandlotd and the CLI built with ASan+UBSan (sandlot-init is
+#     static and stays plain): every sanitizer report fails its test;
+#   - the MCP server's and the TypeScript client's suites (node) against the
+#     plain build, so the binaries as shipped run end to end too;
+#   - every libFuzzer target for FUZZ_SECONDS (clang);
+#   - the daemon's concurrency tests under ThreadSanitizer.
+#
+# The integration suite runs once, sanitized, not also plain: the plain
+# programs are the same code, and they are still exercised end to end by
+# the MCP and TypeScript suites, by test-lib (libsandlot against real
+# sandboxes) and by the benchmarks.  Measured on 2 cores: the plain suite
+# takes about 6 min, the sanitized one about SANITIZED_MINUTES (ASan
+# slows a daemon that mostly waits on sandboxes far less than the 2-3x of
+# CPU-bound code), so a second, plain run would add minutes and no check.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 ASAN_BUILD=${ASAN_BUILD:-build-asan}
+TSAN_BUILD=${TSAN_BUILD:-build-tsan}
 PYTEST=${PYTEST:-/usr/bin/python3 -m pytest}
+FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 passed=0 failed=0 skipped=0
+
+# Every sanitizer report of the run is a file here (log_path), checked by
+# the integration harness after each test and counted at the end.
+SANDLOT_SANITIZER_REPORTS=$(mktemp -d /var/tmp/sandlot-sanitizer.XXXXXX)
+export SANDLOT_SANITIZER_REPORTS
+export ASAN_OPTIONS="log_path=$SANDLOT_SANITIZER_REPORTS/report:halt_on_error=1:exitcode=66:detect_leaks=1"
+export UBSAN_OPTIONS="log_path=$SANDLOT_SANITIZER_REPORTS/report:halt_on_error=1:exitcode=66:print_stacktrace=1"
+export TSAN_OPTIONS="log_path=$SANDLOT_SANITIZER_REPORTS/report:halt_on_error=1:exitcode=66:suppressions=$PWD/tests/tsan.supp"
 
 # Count results of the last `meson test` run from its JSON log.
 count_meson() {
@@ -29,40 +54,57 @@ PY
 	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 }
 
+# Add pytest's summary in file $1 to the counts: "364 passed, 2 skipped in
+# 12.3s" (-q) or framed by "=" signs.  No summary: one failure.
+count_pytest() {
+	local line n kind
+	line=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|errors?|deselected)[^=]* in [0-9.]+s' "$1" | tail -n 1)
+	for kind in passed failed skipped "errors?"; do
+		n=$(echo "$line" | grep -oE "[0-9]+ $kind" | grep -oE '^[0-9]+' || true)
+		n=${n:-0}
+		case $kind in
+		passed) passed=$((passed + n)) ;;
+		skipped) skipped=$((skipped + n)) ;;
+		*) failed=$((failed + n)) ;;
+		esac
+	done
+	[ -n "$line" ] || failed=$((failed + 1))
+}
+
 echo "== unit tests"
 meson test -C "$BUILD" --suite unit --print-errorlogs --num-processes 2
 count_meson "$BUILD"
 
 echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 if [ ! -f "$ASAN_BUILD/build.ninja" ]; then
-	meson setup "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+	meson setup "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false \
+		-Dfault_injection=true >/dev/null
 fi
-targets=$(cd "$ASAN_BUILD" && ninja -t targets all | grep -oE '^tests/[^:]*(test-[a-z-]+|fuzz-proto-replay)' | sort -u)
+targets=$(cd "$ASAN_BUILD" && ninja -t targets all | grep -oE '^tests/[^:]*(test-[a-z-]+|fuzz-[a-z]+-replay)' | sort -u)
+asan_bin=$ASAN_BUILD/bin
 # shellcheck disable=SC2086
-if ninja -C "$ASAN_BUILD" $targets >/dev/null; then
-	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+if ninja -C "$ASAN_BUILD" $targets src/daemon/sandlotd src/cli/sandlot src/cli/sandlot-client >/dev/null; then
+	# The unit tests' reports go to their TAP output (meson prints it).
+	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		meson test -C "$ASAN_BUILD" --suite unit --print-errorlogs --num-processes 2 --no-rebuild
 	count_meson "$ASAN_BUILD"
+	# The sanitized programs, with the plain static init beside them.
+	mkdir -p "$asan_bin"
+	cp -f "$ASAN_BUILD/src/daemon/sandlotd" "$ASAN_BUILD/src/cli/sandlot" \
+		"$ASAN_BUILD/src/cli/sandlot-client" "$BUILD/bin/sandlot-init" "$asan_bin/"
 else
 	echo "ASan build failed"
 	failed=$((failed + 1))
+	asan_bin=$BUILD/bin
 fi
 
-echo "== integration tests (CLI, daemon), interpreter hosts, Python client"
+echo "== integration tests (CLI, daemon), interpreter hosts, Python client; sandlotd and CLI under ASan+UBSan"
 out=$(mktemp)
-$PYTEST -q -rs -p no:cacheprovider tests/integration tests/interp clients/python/tests 2>&1 | tee "$out"
-# pytest's summary: "364 passed, 2 skipped in 12.3s" (-q) or framed by "=" signs.
-line=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|errors?|deselected)[^=]* in [0-9.]+s' "$out" | tail -n 1)
-for kind in passed failed skipped "errors?"; do
-	n=$(echo "$line" | grep -oE "[0-9]+ $kind" | grep -oE '^[0-9]+' || true)
-	n=${n:-0}
-	case $kind in
-	passed) passed=$((passed + n)) ;;
-	skipped) skipped=$((skipped + n)) ;;
-	*) failed=$((failed + n)) ;;
-	esac
-done
-[ -n "$line" ] || failed=$((failed + 1))
+t0=$(date +%s)
+SANDLOT_TEST_BIN_DIR=$PWD/$asan_bin \
+	$PYTEST -q -rs -p no:cacheprovider tests/integration tests/interp clients/python/tests 2>&1 | tee "$out"
+echo "(integration suite: $(($(date +%s) - t0)) s, load $(cut -d' ' -f1-3 /proc/loadavg))"
+count_pytest "$out"
 rm -f "$out"
 
 # Add the summary of node's TAP reporter in $1 ("# pass N", "# fail N",
@@ -97,6 +139,52 @@ else
 	count_node_tap "$out" TypeScript
 	rm -f "$out"
 fi
+
+echo "== libFuzzer: every fuzz target for ${FUZZ_SECONDS}s (scripts/fuzz.sh)"
+if ! command -v clang >/dev/null; then
+	echo "FAIL: clang is not installed (Makefile TEST_DEPS: clang, libclang-rt-14-dev)"
+	failed=$((failed + 1))
+else
+	out=$(mktemp)
+	FUZZ_SECONDS=$FUZZ_SECONDS scripts/fuzz.sh 2>&1 | tee "$out"
+	n=$(grep -c '^ok ' "$out")
+	f=$(grep -c '^FAILED ' "$out")
+	passed=$((passed + n)) failed=$((failed + f))
+	[ "$((n + f))" -gt 0 ] || failed=$((failed + 1))
+	rm -f "$out"
+fi
+
+echo "== the daemon's concurrency tests with sandlotd under ThreadSanitizer"
+if [ ! -f "$TSAN_BUILD/build.ninja" ]; then
+	meson setup "$TSAN_BUILD" -Db_sanitize=thread -Db_lundef=false \
+		-Dfault_injection=true >/dev/null
+fi
+if ninja -C "$TSAN_BUILD" src/daemon/sandlotd >/dev/null; then
+	mkdir -p "$TSAN_BUILD/bin"
+	cp -f "$TSAN_BUILD/src/daemon/sandlotd" "$BUILD/bin/sandlot" "$BUILD/bin/sandlot-client" \
+		"$BUILD/bin/sandlot-init" "$TSAN_BUILD/bin/"
+	out=$(mktemp)
+	# shellcheck disable=SC2046
+	SANDLOT_TEST_BIN_DIR=$PWD/$TSAN_BUILD/bin \
+		$PYTEST -q -rs -p no:cacheprovider $(grep -v '^#' tests/tsan-tests.txt) 2>&1 | tee "$out"
+	count_pytest "$out"
+	rm -f "$out"
+else
+	echo "TSan build failed"
+	failed=$((failed + 1))
+fi
+
+# Reports no test took as its own (a client suite's daemon, say).
+left=$(find "$SANDLOT_SANITIZER_REPORTS" -type f ! -name '*.reported' | sort)
+if [ -n "$left" ]; then
+	echo "== sanitizer reports outside the integration harness"
+	for f in $left; do
+		echo "--- $f"
+		head -c 20000 "$f"
+		failed=$((failed + 1))
+	done
+fi
+rm -rf "$SANDLOT_SANITIZER_REPORTS"
 
 echo
 echo "$passed passed, $failed failed, $skipped skipped"

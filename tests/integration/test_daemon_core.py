@@ -321,7 +321,10 @@ def test_keepalive_sets_ttl(sandlotd):
     r = d.post(f"/v1/sandboxes/{sid}/keepalive", json_body={"ttl_seconds": 30})
     assert r.status == 200, r
     assert r.json()["ttl_seconds"] == 30
-    time.sleep(3)
+    # Past the first TTL: a sandbox made now with it has expired.
+    control = d.create(**SMALL, ttl_seconds=2)
+    assert wait_state(d, control, "expired", 10)
+    assert wait_until(lambda: not sandbox_cgroups(control), 10)
     assert state(d, sid)["state"] == "running"
     r = d.post(f"/v1/sandboxes/{sid}/keepalive", json_body={"ttl_seconds": 0})
     assert r.status == 200 and r.json()["expires_at"] is None, r
@@ -349,18 +352,23 @@ def test_running_exec_is_not_idle(sandlotd):
     d = sandlotd
     sid = d.create(**SMALL, idle_timeout_seconds=2)
     probe = d.post(f"/v1/sandboxes/{sid}/exec", json_body={"argv": ["true"]})
-    if probe.status == 404 and probe.json()["error"]["code"] == "unknown_route":
-        pytest.skip("exec routes not built yet (src/daemon/execs.c)")
     assert probe.status == 200, probe
     result = {}
 
     def run():
         result["r"] = d.post(f"/v1/sandboxes/{sid}/exec",
-                             json_body={"argv": ["sleep", "5"]}, timeout=30)
+                             json_body={"argv": ["sleep", "6"]}, timeout=30)
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(4)
+    assert wait_until(lambda: any(e["state"] == "running" for e in
+                                  d.get(f"/v1/sandboxes/{sid}/execs").json()["execs"]), 10)
+    # A sandbox made now with the same idle timeout expires later than this
+    # one would have: once the reaper has ended it, it has passed this
+    # one's deadline too.
+    control = d.create(**SMALL, idle_timeout_seconds=2)
+    assert wait_state(d, control, "expired", 10)
+    assert wait_until(lambda: not sandbox_cgroups(control), 10)
     assert state(d, sid)["state"] == "running", "expired while a command ran"
     t.join(20)
     assert result["r"].status == 200 and result["r"].json()["exit_code"] == 0, result
@@ -719,9 +727,7 @@ def test_sigterm_with_a_request_in_flight(own_daemon):
     d = own_daemon().start()
     sid = d.create(**SMALL)
     probe = d.post(f"/v1/sandboxes/{sid}/exec", json_body={"argv": ["true"]})
-    if probe.status == 404 and probe.json()["error"]["code"] == "unknown_route":
-        d.stop()
-        pytest.skip("exec routes not built yet (src/daemon/execs.c)")
+    assert probe.status == 200, probe
     out = {}
 
     def run():
@@ -733,7 +739,8 @@ def test_sigterm_with_a_request_in_flight(own_daemon):
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(1)
+    assert wait_until(lambda: any(e["state"] == "running" for e in
+                                  d.get(f"/v1/sandboxes/{sid}/execs").json()["execs"]), 10)
     t0 = time.monotonic()
     assert d.stop() == 0
     assert time.monotonic() - t0 < 10

@@ -147,9 +147,9 @@ def gone_from_host(d, sid, init_pid):
 def own_daemon(session_dirs, tmp_path_factory):
     made = []
 
-    def make(extra_args=()):
+    def make(extra_args=(), env=None):
         base = tmp_path_factory.mktemp("sandlotd-pause", numbered=True)
-        d = Daemon(base, extra_args=extra_args,
+        d = Daemon(base, extra_args=extra_args, env=env,
                    data_dir=session_dirs["data_dir"] / "daemon" / base.name)
         made.append(d)
         return d
@@ -365,36 +365,58 @@ def test_paused_sandbox_survives_a_daemon_restart(own_daemon, how):
     assert d.stop() == 0
 
 
-def test_kill9_in_the_middle_of_a_pause(own_daemon):
-    """The registry says paused before the sandbox is torn down: a daemon
-    killed meanwhile comes back with a paused sandbox whose files are all
-    there, and no cgroup of it left."""
-    d = own_daemon().start()
+def stopped(pid):
+    """Whether process pid is stopped (state T in /proc/PID/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] in "Tt"
+
+
+@pytest.mark.parametrize("point", ["pause-before-registry", "pause-after-registry"])
+def test_kill9_in_the_middle_of_a_pause(own_daemon, point):
+    """The registry says paused before the sandbox is torn down.  A daemon
+    killed after that comes back with a paused sandbox whose files are all
+    there; killed before it, with the sandbox lost.  Either way no cgroup
+    of it is left.  The kill lands exactly at each point: the daemon stops
+    itself there (a fault-injection point, SANDLOT_FAULT; test builds only,
+    see tests/README.md)."""
+    d = own_daemon(env={"SANDLOT_FAULT": point}).start()
+    if f"fault_injection point={point}" not in d.logs():
+        pytest.skip("this sandlotd has no fault-injection points (build it with "
+                    "-Dfault_injection=true, as scripts/check.sh builds build-asan)")
     sid = d.create(**SMALL)
     put(d, sid, "keep.txt", b"kept\n")
     # a command that keeps the sandbox busy writing
     r = d.post(f"/v1/sandboxes/{sid}/exec", json_body={
         "command": "trap '' TERM; while :; do date >> /tmp/log; done", "background": True})
     assert r.status == 202, r
+
     def pause_request():
         try:
-            d.post(f"/v1/sandboxes/{sid}/pause", timeout=10)
+            d.post(f"/v1/sandboxes/{sid}/pause", timeout=30)
         except Exception:  # noqa: BLE001 - the daemon died under it: expected
             pass
 
     t = threading.Thread(target=pause_request)
     t.start()
-    time.sleep(0.01)
+    pid = d.proc.pid
+    assert wait_until(lambda: stopped(pid), 20), f"sandlotd never reached {point}:\n{d.logs()}"
+    assert f"fault_point point={point}" in d.logs()
     d.kill9()
-    t.join(10)
+    t.join(30)
+    d.env.pop("SANDLOT_FAULT")
     d.start()
-    assert state(d, sid)["state"] in ("paused", "lost")
-    if state(d, sid)["state"] == "lost":
-        pytest.skip("the kill came before the pause reached the registry (timing)")
+    want = "lost" if point == "pause-before-registry" else "paused"
+    assert state(d, sid)["state"] == want, state(d, sid)
     assert wait_until(lambda: not cgroups_of(sid), 5)
-    resume(d, sid)
-    assert get_file(d, sid, "keep.txt") == b"kept\n"
-    assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+    if want == "paused":
+        resume(d, sid)
+        assert get_file(d, sid, "keep.txt") == b"kept\n"
+        assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+    else:
+        assert wait_until(lambda: not image_of(d, sid).exists(), 5)
     assert d.stop() == 0
 
 
