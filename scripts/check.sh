@@ -26,6 +26,8 @@ TSAN_BUILD=${TSAN_BUILD:-build-tsan}
 PYTEST=${PYTEST:-/usr/bin/python3 -m pytest}
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 passed=0 failed=0 skipped=0
+# With SANDLOT_MUST_WORK=1 (.ci/run) a skip fails unless listed here.
+export SANDLOT_MUST_WORK_SKIPS=$PWD/tests/must-work-skips.txt
 
 # Every sanitizer report of the run is a file here (log_path), checked by
 # the integration harness after each test and counted at the end.
@@ -120,7 +122,22 @@ count_node_tap() {
 	n() { grep -E "^# $1 [0-9]+$" "$tap_file" | tail -n 1 | grep -oE '[0-9]+$' || echo 0; }
 	passed=$((passed + $(n pass)))
 	failed=$((failed + $(n fail) + $(n cancelled)))
-	skipped=$((skipped + $(n skipped) + $(n todo)))
+	local s
+	s=$(($(n skipped) + $(n todo)))
+	# SANDLOT_MUST_WORK=1: a skip not listed as "node:NAME  # reason" fails.
+	if [ "${SANDLOT_MUST_WORK:-}" = 1 ] && [ "$s" -gt 0 ]; then
+		local name bad=0
+		while IFS= read -r name; do
+			if ! grep -qE "^node:$(printf '%s' "$name" | sed 's/[][\\.*^$/]/\\&/g') +#" \
+				tests/must-work-skips.txt; then
+				echo "skipped under SANDLOT_MUST_WORK=1 (not in tests/must-work-skips.txt): $name"
+				bad=$((bad + 1))
+			fi
+		done < <(grep -E '^ *ok [0-9]+ - .* # SKIP' "$tap_file" | sed -E 's/^ *ok [0-9]+ - (.*) # SKIP.*/\1/')
+		failed=$((failed + bad))
+		s=$((s - bad))
+	fi
+	skipped=$((skipped + s))
 }
 
 echo "== MCP server (sandlot mcp) under the official MCP SDK client"
@@ -132,7 +149,7 @@ rm -f "$tap"
 echo "== TypeScript client (clients/typescript): npm ci, tsc, node --test"
 if ! command -v node >/dev/null || [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -lt 20 ]; then
 	echo "SKIP: the TypeScript tests need Node.js 20 or later and npm (not found)"
-	skipped=$((skipped + 1))
+	if [ "${SANDLOT_MUST_WORK:-}" = 1 ]; then failed=$((failed + 1)); else skipped=$((skipped + 1)); fi
 else
 	out=$(mktemp)
 	make -s ts-check TS_REPORTER=tap 2>&1 | tee "$out"
