@@ -22,7 +22,7 @@ int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((forma
 int cli_option_error(const char *verb, int c, char **argv);
 
 /* Read all of fd (a FILE or stdin; `what` names it in messages), at most
- * max bytes, into a malloc'd *out.  0, or an exit status after printing
+ * max bytes, into a malloc'd *out, NUL-terminated (*outlen bytes before the NUL).  0, or an exit status after printing
  * why (2 for an unreadable or too large input). */
 int cli_read_all(const char *verb, int fd, const char *what, size_t max, char **out, size_t *outlen);
 
