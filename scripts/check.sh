@@ -14,10 +14,10 @@
 # The integration suite runs once, sanitized, not also plain: the plain
 # programs are the same code, and they are still exercised end to end by
 # the MCP and TypeScript suites, by test-lib (libsandlot against real
-# sandboxes) and by the benchmarks.  Measured on 2 cores: the plain suite
-# takes about 6 min, the sanitized one about SANITIZED_MINUTES (ASan
-# slows a daemon that mostly waits on sandboxes far less than the 2-3x of
-# CPU-bound code), so a second, plain run would add minutes and no check.
+# sandboxes) and by the benchmarks.  Measured on 2 cores (load 2-4, shared
+# machine): the sanitized integration run took 300 s; a daemon that mostly
+# waits on sandboxes slows far less under ASan than CPU-bound code does, so
+# a second, plain run would add minutes and no check.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
