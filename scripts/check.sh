@@ -82,7 +82,7 @@ if [ ! -f "$ASAN_BUILD/build.ninja" ]; then
 	meson setup "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false \
 		-Dfault_injection=true >/dev/null
 fi
-targets=$(cd "$ASAN_BUILD" && ninja -t targets all | grep -oE '^tests/[^:]*(test-[a-z-]+|fuzz-[a-z]+-replay)' | sort -u)
+targets=$(cd "$ASAN_BUILD" && ninja -t targets all | grep -oE '^tests/[^:]*(test-[a-z0-9-]+|fuzz-[a-z0-9]+-replay)' | sort -u)
 asan_bin=$ASAN_BUILD/bin
 # shellcheck disable=SC2086
 if ninja -C "$ASAN_BUILD" $targets src/daemon/sandlotd src/cli/sandlot src/cli/sandlot-client >/dev/null; then

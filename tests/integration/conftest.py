@@ -29,8 +29,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostscan  # noqa: E402  (helpers that inspect the host's /proc, /sys)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mustwork import pytest_runtest_makereport  # noqa: E402,F401  (SANDLOT_MUST_WORK)
 
 REPO = Path(__file__).resolve().parents[2]
 # build/bin of this checkout; SANDLOT_TEST_BIN_DIR points the tests at
