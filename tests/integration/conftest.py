@@ -37,6 +37,24 @@ BIN_DIR = Path(os.environ.get("SANDLOT_TEST_BIN_DIR") or REPO / "build" / "bin")
 SANDLOT = BIN_DIR / "sandlot"
 SANDLOT_INIT = BIN_DIR / "sandlot-init"
 
+
+def sanitized(program):
+    """Whether `program` was built with ASan, TSan or UBSan."""
+    try:
+        data = Path(program).read_bytes()
+    except OSError:
+        return False
+    return any(m in data for m in (b"__asan_init", b"__tsan_init", b"__ubsan_handle"))
+
+
+# The daemon as shipped, for the few tests that measure what a sanitizer
+# changes (resident memory: ASan's quarantine and shadow alone are hundreds
+# of MiB): SANDLOT_PLAIN_BIN_DIR, else BIN_DIR when it is not sanitized,
+# else build/bin.
+PLAIN_BIN_DIR = Path(os.environ.get("SANDLOT_PLAIN_BIN_DIR") or
+                     (BIN_DIR if not sanitized(BIN_DIR / "sandlotd") else REPO / "build" / "bin")
+                     ).resolve()
+
 # Generous bound for one `sandlot run` that should finish quickly; a hang
 # fails the test instead of blocking the suite.
 DEFAULT_TIMEOUT = 60
@@ -74,6 +92,16 @@ _sanitizer_options("TSAN_OPTIONS", "halt_on_error=1:exitcode=66")
 def sanitizer_reports():
     """New sanitizer reports (files not yet marked .reported)."""
     return sorted(p for p in SANITIZER_DIR.iterdir() if not p.name.endswith(".reported"))
+
+
+def sanitizer_report_of(pid):
+    """The sanitizer report of process `pid` (reported or not), or ""."""
+    for p in (SANITIZER_DIR / f"report.{pid}", SANITIZER_DIR / f"report.{pid}.reported"):
+        try:
+            return p.read_text(errors="replace")[:20000]
+        except OSError:
+            pass
+    return ""
 
 
 def take_sanitizer_reports():
@@ -254,8 +282,10 @@ def session_dirs():
     base = Path(tempfile.mkdtemp(prefix="sandlot-it-", dir="/var/tmp"))
     data_dir = base / "data"
     _SESSION["data_dir"] = data_dir
+    hostscan.owner()  # tells our sandboxes from other users' from now on
     _SESSION["baseline"] = hostscan.snapshot()
     yield {"base": base, "data_dir": data_dir}
+    hostscan.owner().stop()
     shutil.rmtree(base, ignore_errors=True)
 
 
@@ -297,6 +327,23 @@ def session_baseline():
 
 # --------------------------------------------------------------------------
 # sandlotd
+
+@pytest.fixture
+def plain_sandlotd(session_dirs, tmp_path_factory):
+    """Like `sandlotd`, but always the daemon as shipped (PLAIN_BIN_DIR),
+    never a sanitized build: for bounds on its resident memory."""
+    from daemon import Daemon
+    binary = PLAIN_BIN_DIR / "sandlotd"
+    if not os.access(binary, os.X_OK) or sanitized(binary):
+        pytest.fail(f"no plain (unsanitized) sandlotd at {binary}: run `make`, or set "
+                    "SANDLOT_PLAIN_BIN_DIR", pytrace=False)
+    base = tmp_path_factory.mktemp("sandlotd-plain", numbered=True)
+    d = Daemon(base, data_dir=session_dirs["data_dir"] / "daemon" / base.name,
+               binary=binary).start()
+    yield d
+    rc = d.stop()
+    assert rc == 0, f"sandlotd exited with {rc} on SIGTERM:\n{d.logs()}"
+
 
 @pytest.fixture
 def sandlotd(session_dirs, tmp_path_factory):
