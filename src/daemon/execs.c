@@ -654,7 +654,13 @@ static json_t *exec_status(struct dexec *e, int with_output)
 	json_t *result = finished ? json_deep_copy(e->result) : NULL;
 	pthread_mutex_unlock(&e->lock);
 	json_object_set_new(o, "state", json_string(finished ? "exited" : "running"));
-	json_object_set(o, "command", e->command);
+	/* A copy, as sandboxes.c copies options and metadata: the answer is
+	 * written out after exec_unref(), and the last reference to e may go
+	 * in another thread.  jansson's reference count is atomic, but its
+	 * last decrement has no acquire ordering (and ThreadSanitizer, which
+	 * does not see into the library, reported the free racing with the
+	 * writer's read of a shared command). */
+	json_object_set_new(o, "command", json_deep_copy(e->command));
 	json_object_set_new(o, "mode", json_string(mode_names[e->mode]));
 	json_object_set_new(o, "output", json_string(e->base64 ? "base64" : "text"));
 	json_object_set_new(o, "started_at", json_time(e->started_ms));
