@@ -160,9 +160,6 @@ def test_hits_are_fast_and_the_pool_refills(pool_daemon):
         assert ID_RE.match(sbx["id"]) and sbx["state"] == "running"
         times.append(dt)
         assert d.exec(sbx["id"], argv=["echo", "hi"])["stdout"] == "hi\n"
-    # A hit is a pop and a registry row: milliseconds, where a cold create
-    # takes tens of them.  The bound is loose for a loaded test machine.
-    assert statistics.median(times) < 0.05, times
     assert "pool=hit" in d.logs()
 
     # The refill makes the 3 taken back, one at a time, in the background.
@@ -174,6 +171,17 @@ def test_hits_are_fast_and_the_pool_refills(pool_daemon):
     assert m['sandlot_pool_misses_total{image="host",reason="options"}'] == 0
     assert m['sandlot_pool_refill_failures_total{image="host"}'] == 0
     assert health(d)["sandboxes"] == 3  # the 3 handed out; pooled ones are not counted
+
+    # A hit is a pop and a registry row: milliseconds, where a cold create
+    # (options the pool cannot serve) takes tens of them.  Compared with
+    # cold creates of the same daemon, in the same run, so that the check
+    # holds under a sanitizer and on a loaded machine alike.
+    cold = []
+    for _ in range(3):
+        sbx, hdr, dt = create(d, memory="128M")
+        assert hdr == "miss", hdr
+        cold.append(dt)
+    assert statistics.median(times) < statistics.median(cold) / 2, (times, cold)
 
 
 def test_handouts_are_clean_and_never_reused(pool_daemon):
