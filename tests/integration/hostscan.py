@@ -80,16 +80,15 @@ WRITE_SYSCALLS = {"x86_64": {1, 20}, "aarch64": {64, 66}}.get(platform.machine()
 def blocked_writing(pid):
     """Whether `pid` sleeps in write(2)/writev(2): a pipe or socket it
     writes to is full.  False if gone."""
-    stat = read(f"/proc/{pid}/stat")
+    st = state(pid)
     sc = read(f"/proc/{pid}/syscall")
-    if not stat or not sc:
+    if not st or not sc:
         return False
-    state = stat[stat.rindex(")") + 2]
     try:
         nr = int(sc.split()[0])
     except (ValueError, IndexError):
         return False  # "running", or no syscall
-    return state == "S" and nr in WRITE_SYSCALLS
+    return st == "S" and nr in WRITE_SYSCALLS
 
 
 def io_counter(pid, key):
@@ -99,6 +98,12 @@ def io_counter(pid, key):
         if k == key:
             return int(v)
     return None
+
+
+def state(pid):
+    """The state letter of a process (R, S, D, Z, T...), "" if gone."""
+    stat = read(f"/proc/{pid}/stat")
+    return stat[stat.rindex(")") + 2] if stat else ""
 
 
 def ppid(pid):

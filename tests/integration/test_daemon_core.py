@@ -300,15 +300,25 @@ def test_idle_expiry_and_keepalive(sandlotd):
     d = sandlotd
     idle = d.create(**SMALL, idle_timeout_seconds=2)
     kept = d.create(**SMALL, idle_timeout_seconds=2)
-    t0 = time.monotonic()
-    # keep one alive for 4 s; the other goes after about 2 s
-    while time.monotonic() - t0 < 4:
-        r = d.post(f"/v1/sandboxes/{kept}/keepalive")
-        assert r.status == 200, r
-        time.sleep(0.5)
+
+    def keep_alive_until(cond, timeout):
+        """Keepalives on `kept` every 0.5 s until cond() holds."""
+        end = time.monotonic() + timeout
+        while not cond():
+            assert time.monotonic() < end, "timed out"
+            r = d.post(f"/v1/sandboxes/{kept}/keepalive")
+            assert r.status == 200, r
+            time.sleep(0.5)  # the keepalives' pace, while polling cond
+
+    # The other one goes after about 2 s.
+    keep_alive_until(lambda: state(d, idle)["state"] == "expired", 20)
     s = state(d, idle)
-    assert s["state"] == "expired" and s["end_reason"] == "idle", s
-    assert not sandbox_cgroups(idle)
+    assert s["end_reason"] == "idle", s
+    assert wait_until(lambda: not sandbox_cgroups(idle), 10)
+    # A sandbox made now with the same idle timeout expires well after
+    # `kept` would have without its keepalives.
+    control = d.create(**SMALL, idle_timeout_seconds=2)
+    keep_alive_until(lambda: state(d, control)["state"] == "expired", 20)
     assert state(d, kept)["state"] == "running"
     # GET is not activity: watching it does not keep it alive
     assert wait_state(d, kept, "expired", 5)

@@ -772,10 +772,21 @@ def test_delete_is_not_held_back_by_a_stalled_stream(sb):
 
 def test_background_exec_keeps_the_sandbox_from_idling(sandlotd):
     d = sandlotd
+
+    def state(sid):  # a GET is not activity
+        return d.get(f"/v1/sandboxes/{sid}").json()["state"]
+
     sid = d.create(idle_timeout_seconds=1)
-    r = post_exec(d, sid, {"command": "sleep 3", "background": True})
+    r = post_exec(d, sid, {"command": "sleep 120", "background": True})
     assert r.status == 202, r
-    time.sleep(2.5)  # > idle timeout, with no API call: the exec is activity
-    assert d.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
-    assert wait_until(lambda: d.get(f"/v1/sandboxes/{sid}").json()["state"] == "expired", 10)
+    eid = r.json()["exec_id"]
+    # No API call on sid from here: a sandbox made now with the same idle
+    # timeout expires after sid would have; once the reaper has ended it,
+    # sid was past its idle deadline too, and only the exec kept it.
+    control = d.create(idle_timeout_seconds=1)
+    assert wait_until(lambda: state(control) == "expired", 20)
+    assert state(sid) == "running"
+    r = d.post(f"/v1/sandboxes/{sid}/execs/{eid}/kill", json_body={})
+    assert r.status == 204, r
+    assert wait_until(lambda: state(sid) == "expired", 10)
     assert d.get(f"/v1/sandboxes/{sid}").json()["end_reason"] == "idle"

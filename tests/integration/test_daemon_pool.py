@@ -247,14 +247,18 @@ def test_all_live_sandboxes_have_distinct_uid_ranges(pool_daemon):
 
 
 def test_clocks_env_and_metadata_start_at_handout(pool_daemon):
-    d = pool_daemon("--pool", "2")
-    time.sleep(1.5)  # the pooled sandboxes were made over a second before
+    d = pool_daemon("--pool", "2")  # returns with the pool full
+    full_at = time.time()
+    # Not synchronization: the clocks can only tell a hand-out from the pool
+    # fill if time passed between them.
+    time.sleep(1.5)
     before = time.time()
     sbx, hdr, _ = create(d, ttl_seconds=60, idle_timeout_seconds=30, env={"FOO": "bar baz",
                          "HOME": "/tmp"}, metadata={"team": "a"})
     assert hdr == "hit"
     created = _ts(sbx["created_at"])
     assert before - 0.5 <= created <= time.time() + 0.5, (before, sbx)
+    assert created > full_at + 1, (full_at, sbx)  # not the pool fill's time
     assert abs(_ts(sbx["expires_at"]) - created - 60) < 0.01, sbx
     assert abs(_ts(sbx["last_active_at"]) - created) < 0.01, sbx
     assert sbx["metadata"] == {"team": "a"}
@@ -355,9 +359,11 @@ def test_a_pooled_sandbox_that_died_is_never_handed_out(pool_daemon):
     assert len(victims) == 2, victims
     for p in victims:
         os.kill(p, signal.SIGKILL)  # the sandboxes' inits, children of our daemon
-    # Before the once-a-second check: a hand-out itself checks that the
-    # sandbox is alive (and misses otherwise).
-    time.sleep(0.1)
+    # Dead (zombies: the daemon reaps them when it destroys the sandbox),
+    # and the next hand-out comes before the pool's once-a-second check
+    # could notice: a hand-out itself checks that the sandbox is alive (and
+    # misses otherwise).
+    assert wait_until(lambda: all(hostscan.state(p) in ("Z", "") for p in victims), 5)
     sbx, hdr, _ = create(d)
     assert hdr in ("hit", "miss")
     assert d.exec(sbx["id"], argv=["echo", "alive"])["stdout"] == "alive\n"
