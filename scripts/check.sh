@@ -78,22 +78,11 @@ meson test -C "$BUILD" --suite unit --print-errorlogs --num-processes 2
 count_meson "$BUILD"
 
 echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-if [ ! -f "$ASAN_BUILD/build.ninja" ]; then
-	meson setup "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false \
-		-Dfault_injection=true >/dev/null
-fi
-targets=$(cd "$ASAN_BUILD" && ninja -t targets all | grep -oE '^tests/[^:]*(test-[a-z0-9-]+|fuzz-[a-z0-9]+-replay)' | sort -u)
-asan_bin=$ASAN_BUILD/bin
-# shellcheck disable=SC2086
-if ninja -C "$ASAN_BUILD" $targets src/daemon/sandlotd src/cli/sandlot src/cli/sandlot-client >/dev/null; then
+if asan_bin=$(BUILD=$BUILD ASAN_BUILD=$ASAN_BUILD scripts/sanitize-build.sh asan); then
 	# The unit tests' reports go to their TAP output (meson prints it).
 	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		meson test -C "$ASAN_BUILD" --suite unit --print-errorlogs --num-processes 2 --no-rebuild
 	count_meson "$ASAN_BUILD"
-	# The sanitized programs, with the plain static init beside them.
-	mkdir -p "$asan_bin"
-	cp -f "$ASAN_BUILD/src/daemon/sandlotd" "$ASAN_BUILD/src/cli/sandlot" \
-		"$ASAN_BUILD/src/cli/sandlot-client" "$BUILD/bin/sandlot-init" "$asan_bin/"
 else
 	echo "ASan build failed"
 	failed=$((failed + 1))
@@ -103,7 +92,7 @@ fi
 echo "== integration tests (CLI, daemon), interpreter hosts, Python client; sandlotd and CLI under ASan+UBSan"
 out=$(mktemp)
 t0=$(date +%s)
-SANDLOT_TEST_BIN_DIR=$PWD/$asan_bin \
+SANDLOT_TEST_BIN_DIR=$PWD/$asan_bin SANDLOT_PLAIN_BIN_DIR=$PWD/$BUILD/bin \
 	$PYTEST -q -rs -p no:cacheprovider tests/integration tests/interp clients/python/tests 2>&1 | tee "$out"
 echo "(integration suite: $(($(date +%s) - t0)) s, load $(cut -d' ' -f1-3 /proc/loadavg))"
 count_pytest "$out"
@@ -179,17 +168,10 @@ else
 fi
 
 echo "== the daemon's concurrency tests with sandlotd under ThreadSanitizer"
-if [ ! -f "$TSAN_BUILD/build.ninja" ]; then
-	meson setup "$TSAN_BUILD" -Db_sanitize=thread -Db_lundef=false \
-		-Dfault_injection=true >/dev/null
-fi
-if ninja -C "$TSAN_BUILD" src/daemon/sandlotd >/dev/null; then
-	mkdir -p "$TSAN_BUILD/bin"
-	cp -f "$TSAN_BUILD/src/daemon/sandlotd" "$BUILD/bin/sandlot" "$BUILD/bin/sandlot-client" \
-		"$BUILD/bin/sandlot-init" "$TSAN_BUILD/bin/"
+if tsan_bin=$(BUILD=$BUILD TSAN_BUILD=$TSAN_BUILD scripts/sanitize-build.sh tsan); then
 	out=$(mktemp)
 	# shellcheck disable=SC2046
-	SANDLOT_TEST_BIN_DIR=$PWD/$TSAN_BUILD/bin \
+	SANDLOT_TEST_BIN_DIR=$PWD/$tsan_bin \
 		$PYTEST -q -rs -p no:cacheprovider $(grep -v '^#' tests/tsan-tests.txt) 2>&1 | tee "$out"
 	count_pytest "$out"
 	rm -f "$out"
