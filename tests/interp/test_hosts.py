@@ -226,12 +226,14 @@ class Host:
     RUNNING = "cell-is-running"
 
     def send_running(self, code, timeout=30):
-        """Send a cell that first prints a line, and return its id once that line has arrived:
-        from then on the cell runs (its own code follows the print)."""
-        first = {"python": "print(%r, flush=True)\n" % self.RUNNING,
-                 "javascript": "console.log(%r);\n" % self.RUNNING,
-                 "bash": "echo %s\n" % self.RUNNING}[self.lang]
-        rid = self.send(first + code)
+        """Send a cell that prints a line where it is stuck, and return its id once that line
+        has arrived.  The line is printed where the code says RUNNING (JavaScript code that
+        gets stuck later, in a callback or after an await: "await null; RUNNING while (true)
+        {}"), else first."""
+        say = {"python": "print(%r, flush=True)\n" % self.RUNNING,
+               "javascript": "console.log(%r);\n" % self.RUNNING,
+               "bash": "echo %s\n" % self.RUNNING}[self.lang]
+        rid = self.send(code.replace("RUNNING ", say) if "RUNNING " in code else say + code)
         deadline = time.monotonic() + timeout
         while True:
             _, msg = self.next_timed(max(0.1, deadline - time.monotonic()))
@@ -901,9 +903,9 @@ def test_bash_background_job_and_exit_status(sh):
     assert sh.run("true").result["exit_code"] == 0
 
 
-@pytest.mark.parametrize("code", ["Promise.resolve().then(() => { while (true) {} }); 1",
-                                  "process.nextTick(() => { while (true) {} }); 1",
-                                  "setImmediate(() => { while (true) {} }); 1"])
+@pytest.mark.parametrize("code", ["Promise.resolve().then(() => { RUNNING while (true) {} }); 1",
+                                  "process.nextTick(() => { RUNNING while (true) {} }); 1",
+                                  "setImmediate(() => { RUNNING while (true) {} }); 1"])
 def test_js_interrupt_a_callback_the_cell_queued(js, code):
     js.run("let kept = 'yes'")
     c = js.run_interrupted(code)
@@ -915,7 +917,7 @@ def test_js_interrupt_a_loop_after_an_await(js):
     # Outside vm's breakOnSigint (the loop runs in a promise reaction): the worker thread stops
     # it through the inspector and the cell is reported interrupted, state intact.
     js.run("let kept = 'yes'")
-    c = js.run_interrupted("await null; while (true) {}")
+    c = js.run_interrupted("await null; RUNNING while (true) {}")
     assert c.status == "interrupted", c.result
     assert js.run("kept").value == "'yes'"
     c = js.run("await null; while (true) {}", timeout_ms=300)
@@ -944,8 +946,9 @@ def test_js_interrupt_a_stuck_background_callback(js, schedule):
 STUCK = {
     "python": ["while True:\n    pass", "import time\ntime.sleep(100)",
                "import asyncio\nawait asyncio.sleep(100)"],
-    "javascript": ["while (true) {}", "await new Promise(() => {})", "await null; while (true) {}",
-                   "setTimeout(() => { for (;;) {} }, 0); await new Promise(() => {})"],
+    "javascript": ["while (true) {}", "await new Promise(() => {})",
+                   "await null; RUNNING while (true) {}",
+                   "setTimeout(() => { RUNNING for (;;) {} }, 0); await new Promise(() => {})"],
     "bash": ["while :; do :; done", "sleep 100", "cat /dev/zero | sleep 100"],
 }
 
