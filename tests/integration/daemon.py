@@ -106,6 +106,13 @@ class Daemon:
         self.proc = None
         self.log.close()
 
+    def log_text(self):
+        """The whole log, for checks of what it says (logs() is its end, for messages)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
     def logs(self):
         """The end of the log, and the sanitizer report of the last run if
         it wrote one (so that an assertion on the exit status shows why)."""

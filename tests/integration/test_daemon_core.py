@@ -702,7 +702,7 @@ def test_kill9_then_restart_reports_lost(own_daemon):
         assert_error(d.post(f"/v1/sandboxes/{sid}/keepalive"), 410, "sandbox_ended")
     assert d.get("/v1/sandboxes").json()["sandboxes"] == []
     assert len(d.get("/v1/sandboxes?state=lost").json()["sandboxes"]) == 3
-    assert "event=lost" in d.logs()
+    assert "event=lost" in d.log_text()
     problems = wait_until(lambda: not no_leftovers_of(ids, d.data_dir), 5) or \
         no_leftovers_of(ids, d.data_dir)
     assert problems is True, problems
@@ -727,7 +727,7 @@ def test_sigterm_destroys_and_records(own_daemon):
     for sid in ids:
         s = state(d, sid)
         assert s["state"] == "deleted" and s["end_reason"] == "sandlotd stopped", s
-    assert "event=lost" not in d.logs().split("event=started")[-1]
+    assert "event=lost" not in d.log_text().split("event=started")[-1]
     assert d.stop() == 0
 
 

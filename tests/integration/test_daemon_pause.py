@@ -269,7 +269,7 @@ def test_auto_resume(sandlotd):
         t.join(30)
     assert [r.status for r in results] == [200] * 4, results
     assert all(r.body == b"\x00\x01binary\xff" for r in results)
-    assert d.logs().count(f"event=resumed sandbox={sid}") == 2
+    assert d.log_text().count(f"event=resumed sandbox={sid}") == 2
     assert d.delete(f"/v1/sandboxes/{sid}").status == 204
 
 
@@ -394,7 +394,7 @@ def test_kill9_in_the_middle_of_a_pause(own_daemon, point):
     itself there (a fault-injection point, SANDLOT_FAULT; test builds only,
     see tests/README.md)."""
     d = own_daemon(env={"SANDLOT_FAULT": point}).start()
-    if f"fault_injection point={point}" not in d.logs():
+    if f"fault_injection point={point}" not in d.log_text():
         pytest.skip("this sandlotd has no fault-injection points (build it with "
                     "-Dfault_injection=true, as scripts/check.sh builds build-asan)")
     sid = d.create(**SMALL)
@@ -414,7 +414,7 @@ def test_kill9_in_the_middle_of_a_pause(own_daemon, point):
     t.start()
     pid = d.proc.pid
     assert wait_until(lambda: stopped(pid), 20), f"sandlotd never reached {point}:\n{d.logs()}"
-    assert f"fault_point point={point}" in d.logs()
+    assert f"fault_point point={point}" in d.log_text()
     d.kill9()
     t.join(30)
     d.env.pop("SANDLOT_FAULT")
@@ -616,7 +616,7 @@ def test_only_intended_images_are_left(own_daemon):
     (ws / f"{paused}.img.tmp-abc123").write_bytes(b"half a copy")
     d.start()
     assert images(d) == [f"{paused}.img"]
-    assert "reason=\"not owned\"" in d.logs()
+    assert "reason=\"not owned\"" in d.log_text()
     assert d.delete(f"/v1/sandboxes/{paused}").status == 204
     assert images(d) == []
     assert d.stop() == 0

@@ -160,7 +160,7 @@ def test_hits_are_fast_and_the_pool_refills(pool_daemon):
         assert ID_RE.match(sbx["id"]) and sbx["state"] == "running"
         times.append(dt)
         assert d.exec(sbx["id"], argv=["echo", "hi"])["stdout"] == "hi\n"
-    assert "pool=hit" in d.logs()
+    assert "pool=hit" in d.log_text()
 
     # The refill makes the 3 taken back, one at a time, in the background.
     assert wait_until(lambda: pool_full(d), 30), health(d)
@@ -302,7 +302,7 @@ def test_options_the_pool_cannot_serve_are_cold_created(pool_daemon):
     # the same values as the defaults are a hit
     sbx, hdr, _ = create(d, memory="512M", pids=256, disk="1G", network="none", image="host")
     assert hdr == "hit"
-    assert "pool=options" in d.logs()
+    assert "pool=options" in d.log_text()
 
 
 def test_an_empty_pool_misses_and_still_creates(pool_daemon):
@@ -369,7 +369,7 @@ def test_a_pooled_sandbox_that_died_is_never_handed_out(pool_daemon):
     assert d.exec(sbx["id"], argv=["echo", "alive"])["stdout"] == "alive\n"
     assert init_pid_of(d, sbx["id"]) not in victims
     assert wait_until(lambda: pool_full(d) and not (pooled_inits(d) & victims), 30), health(d)
-    assert "event=pool_drop" in d.logs()
+    assert "event=pool_drop" in d.log_text()
     sbx, hdr, _ = create(d)
     assert hdr == "hit"
     assert d.exec(sbx["id"], argv=["true"])["exit_code"] == 0
@@ -421,7 +421,7 @@ def test_kill9_with_a_full_pool_then_restart_cleans_up(pool_daemon):
     # the previous run's pooled sandboxes: markers, cgroups and images gone
     assert wait_until(lambda: not leftovers_of(pooled_ids, d.data_dir), 10), \
         leftovers_of(pooled_ids, d.data_dir)
-    assert "event=pool_recover markers=2" in d.logs()
+    assert "event=pool_recover markers=2" in d.log_text()
     assert d.get("/v1/sandboxes?state=all").json()["sandboxes"] == []
     sbx, hdr, _ = create(d)
     assert hdr == "hit"
@@ -448,7 +448,7 @@ def test_bad_pool_arguments(tmp_path, arg, msg):
 def test_per_image_setting_and_zero(pool_daemon):
     d = pool_daemon("--pool", "5", "--pool", "host=2")  # the last one for an image wins
     assert pool_state(d) == {"size": 2, "ready": 2}
-    assert "pools=\"host=2\"" in d.logs()
+    assert "pools=\"host=2\"" in d.log_text()
     d2 = pool_daemon("--pool", "host=0", wait_full=False)
     assert "pool" not in health(d2)
     r = d2.post("/v1/sandboxes", json_body={})
