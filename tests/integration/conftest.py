@@ -15,6 +15,7 @@ as root, after `make`:
 SANDLOT_TEST_BIN_DIR=DIR tests the sandlot and sandlot-init in DIR instead
 of build/bin.
 """
+import atexit
 import json
 import os
 import shutil
@@ -71,9 +72,13 @@ DEFAULT_TIMEOUT = 60
 # in full: a daemon that died of one is named with the reason, and a leak
 # found at exit is not lost in a log.  Harmless for plain builds: their
 # programs never read these variables.
-SANITIZER_DIR = Path(os.environ.get("SANDLOT_SANITIZER_REPORTS") or
-                     tempfile.mkdtemp(prefix="sandlot-sanitizer-", dir="/var/tmp"))
-SANITIZER_DIR.mkdir(parents=True, exist_ok=True)
+if os.environ.get("SANDLOT_SANITIZER_REPORTS"):
+    SANITIZER_DIR = Path(os.environ["SANDLOT_SANITIZER_REPORTS"])  # check.sh's: it removes it
+    SANITIZER_DIR.mkdir(parents=True, exist_ok=True)
+else:
+    SANITIZER_DIR = Path(tempfile.mkdtemp(prefix="sandlot-sanitizer-", dir="/var/tmp"))
+    # Every report in it failed its test and was printed there.
+    atexit.register(shutil.rmtree, SANITIZER_DIR, ignore_errors=True)
 os.environ["SANDLOT_SANITIZER_REPORTS"] = str(SANITIZER_DIR)
 
 
