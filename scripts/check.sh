@@ -37,6 +37,19 @@ export ASAN_OPTIONS="log_path=$SANDLOT_SANITIZER_REPORTS/report:halt_on_error=1:
 export UBSAN_OPTIONS="log_path=$SANDLOT_SANITIZER_REPORTS/report:halt_on_error=1:exitcode=66:print_stacktrace=1"
 export TSAN_OPTIONS="log_path=$SANDLOT_SANITIZER_REPORTS/report:halt_on_error=1:exitcode=66:suppressions=$PWD/tests/tsan.supp"
 
+# "== NAME" for each part, after the time the previous one took, so that a
+# CI log shows where the time goes.
+stage_name="" stage_t0=$(date +%s) check_t0=$stage_t0
+stage() {
+	stage_done
+	stage_name=$1 stage_t0=$(date +%s)
+	echo "== $1"
+}
+stage_done() {
+	[ -z "$stage_name" ] ||
+		echo "(${stage_name%%:*}: $(($(date +%s) - stage_t0)) s, load $(cut -d' ' -f1-3 /proc/loadavg))"
+}
+
 # Count results of the last `meson test` run from its JSON log.
 count_meson() {
 	local log=$1/meson-logs/testlog.json
@@ -73,11 +86,11 @@ count_pytest() {
 	[ -n "$line" ] || failed=$((failed + 1))
 }
 
-echo "== unit tests"
+stage "unit tests"
 meson test -C "$BUILD" --suite unit --print-errorlogs --num-processes 2
 count_meson "$BUILD"
 
-echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+stage "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 if asan_bin=$(BUILD=$BUILD ASAN_BUILD=$ASAN_BUILD scripts/sanitize-build.sh asan); then
 	# The unit tests' reports go to their TAP output (meson prints it).
 	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -89,12 +102,10 @@ else
 	asan_bin=$BUILD/bin
 fi
 
-echo "== integration tests (CLI, daemon), interpreter hosts, Python client; sandlotd and CLI under ASan+UBSan"
+stage "integration tests (CLI, daemon), interpreter hosts, Python client; sandlotd and CLI under ASan+UBSan"
 out=$(mktemp)
-t0=$(date +%s)
 SANDLOT_TEST_BIN_DIR=$PWD/$asan_bin SANDLOT_PLAIN_BIN_DIR=$PWD/$BUILD/bin \
 	$PYTEST -q -rs -p no:cacheprovider tests/integration tests/interp clients/python/tests 2>&1 | tee "$out"
-echo "(integration suite: $(($(date +%s) - t0)) s, load $(cut -d' ' -f1-3 /proc/loadavg))"
 count_pytest "$out"
 rm -f "$out"
 
@@ -136,13 +147,13 @@ count_node_tap() {
 		sed -E 's/^ *(not )?ok [0-9]+ - (.*) # (SKIP|TODO).*/\2/')
 }
 
-echo "== MCP server (sandlot mcp) under the official MCP SDK client"
+stage "MCP server (sandlot mcp) under the official MCP SDK client"
 tap=$(mktemp)
 make -s mcp-check MCP_TAP="$tap"
 count_node_tap "$tap" MCP
 rm -f "$tap"
 
-echo "== TypeScript client (clients/typescript): npm ci, tsc, node --test"
+stage "TypeScript client (clients/typescript): npm ci, tsc, node --test"
 if ! command -v node >/dev/null || [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -lt 20 ]; then
 	echo "SKIP: the TypeScript tests need Node.js 20 or later and npm (not found)"
 	if [ "${SANDLOT_MUST_WORK:-}" = 1 ]; then failed=$((failed + 1)); else skipped=$((skipped + 1)); fi
@@ -153,7 +164,7 @@ else
 	rm -f "$out"
 fi
 
-echo "== libFuzzer: every fuzz target for ${FUZZ_SECONDS}s (scripts/fuzz.sh)"
+stage "libFuzzer: every fuzz target for ${FUZZ_SECONDS}s (scripts/fuzz.sh)"
 if ! command -v clang >/dev/null; then
 	echo "FAIL: clang is not installed (Makefile TEST_DEPS: clang, libclang-rt-14-dev)"
 	failed=$((failed + 1))
@@ -167,7 +178,7 @@ else
 	rm -f "$out"
 fi
 
-echo "== the daemon's concurrency tests with sandlotd under ThreadSanitizer"
+stage "the daemon's concurrency tests with sandlotd under ThreadSanitizer"
 if tsan_bin=$(BUILD=$BUILD TSAN_BUILD=$TSAN_BUILD scripts/sanitize-build.sh tsan); then
 	out=$(mktemp)
 	# shellcheck disable=SC2046
@@ -179,6 +190,9 @@ else
 	echo "TSan build failed"
 	failed=$((failed + 1))
 fi
+
+stage_done
+echo "(scripts/check.sh in all: $(($(date +%s) - check_t0)) s)"
 
 # Reports no test took as its own (a client suite's daemon, say).
 left=$(find "$SANDLOT_SANITIZER_REPORTS" -type f ! -name '*.reported' | sort)
