@@ -38,8 +38,9 @@ if [ ! -f "$dir/build.ninja" ]; then
 fi
 if [ "$kind" = asan ]; then
 	# Not `ninja` alone: the static sandlot-init does not link sanitized.
+	# The unit tests, the fuzz replays and test-lib's hostile fake-init.
 	targets=$(cd "$dir" && ninja -t targets all |
-		grep -oE '^tests/[^:]*(test-[a-z0-9-]+|fuzz-[a-z0-9]+-replay)' | sort -u)
+		grep -oE '^tests/[^:]*(test-[a-z0-9-]+|fuzz-[a-z0-9]+-replay|fake-init)' | sort -u)
 	programs="src/daemon/sandlotd src/cli/sandlot src/cli/sandlot-client"
 	# shellcheck disable=SC2086
 	ninja --quiet -C "$dir" $targets $programs >&2
