@@ -6,7 +6,8 @@
 #
 #   scripts/sanitize-build.sh asan   $ASAN_BUILD (build-asan): ASan+UBSan;
 #                                    sandlotd, sandlot, sandlot-client, and
-#                                    the unit tests and fuzz replays
+#                                    the unit tests (and test-lib's fake
+#                                    init) and fuzz replays
 #   scripts/sanitize-build.sh tsan   $TSAN_BUILD (build-tsan): TSan;
 #                                    sandlotd only (the CLI stays plain:
 #                                    its threads are few and short-lived)
