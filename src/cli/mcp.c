@@ -1273,10 +1273,17 @@ static void tool_list_files(struct call *k)
 				n, n == 1 ? "entry" : "entries");
 			json_array_foreach(entries, i, e) {
 				const char *type = client_str(e, "type");
-				fprintf(f, "%-9s %10lld  %s  %s%s\n", type,
-					(long long)json_integer_value(json_object_get(e, "size")),
-					client_str(e, "mode"), client_str(e, "name"),
-					!strcmp(type, "directory") ? "/" : !strcmp(type, "symlink") ? "@" : "");
+				long long size = (long long)json_integer_value(json_object_get(e, "size"));
+				long long disk = (long long)json_integer_value(json_object_get(e, "allocated"));
+				const char *mark = !strcmp(type, "directory") ? "/"
+						   : !strcmp(type, "symlink") ? "@" : "";
+				/* A file mostly of holes: reading it costs its size, not its disk. */
+				int sparse = !strcmp(type, "file") && size - disk > (1LL << 20);
+				fprintf(f, "%-9s %10lld  %s  %s%s", type, size, client_str(e, "mode"),
+					client_str(e, "name"), mark);
+				if (sparse)
+					fprintf(f, "  (sparse: %lld bytes on disk)", disk);
+				fputc('\n', f);
 			}
 			fclose(f);
 			add_text(k, buf, len);
@@ -1363,18 +1370,34 @@ static void tool_generated_files(struct call *k)
 	if (rc < 0)
 		return;
 	json_int_t since = since_last ? m->gen_cursor : m->baseline;
-	struct client_req g = { .method = "GET" };
-	if (sb_request(k, &g, NULL, "/changes?since=%lld", (long long)since) < 0) {
+	/* Every page of the log after `since` ("more": the answer's size limit
+	 * cut it; the page's cursor continues it). */
+	json_t *all = json_array();
+	int forgotten = 0;
+	for (int page = 0;; page++) {
+		struct client_req g = { .method = "GET" };
+		if (sb_request(k, &g, NULL, "/changes?since=%lld", (long long)since) < 0) {
+			client_req_free(&g);
+			json_decref(all);
+			return;
+		}
+		if (page == 0)
+			forgotten = json_is_true(json_object_get(g.reply, "truncated"));
+		json_array_extend(all, json_object_get(g.reply, "changes"));
+		json_int_t next = json_integer_value(json_object_get(g.reply, "cursor"));
+		int more = json_is_true(json_object_get(g.reply, "more")) && next > since;
 		client_req_free(&g);
-		return;
+		since = next;
+		if (!more)
+			break;
 	}
-	m->gen_cursor = json_integer_value(json_object_get(g.reply, "cursor"));
+	m->gen_cursor = since;
 
 	/* The net effect per path: what happened first decides created vs
 	 * modified, the last entry whether it still exists and its size. */
 	json_t *net = json_object(), *ch;
 	size_t i;
-	json_array_foreach(json_object_get(g.reply, "changes"), i, ch) {
+	json_array_foreach(all, i, ch) {
 		const char *path = client_str(ch, "path"), *kind = client_str(ch, "kind");
 		json_t *e = json_object_get(net, path);
 		if (!e) {
@@ -1428,7 +1451,7 @@ static void tool_generated_files(struct call *k)
 		if (left_hidden)
 			fprintf(f, "(%zu hidden %s (paths with a component starting with \".\", __pycache__) left "
 				"out: include_hidden shows them)\n", left_hidden, left_hidden == 1 ? "file" : "files");
-		if (json_is_true(json_object_get(g.reply, "truncated")))
+		if (forgotten)
 			fputs("(the daemon's change log dropped its oldest entries: earlier changes are missing)\n", f);
 		fclose(f);
 		add_text(k, buf, len);
@@ -1479,7 +1502,7 @@ static void tool_generated_files(struct call *k)
 		    skipped == 1 ? "file was" : "files were", GENERATED_BYTES_MAX >> 20);
 	free(paths);
 	json_decref(net);
-	client_req_free(&g);
+	json_decref(all);
 }
 
 /* ---- the tools -------------------------------------------------------------- */

@@ -63,7 +63,7 @@ static void setup(void)
 {
 	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
 					      file_routes, workspace_routes, code_routes, port_routes,
-					      proxy_routes, extra_routes };
+					      proxy_routes, changes_routes, extra_routes };
 	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
 		for (const struct http_route *r = tables[t]; r->method; r++)
 			if (nroutes < sizeof(routes) / sizeof(routes[0]))
