@@ -215,6 +215,25 @@ void dsb_answer_ended(struct http_req *req, struct dsb *s);
 void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid);
 
 extern const struct http_route sandbox_routes[];
+
+/* changes.c: views of the changes log.  changes_view() builds the entries
+ * of v[0..n) after cursor `since` as a JSON array: as logged, or with
+ * CHANGES_NET one entry per path with its net kind since the cursor
+ * (created, modified or deleted; a path created and then deleted is left
+ * out) and the fields of its last entry, in the order of those last
+ * entries.  CHANGES_EXCLUDE_HIDDEN leaves out paths with a component
+ * starting with "." or named __pycache__, counted in *hidden (may be
+ * NULL).  NULL on OOM.  The caller holds the sandbox's lock around it. */
+#define CHANGES_NET 1u
+#define CHANGES_EXCLUDE_HIDDEN 2u
+/* One log entry as the Change schema, with `kind` in place of its own. */
+json_t *changes_entry_json(const struct dchange *c, char kind);
+json_t *changes_view(const struct dchange *v, size_t n, uint64_t since, unsigned flags,
+		     size_t *hidden);
+/* A 0/1 query flag: absent, "0" or "false" → 0; "1" or "true" → 1; else
+ * answers 400 naming it and returns -1. */
+int daemon_query_flag(struct http_req *req, const char *name);
+extern const struct http_route changes_routes[];
 /* Start-up: mark sandboxes of a previous run that were running as lost and
  * clean up what they left (cgroups, storage images). */
 void sandboxes_recover(struct daemon *d);

@@ -345,14 +345,7 @@ json_t *dsb_to_json(struct dsb *s)
 
 static json_t *change_json(const struct dchange *c)
 {
-	json_t *o = json_object();
-	json_object_set_new(o, "cursor", json_integer((json_int_t)c->cursor));
-	json_object_set_new(o, "path", json_text(c->path, strlen(c->path)));
-	json_object_set_new(o, "kind", json_string(json_change_kind(c->kind)));
-	json_object_set_new(o, "type", json_string(json_file_type(c->type)));
-	json_object_set_new(o, "size", json_integer((json_int_t)c->size));
-	json_object_set_new(o, "source", json_string(c->source ? c->source : ""));
-	return o;
+	return changes_entry_json(c, c->kind);
 }
 
 /* ---- changes log ----------------------------------------------------------- */
@@ -1212,23 +1205,30 @@ static int get_changes(struct http_req *req)
 					  "invalid cursor \"%.64s\": expected a whole number", since_s);
 		since = v;
 	}
+	int net = daemon_query_flag(req, "net");
+	int exclude_hidden = net < 0 ? -1 : daemon_query_flag(req, "exclude_hidden");
+	if (net < 0 || exclude_hidden < 0)
+		return 0;
+	unsigned flags = (net ? CHANGES_NET : 0) | (exclude_hidden ? CHANGES_EXCLUDE_HIDDEN : 0);
 	struct dsb *s = dsb_get(d, req, req->params[0]);
 	if (!s)
 		return 0;
-	json_t *arr = json_array();
+	size_t hidden = 0;
 	pthread_mutex_lock(&s->lock);
 	uint64_t cursor = s->next_cursor - 1;
 	int truncated = s->nchanges > 0 && since + 1 < s->changes[0].cursor;
 	if (since > cursor)
 		since = cursor;
-	for (size_t i = 0; i < s->nchanges; i++)
-		if (s->changes[i].cursor > since)
-			json_array_append_new(arr, change_json(&s->changes[i]));
+	json_t *arr = changes_view(s->changes, s->nchanges, since, flags, &hidden);
 	pthread_mutex_unlock(&s->lock);
 	dsb_put(d, s);
+	if (!arr)
+		return http_error(req, 500, "internal", "out of memory");
 	json_t *o = json_object();
 	json_object_set_new(o, "cursor", json_integer((json_int_t)cursor));
 	json_object_set_new(o, "changes", arr);
+	if (exclude_hidden)
+		json_object_set_new(o, "hidden", json_integer((json_int_t)hidden));
 	if (truncated)
 		json_object_set_new(o, "truncated", json_true());
 	return http_json(req, 200, o);
