@@ -48,21 +48,41 @@ else
 	failed=$((failed + 1))
 fi
 
-echo "== integration tests (CLI, daemon), interpreter hosts, Python client"
+# Add the counts of pytest's summary line in the output file $1 ("364
+# passed, 2 skipped in 12.3s" with -q, or framed by "=" signs); no summary
+# is a failure.
+count_pytest() {
+	local line n kind
+	line=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|errors?|deselected)[^=]* in [0-9.]+s' "$1" | tail -n 1)
+	for kind in passed failed skipped "errors?"; do
+		n=$(echo "$line" | grep -oE "[0-9]+ $kind" | grep -oE '^[0-9]+' || true)
+		n=${n:-0}
+		case $kind in
+		passed) passed=$((passed + n)) ;;
+		skipped) skipped=$((skipped + n)) ;;
+		*) failed=$((failed + n)) ;;
+		esac
+	done
+	[ -n "$line" ] || failed=$((failed + 1))
+}
+
+echo "== integration tests (CLI, daemon), interpreter hosts"
 out=$(mktemp)
-$PYTEST -q -rs -p no:cacheprovider tests/integration tests/interp clients/python/tests 2>&1 | tee "$out"
-# pytest's summary: "364 passed, 2 skipped in 12.3s" (-q) or framed by "=" signs.
-line=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|errors?|deselected)[^=]* in [0-9.]+s' "$out" | tail -n 1)
-for kind in passed failed skipped "errors?"; do
-	n=$(echo "$line" | grep -oE "[0-9]+ $kind" | grep -oE '^[0-9]+' || true)
-	n=${n:-0}
-	case $kind in
-	passed) passed=$((passed + n)) ;;
-	skipped) skipped=$((skipped + n)) ;;
-	*) failed=$((failed + n)) ;;
-	esac
-done
-[ -n "$line" ] || failed=$((failed + 1))
+$PYTEST -q -rs -p no:cacheprovider tests/integration tests/interp 2>&1 | tee "$out"
+count_pytest "$out"
+rm -f "$out"
+
+echo "== Python client (clients/python) and its adapters in the real frameworks"
+out=$(mktemp)
+if pyenv=$(scripts/python-frameworks.sh); then
+	"$pyenv" -m pytest -q -rs -p no:cacheprovider -W ignore::DeprecationWarning \
+		-o asyncio_mode=auto -o asyncio_default_fixture_loop_scope=function \
+		clients/python/tests 2>&1 | tee "$out"
+	count_pytest "$out"
+else
+	echo "could not make the frameworks' virtualenv (scripts/python-frameworks.sh)"
+	failed=$((failed + 1))
+fi
 rm -f "$out"
 
 # Add the summary of node's TAP reporter in $1 ("# pass N", "# fail N",
