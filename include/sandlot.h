@@ -89,6 +89,16 @@ typedef struct sandlot_options {
 	 * one, e.g. to bring a paused sandbox back under its own id.  The caller
 	 * guarantees that no other live sandbox has it.  NULL: a new id. */
 	const char *id;
+	/* Change tracking (sandlot_changes_scan) is bounded in bytes, since the
+	 * sandbox's code chooses the tree it walks.  changes_max_bytes: what one
+	 * scan may report, each change counting its path plus 34 bytes (0: 8
+	 * MiB, at least 4 KiB); scan_memory_bytes: what the walk inside the
+	 * sandbox may hold, where it counts against memory_bytes (0: a
+	 * sixteenth of memory_bytes, at most 32 MiB; at least 64 KiB and at
+	 * most a quarter of memory_bytes).  Past either, the scan says
+	 * truncated. */
+	uint64_t changes_max_bytes;
+	uint64_t scan_memory_bytes;
 } sandlot_options_t;
 
 /* Fill opts with the defaults above. */
@@ -257,6 +267,13 @@ SANDLOT_API int sandlot_file_read(sandlot_t *sb, const char *path, sandlot_write
 SANDLOT_API int sandlot_file_read_fd(sandlot_t *sb, const char *path, int fd,
 				     sandlot_error_t **err);
 
+/* Read at most max_bytes (0: no limit): a larger file fails with EFBIG
+ * before any data ("the file is N bytes, over the limit of M bytes"), and
+ * one that grows past the limit while it is read fails with EFBIG then, so
+ * a sparse file of terabytes cannot make a reader run for hours. */
+SANDLOT_API int sandlot_file_read_fd_max(sandlot_t *sb, const char *path, int fd,
+					 uint64_t max_bytes, sandlot_error_t **err);
+
 /* Streaming in the other direction, for callers that are themselves fed or
  * drained piecewise (an HTTP server).
  *
@@ -267,6 +284,11 @@ SANDLOT_API int sandlot_file_read_fd(sandlot_t *sb, const char *path, int fd,
 typedef struct sandlot_file_reader sandlot_file_reader_t;
 SANDLOT_API sandlot_file_reader_t *sandlot_file_open_read(sandlot_t *sb, const char *path,
 							  sandlot_error_t **err);
+/* The same with a size limit, as sandlot_file_read_fd_max(): a larger file
+ * fails here (EFBIG), before any data. */
+SANDLOT_API sandlot_file_reader_t *sandlot_file_open_read_max(sandlot_t *sb, const char *path,
+							      uint64_t max_bytes,
+							      sandlot_error_t **err);
 SANDLOT_API ssize_t sandlot_file_reader_read(sandlot_file_reader_t *r, void *buf, size_t len,
 					     sandlot_error_t **err);
 SANDLOT_API void sandlot_file_reader_close(sandlot_file_reader_t *r);
@@ -294,8 +316,9 @@ typedef enum {
 typedef struct sandlot_stat {
 	sandlot_file_type_t type;
 	uint32_t mode;        /* permission bits */
-	uint64_t size;
+	uint64_t size;        /* apparent size (what a read returns) */
 	int64_t mtime_ns;     /* nanoseconds since the epoch */
+	uint64_t allocated;   /* bytes it takes on disk: far below size for a sparse file */
 } sandlot_stat_t;
 
 SANDLOT_API int sandlot_stat(sandlot_t *sb, const char *path, sandlot_stat_t *out,
@@ -338,14 +361,24 @@ typedef struct sandlot_change {
 typedef struct sandlot_changes {
 	sandlot_change_t *items;
 	size_t count;
-	int truncated;        /* the workspace had more entries than the scan limit */
+	/* Something was left out: the walk met its limits (100,000 entries,
+	 * scan_memory_bytes, 256 levels: paths past the cut are neither
+	 * reported nor remembered) or the report its byte limit (the changes
+	 * after the last one in items are not reported; the next scan reports
+	 * what changes after this one). */
+	int truncated;
+	uint64_t bytes;       /* the report's size as the limit counts it */
 } sandlot_changes_t;
 
 /* Compare the workspace (/home/user) with the previous scan and return what
- * was created, modified or deleted since.  The first call (made by
- * sandlot_create) records the baseline.  The caller frees *out with
- * sandlot_changes_free(). */
+ * was created, modified or deleted since, in path order.  The first call
+ * (made by sandlot_create) records the baseline.  The caller frees *out
+ * with sandlot_changes_free(). */
 SANDLOT_API int sandlot_changes_scan(sandlot_t *sb, sandlot_changes_t *out, sandlot_error_t **err);
+/* The same, reporting at most max_bytes this time instead of the
+ * sandbox's changes_max_bytes (0: that). */
+SANDLOT_API int sandlot_changes_scan_max(sandlot_t *sb, uint64_t max_bytes, sandlot_changes_t *out,
+					 sandlot_error_t **err);
 SANDLOT_API void sandlot_changes_free(sandlot_changes_t *c);
 
 /* ---- parsing helpers shared by the CLI and the daemon ------------------ */

@@ -24,10 +24,16 @@ static const char changes_help[] =
 	"    the change, or \"api\" for uploads).  Pass the last CURSOR seen to\n"
 	"    --since to get only what changed after it.\n"
 	"\n"
+	"    sandlotd keeps a window of each sandbox's newest changes (16M by\n"
+	"    default): when entries after --since were forgotten, a warning on\n"
+	"    stderr says so.  Long logs come in pages, which are all fetched.\n"
+	"\n"
 	"OPTIONS\n"
 	"    -s, --since N          only changes after cursor N (default 0: all)\n"
 	"        --json             print sandlotd's answer as JSON (one line):\n"
-	"                           {\"cursor\": N, \"changes\": [...]}\n"
+	"                           {\"cursor\": N, \"changes\": [...]}, every page\n"
+	"                           merged, with \"truncated\": true if entries were\n"
+	"                           forgotten\n"
 	CLI_CLIENT_OPTIONS_HELP
 	"    -h, --help             show this help\n"
 	"\n"
@@ -93,26 +99,72 @@ static int changes_run(const char *sid, unsigned long long since, int json, cons
 	if (rc)
 		return rc;
 	cleanup_free char *id = client_escape(sid);
-	cleanup_free char *path = NULL;
-	if (!id || asprintf(&path, "/v1/sandboxes/%s/changes?since=%llu", id, since) < 0) {
+	if (!id) {
 		client_free(&c);
 		return EXIT_SANDLOT;
 	}
-	struct client_req req = { .method = "GET", .path = path };
-	client_perform(&c, &req);
-	if (req.status != 200) {
-		rc = client_report(&c, &req, NULL);
-	} else if (json) {
-		char *text = json_dumps(req.reply, JSON_COMPACT);
-		if (text)
-			puts(text);
-		free(text);
-	} else {
-		print_table(json_object_get(req.reply, "changes"));
+	/* Every page: each answer is bounded (sandlotd --changes-answer-bytes);
+	 * "more" says another follows, from the page's cursor. */
+	json_t *all = json_array(), *last = NULL;
+	int truncated = 0;
+	unsigned long long from = since;
+	for (int page = 0; all && rc == 0; page++) {
+		cleanup_free char *path = NULL;
+		if (asprintf(&path, "/v1/sandboxes/%s/changes?since=%llu", id, from) < 0) {
+			rc = EXIT_SANDLOT;
+			break;
+		}
+		struct client_req req = { .method = "GET", .path = path };
+		client_perform(&c, &req);
+		if (req.status != 200) {
+			rc = client_report(&c, &req, NULL);
+			client_req_free(&req);
+			break;
+		}
+		if (page == 0)
+			truncated = json_is_true(json_object_get(req.reply, "truncated"));
+		json_array_extend(all, json_object_get(req.reply, "changes"));
+		json_decref(last);
+		last = json_incref(req.reply);
+		int more = json_is_true(json_object_get(req.reply, "more"));
+		unsigned long long next =
+			(unsigned long long)json_integer_value(json_object_get(req.reply, "cursor"));
+		client_req_free(&req);
+		if (!more)
+			break;
+		if (next <= from) { /* a daemon that does not move on: stop */
+			rc = EXIT_SANDLOT;
+			fprintf(stderr, "sandlot changes: sandlotd's cursor did not advance\n");
+			break;
+		}
+		from = next;
 	}
+	if (rc == 0 && all && last) {
+		if (truncated)
+			fprintf(stderr, "sandlot changes: changes after cursor %llu were forgotten: "
+					"sandlotd keeps only the newest of a sandbox's log\n", since);
+		if (json) {
+			json_t *o = json_pack("{s:O, s:O}", "cursor", json_object_get(last, "cursor"),
+					      "changes", all);
+			if (o && truncated)
+				json_object_set_new(o, "truncated", json_true());
+			char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+			if (text)
+				puts(text);
+			else
+				rc = EXIT_SANDLOT;
+			free(text);
+			json_decref(o);
+		} else {
+			print_table(all);
+		}
+	} else if (rc == 0) {
+		rc = EXIT_SANDLOT;
+	}
+	json_decref(all);
+	json_decref(last);
 	if (fflush(stdout) != 0 && rc == 0)
 		rc = EXIT_SANDLOT;
-	client_req_free(&req);
 	client_free(&c);
 	return rc;
 }

@@ -1,4 +1,5 @@
-/* sandlot ls: the sandboxes of sandlotd as a table. */
+/* sandlot ls: the sandboxes of sandlotd as a table, or (with SANDBOX:PATH)
+ * the entries of a directory in a sandbox. */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@ static const char ls_help[] =
 	"\n"
 	"SYNOPSIS\n"
 	"    sandlot ls [OPTIONS]\n"
+	"    sandlot ls [OPTIONS] SANDBOX:PATH\n"
 	"\n"
 	"DESCRIPTION\n"
 	"    Prints the running sandboxes of sandlotd as a table: ID, STATE,\n"
@@ -23,13 +25,19 @@ static const char ls_help[] =
 	"    deleted, lost in a daemon restart, failed) are listed too, with the\n"
 	"    reason they ended.\n"
 	"\n"
+	"    With SANDBOX:PATH, prints the entries of that directory in the sandbox\n"
+	"    (relative paths are under /home/user; SANDBOX: alone is /home/user):\n"
+	"    TYPE (file, dir, link, other), MODE, SIZE (bytes a download sends),\n"
+	"    ON-DISK (bytes it takes: a sparse file's is far smaller than its size),\n"
+	"    MODIFIED and NAME, sorted by name.\n"
+	"\n"
 	"OPTIONS\n"
 	"    -a, --all               include ended sandboxes\n"
 	"    -l, --label KEY=VALUE   only sandboxes with this label (repeatable: all\n"
 	"                            must match)\n"
-	"    -q, --quiet             print only the ids, one per line\n"
+	"    -q, --quiet             print only the ids (the names), one per line\n"
 	"        --json              print sandlotd's answer as JSON (one line):\n"
-	"                            {\"sandboxes\": [...]}\n"
+	"                            {\"sandboxes\": [...]} ({\"path\", \"entries\"})\n"
 	CLI_CLIENT_OPTIONS_HELP
 	"    -h, --help              show this help\n"
 	"\n"
@@ -39,7 +47,8 @@ static const char ls_help[] =
 	"\n"
 	"EXAMPLES\n"
 	"    sandlot ls\n"
-	"    sandlot ls --label owner=alice -q | xargs -r sandlot rm\n";
+	"    sandlot ls --label owner=alice -q | xargs -r sandlot rm\n"
+	"    sandlot ls sb-7x2k...:out\n";
 
 enum { OPT_JSON = 256 };
 
@@ -218,6 +227,101 @@ static int ls_run(const char *query, int json, int quiet, const char *host, cons
 	return rc;
 }
 
+/* ---- SANDBOX:PATH: a directory's entries ------------------------------------ */
+
+static const char *type_word(const char *t)
+{
+	return !strcmp(t, "directory") ? "dir" : !strcmp(t, "symlink") ? "link" : t;
+}
+
+static int print_entries(json_t *entries)
+{
+	static const char *head[6] = { "TYPE", "MODE", "SIZE", "ON-DISK", "MODIFIED", "NAME" };
+	size_t n = json_array_size(entries);
+	char *(*rows)[6] = calloc(n ? n : 1, sizeof(*rows));
+	if (!rows)
+		return EXIT_SANDLOT;
+	size_t w[6];
+	for (int k = 0; k < 6; k++)
+		w[k] = strlen(head[k]);
+	for (size_t i = 0; i < n; i++) {
+		json_t *e = json_array_get(entries, i);
+		char *c[6] = { 0 };
+		c[0] = strdup(type_word(client_str(e, "type")));
+		c[1] = strdup(client_str(e, "mode"));
+		if (asprintf(&c[2], "%lld", (long long)json_integer_value(json_object_get(e, "size"))) < 0)
+			c[2] = NULL;
+		if (asprintf(&c[3], "%lld",
+			     (long long)json_integer_value(json_object_get(e, "allocated"))) < 0)
+			c[3] = NULL;
+		/* "2026-11-24T10:33:00.123Z" → "2026-11-24 10:33" */
+		const char *m = client_str(e, "modified_at");
+		c[4] = strlen(m) >= 16 ? strndup(m, 16) : strdup(m);
+		if (c[4] && strlen(c[4]) > 10 && c[4][10] == 'T')
+			c[4][10] = ' ';
+		c[5] = strdup(client_str(e, "name"));
+		for (int k = 0; k < 6; k++) {
+			rows[i][k] = c[k] ? c[k] : strdup("");
+			size_t l = rows[i][k] ? strlen(rows[i][k]) : 0;
+			if (k < 5 && l > w[k])
+				w[k] = l;
+		}
+	}
+	/* Sizes right-aligned, the rest left-aligned; the name last. */
+	printf("%-*s  %-*s  %*s  %*s  %-*s  %s\n", (int)w[0], head[0], (int)w[1], head[1],
+	       (int)w[2], head[2], (int)w[3], head[3], (int)w[4], head[4], head[5]);
+	for (size_t i = 0; i < n; i++) {
+		char **c = rows[i];
+		printf("%-*s  %-*s  %*s  %*s  %-*s  %s\n", (int)w[0], c[0] ? c[0] : "", (int)w[1],
+		       c[1] ? c[1] : "", (int)w[2], c[2] ? c[2] : "", (int)w[3], c[3] ? c[3] : "",
+		       (int)w[4], c[4] ? c[4] : "", c[5] ? c[5] : "");
+		for (int k = 0; k < 6; k++)
+			free(c[k]);
+	}
+	free(rows);
+	return 0;
+}
+
+static int ls_dir(const char *spec, int json, int quiet, const char *host, const char *token_file)
+{
+	const char *colon = strchr(spec, ':');
+	cleanup_free char *raw_id = strndup(spec, (size_t)(colon - spec));
+	cleanup_free char *id = raw_id ? client_escape(raw_id) : NULL;
+	cleanup_free char *dir = client_escape(colon[1] ? colon + 1 : "/home/user");
+	cleanup_free char *path = NULL;
+	if (!id || !dir || asprintf(&path, "/v1/sandboxes/%s/files/list?path=%s", id, dir) < 0)
+		return EXIT_SANDLOT;
+	struct client c;
+	int rc = client_init(&c, "ls", host, token_file);
+	if (rc)
+		return rc;
+	struct client_req req = { .method = "GET", .path = path };
+	client_perform(&c, &req);
+	if (req.status != 200) {
+		rc = client_report(&c, &req, spec);
+	} else {
+		json_t *entries = json_object_get(req.reply, "entries");
+		if (json) {
+			char *text = json_dumps(req.reply, JSON_COMPACT);
+			if (text)
+				puts(text);
+			free(text);
+		} else if (quiet) {
+			size_t i;
+			json_t *e;
+			json_array_foreach(entries, i, e)
+				puts(client_str(e, "name"));
+		} else {
+			rc = print_entries(entries);
+		}
+	}
+	if (fflush(stdout) != 0 && rc == 0)
+		rc = EXIT_SANDLOT;
+	client_req_free(&req);
+	client_free(&c);
+	return rc;
+}
+
 int cmd_ls(int argc, char **argv)
 {
 	const char *host = NULL, *token_file = NULL;
@@ -267,8 +371,22 @@ int cmd_ls(int argc, char **argv)
 			goto out;
 		}
 	}
+	const char *dir = NULL;
 	if (optind < argc) {
-		rc = cli_usage_error("ls", "unexpected argument \"%s\"", argv[optind]);
+		const char *colon = strchr(argv[optind], ':');
+		if (!colon || colon == argv[optind] || optind + 1 < argc) {
+			rc = cli_usage_error("ls", "unexpected argument \"%s\" (to list files: "
+						   "SANDBOX:PATH)", argv[optind]);
+			goto out;
+		}
+		dir = argv[optind];
+		if (all || ftell(q)) {
+			rc = cli_usage_error("ls", "--all and --label list sandboxes, not files");
+			goto out;
+		}
+	}
+	if (dir) {
+		rc = ls_dir(dir, json, quiet, host, token_file);
 		goto out;
 	}
 	if (all)

@@ -1273,10 +1273,17 @@ static void tool_list_files(struct call *k)
 				n, n == 1 ? "entry" : "entries");
 			json_array_foreach(entries, i, e) {
 				const char *type = client_str(e, "type");
-				fprintf(f, "%-9s %10lld  %s  %s%s\n", type,
-					(long long)json_integer_value(json_object_get(e, "size")),
-					client_str(e, "mode"), client_str(e, "name"),
-					!strcmp(type, "directory") ? "/" : !strcmp(type, "symlink") ? "@" : "");
+				long long size = (long long)json_integer_value(json_object_get(e, "size"));
+				long long disk = (long long)json_integer_value(json_object_get(e, "allocated"));
+				const char *mark = !strcmp(type, "directory") ? "/"
+						   : !strcmp(type, "symlink") ? "@" : "";
+				/* A file mostly of holes: reading it costs its size, not its disk. */
+				int sparse = !strcmp(type, "file") && size - disk > (1LL << 20);
+				fprintf(f, "%-9s %10lld  %s  %s%s", type, size, client_str(e, "mode"),
+					client_str(e, "name"), mark);
+				if (sparse)
+					fprintf(f, "  (sparse: %lld bytes on disk)", disk);
+				fputc('\n', f);
 			}
 			fclose(f);
 			add_text(k, buf, len);
@@ -1349,23 +1356,41 @@ static void tool_generated_files(struct call *k)
 	client_req_free(&r);
 	if (rc < 0)
 		return;
-	/* The daemon folds the log: one entry per path with its net effect,
-	 * caches (hidden paths, __pycache__) left out unless asked for. */
+	/* The daemon folds the log: one entry per path with its net effect
+	 * since `since`, caches (hidden paths, __pycache__) left out unless
+	 * asked for; every page of it ("more": the answer's size limit cut
+	 * it, and the page's cursor is the next page's `after`). */
 	json_int_t since = since_last ? m->gen_cursor : m->baseline;
-	struct client_req g = { .method = "GET" };
-	if (sb_request(k, &g, NULL, "/changes?since=%lld&net=1&exclude_hidden=%d", (long long)since,
-		       !hidden) < 0) {
+	json_t *all = json_array();
+	int forgotten = 0;
+	json_int_t after = since;
+	for (int page = 0;; page++) {
+		struct client_req g = { .method = "GET" };
+		if (sb_request(k, &g, NULL, "/changes?since=%lld&after=%lld&net=1&exclude_hidden=%d",
+			       (long long)since, (long long)after, !hidden) < 0) {
+			client_req_free(&g);
+			json_decref(all);
+			return;
+		}
+		if (page == 0)
+			forgotten = json_is_true(json_object_get(g.reply, "truncated"));
+		left_hidden += (size_t)json_integer_value(json_object_get(g.reply, "hidden"));
+		json_array_extend(all, json_object_get(g.reply, "changes"));
+		json_int_t next = json_integer_value(json_object_get(g.reply, "cursor"));
+		int more = json_is_true(json_object_get(g.reply, "more")) && next > after;
 		client_req_free(&g);
-		return;
+		after = next;
+		if (!more)
+			break;
 	}
-	m->gen_cursor = json_integer_value(json_object_get(g.reply, "cursor"));
-	left_hidden = (size_t)json_integer_value(json_object_get(g.reply, "hidden"));
+	m->gen_cursor = after;
 
 	json_t *net = json_object(), *ch, *e;
 	size_t i;
-	json_array_foreach(json_object_get(g.reply, "changes"), i, ch) {
+	json_array_foreach(all, i, ch) {
 		if (!strcmp(client_str(ch, "type"), "directory"))
 			continue;   /* directories show through their files */
+		/* A path changed again while the pages were read: its later entry. */
 		json_object_set(net, client_str(ch, "path"), ch);
 	}
 	size_t n = json_object_size(net), count = 0;
@@ -1401,7 +1426,7 @@ static void tool_generated_files(struct call *k)
 		if (left_hidden)
 			fprintf(f, "(%zu hidden %s (a component starting with \".\", __pycache__) left "
 				"out: include_hidden shows them)\n", left_hidden, left_hidden == 1 ? "path" : "paths");
-		if (json_is_true(json_object_get(g.reply, "truncated")))
+		if (forgotten)
 			fputs("(the daemon's change log dropped its oldest entries: earlier changes are missing)\n", f);
 		fclose(f);
 		add_text(k, buf, len);
@@ -1452,7 +1477,7 @@ static void tool_generated_files(struct call *k)
 		    skipped == 1 ? "file was" : "files were", GENERATED_BYTES_MAX >> 20);
 	free(paths);
 	json_decref(net);
-	client_req_free(&g);
+	json_decref(all);
 }
 
 /* ---- the tools -------------------------------------------------------------- */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/util.h"
 
 int transfer_parse(const char *spec, int upload, struct transfer *out)
 {
@@ -164,6 +165,14 @@ static int download_tree(sandlot_t *sb, const char *remote, const char *local, i
 		return -1;
 	int rc = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
+		/* libsandlot refuses such names already; a name from the sandbox
+		 * is joined into a host path only after this check of our own. */
+		const char *why = sandlot__entry_name_problem(ents[i].name, strlen(ents[i].name));
+		if (why) {
+			rc = sandlot__error(err, EPROTO, "--download %s: the sandbox listed %s", remote,
+					    why);
+			break;
+		}
 		cleanup_free char *l = NULL, *r = NULL;
 		if (asprintf(&l, "%s/%s", local, ents[i].name) < 0 ||
 		    asprintf(&r, "%s/%s", remote, ents[i].name) < 0)

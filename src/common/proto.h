@@ -67,6 +67,9 @@ enum sandlot_tag {
 	SL_TAG_TRUNCATED = 20,
 	SL_TAG_CORE = 21,
 	SL_TAG_STAGE = 22,
+	SL_TAG_ALLOCATED = 23, /* u64: bytes the file takes on disk (STAT, ENTRIES) */
+	SL_TAG_MAX_BYTES = 24, /* u64: FREAD: largest file to send; SCAN: most CHANGES bytes */
+	SL_TAG_MEMORY = 25,    /* u64: SCAN: most memory the walk may use */
 };
 
 /* A decoded frame header. */

@@ -149,3 +149,17 @@ void sandlot__trace(const char *phase)
 		fprintf(stderr, "sandlot-trace: %-14s %7.3f ms\n", phase, (double)(now - t0) / 1e6);
 	t0 = now;
 }
+
+const char *sandlot__entry_name_problem(const void *name, size_t len)
+{
+	const char *p = name;
+	if (len == 0)
+		return "an empty name";
+	if ((len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.'))
+		return "a name that is . or ..";
+	if (memchr(p, '/', len))
+		return "a name with a '/'";
+	if (memchr(p, '\0', len))
+		return "a name with a NUL byte";
+	return NULL;
+}

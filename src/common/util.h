@@ -22,6 +22,12 @@ int sandlot__mkdir_p(const char *path, mode_t mode);
 /* A new globally unique id: prefix followed by 26 lowercase base32 chars
  * (128 random bits from getrandom).  buf must hold strlen(prefix)+27. */
 void sandlot__new_id(const char *prefix, char *buf);
+/* Why `name` (len bytes) cannot be the name of an entry in a directory,
+ * or NULL if it can: it must not be empty, "." or "..", nor hold a '/' or
+ * a NUL.  Names come from the sandbox (a LIST answer) and are joined into
+ * paths, on the host too: every such name goes through this first. */
+const char *sandlot__entry_name_problem(const void *name, size_t len);
+
 /* Monotonic clock in ms / ns. */
 uint64_t sandlot__now_ms(void);
 uint64_t sandlot__now_ns(void);

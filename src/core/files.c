@@ -283,8 +283,38 @@ struct sandlot_file_reader {
 	int eof;           /* the END frame arrived */
 	int started;       /* a first DATA (or the end) arrived */
 	int oom;
+	int refused;       /* init broke the limit or its credit: refused_* say how */
+	int refused_status;
+	char refused_msg[200];
 	uint32_t consumed; /* read by the caller, not yet credited */
+	uint64_t received; /* data bytes that arrived */
+	uint64_t allowed;  /* credit given to init so far (the window, then grants) */
+	uint64_t max;      /* MAX_BYTES, 0 = none */
 };
+
+/* A compromised init could send more than it was allowed to: more than
+ * the limit, or past its credit (which is what bounds the queue).  The
+ * transfer then fails; what came too much is not kept.  conn->lock held. */
+static int reader_accept(sandlot_file_reader_t *rd, uint32_t len)
+{
+	if (rd->refused)
+		return 0;
+	if (rd->max && rd->received + len > rd->max) {
+		rd->refused_status = EFBIG;
+		snprintf(rd->refused_msg, sizeof(rd->refused_msg),
+			 "the sandbox sent more than the limit of %llu bytes",
+			 (unsigned long long)rd->max);
+	} else if (rd->received + len > rd->allowed) {
+		rd->refused_status = EPROTO;
+		snprintf(rd->refused_msg, sizeof(rd->refused_msg),
+			 "the sandbox sent more data than its credit allowed");
+	} else {
+		rd->received += len;
+		return 1;
+	}
+	rd->refused = 1;
+	return 0;
+}
 
 static void reader_item(struct req *r, const struct sl_frame_header *h, const uint8_t *payload)
 {
@@ -292,6 +322,10 @@ static void reader_item(struct req *r, const struct sl_frame_header *h, const ui
 	if (h->type != SL_MSG_DATA)
 		return;
 	rd->started = 1;
+	if (h->length && !reader_accept(rd, h->length)) {
+		pthread_cond_broadcast(&r->s.conn->cond);
+		return;
+	}
 	if (h->length) {
 		struct chunk *c = malloc(sizeof(*c) + h->length);
 		if (!c) {
@@ -313,7 +347,8 @@ static void reader_item(struct req *r, const struct sl_frame_header *h, const ui
 	pthread_cond_broadcast(&r->s.conn->cond);
 }
 
-sandlot_file_reader_t *sandlot_file_open_read(sandlot_t *sb, const char *path, sandlot_error_t **err)
+sandlot_file_reader_t *sandlot_file_open_read_max(sandlot_t *sb, const char *path,
+						  uint64_t max_bytes, sandlot_error_t **err)
 {
 	if (check_path(path, "read", err) < 0)
 		return NULL;
@@ -321,13 +356,22 @@ sandlot_file_reader_t *sandlot_file_open_read(sandlot_t *sb, const char *path, s
 	if (!rd)
 		return sandlot__error(err, ENOMEM, "out of memory"), NULL;
 	rd->r.on_item = reader_item;
+	rd->max = max_bytes;
+	rd->allowed = SANDLOT_PROTO_WINDOW;
 	snprintf(rd->r.what, sizeof(rd->r.what), "read %.140s", path);
 	struct sl_msg m;
-	if (req_start(sb, &rd->r, SL_MSG_FREAD, path, &m, err) < 0 || req_send(&rd->r, &m, err) < 0) {
+	if (req_start(sb, &rd->r, SL_MSG_FREAD, path, &m, err) < 0) {
 		free(rd);
 		return NULL;
 	}
-	/* Init answers ERROR (missing, not a regular file) or starts the data. */
+	if (max_bytes)
+		sl_msg_put_u64(&m, SL_TAG_MAX_BYTES, max_bytes);
+	if (req_send(&rd->r, &m, err) < 0) {
+		free(rd);
+		return NULL;
+	}
+	/* Init answers ERROR (missing, not a regular file, over the limit) or
+	 * starts the data. */
 	struct sl_conn *c = &sb->conn;
 	pthread_mutex_lock(&c->lock);
 	while (!rd->started && !rd->r.done)
@@ -342,13 +386,23 @@ sandlot_file_reader_t *sandlot_file_open_read(sandlot_t *sb, const char *path, s
 	return rd;
 }
 
+sandlot_file_reader_t *sandlot_file_open_read(sandlot_t *sb, const char *path, sandlot_error_t **err)
+{
+	return sandlot_file_open_read_max(sb, path, 0, err);
+}
+
 ssize_t sandlot_file_reader_read(sandlot_file_reader_t *rd, void *buf, size_t len,
 				 sandlot_error_t **err)
 {
 	struct sl_conn *c = &rd->r.sb->conn;
 	pthread_mutex_lock(&c->lock);
-	while (!rd->head && !rd->eof && !rd->r.done)
+	while (!rd->head && !rd->eof && !rd->r.done && !rd->refused)
 		pthread_cond_wait(&c->cond, &c->lock);
+	if (rd->refused) {
+		/* Too much came: fail now, whatever is queued. */
+		pthread_mutex_unlock(&c->lock);
+		return sandlot__error(err, rd->refused_status, "%s: %s", rd->r.what, rd->refused_msg);
+	}
 	size_t n = 0;
 	while (rd->head && n < len) {
 		struct chunk *ch = rd->head;
@@ -370,6 +424,7 @@ ssize_t sandlot_file_reader_read(sandlot_file_reader_t *rd, void *buf, size_t le
 	if (rd->consumed >= CREDIT_BATCH && !rd->eof) {
 		grant = rd->consumed;
 		rd->consumed = 0;
+		rd->allowed += grant;
 	}
 	int oom = rd->oom, eof = rd->eof, done = rd->r.done;
 	sandlot_error_t *e = rd->r.error;
@@ -412,10 +467,10 @@ void sandlot_file_reader_close(sandlot_file_reader_t *rd)
 	free(rd);
 }
 
-int sandlot_file_read(sandlot_t *sb, const char *path, sandlot_write_fn sink, void *userdata,
-		      sandlot_error_t **err)
+static int file_read(sandlot_t *sb, const char *path, uint64_t max_bytes, sandlot_write_fn sink,
+		     void *userdata, sandlot_error_t **err)
 {
-	sandlot_file_reader_t *rd = sandlot_file_open_read(sb, path, err);
+	sandlot_file_reader_t *rd = sandlot_file_open_read_max(sb, path, max_bytes, err);
 	if (!rd)
 		return -1;
 	uint8_t *buf = malloc(SANDLOT_PROTO_MAX_DATA);
@@ -443,6 +498,12 @@ int sandlot_file_read(sandlot_t *sb, const char *path, sandlot_write_fn sink, vo
 	return rc;
 }
 
+int sandlot_file_read(sandlot_t *sb, const char *path, sandlot_write_fn sink, void *userdata,
+		      sandlot_error_t **err)
+{
+	return file_read(sb, path, 0, sink, userdata, err);
+}
+
 static int fd_sink(void *ud, const void *buf, size_t len)
 {
 	return sandlot__write_all(*(int *)ud, buf, len);
@@ -450,7 +511,13 @@ static int fd_sink(void *ud, const void *buf, size_t len)
 
 int sandlot_file_read_fd(sandlot_t *sb, const char *path, int fd, sandlot_error_t **err)
 {
-	return sandlot_file_read(sb, path, fd_sink, &fd, err);
+	return file_read(sb, path, 0, fd_sink, &fd, err);
+}
+
+int sandlot_file_read_fd_max(sandlot_t *sb, const char *path, int fd, uint64_t max_bytes,
+			     sandlot_error_t **err)
+{
+	return file_read(sb, path, max_bytes, fd_sink, &fd, err);
 }
 
 /* ---- stat, list, mkdir, remove ----------------------------------------- */
@@ -478,6 +545,10 @@ static void parse_stat_rec(const struct sl_rec *rec, sandlot_stat_t *st)
 	case SL_TAG_MTIME_NS:
 		if (sl_rec_i64(rec, &mt) == 0)
 			st->mtime_ns = mt;
+		break;
+	case SL_TAG_ALLOCATED:
+		if (sl_rec_u64(rec, &size) == 0)
+			st->allocated = size;
 		break;
 	default:
 		break;
@@ -512,18 +583,44 @@ struct list_ctx {
 	sandlot_dirent_t *items;
 	size_t n, cap;
 	int oom;
+	char bad[200]; /* why the listing was refused; "" if it was not */
 };
+
+/* Refuse an entry name from init that the caller could not safely join to
+ * the directory's path (SECURITY.md: a compromised init is a threat).  The
+ * whole listing fails: a caller must never act on part of a lie. */
+static int list_name_ok(struct list_ctx *ctx, const struct sl_rec *rec)
+{
+	const char *why = sandlot__entry_name_problem(rec->val, rec->len);
+	if (!why)
+		return 1;
+	char shown[80];
+	size_t k = 0;
+	for (uint32_t i = 0; i < rec->len && k + 5 < sizeof(shown); i++) {
+		unsigned char c = rec->val[i];
+		if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+			shown[k++] = (char)c;
+		else
+			k += (size_t)snprintf(shown + k, sizeof(shown) - k, "\\x%02x", c);
+	}
+	shown[k] = '\0';
+	snprintf(ctx->bad, sizeof(ctx->bad), "the sandbox sent an invalid entry name \"%s\" (%s)",
+		 shown, why);
+	return 0;
+}
 
 static void list_item(struct req *r, const struct sl_frame_header *h, const uint8_t *payload)
 {
 	struct list_ctx *ctx = r->ctx;
-	if (h->type != SL_MSG_ENTRIES || ctx->oom)
+	if (h->type != SL_MSG_ENTRIES || ctx->oom || ctx->bad[0])
 		return;
 	struct sl_rec_iter it;
 	struct sl_rec rec;
 	sl_rec_iter_init(&it, payload, h->length);
 	while (sl_rec_next(&it, &rec) == 1) {
 		if (rec.tag == SL_TAG_NAME) {
+			if (!list_name_ok(ctx, &rec))
+				return;
 			if (ctx->n == ctx->cap) {
 				size_t cap = ctx->cap ? ctx->cap * 2 : 32;
 				sandlot_dirent_t *ni = realloc(ctx->items, cap * sizeof(*ni));
@@ -571,7 +668,9 @@ int sandlot_list(sandlot_t *sb, const char *path, sandlot_dirent_t **out, size_t
 		return -1;
 	int rc = req_wait(&r, err);
 	req_cleanup(&r);
-	if (rc == 0 && ctx.oom)
+	if (rc == 0 && ctx.bad[0])
+		rc = sandlot__error(err, EPROTO, "list %s: %s", path, ctx.bad);
+	else if (rc == 0 && ctx.oom)
 		rc = sandlot__error(err, ENOMEM, "list %s: out of memory", path);
 	if (rc < 0) {
 		sandlot_dirents_free(ctx.items, ctx.n);
@@ -621,13 +720,19 @@ struct scan_ctx {
 	sandlot_changes_t *out;
 	size_t cap;
 	int oom;
+	uint64_t max;   /* bytes of report accepted at most */
+	int over;       /* init sent more than that: the rest was dropped */
 };
+
+/* What a change counts against the report's limit: its path plus its
+ * records (spec/protocol.md, "Change tracking"). */
+#define CHANGE_RECORDS 34
 
 static void scan_item(struct req *r, const struct sl_frame_header *h, const uint8_t *payload)
 {
 	struct scan_ctx *ctx = r->ctx;
 	sandlot_changes_t *c = ctx->out;
-	if (h->type != SL_MSG_CHANGES || ctx->oom)
+	if (h->type != SL_MSG_CHANGES || ctx->oom || ctx->over)
 		return;
 	struct sl_rec_iter it;
 	struct sl_rec rec;
@@ -637,6 +742,11 @@ static void scan_item(struct req *r, const struct sl_frame_header *h, const uint
 			uint8_t k;
 			if (sl_rec_u8(&rec, &k) < 0)
 				continue;
+			/* The group's size is known at its PATH; a compromised init
+			 * could send more than asked: what passes the limit is not
+			 * kept. */
+			if (c->count > 0 && !c->items[c->count - 1].path)
+				c->count--; /* a group without PATH: dropped */
 			if (c->count == ctx->cap) {
 				size_t cap = ctx->cap ? ctx->cap * 2 : 32;
 				sandlot_change_t *ni = realloc(c->items, cap * sizeof(*ni));
@@ -655,9 +765,19 @@ static void scan_item(struct req *r, const struct sl_frame_header *h, const uint
 			sandlot_change_t *e = &c->items[c->count - 1];
 			uint8_t t;
 			if (rec.tag == SL_TAG_PATH && !e->path) {
+				uint64_t cost = CHANGE_RECORDS + rec.len;
+				if (c->bytes + cost > ctx->max) {
+					c->count--;
+					ctx->over = 1;
+					return;
+				}
 				e->path = sl_rec_str(&rec);
-				if (!e->path)
-					ctx->oom = 1;
+				if (!e->path) {
+					if (errno == ENOMEM)
+						ctx->oom = 1;
+					continue; /* a NUL in it: the group is dropped */
+				}
+				c->bytes += cost;
 			} else if (rec.tag == SL_TAG_FTYPE && sl_rec_u8(&rec, &t) == 0) {
 				e->type = (sandlot_file_type_t)t;
 			} else if (rec.tag == SL_TAG_SIZE) {
@@ -678,10 +798,13 @@ void sandlot_changes_free(sandlot_changes_t *c)
 	c->count = 0;
 }
 
-static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, sandlot_error_t **err)
+static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, uint64_t max_bytes,
+			sandlot_error_t **err)
 {
 	memset(out, 0, sizeof(*out));
-	struct scan_ctx ctx = { .out = out };
+	if (!max_bytes)
+		max_bytes = sb->opts.changes_max_bytes;
+	struct scan_ctx ctx = { .out = out, .max = max_bytes };
 	struct req r = { 0 };
 	r.on_item = scan_item;
 	r.ctx = &ctx;
@@ -690,6 +813,8 @@ static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, san
 	if (req_start(sb, &r, SL_MSG_SCAN, NULL, &m, err) < 0)
 		return -1;
 	sl_msg_put_u32(&m, SL_TAG_FLAGS, baseline ? 1 : 0);
+	sl_msg_put_u64(&m, SL_TAG_MAX_BYTES, max_bytes);
+	sl_msg_put_u64(&m, SL_TAG_MEMORY, sb->opts.scan_memory_bytes);
 	if (req_send(&r, &m, err) < 0)
 		return -1;
 	int rc = req_wait(&r, err);
@@ -702,6 +827,8 @@ static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, san
 			if (rec.tag == SL_TAG_TRUNCATED && sl_rec_u8(&rec, &t) == 0)
 				out->truncated = t != 0;
 		}
+		if (ctx.over)
+			out->truncated = 1;
 	}
 	req_cleanup(&r);
 	/* Drop entries whose path did not arrive (malformed group). */
@@ -719,13 +846,19 @@ static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, san
 
 int sandlot_changes_scan(sandlot_t *sb, sandlot_changes_t *out, sandlot_error_t **err)
 {
-	return changes_scan(sb, out, 0, err);
+	return changes_scan(sb, out, 0, 0, err);
+}
+
+int sandlot_changes_scan_max(sandlot_t *sb, uint64_t max_bytes, sandlot_changes_t *out,
+			     sandlot_error_t **err)
+{
+	return changes_scan(sb, out, 0, max_bytes, err);
 }
 
 int sandlot__changes_baseline(sandlot_t *sb, sandlot_error_t **err)
 {
 	sandlot_changes_t c;
-	int rc = changes_scan(sb, &c, 1, err);
+	int rc = changes_scan(sb, &c, 1, 0, err);
 	sandlot_changes_free(&c);
 	return rc;
 }

@@ -17,6 +17,10 @@
 #define DEFAULT_NOFILE 1024
 #define MIN_MEMORY (16ull << 20)
 #define MIN_DISK (16ull << 20)
+#define DEFAULT_CHANGES_MAX (8ull << 20)
+#define MIN_CHANGES_MAX (4ull << 10)
+#define MAX_SCAN_MEMORY_DEFAULT (32ull << 20)
+#define MIN_SCAN_MEMORY (64ull << 10)
 
 void sandlot_options_init(sandlot_options_t *o)
 {
@@ -182,6 +186,18 @@ static int validate(const sandlot_options_t *opts, int check_image, sandlot_erro
 	if (opts->pids == 1)
 		return sandlot__error(err, EINVAL,
 				      "pids limit of 1 is too low: init and a command need at least 2");
+	if (opts->changes_max_bytes && opts->changes_max_bytes < MIN_CHANGES_MAX)
+		return sandlot__error(err, EINVAL,
+				      "changes limit of %llu bytes is below the minimum of 4K",
+				      (unsigned long long)opts->changes_max_bytes);
+	uint64_t memory = opts->memory_bytes ? opts->memory_bytes : DEFAULT_MEMORY;
+	if (opts->scan_memory_bytes &&
+	    (opts->scan_memory_bytes < MIN_SCAN_MEMORY || opts->scan_memory_bytes > memory / 4))
+		return sandlot__error(err, EINVAL,
+				      "scan memory of %llu bytes is outside 64K to a quarter of the "
+				      "memory limit (%llu bytes)",
+				      (unsigned long long)opts->scan_memory_bytes,
+				      (unsigned long long)memory);
 	if (opts->storage != SANDLOT_STORAGE_DEFAULT && opts->storage != SANDLOT_STORAGE_EXT4 &&
 	    opts->storage != SANDLOT_STORAGE_TMPFS)
 		return sandlot__error(err, EINVAL, "unknown storage kind %d", (int)opts->storage);
@@ -258,6 +274,15 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		sb->opts.pids = DEFAULT_PIDS;
 	if (!sb->opts.nofile)
 		sb->opts.nofile = DEFAULT_NOFILE;
+	if (!sb->opts.changes_max_bytes)
+		sb->opts.changes_max_bytes = DEFAULT_CHANGES_MAX;
+	/* The walk's memory is init's, inside the sandbox's limit: a sixteenth
+	 * of it (the baseline and the new snapshot: an eighth at most). */
+	if (!sb->opts.scan_memory_bytes) {
+		uint64_t m = sb->opts.memory_bytes / 16;
+		sb->opts.scan_memory_bytes = m > MAX_SCAN_MEMORY_DEFAULT ? MAX_SCAN_MEMORY_DEFAULT
+				: m < MIN_SCAN_MEMORY ? MIN_SCAN_MEMORY : m;
+	}
 	if (opts->id)
 		snprintf(sb->id, sizeof(sb->id), "%s", opts->id);
 	else

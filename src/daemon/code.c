@@ -600,12 +600,15 @@ static json_t *final_result(struct cell *k, json_t *hostres)
 	 * change log (GET .../changes, source = the context id) as an
 	 * exec's changes are. */
 	json_t *changes = NULL;
+	int changes_truncated = 0;
 	sandlot_error_t *err = NULL;
-	if (dsb_scan_changes(k->d, k->s, k->c->id, &changes, &err) < 0) {
+	if (dsb_scan_changes(k->d, k->s, k->c->id, &changes, &changes_truncated, &err) < 0) {
 		sandlot_error_free(err);
 		changes = NULL;
+		changes_truncated = 1; /* not known */
 	}
 	json_object_set_new(o, "changes", changes ? changes : json_array());
+	json_object_set_new(o, "changes_truncated", json_boolean(changes_truncated));
 	json_object_set_new(o, "duration_ms", json_integer(mono_ms() - k->started));
 	json_object_set_new(o, "state_lost", json_boolean(k->state_lost));
 	return o;

@@ -3,7 +3,8 @@
  *   main.c        options, start-up (recovery), signals, shutdown
  *   http.c        libmicrohttpd server and route dispatch (http.h)
  *   registry.c    SQLite: sandboxes and their changes survive restarts
- *   sandboxes.c   the sandbox table, lifecycle routes, reaper, changes log
+ *   sandboxes.c   the sandbox table, lifecycle routes, reaper
+ *   changes.c     the changes log, bounded in bytes, and its route
  *   execs.c       exec routes: buffered, NDJSON streaming, background
  *   files.c       file routes, archives (libarchive)
  *   misc.c        health, metrics, request log
@@ -79,11 +80,13 @@ struct dsb {
 	char *end_reason;           /* "ttl", "idle", "deleted", "lost", ... */
 	json_t *options;            /* as given (normalised), for GET */
 	json_t *metadata;           /* {"label": "value"} */
-	/* changes log */
+	/* changes log: a window of the newest entries, bounded in bytes
+	 * (sandboxes.c, "changes log") */
 	pthread_mutex_t scan_lock;  /* one workspace scan at a time */
 	struct dchange *changes;
 	size_t nchanges, capchanges;
 	uint64_t next_cursor;
+	uint64_t changes_bytes;     /* what the log holds, as the budget counts it (atomic reads) */
 	/* execs, newest first; bounded history (the oldest finished go) */
 	struct dexec *execs;
 	unsigned nexecs;
@@ -118,6 +121,12 @@ struct daemon_config {
 	unsigned max_sandboxes;
 	unsigned paused_retention_s; /* default paused_retention_seconds; 0 = forever */
 	const char *default_image;  /* --default-image; "host" unless set */
+	uint64_t max_download;      /* --max-download: file bytes a download may send; 0 = any */
+	/* Change tracking, bounded in bytes (sandboxes.c, "changes log"). */
+	uint64_t changes_scan_bytes;   /* --changes-scan-bytes: what one scan may report */
+	uint64_t changes_answer_bytes; /* --changes-answer-bytes: changes in one answer (JSON) */
+	uint64_t changes_log_bytes;    /* --changes-log-bytes: one sandbox's log */
+	uint64_t changes_total_bytes;  /* --changes-total-bytes: every log + scans in progress */
 };
 
 struct daemon_metrics {
@@ -146,6 +155,10 @@ struct daemon {
 	int reaper_started;
 	pthread_cond_t reaper_cond; /* with d->lock: wake the reaper */
 	struct pools *pools;        /* pool.c private; NULL without --pool */
+	/* The daemon-wide changes budget: the bytes of every sandbox's log
+	 * plus those reserved by scans in progress.  changes_lock is a leaf. */
+	pthread_mutex_t changes_lock;
+	uint64_t changes_used;
 };
 
 int64_t daemon_now_ms(void);    /* wall clock */
@@ -189,9 +202,29 @@ void dsb_release(struct daemon *d, struct dsb *s);
 
 /* Scan the workspace and append what changed to the log under `source`.
  * If out is not NULL it receives a new JSON array of the appended entries
- * (each {"cursor", "path", "kind", "type", "size", "source"}).  0 or -1. */
+ * (each {"cursor", "path", "kind", "type", "size", "source"}), at most
+ * --changes-answer-bytes of them serialised; *truncated (if not NULL) is
+ * then 1 when the array is incomplete: the scan left changes out (its
+ * limits) or the answer limit cut the array (the log has the rest, while
+ * its window keeps them).  0 or -1 (callers then report the changes as
+ * unknown: an empty list with changes_truncated). */
 int dsb_scan_changes(struct daemon *d, struct dsb *s, const char *source, json_t **out,
-		     sandlot_error_t **err);
+		     int *truncated, sandlot_error_t **err);
+/* Drop s's changes log: memory, budget and registry rows (the sandbox
+ * ended for good; a paused one keeps its log).  Takes s->scan_lock. */
+void dsb_changes_release(struct daemon *d, struct dsb *s);
+
+/* ---- changes.c (the rest of the changes log) -------------------------------- */
+
+extern const struct http_route changes_routes[];
+/* Free s's log without touching the registry (s is being freed); its
+ * bytes go back to d's budget. */
+void dsb_changes_free(struct daemon *d, struct dsb *s);
+/* Start-up: append an entry read from the registry to s's log (taking
+ * its strings) and count it.  0, or -1 on ENOMEM. */
+int dsb_changes_restore(struct daemon *d, struct dsb *s, struct dchange *c);
+/* Bring the budget within --changes-total-bytes (after restores). */
+void changes_budget_enforce(struct daemon *d);
 
 /* JSON object for a sandbox (GET /v1/sandboxes/{id}). */
 json_t *dsb_to_json(struct dsb *s);
@@ -233,24 +266,9 @@ void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid);
 
 extern const struct http_route sandbox_routes[];
 
-/* changes.c: views of the changes log.  changes_view() builds the entries
- * of v[0..n) after cursor `since` as a JSON array: as logged, or with
- * CHANGES_NET one entry per path with its net kind since the cursor
- * (created, modified or deleted; a path created and then deleted is left
- * out) and the fields of its last entry, in the order of those last
- * entries.  CHANGES_EXCLUDE_HIDDEN leaves out paths with a component
- * starting with "." or named __pycache__, counted in *hidden (may be
- * NULL).  NULL on OOM.  The caller holds the sandbox's lock around it. */
-#define CHANGES_NET 1u
-#define CHANGES_EXCLUDE_HIDDEN 2u
-/* One log entry as the Change schema, with `kind` in place of its own. */
-json_t *changes_entry_json(const struct dchange *c, char kind);
-json_t *changes_view(const struct dchange *v, size_t n, uint64_t since, unsigned flags,
-		     size_t *hidden);
 /* A 0/1 query flag: absent, "0" or "false" → 0; "1" or "true" → 1; else
- * answers 400 naming it and returns -1. */
+ * answers 400 naming it and returns -1 (changes.c). */
 int daemon_query_flag(struct http_req *req, const char *name);
-extern const struct http_route changes_routes[];
 /* Start-up: mark sandboxes of a previous run that were running as lost and
  * clean up what they left (cgroups, storage images). */
 void sandboxes_recover(struct daemon *d);
@@ -282,8 +300,19 @@ void registry_close(struct daemon *d);
 /* Insert or update the sandbox row (state, times, options, metadata). */
 int registry_save(struct daemon *d, struct dsb *s);
 int registry_add_changes(struct daemon *d, struct dsb *s, const struct dchange *c, size_t n);
+/* Delete the changes of sandbox id with a cursor below `below` (all of
+ * them with UINT64_MAX). */
+int registry_drop_changes(struct daemon *d, const char *id, uint64_t below);
 /* Delete the sandbox and its changes from the registry. */
 int registry_forget(struct daemon *d, const char *id);
+/* Give the space of deleted rows back to the filesystem when enough has
+ * accumulated (incremental vacuum, WAL truncated).  Cheap when there is
+ * nothing to do: the reaper calls it every second. */
+void registry_reclaim(struct daemon *d);
+/* Start-up, after registry_load(): the changes logs of paused sandboxes
+ * into memory (entries from `first` on); the rows of every other
+ * sandbox are deleted (they ended, or were lost with the daemon). */
+int registry_load_changes(struct daemon *d, sandlot_error_t **err);
 /* Load every sandbox (all states) into d->sbs with sb == NULL; the caller
  * then marks those that were running as lost and cleans them up. */
 int registry_load(struct daemon *d, sandlot_error_t **err);

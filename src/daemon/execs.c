@@ -543,7 +543,8 @@ static void add_output(struct dexec *e, json_t *o)
 	free(err);
 }
 
-static json_t *build_result(struct dexec *e, json_t *changes, uint64_t cursor)
+static json_t *build_result(struct dexec *e, json_t *changes, int changes_truncated,
+			    uint64_t cursor)
 {
 	const sandlot_exit_t *x = &e->ex;
 	json_t *o = json_object();
@@ -562,6 +563,7 @@ static json_t *build_result(struct dexec *e, json_t *changes, uint64_t cursor)
 	if (x->start_error)
 		json_object_set_new(o, "error", json_string(x->error));
 	json_object_set_new(o, "changes", changes);
+	json_object_set_new(o, "changes_truncated", json_boolean(changes_truncated));
 	json_object_set_new(o, "cursor", json_integer((json_int_t)cursor));
 	return o;
 }
@@ -597,18 +599,20 @@ static void finish_exec(struct dexec *e)
 	proc_free(e);
 
 	json_t *changes = NULL;
+	int changes_truncated = 1; /* unless a scan says what changed */
 	if (!released && sandbox_live(e->s)) {
 		sandlot_error_t *err = NULL;
-		if (dsb_scan_changes(e->d, e->s, e->id, &changes, &err) < 0) {
+		if (dsb_scan_changes(e->d, e->s, e->id, &changes, &changes_truncated, &err) < 0) {
 			daemon_log("exec_changes_failed", "sandbox=%s exec=%s error=\"%s\"", e->s->id,
 				   e->id, err ? sandlot_error_message(err) : "?");
 			sandlot_error_free(err);
 			changes = NULL;
+			changes_truncated = 1;
 		}
 	}
 	if (!changes)
 		changes = json_array();
-	json_t *result = build_result(e, changes, latest_cursor(e->s));
+	json_t *result = build_result(e, changes, changes_truncated, latest_cursor(e->s));
 	char *text = json_dumps(result, JSON_COMPACT);
 	count_finished(e->d, &e->ex);
 	const sandlot_exit_t *x = &e->ex;
@@ -677,7 +681,10 @@ static json_t *exec_status(struct dexec *e, int with_output)
 
 /* Insert e (newest first) and drop the oldest finished execs while the
  * list is over HISTORY_MAX entries or finished execs hold more than
- * HISTORY_BYTES of output (the newest finished one is always kept).
+ * HISTORY_BYTES of output and results (the newest finished one is always
+ * kept).  A result counts four times its serialised size, about what its
+ * JSON tree and text take: its changes array may be up to
+ * --changes-answer-bytes, and 64 of those must not stay around.
  * Running execs are never dropped.  s->lock held.  Takes a reference for
  * the list. */
 static void history_add_locked(struct dsb *s, struct dexec *e)
@@ -693,7 +700,8 @@ static void history_add_locked(struct dsb *s, struct dexec *e)
 		seen++;
 		pthread_mutex_lock(&x->lock);
 		int done = x->finished;
-		size_t kept = x->kept[1] + x->kept[2];
+		size_t kept = x->kept[1] + x->kept[2] +
+			      (x->result_text ? 4 * strlen(x->result_text) : 0);
 		pthread_mutex_unlock(&x->lock);
 		if (done) {
 			finished++;

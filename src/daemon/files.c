@@ -117,6 +117,37 @@ static int mode_param(struct http_req *req, uint32_t dflt, uint32_t *out)
 	return 0;
 }
 
+/* The size limit of a download: --max-download (0: none), lowered by the
+ * request's ?max_bytes= (a size: "1048576", "10M"; never raised by it).
+ * *who says which of them it is, for messages.  0, or -1 answered 400. */
+static int download_limit(struct http_req *req, uint64_t *limit, const char **who)
+{
+	*limit = req->d->cfg.max_download;
+	*who = "sandlotd --max-download";
+	const char *v = http_query(req, "max_bytes");
+	if (!v)
+		return 0;
+	uint64_t asked;
+	sandlot_error_t *e = NULL;
+	if (sandlot_parse_size(v, 0, &asked, &e) < 0) {
+		http_error(req, 400, "bad_request", "max_bytes: %s", sandlot_error_message(e));
+		sandlot_error_free(e);
+		return -1;
+	}
+	if (!*limit || asked < *limit) {
+		*limit = asked;
+		*who = "the request's max_bytes";
+	}
+	return 0;
+}
+
+/* 413 too_large for a download over its limit, before any data: `what`
+ * names the size and the limit, `who` which limit it is. */
+static int answer_too_large(struct http_req *req, const char *what, const char *who)
+{
+	return http_error(req, 413, "too_large", "%s (the limit is %s)", what, who);
+}
+
 /* "0"/"false" or absent → 0, "1"/"true" → 1, else 400 (-1). */
 static int flag_param(struct http_req *req, const char *name)
 {
@@ -157,7 +188,7 @@ static char *join_path(const char *dir, const char *name)
 static void scan_api(struct daemon *d, struct dsb *s)
 {
 	sandlot_error_t *err = NULL;
-	if (dsb_scan_changes(d, s, "api", NULL, &err) < 0) {
+	if (dsb_scan_changes(d, s, "api", NULL, NULL, &err) < 0) {
 		daemon_log("changes_scan_failed", "sandbox=%s error=\"%s\"", s->id,
 			   err ? sandlot_error_message(err) : "?");
 		sandlot_error_free(err);
@@ -187,11 +218,12 @@ static json_t *file_info(const char *name, const char *path, const sandlot_stat_
 {
 	char mode[8];
 	snprintf(mode, sizeof(mode), "%04o", st->mode & 07777);
-	return json_pack("{s:o, s:o, s:s, s:I, s:s, s:o}",
+	return json_pack("{s:o, s:o, s:s, s:I, s:I, s:s, s:o}",
 			 "name", json_text(name, strlen(name)),
 			 "path", json_text(path, strlen(path)),
 			 "type", json_file_type((char)st->type),
 			 "size", (json_int_t)st->size,
+			 "allocated", (json_int_t)st->allocated,
 			 "mode", mode,
 			 "modified_at", json_time(st->mtime_ns / 1000000));
 }
@@ -377,7 +409,9 @@ static int get_file(struct http_req *req)
 	if (!s)
 		return 0;
 	const char *path = path_param(req, NULL);
-	if (!path) {
+	uint64_t limit;
+	const char *who;
+	if (!path || download_limit(req, &limit, &who) < 0) {
 		dsb_put(req->d, s);
 		return 0;
 	}
@@ -387,13 +421,20 @@ static int get_file(struct http_req *req)
 		return http_error(req, 500, "internal", "out of memory");
 	}
 	/* Opening waits for init to open the file, so ENOENT (404), EISDIR and
-	 * EINVAL (400: directories, devices, FIFOs) are answered as errors
-	 * before any byte of a 200. */
+	 * EINVAL (400: directories, devices, FIFOs) and EFBIG (413: over the
+	 * limit, a sparse file of terabytes say) are answered as errors before
+	 * any byte of a 200.  A file that grows past the limit while it is
+	 * sent cuts the stream (get_read). */
 	sandlot_error_t *err = NULL;
-	st->r = sandlot_file_open_read(sb, path, &err);
+	st->r = sandlot_file_open_read_max(sb, path, limit, &err);
 	if (!st->r) {
 		free(st);
 		dsb_put(req->d, s);
+		if (err && sandlot_error_status(err) == EFBIG) {
+			answer_too_large(req, sandlot_error_message(err), who);
+			sandlot_error_free(err);
+			return 0;
+		}
 		return answer_error(req, err);
 	}
 	st->d = req->d;
@@ -1030,7 +1071,8 @@ static int ain_abort(struct http_req *req)
  * Names are relative to DIR ("sub/file"), depth first, sorted.  Regular
  * files and directories only: symlinks are omitted (sandlot has no
  * readlink, and a link's target means nothing outside the sandbox anyway),
- * as are devices, FIFOs and sockets.  Entries that vanish between the
+ * as are devices, FIFOs and sockets, and files and directories the sandbox
+ * user may not read (logged as archive_entry_unreadable).  Entries that vanish between the
  * listing and the read are left out; any other error cuts the stream short
  * (the client sees a failed transfer, never a silently incomplete tar).  A
  * file that changes size while it is read is truncated or zero-padded to
@@ -1054,6 +1096,8 @@ struct aout {
 	size_t depth, cap;
 	sandlot_file_reader_t *r;   /* file whose data is being sent */
 	uint64_t left;              /* bytes of it the header still announces */
+	uint64_t limit;             /* file data the download may send, 0 = any */
+	uint64_t total;             /* file data announced in headers so far */
 	int closed;                 /* the end-of-archive was written */
 	int error;
 	char *out;
@@ -1087,6 +1131,15 @@ static int aout_fail(struct aout *st, const char *what, const char *msg)
 		   st->s->id, st->root, what, msg ? msg : "?");
 	st->error = 1;
 	return -1;
+}
+
+/* An entry the sandbox user may not read (the file routes have the user's
+ * rights: creds.c in sandlot-init) is left out, as symlinks are, and
+ * logged. */
+static void aout_unreadable(struct aout *st, const char *rel)
+{
+	daemon_log("archive_entry_unreadable", "sandbox=%s dir=\"%s\" entry=\"%s\"", st->s->id,
+		   st->root, rel);
 }
 
 static void aout_header(struct aout *st, const char *rel, const sandlot_stat_t *s)
@@ -1176,9 +1229,11 @@ static int aout_step(struct aout *st)
 		size_t n = 0;
 		if (sandlot_list(st->sb, full, &ents, &n, &err) < 0) {
 			int e = sandlot_error_status(err);
-			if (e == ENOENT || e == ENOTDIR) {
+			if (e == ENOENT || e == ENOTDIR || e == EACCES) {
+				if (e == EACCES)
+					aout_unreadable(st, rel);
 				sandlot_error_free(err);
-				return 0; /* gone or replaced since the listing */
+				return 0; /* gone or replaced since the listing, or not the user's to read */
 			}
 			aout_fail(st, rel, sandlot_error_message(err));
 			sandlot_error_free(err);
@@ -1204,15 +1259,28 @@ static int aout_step(struct aout *st)
 	st->r = sandlot_file_open_read(st->sb, full, &err);
 	if (!st->r) {
 		int e = sandlot_error_status(err);
-		if (e == ENOENT || e == EISDIR || e == EINVAL) {
+		if (e == ENOENT || e == EISDIR || e == EINVAL || e == EACCES) {
+			if (e == EACCES)
+				aout_unreadable(st, rel);
 			sandlot_error_free(err);
-			return 0; /* gone or no longer a regular file */
+			return 0; /* gone or no longer a regular file, or not the user's to read */
 		}
 		aout_fail(st, rel, sandlot_error_message(err));
 		sandlot_error_free(err);
 		return -1;
 	}
 	st->left = ent->st.size;
+	/* Files grew since tree_size() summed them: the limit still holds
+	 * (a cut stream, which no client takes for a whole archive). */
+	st->total += ent->st.size;
+	if (st->limit && st->total > st->limit) {
+		char why[96];
+		snprintf(why, sizeof(why), "the archive grew past the download limit of %llu bytes",
+			 (unsigned long long)st->limit);
+		sandlot_file_reader_close(st->r);
+		st->r = NULL;
+		return aout_fail(st, rel, why);
+	}
 	aout_header(st, rel, &ent->st);
 	if (archive_write_header(st->a, st->e) < ARCHIVE_WARN) {
 		sandlot_file_reader_close(st->r);
@@ -1263,6 +1331,46 @@ static void aout_free(void *ud, int completed)
 	free(st);
 }
 
+/* Add the sizes of the regular files under dir (depth first, as the
+ * archive walks it: directories the user may not read, or that vanished,
+ * count for nothing) to *total, stopping as soon as it passes limit.
+ * 0, or -1 with err. */
+static int tree_size(sandlot_t *sb, const char *dir, const sandlot_dirent_t *ents, size_t n,
+		     int depth, uint64_t limit, uint64_t *total, sandlot_error_t **err)
+{
+	for (size_t i = 0; i < n && *total <= limit; i++) {
+		if (ents[i].st.type == SANDLOT_FILE) {
+			*total += ents[i].st.size;
+			continue;
+		}
+		if (ents[i].st.type != SANDLOT_DIR || depth + 1 >= ARCHIVE_MAX_DEPTH)
+			continue;
+		cleanup_free char *sub = join_path(dir, ents[i].name);
+		if (!sub)
+			return sandlot__error(err, ENOMEM, "out of memory");
+		sandlot_dirent_t *below = NULL;
+		size_t m = 0;
+		sandlot_error_t *e = NULL;
+		if (sandlot_list(sb, sub, &below, &m, &e) < 0) {
+			int st = sandlot_error_status(e);
+			if (st == ENOENT || st == ENOTDIR || st == EACCES) {
+				sandlot_error_free(e);
+				continue;
+			}
+			if (err)
+				*err = e;
+			else
+				sandlot_error_free(e);
+			return -1;
+		}
+		int rc = tree_size(sb, sub, below, m, depth + 1, limit, total, err);
+		sandlot_dirents_free(below, m);
+		if (rc < 0)
+			return -1;
+	}
+	return 0;
+}
+
 static int aout_get(struct http_req *req)
 {
 	sandlot_t *sb;
@@ -1270,7 +1378,9 @@ static int aout_get(struct http_req *req)
 	if (!s)
 		return 0;
 	const char *dir = path_param(req, WORKSPACE);
-	if (!dir) {
+	uint64_t limit;
+	const char *who;
+	if (!dir || download_limit(req, &limit, &who) < 0) {
 		dsb_put(req->d, s);
 		return 0;
 	}
@@ -1282,6 +1392,21 @@ static int aout_get(struct http_req *req)
 		dsb_put(req->d, s);
 		return answer_error(req, err);
 	}
+	/* And the size of the files before the 200: one more listing of the
+	 * tree, cheap next to sending it, so that an archive over the limit
+	 * (a sparse file of terabytes, say) is a 413, not hours of zeros. */
+	uint64_t total = 0;
+	if (limit && (tree_size(sb, dir, ents, n, 1, limit, &total, &err) < 0 || total > limit)) {
+		sandlot_dirents_free(ents, n);
+		dsb_put(req->d, s);
+		if (err)
+			return answer_error(req, err);
+		char what[256];
+		snprintf(what, sizeof(what),
+			 "the files under %.100s hold at least %llu bytes, over the download limit "
+			 "of %llu bytes", dir, (unsigned long long)total, (unsigned long long)limit);
+		return answer_too_large(req, what, who);
+	}
 	struct aout *st = calloc(1, sizeof(*st));
 	if (!st) {
 		sandlot_dirents_free(ents, n);
@@ -1291,6 +1416,7 @@ static int aout_get(struct http_req *req)
 	st->d = req->d;
 	st->s = s;
 	st->sb = sb;
+	st->limit = limit;
 	st->root = strdup(dir);
 	st->a = archive_write_new();
 	st->e = archive_entry_new();

@@ -73,6 +73,23 @@ static const char help[] =
 	"                               of an expired one, is kept for sandboxes\n"
 	"                               created without paused_retention_seconds\n"
 	"                               (default 604800: 7 days; 0: for good)\n"
+	"        --max-download SIZE    the most file data one download (a file or an\n"
+	"                               archive) may send, e.g. 8G (default 8G; 0: no\n"
+	"                               limit); larger ones get 413 before any data;\n"
+	"                               a request may ask for less with ?max_bytes=\n"
+	"        --changes-scan-bytes SIZE\n"
+	"                               what one workspace scan may report (default 8M;\n"
+	"                               each change counts its path plus 34 bytes)\n"
+	"        --changes-answer-bytes SIZE\n"
+	"                               changes in one answer: an exec or code result,\n"
+	"                               a page of GET .../changes (JSON; default 8M)\n"
+	"        --changes-log-bytes SIZE\n"
+	"                               one sandbox's changes log, a window of its\n"
+	"                               newest entries (default 16M)\n"
+	"        --changes-total-bytes SIZE\n"
+	"                               every sandbox's log and the scans in progress\n"
+	"                               together (default 256M); when full, the largest\n"
+	"                               logs lose their oldest entries first\n"
 	"    -h, --help                 show this help\n"
 	"\n"
 	"SIGNALS\n"
@@ -84,7 +101,8 @@ static const char help[] =
 	"    0 after a clean stop, 1 if it could not start, 2 for bad arguments.\n";
 
 enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MAX, OPT_POOL,
-       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE };
+       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE, OPT_MAX_DOWNLOAD, OPT_CHANGES_SCAN,
+       OPT_CHANGES_ANSWER, OPT_CHANGES_LOG, OPT_CHANGES_TOTAL };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -96,6 +114,11 @@ static const struct option opts[] = {
 	{ "pool", required_argument, NULL, OPT_POOL },
 	{ "default-image", required_argument, NULL, OPT_DEFAULT_IMAGE },
 	{ "paused-retention", required_argument, NULL, OPT_PAUSED_RETENTION },
+	{ "max-download", required_argument, NULL, OPT_MAX_DOWNLOAD },
+	{ "changes-scan-bytes", required_argument, NULL, OPT_CHANGES_SCAN },
+	{ "changes-answer-bytes", required_argument, NULL, OPT_CHANGES_ANSWER },
+	{ "changes-log-bytes", required_argument, NULL, OPT_CHANGES_LOG },
+	{ "changes-total-bytes", required_argument, NULL, OPT_CHANGES_TOTAL },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -123,6 +146,39 @@ static int parse_uint(const char *opt, const char *s, unsigned long max, unsigne
 		return -1;
 	}
 	*out = (unsigned)v;
+	return 0;
+}
+
+/* A size option ("8G", "512M", bytes); 0 only if allow_zero. */
+static int parse_size_opt(const char *opt, const char *s, int allow_zero, uint64_t *out)
+{
+	sandlot_error_t *e = NULL;
+	if (sandlot_parse_size(s, allow_zero, out, &e) == 0)
+		return 0;
+	usage_error("invalid %s: %s", opt, sandlot_error_message(e));
+	sandlot_error_free(e);
+	return -1;
+}
+
+/* The changes limits must fit in each other: a scan's report in a log, a
+ * log and two scans in the budget; and none so small that an ordinary
+ * answer cannot hold a change (a path is up to 4 KiB). */
+static int check_changes_limits(const struct daemon_config *c)
+{
+	const uint64_t min = 64 << 10;
+	if (c->changes_scan_bytes < min || c->changes_answer_bytes < min ||
+	    c->changes_log_bytes < min || c->changes_total_bytes < min)
+		return usage_error("--changes-*-bytes must each be at least 64K");
+	if (c->changes_log_bytes < c->changes_scan_bytes)
+		return usage_error("--changes-log-bytes (%llu) must be at least --changes-scan-bytes "
+				   "(%llu): a log holds a whole scan",
+				   (unsigned long long)c->changes_log_bytes,
+				   (unsigned long long)c->changes_scan_bytes);
+	if (c->changes_total_bytes < c->changes_log_bytes ||
+	    c->changes_total_bytes < 2 * c->changes_scan_bytes)
+		return usage_error("--changes-total-bytes (%llu) must be at least --changes-log-bytes "
+				   "and twice --changes-scan-bytes",
+				   (unsigned long long)c->changes_total_bytes);
 	return 0;
 }
 
@@ -204,6 +260,11 @@ int main(int argc, char **argv)
 	d.cfg.default_image = "host";
 	d.cfg.max_sandboxes = 2000;
 	d.cfg.paused_retention_s = 7 * 24 * 3600;
+	d.cfg.max_download = (uint64_t)8 << 30;
+	d.cfg.changes_scan_bytes = (uint64_t)8 << 20;
+	d.cfg.changes_answer_bytes = (uint64_t)8 << 20;
+	d.cfg.changes_log_bytes = (uint64_t)16 << 20;
+	d.cfg.changes_total_bytes = (uint64_t)256 << 20;
 
 	int c;
 	opterr = 0;
@@ -257,6 +318,28 @@ int main(int argc, char **argv)
 				       &d.cfg.paused_retention_s) < 0)
 				return 2;
 			break;
+		case OPT_MAX_DOWNLOAD:
+			if (parse_size_opt("--max-download", optarg, 1, &d.cfg.max_download) < 0)
+				return 2;
+			break;
+		case OPT_CHANGES_SCAN:
+			if (parse_size_opt("--changes-scan-bytes", optarg, 0, &d.cfg.changes_scan_bytes) < 0)
+				return 2;
+			break;
+		case OPT_CHANGES_ANSWER:
+			if (parse_size_opt("--changes-answer-bytes", optarg, 0,
+					   &d.cfg.changes_answer_bytes) < 0)
+				return 2;
+			break;
+		case OPT_CHANGES_LOG:
+			if (parse_size_opt("--changes-log-bytes", optarg, 0, &d.cfg.changes_log_bytes) < 0)
+				return 2;
+			break;
+		case OPT_CHANGES_TOTAL:
+			if (parse_size_opt("--changes-total-bytes", optarg, 0,
+					   &d.cfg.changes_total_bytes) < 0)
+				return 2;
+			break;
 		case 'h':
 			fputs(help, stdout);
 			return 0;
@@ -268,6 +351,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument \"%s\"", argv[optind]);
+	if (check_changes_limits(&d.cfg) != 0)
+		return 2;
 	if (strcmp(d.cfg.default_image, "host") != 0) {
 		sandlot_options_t o;
 		sandlot_options_init(&o);
@@ -325,6 +410,7 @@ int main(int argc, char **argv)
 
 	pthread_mutex_init(&d.lock, NULL);
 	pthread_mutex_init(&d.db_lock, NULL);
+	pthread_mutex_init(&d.changes_lock, NULL);
 	pthread_cond_init(&d.reaper_cond, NULL);
 	d.started_ms = daemon_now_ms();
 
@@ -334,7 +420,8 @@ int main(int argc, char **argv)
 			strerror(errno));
 		return 1;
 	}
-	if (registry_open(&d, &err) < 0 || registry_load(&d, &err) < 0) {
+	if (registry_open(&d, &err) < 0 || registry_load(&d, &err) < 0 ||
+	    registry_load_changes(&d, &err) < 0) {
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
 		sandlot_error_free(err);
 		sandboxes_free(&d);
@@ -342,6 +429,8 @@ int main(int argc, char **argv)
 		free(token);
 		return 1;
 	}
+	changes_budget_enforce(&d);
+	registry_reclaim(&d);
 	sandboxes_recover(&d);
 	/* Only after recovery, which removes every workspace image that the
 	 * registry does not own — as those of pooled sandboxes are not. */

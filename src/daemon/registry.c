@@ -7,6 +7,15 @@
  * worst forgets that a sandbox existed whose processes died with the host
  * anyway.
  *
+ * Space: the changes rows of a sandbox mirror its log (changes.c: a window
+ * bounded in bytes, dropped when the sandbox ends), and deleted rows give
+ * their space back to the filesystem — auto_vacuum=INCREMENTAL, and
+ * registry_reclaim() (the reaper, every second) runs incremental_vacuum
+ * and truncates the WAL once a megabyte or more is free; the WAL is also
+ * truncated to journal_size_limit after each checkpoint.  Without this
+ * SQLite keeps freed pages in the file for reuse, and a file grown by one
+ * burst of changes stayed that big.
+ *
  * Schema (user_version 2):
  *   sandboxes(id PRIMARY KEY, state, created_ms, ended_ms, expires_ms,
  *             ttl_seconds, idle_timeout_seconds, last_active_ms, end_reason,
@@ -62,15 +71,20 @@ static const char migrate_1_2[] =
 	"ALTER TABLE sandboxes ADD COLUMN paused_ms INTEGER NOT NULL DEFAULT 0;"
 	"ALTER TABLE sandboxes ADD COLUMN workspace_kept INTEGER NOT NULL DEFAULT 0;";
 
-static int user_version(sqlite3 *db)
+/* The integer a PRAGMA answers, or -1. */
+static int64_t pragma_int(sqlite3 *db, const char *sql)
 {
 	sqlite3_stmt *st = NULL;
-	int v = -1;
-	if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
-	    sqlite3_step(st) == SQLITE_ROW)
-		v = sqlite3_column_int(st, 0);
+	int64_t v = -1;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int64(st, 0);
 	sqlite3_finalize(st);
 	return v;
+}
+
+static int user_version(sqlite3 *db)
+{
+	return (int)pragma_int(db, "PRAGMA user_version");
 }
 
 static int db_fail(sandlot_error_t **err, sqlite3 *db, const char *what)
@@ -92,8 +106,13 @@ int registry_open(struct daemon *d, sandlot_error_t **err)
 	sqlite3_busy_timeout(db, 5000);
 	char *msg = NULL;
 	int version = -1;
-	if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", NULL, NULL,
-			 &msg) != SQLITE_OK ||
+	/* auto_vacuum must be chosen before the first table exists; a registry
+	 * made without it is converted once (VACUUM rewrites the file). */
+	if (sqlite3_exec(db, "PRAGMA auto_vacuum=INCREMENTAL;", NULL, NULL, &msg) != SQLITE_OK ||
+	    (pragma_int(db, "PRAGMA auto_vacuum") != 2 &&
+	     sqlite3_exec(db, "VACUUM;", NULL, NULL, &msg) != SQLITE_OK) ||
+	    sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+			     " PRAGMA journal_size_limit=4194304;", NULL, NULL, &msg) != SQLITE_OK ||
 	    (version = user_version(db)) < 0 ||
 	    sqlite3_exec(db, schema, NULL, NULL, &msg) != SQLITE_OK ||
 	    (version == 1 && sqlite3_exec(db, migrate_1_2, NULL, NULL, &msg) != SQLITE_OK) ||
@@ -215,6 +234,49 @@ int registry_add_changes(struct daemon *d, struct dsb *s, const struct dchange *
 	return rc;
 }
 
+int registry_drop_changes(struct daemon *d, const char *id, uint64_t below)
+{
+	pthread_mutex_lock(&d->db_lock);
+	int rc = 0;
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(d->db, "DELETE FROM changes WHERE sandbox = ? AND cursor < ?", -1,
+			       &st, NULL) != SQLITE_OK) {
+		log_db_error(d, "drop_changes");
+		rc = -1;
+	} else {
+		sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int64(st, 2, below > INT64_MAX ? INT64_MAX : (sqlite3_int64)below);
+		if (sqlite3_step(st) != SQLITE_DONE) {
+			log_db_error(d, "drop_changes");
+			rc = -1;
+		}
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&d->db_lock);
+	return rc;
+}
+
+/* Free pages worth giving back: 256 of 4 KiB. */
+#define RECLAIM_PAGES 256
+
+void registry_reclaim(struct daemon *d)
+{
+	pthread_mutex_lock(&d->db_lock);
+	if (d->db && pragma_int(d->db, "PRAGMA freelist_count") >= RECLAIM_PAGES) {
+		char *msg = NULL;
+		/* incremental_vacuum answers a row per page: run it to the end. */
+		sqlite3_stmt *st = NULL;
+		if (sqlite3_prepare_v2(d->db, "PRAGMA incremental_vacuum", -1, &st, NULL) == SQLITE_OK)
+			while (sqlite3_step(st) == SQLITE_ROW)
+				;
+		sqlite3_finalize(st);
+		if (sqlite3_exec(d->db, "PRAGMA wal_checkpoint(TRUNCATE);", NULL, NULL, &msg) != SQLITE_OK)
+			log_db_error(d, "reclaim");
+		sqlite3_free(msg);
+	}
+	pthread_mutex_unlock(&d->db_lock);
+}
+
 int registry_forget(struct daemon *d, const char *id)
 {
 	pthread_mutex_lock(&d->db_lock);
@@ -308,6 +370,73 @@ int registry_load(struct daemon *d, sandlot_error_t **err)
 		s->has_workspace = s->workspace_kept;
 		dsb_table_add(d, s);
 	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/* Start-up only (as registry_load).  Rows of sandboxes that are not
+ * paused are deleted first: they ended (a log is dropped when its sandbox
+ * ends; rows of a daemon that died meanwhile may remain) or were running
+ * when the daemon died. */
+int registry_load_changes(struct daemon *d, sandlot_error_t **err)
+{
+	char *msg = NULL;
+	if (sqlite3_exec(d->db,
+			 "DELETE FROM changes WHERE sandbox NOT IN"
+			 " (SELECT id FROM sandboxes WHERE state = 'paused')",
+			 NULL, NULL, &msg) != SQLITE_OK) {
+		sandlot__error(err, EIO, "registry: %s", msg ? msg : sqlite3_errmsg(d->db));
+		sqlite3_free(msg);
+		return -1;
+	}
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(d->db,
+			       "SELECT cursor, kind, type, size, path, source, at_ms FROM changes"
+			       " WHERE sandbox = ? ORDER BY cursor",
+			       -1, &st, NULL) != SQLITE_OK)
+		return db_fail(err, d->db, "load changes");
+	int rc = 0;
+	pthread_mutex_lock(&d->lock);
+	size_t n = d->nsbs;
+	struct dsb **v = malloc((n ? n : 1) * sizeof(*v));
+	if (v && n)
+		memcpy(v, d->sbs, n * sizeof(*v));
+	pthread_mutex_unlock(&d->lock);
+	if (!v) {
+		sqlite3_finalize(st);
+		return sandlot__error(err, ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		struct dsb *s = v[i];
+		if (s->state != DSB_PAUSED)
+			continue;
+		sqlite3_reset(st);
+		sqlite3_bind_text(st, 1, s->id, -1, SQLITE_TRANSIENT);
+		int step;
+		while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+			const char *kind = (const char *)sqlite3_column_text(st, 1);
+			const char *type = (const char *)sqlite3_column_text(st, 2);
+			const char *path = (const char *)sqlite3_column_text(st, 4);
+			const char *source = (const char *)sqlite3_column_text(st, 5);
+			struct dchange c = {
+				.cursor = (uint64_t)sqlite3_column_int64(st, 0),
+				.kind = kind ? kind[0] : 'm',
+				.type = type ? type[0] : 'o',
+				.size = (uint64_t)sqlite3_column_int64(st, 3),
+				.path = path ? strdup(path) : NULL,
+				.source = strdup(source ? source : ""),
+				.at_ms = sqlite3_column_int64(st, 6),
+			};
+			if (!c.path || !c.source || c.cursor >= s->next_cursor ||
+			    dsb_changes_restore(d, s, &c) < 0) {
+				free(c.path);
+				free(c.source);
+			}
+		}
+		if (step != SQLITE_DONE)
+			rc = db_fail(err, d->db, "load changes");
+	}
+	free(v);
 	sqlite3_finalize(st);
 	return rc;
 }

@@ -1,4 +1,5 @@
-/* The sandbox table, the lifecycle routes, the changes log and the reaper.
+/* The sandbox table, the lifecycle routes and the reaper (the changes log
+ * is changes.c).
  *
  * The table (d->sbs, under d->lock) holds every live sandbox and the ended
  * ones of the last hour (at most MAX_ENDED of them), so that GET on an
@@ -43,7 +44,6 @@
 #define END_WAIT_MS 5000
 #define RETAIN_ENDED_MS (3600ll * 1000)
 #define MAX_ENDED 10000
-#define MAX_CHANGES_KEPT 200000   /* per sandbox, in memory */
 #define MAX_TTL_S (10u * 365 * 24 * 3600)
 #define MAX_ENV 1024
 #define MAX_ENV_ENTRY (32u * 1024)
@@ -113,11 +113,7 @@ static void dsb_free(struct dsb *s)
 {
 	if (s->sb)
 		sandlot_destroy(s->sb); /* not reached in practice: ended first */
-	for (size_t i = 0; i < s->nchanges; i++) {
-		free(s->changes[i].path);
-		free(s->changes[i].source);
-	}
-	free(s->changes);
+	dsb_changes_free(g_daemon, s);
 	free(s->end_reason);
 	json_decref(s->options);
 	json_decref(s->metadata);
@@ -350,87 +346,6 @@ json_t *dsb_to_json(struct dsb *s)
 	return o;
 }
 
-static json_t *change_json(const struct dchange *c)
-{
-	return changes_entry_json(c, c->kind);
-}
-
-/* ---- changes log ----------------------------------------------------------- */
-
-int dsb_scan_changes(struct daemon *d, struct dsb *s, const char *source, json_t **out,
-		     sandlot_error_t **err)
-{
-	if (out)
-		*out = NULL;
-	pthread_mutex_lock(&s->scan_lock);
-	sandlot_changes_t ch = { 0 };
-	if (!s->sb || sandlot_changes_scan(s->sb, &ch, err) < 0) {
-		if (!s->sb)
-			sandlot__error(err, EPIPE, "sandbox %s has ended", s->id);
-		pthread_mutex_unlock(&s->scan_lock);
-		return -1;
-	}
-	int64_t now = daemon_now_ms();
-	json_t *arr = out ? json_array() : NULL;
-	pthread_mutex_lock(&s->lock);
-	if (s->nchanges + ch.count > s->capchanges) {
-		size_t cap = s->capchanges ? s->capchanges : 64;
-		while (cap < s->nchanges + ch.count)
-			cap *= 2;
-		struct dchange *n = realloc(s->changes, cap * sizeof(*n));
-		if (!n) {
-			pthread_mutex_unlock(&s->lock);
-			pthread_mutex_unlock(&s->scan_lock);
-			sandlot_changes_free(&ch);
-			json_decref(arr);
-			return sandlot__error(err, ENOMEM, "out of memory");
-		}
-		s->changes = n;
-		s->capchanges = cap;
-	}
-	size_t first = s->nchanges;
-	for (size_t i = 0; i < ch.count; i++) {
-		struct dchange *c = &s->changes[s->nchanges];
-		c->cursor = s->next_cursor++;
-		c->kind = (char)ch.items[i].kind;
-		c->type = (char)ch.items[i].type;
-		c->size = ch.items[i].size;
-		c->path = strdup(ch.items[i].path);
-		c->source = strdup(source ? source : "");
-		c->at_ms = now;
-		if (!c->path || !c->source) {
-			free(c->path);
-			free(c->source);
-			s->next_cursor--;
-			continue;
-		}
-		s->nchanges++;
-		if (arr)
-			json_array_append_new(arr, change_json(c));
-	}
-	size_t added = s->nchanges - first;
-	/* Persist the new entries while they are still where we put them. */
-	if (added)
-		registry_add_changes(d, s, s->changes + first, added);
-	if (s->nchanges > MAX_CHANGES_KEPT) {
-		/* Forget the oldest half of the in-memory log (the registry keeps
-		 * it); GET .../changes says "truncated" to a cursor before it. */
-		size_t drop = s->nchanges / 2;
-		for (size_t i = 0; i < drop; i++) {
-			free(s->changes[i].path);
-			free(s->changes[i].source);
-		}
-		memmove(s->changes, s->changes + drop, (s->nchanges - drop) * sizeof(*s->changes));
-		s->nchanges -= drop;
-	}
-	pthread_mutex_unlock(&s->lock);
-	pthread_mutex_unlock(&s->scan_lock);
-	sandlot_changes_free(&ch);
-	if (out)
-		*out = arr;
-	return 0;
-}
-
 /* ---- ending ------------------------------------------------------------------ */
 
 /* libsandlot removes a sandbox's cgroups when destroying it, retrying for
@@ -532,6 +447,9 @@ void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *
 	daemon_log(end_event(state), "%ssandbox=%s reason=\"%s\" lived_ms=%lld",
 		   state == DSB_FAILED ? "level=warn " : "", s->id, why, (long long)lived);
 	dsb_stop(d, s, pid);
+	/* Ended for good: its changes log goes now, not when it is forgotten
+	 * an hour later (its memory, its share of the budget, its rows). */
+	dsb_changes_release(d, s);
 }
 
 void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid)
@@ -1201,56 +1119,12 @@ static int keepalive(struct http_req *req)
 	return http_json(req, 200, o);
 }
 
-static int get_changes(struct http_req *req)
-{
-	struct daemon *d = req->d;
-	const char *since_s = http_query(req, "since");
-	uint64_t since = 0;
-	if (since_s) {
-		char *end;
-		errno = 0;
-		unsigned long long v = strtoull(since_s, &end, 10);
-		if (!*since_s || *end || errno || since_s[0] == '-')
-			return http_error(req, 400, "bad_request",
-					  "invalid cursor \"%.64s\": expected a whole number", since_s);
-		since = v;
-	}
-	int net = daemon_query_flag(req, "net");
-	int exclude_hidden = net < 0 ? -1 : daemon_query_flag(req, "exclude_hidden");
-	if (net < 0 || exclude_hidden < 0)
-		return 0;
-	unsigned flags = (net ? CHANGES_NET : 0) | (exclude_hidden ? CHANGES_EXCLUDE_HIDDEN : 0);
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s)
-		return 0;
-	size_t hidden = 0;
-	pthread_mutex_lock(&s->lock);
-	uint64_t cursor = s->next_cursor - 1;
-	int truncated = s->nchanges > 0 && since + 1 < s->changes[0].cursor;
-	if (since > cursor)
-		since = cursor;
-	json_t *arr = changes_view(s->changes, s->nchanges, since, flags, &hidden);
-	pthread_mutex_unlock(&s->lock);
-	dsb_put(d, s);
-	if (!arr)
-		return http_error(req, 500, "internal", "out of memory");
-	json_t *o = json_object();
-	json_object_set_new(o, "cursor", json_integer((json_int_t)cursor));
-	json_object_set_new(o, "changes", arr);
-	if (exclude_hidden)
-		json_object_set_new(o, "hidden", json_integer((json_int_t)hidden));
-	if (truncated)
-		json_object_set_new(o, "truncated", json_true());
-	return http_json(req, 200, o);
-}
-
 const struct http_route sandbox_routes[] = {
 	{ "POST", "/v1/sandboxes", HTTP_JSON, create_sandbox, NULL, NULL, NULL },
 	{ "GET", "/v1/sandboxes", HTTP_NOBODY, list_sandboxes, NULL, NULL, NULL },
 	{ "GET", "/v1/sandboxes/{}", HTTP_NOBODY, get_sandbox, NULL, NULL, NULL },
 	{ "DELETE", "/v1/sandboxes/{}", HTTP_NOBODY, delete_sandbox, NULL, NULL, NULL },
 	{ "POST", "/v1/sandboxes/{}/keepalive", HTTP_JSON, keepalive, NULL, NULL, NULL },
-	{ "GET", "/v1/sandboxes/{}/changes", HTTP_NOBODY, get_changes, NULL, NULL, NULL },
 	{ 0 },
 };
 
@@ -1304,6 +1178,7 @@ static void reap_once(struct daemon *d)
 		enum dsb_state end_as = DSB_RUNNING;
 		const char *reason = NULL;
 		sandlot_t *destroy = NULL;
+		int drop_log = 0;
 		pthread_mutex_lock(&s->lock);
 		if (s->state == DSB_RUNNING) {
 			if (s->expires_ms && now >= s->expires_ms) {
@@ -1321,8 +1196,13 @@ static void reap_once(struct daemon *d)
 				destroy = s->sb;
 				s->destroy_pending = 0;
 			}
+			/* Ended for good with a log still there (every ending path
+			 * drops it already; this makes sure). */
+			drop_log = s->state != DSB_PAUSED && s->nchanges > 0;
 		}
 		pthread_mutex_unlock(&s->lock);
+		if (drop_log)
+			dsb_changes_release(d, s);
 		if (end_as != DSB_RUNNING)
 			dsb_end(d, s, end_as, reason);
 		if (destroy) {
@@ -1338,6 +1218,7 @@ static void reap_once(struct daemon *d)
 		workspace_reap(d, s, now);
 	}
 	cgroup_retry_run();
+	registry_reclaim(d);
 	/* Forget ended sandboxes after an hour, and the oldest beyond MAX_ENDED. */
 	if (!reaper_quitting()) {
 		qsort(v, n, sizeof(*v), by_ended);

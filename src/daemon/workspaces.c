@@ -590,6 +590,7 @@ int workspace_delete(struct daemon *d, struct http_req *req, struct dsb *s)
 		pthread_mutex_unlock(&s->lock);
 		__atomic_add_fetch(&d->m.sandboxes_ended, 1, __ATOMIC_RELAXED);
 		daemon_log("deleted", "sandbox=%s reason=\"deleted\" paused=1", s->id);
+		dsb_changes_release(d, s);
 		workspace_remove(d, s->id);
 		return http_empty(req, 204);
 	}
@@ -623,6 +624,7 @@ void workspace_reap(struct daemon *d, struct dsb *s, int64_t now)
 		pthread_mutex_unlock(&s->lock);
 		__atomic_add_fetch(&d->m.sandboxes_ended, 1, __ATOMIC_RELAXED);
 		daemon_log("expired", "sandbox=%s reason=\"paused_retention\"", s->id);
+		dsb_changes_release(d, s);
 		workspace_remove(d, s->id);
 		return;
 	}

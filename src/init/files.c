@@ -4,6 +4,10 @@
  * Init resolves every path itself, after pivot_root, so no path can name a
  * host file; openat2(RESOLVE_NO_MAGICLINKS) additionally refuses the
  * /proc magic links that could lead out of the sandbox's mount namespace.
+ * Everything here runs with the sandbox user's filesystem credentials and
+ * no effective capability (the loop switches around each request and each
+ * stream callback: creds.c), so the kernel's permission checks are the
+ * user's: the API can read and write only what the user's code can.
  * Sandboxed code shares these directories and may race with us, so
  * everything past the first lookup works on directory descriptors
  * (openat/unlinkat/renameat) and never follows a symlink it did not mean
@@ -20,6 +24,8 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,12 +75,51 @@ static int open_at(int dirfd, const char *path, int flags, unsigned mode, uint64
 	return fd;
 }
 
+/* Whether fd is an entry of init's own /proc/<pid> (reached as /proc/1,
+ * /proc/self, /proc/thread-self or through a planted symlink).  The kernel
+ * lets a process read its own /proc entries whatever its credentials
+ * (ptrace_may_access() allows its own thread group first of all), so the
+ * sandbox user's credentials (creds.c) do not keep the API out of init's
+ * memory map, environment or descriptors: this check does.  The path the
+ * kernel shows for the open file tells where it is; anything on procfs
+ * that does not look like /proc/<pid>/... or /proc/<name> counts as init's
+ * (there is no other proc mount in a sandbox). */
+static int own_proc_entry(int fd)
+{
+	struct statfs sf;
+	if (fstatfs(fd, &sf) < 0)
+		return 1;
+	if (sf.f_type != PROC_SUPER_MAGIC)
+		return 0;
+	char link[64], where[INIT_PATH_MAX + 1];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, where, sizeof(where) - 1);
+	if (n < 0)
+		return 1;
+	where[n] = '\0';
+	if (strncmp(where, "/proc/", 6) != 0)
+		return strcmp(where, "/proc") != 0;
+	const char *p = where + 6;
+	if (*p < '0' || *p > '9')
+		return 0; /* /proc/cpuinfo, /proc/sys/...: nobody's own */
+	char *end;
+	unsigned long pid = strtoul(p, &end, 10);
+	return (*end == '/' || *end == '\0') && pid == (unsigned long)getpid();
+}
+
 int init__open(const struct loop *l, const char *path, int flags, unsigned mode, uint64_t resolve)
 {
 	cleanup_free char *abs = init__abs_path(l, path);
 	if (!abs)
 		return -1;
-	return open_at(AT_FDCWD, abs, flags, mode, resolve);
+	int fd = open_at(AT_FDCWD, abs, flags, mode, resolve);
+	/* O_PATH opens (STAT) only show metadata, which the user may see too. */
+	if (fd >= 0 && !(flags & O_PATH) && own_proc_entry(fd)) {
+		close(fd);
+		errno = EACCES;
+		return -1;
+	}
+	return fd;
 }
 
 /* The request records shared by the file operations. */
@@ -82,6 +127,7 @@ struct args {
 	char *path;
 	uint32_t mode, flags;
 	int has_mode;
+	uint64_t max_bytes; /* MAX_BYTES (FREAD), 0 = none */
 };
 
 /* Parse PATH (required), MODE and FLAGS.  On failure ERROR has been queued
@@ -114,6 +160,12 @@ static int parse_args(struct loop *l, const struct sl_frame_header *h, const uin
 		case SL_TAG_FLAGS:
 			if (sl_rec_u32(&r, &a->flags) < 0 || (a->flags & ~allowed_flags)) {
 				init__send_error(l, h->stream, EINVAL, "%s: bad FLAGS", op);
+				return -1;
+			}
+			break;
+		case SL_TAG_MAX_BYTES:
+			if (sl_rec_u64(&r, &a->max_bytes) < 0) {
+				init__send_error(l, h->stream, EPROTO, "%s: bad MAX_BYTES", op);
 				return -1;
 			}
 			break;
@@ -302,6 +354,7 @@ static void fwrite_frame(struct loop *l, struct stream *s, const struct sl_frame
 static const struct stream_ops fwrite_ops = {
 	.frame = fwrite_frame,
 	.destroy = fwrite_destroy,
+	.as_user = 1,
 };
 
 /* Create a uniquely named temporary file in dirfd (never following or
@@ -406,6 +459,7 @@ out:
 struct fread {
 	int fd;
 	uint64_t off; /* bytes sent so far */
+	uint64_t max; /* MAX_BYTES, 0 = none */
 	char *path;
 };
 
@@ -420,8 +474,12 @@ static void fread_destroy(struct stream *s)
 static void fread_error(struct loop *l, struct stream *s, int err)
 {
 	struct fread *r = s->data;
-	init__send_error(l, s->id, err, "read %s: %s", r->path,
-			 err == ECANCELED ? "cancelled by the host" : strerror(err));
+	if (err == EFBIG)
+		init__send_error(l, s->id, err, "read %s: the file grew past the limit of %llu bytes",
+				 r->path, (unsigned long long)r->max);
+	else
+		init__send_error(l, s->id, err, "read %s: %s", r->path,
+				 err == ECANCELED ? "cancelled by the host" : strerror(err));
 	init__stream_close(l, s);
 }
 
@@ -443,11 +501,19 @@ static void fread_pump(struct loop *l, struct stream *s)
 		size_t want = SANDLOT_PROTO_MAX_DATA;
 		if (want > s->credit)
 			want = (size_t)s->credit;
+		/* With a limit, read at most one byte past it: enough to tell a
+		 * file that grew past the limit since it was opened. */
+		if (r->max && want > r->max - r->off + 1)
+			want = (size_t)(r->max - r->off + 1);
 		ssize_t n = pread(r->fd, l->scratch, want, (off_t)r->off);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
 			fread_error(l, s, errno);
+			return;
+		}
+		if (r->max && r->off + (uint64_t)n > r->max) {
+			fread_error(l, s, EFBIG);
 			return;
 		}
 		if (n == 0) {
@@ -487,6 +553,7 @@ static const struct stream_ops fread_ops = {
 	.frame = fread_frame,
 	.pump = fread_pump,
 	.destroy = fread_destroy,
+	.as_user = 1,
 };
 
 void init__fread_request(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload)
@@ -511,6 +578,12 @@ void init__fread_request(struct loop *l, const struct sl_frame_header *h, const 
 		err = EINVAL;
 		goto out;
 	}
+	if (a.max_bytes && (uint64_t)st.st_size > a.max_bytes) {
+		init__send_error(l, h->stream, EFBIG,
+				 "read %s: the file is %llu bytes, over the limit of %llu bytes", a.path,
+				 (unsigned long long)st.st_size, (unsigned long long)a.max_bytes);
+		goto out;
+	}
 	struct fread *r = calloc(1, sizeof(*r));
 	if (!r || !(r->path = strdup(a.path))) {
 		free(r);
@@ -518,6 +591,7 @@ void init__fread_request(struct loop *l, const struct sl_frame_header *h, const 
 		goto out;
 	}
 	r->fd = fd;
+	r->max = a.max_bytes;
 	struct stream *s = init__stream_new(l, h->stream, &fread_ops, r);
 	if (!s) {
 		free(r->path);
@@ -557,6 +631,7 @@ void init__stat_request(struct loop *l, const struct sl_frame_header *h, const u
 	sl_msg_put_u32(&m, SL_TAG_MODE, st.st_mode & 07777);
 	sl_msg_put_u64(&m, SL_TAG_SIZE, (uint64_t)st.st_size);
 	sl_msg_put_i64(&m, SL_TAG_MTIME_NS, init__ns(st.st_mtim.tv_sec, st.st_mtim.tv_nsec));
+	sl_msg_put_u64(&m, SL_TAG_ALLOCATED, (uint64_t)st.st_blocks * 512);
 	init__queue(l, &m);
 	free(a.path);
 }
@@ -610,6 +685,7 @@ static void list_pump(struct loop *l, struct stream *s)
 			sl_msg_put_u64(&m, SL_TAG_SIZE, (uint64_t)st.st_size);
 			sl_msg_put_i64(&m, SL_TAG_MTIME_NS,
 				       init__ns(st.st_mtim.tv_sec, st.st_mtim.tv_nsec));
+			sl_msg_put_u64(&m, SL_TAG_ALLOCATED, (uint64_t)st.st_blocks * 512);
 			count++;
 		}
 		if (count)
@@ -627,6 +703,7 @@ static void list_pump(struct loop *l, struct stream *s)
 static const struct stream_ops list_ops = {
 	.pump = list_pump,
 	.destroy = list_destroy,
+	.as_user = 1,
 };
 
 void init__list_request(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload)

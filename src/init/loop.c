@@ -224,8 +224,13 @@ void init__stream_close(struct loop *l, struct stream *s)
 		l->streams = s->next;
 	if (s->next)
 		s->next->prev = s->prev;
-	if (s->ops->destroy)
-		s->ops->destroy(s);
+	if (s->ops->destroy) {
+		if (!s->ops->as_user || init__as_user(l) == 0) {
+			s->ops->destroy(s);
+			if (s->ops->as_user)
+				init__as_init(l);
+		}
+	}
 	free(s);
 }
 
@@ -297,6 +302,23 @@ static void ping_request(struct loop *l, const struct sl_frame_header *h, const 
 typedef void (*request_fn)(struct loop *l, const struct sl_frame_header *h,
 			   const uint8_t *payload);
 
+/* The file operations the API asks for: with the sandbox user's
+ * credentials (creds.c). */
+static int request_as_user(uint8_t type)
+{
+	switch (type) {
+	case SL_MSG_FWRITE:
+	case SL_MSG_FREAD:
+	case SL_MSG_STAT:
+	case SL_MSG_LIST:
+	case SL_MSG_MKDIR:
+	case SL_MSG_REMOVE:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 static request_fn request_handler(uint8_t type)
 {
 	switch (type) {
@@ -338,8 +360,11 @@ static void dispatch(struct loop *l, const struct sl_frame_header *h, const uint
 			init__send_error(l, h->stream, EBUSY, "stream %u is already open", h->stream);
 		} else if (h->stream == 0 && h->type != SL_MSG_PING) {
 			init__send_error(l, 0, EINVAL, "a request needs a non-zero stream id");
-		} else {
+		} else if (!request_as_user(h->type)) {
 			fn(l, h, payload);
+		} else if (init__as_user(l) == 0) {
+			fn(l, h, payload);
+			init__as_init(l);
 		}
 		return;
 	}
@@ -349,8 +374,14 @@ static void dispatch(struct loop *l, const struct sl_frame_header *h, const uint
 	case SL_MSG_KILL:
 	case SL_MSG_CREDIT:
 		/* For a stream that is not open these race with its end: drop. */
-		if (s && s->ops->frame)
+		if (!s || !s->ops->frame)
+			return;
+		if (!s->ops->as_user) {
 			s->ops->frame(l, s, h, payload);
+		} else if (init__as_user(l) == 0) {
+			s->ops->frame(l, s, h, payload);
+			init__as_init(l);
+		}
 		return;
 	default:
 		/* Types that only flow from init to the host: ignored. */
@@ -400,7 +431,12 @@ static int run_pumps(struct loop *l)
 			continue;
 		if (l->qbytes >= INIT_QUEUE_HIGH)
 			return 0;
-		s->ops->pump(l, s);
+		if (!s->ops->as_user) {
+			s->ops->pump(l, s);
+		} else if (init__as_user(l) == 0) {
+			s->ops->pump(l, s); /* may close s: as_user was read before */
+			init__as_init(l);
+		}
 	}
 	for (struct stream *s = l->streams; s; s = s->next)
 		if (s->ready && s->ops->pump)

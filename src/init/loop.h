@@ -44,6 +44,9 @@ struct stream_ops {
 	void (*on_poll)(struct loop *l, struct stream *s, const struct pollfd *fds);
 	/* Release everything the stream owns (no frames are sent). */
 	void (*destroy)(struct stream *s);
+	/* The loop calls frame, pump and destroy between init__as_user() and
+	 * init__as_init() (file transfers: creds.c). */
+	int as_user;
 };
 
 struct stream {
@@ -71,6 +74,11 @@ struct loop {
 	int64_t warm_at_ms;        /* prepare the next warm child at this
 				    * CLOCK_MONOTONIC time (ms); 0: not asked */
 	int status;                /* init's exit status when done */
+	/* creds.c: nesting of init__as_user() and what it replaced */
+	int user_depth;
+	uint32_t saved_effective[2];
+	uid_t saved_fsuid;
+	gid_t saved_fsgid;
 };
 
 /* --- loop.c ------------------------------------------------------------- */
@@ -117,6 +125,14 @@ void init__add_credit(struct stream *s, const struct sl_frame_header *h, const u
 /* Absolute form of a protocol path: relative paths are taken relative to
  * the home directory.  New string, or NULL (ENOMEM/ENAMETOOLONG). */
 char *init__abs_path(const struct loop *l, const char *path);
+
+/* --- creds.c ------------------------------------------------------------ */
+
+/* Run what follows with the sandbox user's filesystem credentials and no
+ * effective capability, until the matching init__as_init() (calls nest).
+ * 0, or -1 after init__fail(): the caller must then not do the operation. */
+int init__as_user(struct loop *l);
+void init__as_init(struct loop *l);
 
 /* --- exec.c ------------------------------------------------------------- */
 

@@ -86,6 +86,36 @@ static inline int sys_setresgid(gid_t r, gid_t e, gid_t s)
 	return (int)syscall(__NR_setresgid, r, e, s);
 }
 
+/* Capability sets of the calling thread (glibc has no wrapper; libcap
+ * would be a dependency for two calls).  hdr->version must be
+ * _LINUX_CAPABILITY_VERSION_3 with data[2]. */
+struct __user_cap_header_struct;
+struct __user_cap_data_struct;
+static inline int sys_capget(struct __user_cap_header_struct *hdr,
+			     struct __user_cap_data_struct *data)
+{
+	return (int)syscall(__NR_capget, hdr, data);
+}
+
+static inline int sys_capset(struct __user_cap_header_struct *hdr,
+			     const struct __user_cap_data_struct *data)
+{
+	return (int)syscall(__NR_capset, hdr, data);
+}
+
+/* The filesystem uid/gid of the calling thread.  Like setfsuid(2) they
+ * return the previous value and report no error: pass (uid_t)-1 to read
+ * the current one. */
+static inline uid_t sys_setfsuid(uid_t uid)
+{
+	return (uid_t)syscall(__NR_setfsuid, uid);
+}
+
+static inline gid_t sys_setfsgid(gid_t gid)
+{
+	return (gid_t)syscall(__NR_setfsgid, gid);
+}
+
 /* clone(2) without a new stack: the child continues like after fork() but
  * in the new namespaces given by flags.  Only async-signal-safe calls are
  * allowed in the child of a multi-threaded parent. */

@@ -503,6 +503,33 @@ def test_json_changes(sandlot, tmp_path):
     assert j["changes_truncated"] is False
 
 
+LONG_PATHS = """
+import os
+p = '/home/user/' + '/'.join(('d%02d' % i) + 'x' * 247 for i in range(14))
+os.makedirs(p)
+for i in range({n}):
+    open(os.path.join(p, ('%08d' % i) + 'y' * 190), 'w').close()
+"""
+
+
+def test_json_changes_of_many_long_paths_are_bounded(sandlot):
+    """The attack of many 3.7 KB paths, scaled down (5,000 files: 18 MB of
+    paths) in a 64M sandbox: the changes stop at the report's 8 MiB limit
+    with changes_truncated, the command's status and output are intact,
+    and sandlot-init survived the scans (the sandbox answered to the end:
+    before, its init was OOM-killed with the sandbox and its files)."""
+    r = sandlot.run(["--json", "--memory", "64M", "--", "sh", "-c",
+                     "python3 -c \"$0\" && echo done", LONG_PATHS.format(n=5000)], timeout=180)
+    assert r.rc == 0, r
+    j = r.json()
+    assert j["exit_code"] == 0 and j["stdout"] == "done\n", {k: v for k, v in j.items() if k != "changes"}
+    assert j["changes_truncated"] is True
+    payload = sum(34 + len(c["path"].encode()) for c in j["changes"])
+    assert 100 < len(j["changes"]) < 5000 and payload <= 8 << 20, (len(j["changes"]), payload)
+    assert len(r.out) < 12 << 20, len(r.out)
+    assert j["errors"] == [], j["errors"]
+
+
 def test_json_changes_report_symlinks_without_following(sandlot):
     r = sandlot.run(["--json", "--", "ln", "-s", "/etc/passwd", "link"])
     j = r.json()

@@ -133,6 +133,32 @@ def test_ls_filters_by_label_and_has_quiet_and_json(cli):
     assert {a, b} <= ids, r
 
 
+def test_ls_of_a_directory_shows_size_and_bytes_on_disk(cli, sb):
+    """sandlot ls SANDBOX:PATH lists a directory in the sandbox with each
+    entry's size and the bytes it takes (a sparse file's are far fewer)."""
+    r = sh(cli, sb, "mkdir -p out/sub && truncate -s 500M out/sparse"
+                    " && head -c 5000 /dev/urandom > out/data && ln -s data out/link")
+    assert r.rc == 0, r
+    r = cli("ls", f"{sb}:out")
+    assert r.rc == 0, r
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["TYPE", "MODE", "SIZE", "ON-DISK", "MODIFIED", "NAME"], r
+    rows = {ln.split()[-1]: ln.split() for ln in lines[1:]}
+    assert sorted(rows) == ["data", "link", "sparse", "sub"], r
+    assert rows["sparse"][0] == "file" and rows["sparse"][2] == str(500 << 20), r
+    assert int(rows["sparse"][3]) < 65536, r
+    assert rows["data"][2] == "5000" and int(rows["data"][3]) >= 5000, r
+    assert rows["sub"][0] == "dir" and rows["link"][0] == "link", r
+    assert cli("ls", "-q", f"{sb}:out").stdout.split() == ["data", "link", "sparse", "sub"]
+    j = cli("ls", "--json", f"{sb}:/home/user/out").json()
+    assert j["path"] == "/home/user/out"
+    assert {e["name"]: e["allocated"] for e in j["entries"]}["sparse"] < 65536
+    r = cli("ls", f"{sb}:missing")
+    assert r.rc == 1 and "missing" in r.stderr, r
+    r = cli("ls", "--all", f"{sb}:out")
+    assert r.rc == 2, r
+
+
 def test_create_json_and_options(cli, sandlotd):
     r = cli("create", "--json", "--memory", "256M", "--pids", "64", "--ttl", "1h",
             "--idle-timeout", "10m", "--env", "GREETING=hello there", "--disk", "64M")
@@ -491,6 +517,44 @@ def test_changes_table_json_and_since(cli, sb):
         [("deleted", "made.txt")], obj
     r = cli("changes", "--since", obj["cursor"], sb)
     assert r.rc == 0 and len(r.stdout.splitlines()) == 1, r
+
+
+def test_changes_follows_pages_and_warns_of_forgotten_entries(session_dirs, tmp_path_factory):
+    """A log longer than one answer comes in pages, which `sandlot changes`
+    all fetches; entries the log's window forgot are announced on stderr."""
+    from daemon import Daemon
+    base = tmp_path_factory.mktemp("sandlotd-cli-changes", numbered=True)
+    d = Daemon(base, extra_args=["--changes-scan-bytes", "64K", "--changes-answer-bytes", "64K",
+                                 "--changes-log-bytes", "256K", "--changes-total-bytes", "256K"],
+               data_dir=session_dirs["data_dir"] / "daemon" / base.name).start()
+    try:
+        c = Cli(f"unix:{d.sock}")
+        sid = c.create()
+        for i in range(6):
+            r = sh(c, sid, f"mkdir d{i} && cd d{i} && for n in $(seq 1 300); do "
+                           f": > file-with-a-rather-long-name-of-about-eighty-bytes-$n; done")
+            assert r.rc == 0, r
+        pages, since = 0, 0
+        api = []
+        while True:
+            page = d.get(f"/v1/sandboxes/{sid}/changes?since={since}").json()
+            pages += 1
+            api += page["changes"]
+            if not page.get("more"):
+                break
+            since = page["cursor"]
+        assert pages > 2, pages
+        r = c("changes", "--json", sid)
+        assert r.rc == 0, r
+        obj = r.json()
+        assert obj["changes"] == api and obj["truncated"] is True
+        assert obj["cursor"] == api[-1]["cursor"]
+        assert "were forgotten" in r.stderr, r
+        r = c("changes", "--since", api[-3]["cursor"], sid)
+        assert r.rc == 0 and len(r.stdout.splitlines()) == 3 and r.stderr == "", r
+        c.cleanup()
+    finally:
+        assert d.stop() == 0
 
 
 def test_logs_of_a_background_exec(cli, sb, sandlotd):

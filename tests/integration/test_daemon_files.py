@@ -752,3 +752,140 @@ def test_ended_sandbox_410(sandlotd):
     for r in (sandlotd.get(files_url(sid, path="x")), sandlotd.put(files_url(sid, path="x"), b"x"),
               sandlotd.post(files_url(sid, "files/archive"), body=b"")):
         assert r.status == 410, r
+
+
+# ---- the file API has the sandbox user's rights, no more ---------------------------
+
+def init_pid_of(d, sid):
+    """Host pid of sandbox sid's init, from the daemon's "created" log line."""
+    import re
+    m = re.search(rf"event=created sandbox={sid} .*?init_pid=(\d+)",
+                  d.log_path.read_text(errors="replace"))
+    assert m, f"no created line for {sid} in the daemon log"
+    return int(m.group(1))
+
+
+def sandbox_root_sh(d, sid, script):
+    """Run script as the sandbox's root (uid 0 of its user namespace, in its
+    mount namespace): files only init could make."""
+    import subprocess
+    r = subprocess.run(["nsenter", "-t", str(init_pid_of(d, sid)), "-U", "-m", "--",
+                        "/bin/sh", "-c", script], capture_output=True, timeout=30)
+    assert r.returncode == 0, r
+
+
+def test_file_api_has_only_the_sandbox_users_rights(sandlotd):
+    """Every file route acts with the sandbox user's credentials (uid/gid
+    1000, no capabilities): what the user's code cannot read or write, the
+    API cannot either — init's memory map and environment through a planted
+    link, a root-only file, a directory only root may write — each refused
+    with 403 naming the path, while the user's own files work as before."""
+    d = sandlotd
+    sid = d.create()
+    sh(d, sid, "ln -s /proc/1/maps maps && ln -s /proc/1/environ environ && echo mine > own.txt")
+    sandbox_root_sh(d, sid, "mkdir /tmp/rootdir && chmod 755 /tmp/rootdir"
+                            " && echo xyzzy > /tmp/rootdir/secret && chmod 600 /tmp/rootdir/secret"
+                            " && echo keep > /tmp/rootfile && chmod 644 /tmp/rootfile")
+    # What the user itself sees: no access.
+    out = sh(d, sid, "cat /proc/1/maps /proc/1/environ /tmp/rootdir/secret 2>&1; "
+                     "touch /tmp/rootdir/new 2>&1; rm -f /tmp/rootfile 2>&1; true")
+    assert out.count("Permission denied") >= 4 or "Operation not permitted" in out, out
+
+    for path in ("maps", "environ", "/proc/1/maps", "/proc/1/environ", "/tmp/rootdir/secret"):
+        r = d.get(files_url(sid, path=path))
+        assert r.status == 403, (path, r)
+        assert r.error_code() == "forbidden", r
+        assert path.lstrip("/") in r.json()["error"]["message"], r
+        assert b"sandlot-init" not in r.body and b"xyzzy" not in r.body
+    for method, url in (("PUT", files_url(sid, path="/tmp/rootdir/new")),
+                        ("POST", files_url(sid, "files/mkdir", path="/tmp/rootdir/sub")),
+                        ("DELETE", files_url(sid, path="/tmp/rootdir/secret")),
+                        ("DELETE", files_url(sid, path="/tmp/rootfile"))):  # sticky /tmp
+        r = d.request(method, url, body=b"x" if method == "PUT" else None)
+        assert r.status == 403, (method, url, r)
+        assert r.error_code() == "forbidden", r
+    tar = tar_bytes([("a.txt", "file", b"a", 0o644)])
+    r = d.request("POST", files_url(sid, "files/archive", path="/tmp/rootdir"), body=tar)
+    assert r.status == 403 and "/tmp/rootdir/a.txt" in r.json()["error"]["message"], r
+    # An archive of root's directory leaves out what the user cannot read.
+    status, _, _, body, _ = get_digest(d, files_url(sid, "files/archive", path="/tmp/rootdir"))
+    assert status == 200
+    assert b"xyzzy" not in body
+    with tarfile.open(fileobj=io.BytesIO(body)) as t:
+        assert t.getnames() == [], t.getnames()
+    # Nothing changed in root's directory; root's files are intact.
+    assert sh(d, sid, "ls -A /tmp/rootdir; cat /tmp/rootfile") == "secret\nkeep\n"
+
+    # The user's own files: as before, and what the API creates is the user's.
+    assert d.get(files_url(sid, path="own.txt")).body == b"mine\n"
+    assert d.put(files_url(sid, path="sub/dir/new.txt"), b"new").status == 201
+    assert d.post(files_url(sid, "files/mkdir", path="made/deep")).status == 201
+    owners = sh(d, sid, "stat -c '%u:%g %n' sub sub/dir sub/dir/new.txt made made/deep")
+    assert [l.split()[0] for l in owners.splitlines()] == ["1000:1000"] * 5, owners
+    assert d.get(files_url(sid, "files/stat", path="/tmp/rootdir/secret")).status == 200
+    assert "secret" in names(d, sid, "/tmp/rootdir")
+    assert d.delete(files_url(sid, path="sub", recursive=1)).status == 204
+
+
+# ---- sparse files: sizes shown, downloads bounded ------------------------------------
+
+@pytest.fixture
+def limited_daemon(session_dirs, tmp_path_factory):
+    """A sandlotd with --max-download 64M."""
+    from daemon import Daemon
+    base = tmp_path_factory.mktemp("sandlotd-limited", numbered=True)
+    d = Daemon(base, extra_args=["--max-download", "64M"],
+               data_dir=session_dirs["data_dir"] / "daemon" / base.name).start()
+    yield d
+    assert d.stop() == 0, d.logs()
+
+
+def test_sparse_files_sizes_and_download_limits(limited_daemon):
+    """Code can make a file of (up to its disk size in) zeros that takes no
+    disk: stat and list show its apparent size and the bytes it takes, and a
+    download over the limit (--max-download, or the request's lower
+    max_bytes) is a 413 before any data, naming the size and the limit —
+    for single files, archives and snapshots alike."""
+    d = limited_daemon
+    sid = d.create()
+    sh(d, sid, "truncate -s 900M sparse && head -c 2000 /dev/urandom > small"
+               " && mkdir -p big/deeper small-only && truncate -s 900M big/deeper/sparse"
+               " && cp small small-only/")
+    st = d.get(files_url(sid, "files/stat", path="sparse")).json()
+    assert st["size"] == 900 * MIB and st["allocated"] < 64 * 1024, st
+    st = d.get(files_url(sid, "files/stat", path="small")).json()
+    assert st["size"] == 2000 and st["allocated"] >= 2000, st
+    entries = {e["name"]: e for e in d.get(files_url(sid, "files/list", path="/home/user")).json()["entries"]}
+    assert entries["sparse"]["size"] == 900 * MIB and entries["sparse"]["allocated"] < 64 * 1024
+    assert entries["small"]["allocated"] >= 2000
+
+    r = d.get(files_url(sid, path="sparse"))
+    assert r.status == 413 and r.error_code() == "too_large", r
+    msg = r.json()["error"]["message"]
+    assert "943718400 bytes" in msg and "67108864 bytes" in msg and "--max-download" in msg, msg
+
+    r = d.get(files_url(sid, path="small", max_bytes="1000"))
+    assert r.status == 413 and "2000 bytes" in r.json()["error"]["message"], r
+    assert "max_bytes" in r.json()["error"]["message"], r
+    r = d.get(files_url(sid, path="small", max_bytes="2000"))
+    assert r.status == 200 and len(r.body) == 2000, r
+    # Asking for more than the daemon allows does not raise its limit.
+    r = d.get(files_url(sid, path="sparse", max_bytes="1G"))
+    assert r.status == 413 and "--max-download" in r.json()["error"]["message"], r
+    for bad in ("abc", "0", "-5"):
+        r = d.get(files_url(sid, path="small", max_bytes=bad))
+        assert r.status == 400 and "max_bytes" in r.json()["error"]["message"], (bad, r)
+
+    for url in (files_url(sid, "files/archive", path="big"),
+                files_url(sid, "files/archive"),
+                f"/v1/sandboxes/{sid}/snapshot"):
+        r = d.get(url)
+        assert r.status == 413 and r.error_code() == "too_large", (url, r)
+        assert "67108864 bytes" in r.json()["error"]["message"], r
+    r = d.get(files_url(sid, "files/archive", path="small-only", max_bytes="1000"))
+    assert r.status == 413 and "max_bytes" in r.json()["error"]["message"], r
+    status, _, size, body, _ = get_digest(d, files_url(sid, "files/archive", path="small-only",
+                                                       max_bytes="2000"))
+    assert status == 200
+    with tarfile.open(fileobj=io.BytesIO(body)) as t:
+        assert t.getnames() == ["small"]

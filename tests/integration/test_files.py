@@ -4,6 +4,7 @@ import hashlib
 import os
 import stat
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -330,3 +331,26 @@ def test_transfer_errors_are_one_clear_line(sandlot, tmp_path):
     r = sandlot.run(["-d", "missing.txt", "--", "true"], cwd=tmp_path)
     assert r.rc == 125, r
     assert_one_clear_line(r, "missing.txt", "No such file")
+
+
+# tests/unit/fake_init.c: a compromised init (made by `make`, next to the
+# unit tests), whose LIST of "dir-dotdot" answers an entry named "..".
+FAKE_INIT = Path(__file__).resolve().parents[2] / "build" / "tests" / "unit" / "fake-init"
+
+
+@pytest.mark.parametrize("key", ["dotdot", "slash", "root", "empty", "dot"])
+def test_download_refuses_hostile_entry_names(sandlot, tmp_path, key):
+    """A compromised init listing "..", "a/b", "/", "" or "." must not make
+    --download write anywhere but under the target: the run fails (125)
+    naming the bad entry, and nothing appears outside out/."""
+    assert os.access(FAKE_INIT, os.X_OK), f"{FAKE_INIT} missing: run `make` first"
+    work = tmp_path / "work"
+    work.mkdir()
+    before = sorted(os.listdir(tmp_path))
+    r = sandlot.run(["-d", f"dir-{key}:out", "--", "true"], cwd=work,
+                    extra_env={"SANDLOT_INIT": str(FAKE_INIT)})
+    assert r.rc == 125, r
+    assert "invalid entry name" in r.stderr, r
+    assert sorted(os.listdir(tmp_path)) == before
+    assert sorted(os.listdir(work)) == ["out"]
+    assert os.listdir(work / "out") in ([], ["ok"])

@@ -64,6 +64,7 @@ static void path_in(const struct client *c, const char *rel, char *out, size_t n
 /* Options for start_init_opts(). */
 struct init_opts {
 	rlim_t fsize; /* RLIMIT_FSIZE for init itself (0: none) */
+	uid_t uid;    /* --uid and --gid (0: the test's own) */
 };
 
 static void start_init_opts(struct client *c, const struct init_opts *o)
@@ -94,8 +95,8 @@ static void start_init_opts(struct client *c, const struct init_opts *o)
 			setrlimit(RLIMIT_FSIZE, &rl);
 		}
 		char uid[16], gid[16];
-		snprintf(uid, sizeof(uid), "%u", (unsigned)getuid());
-		snprintf(gid, sizeof(gid), "%u", (unsigned)getgid());
+		snprintf(uid, sizeof(uid), "%u", (unsigned)(o && o->uid ? o->uid : getuid()));
+		snprintf(gid, sizeof(gid), "%u", (unsigned)(o && o->uid ? o->uid : getgid()));
 		char *argv[] = { "sandlot-init", "--no-setup", "--no-seccomp", "--home", c->home,
 				 "--uid", uid, "--gid", gid, NULL };
 		struct init_config cfg;
@@ -997,6 +998,67 @@ static void test_fwrite_fread(void)
 	stop_init(&c);
 }
 
+/* FREAD with MAX_BYTES: a larger file is refused before any data (EFBIG,
+ * naming both sizes); one that grows past the limit while it is read ends
+ * with EFBIG once the limit is passed, after at most the limit's bytes. */
+static void test_fread_max_bytes(void)
+{
+	struct client c;
+	start_init(&c);
+	skip_hello(&c);
+	char p[160];
+	path_in(&c, "f", p, sizeof(p));
+	size_t size = 3 * SANDLOT_PROTO_WINDOW;
+	uint8_t *data = calloc(1, size);
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	CHECK(fd >= 0 && write(fd, data, size) == (ssize_t)size);
+
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_FREAD, 0, 1);
+	sl_msg_put_str(&m, SL_TAG_PATH, "f");
+	sl_msg_put_u64(&m, SL_TAG_MAX_BYTES, size - 1);
+	send_msg(&c, &m);
+	struct frame f;
+	CHECK_EQ_INT(next_frame(&c, &f), 1);
+	CHECK_EQ_INT(f.type, SL_MSG_ERROR);
+	CHECK_EQ_INT(rec_u32(&f, SL_TAG_ERRNO, 0), EFBIG);
+	char msg[256];
+	const char *text = rec_str(&f, SL_TAG_MESSAGE, msg, sizeof(msg));
+	CHECK(text && strstr(text, "786432 bytes, over the limit of 786431 bytes"));
+	frame_free(&f);
+
+	/* Within the limit when opened; it grows past it while being read. */
+	sl_msg_begin(&m, SL_MSG_FREAD, 0, 2);
+	sl_msg_put_str(&m, SL_TAG_PATH, "f");
+	sl_msg_put_u64(&m, SL_TAG_MAX_BYTES, size + 1000);
+	send_msg(&c, &m);
+	size_t got = 0;
+	while (got < SANDLOT_PROTO_WINDOW && next_frame(&c, &f) == 1) {
+		CHECK_EQ_INT(f.type, SL_MSG_DATA);
+		got += f.len;
+		frame_free(&f);
+	}
+	CHECK_EQ_INT(got, SANDLOT_PROTO_WINDOW); /* all the credit: init now waits */
+	CHECK(write(fd, data, 4096) == 4096);
+	close(fd);
+	send_u32(&c, SL_MSG_CREDIT, 2, SL_TAG_CREDIT, 4 * SANDLOT_PROTO_WINDOW);
+	int type = 0;
+	while (next_frame(&c, &f) == 1) {
+		type = f.type;
+		if (type == SL_MSG_DATA)
+			got += f.len;
+		else if (type == SL_MSG_ERROR)
+			CHECK_EQ_INT(rec_u32(&f, SL_TAG_ERRNO, 0), EFBIG);
+		frame_free(&f);
+		if (type != SL_MSG_DATA)
+			break;
+	}
+	CHECK_EQ_INT(type, SL_MSG_ERROR);
+	CHECK(got <= size + 1000);
+	free(data);
+	stop_init(&c);
+}
+
 static void test_fread_errors(void)
 {
 	struct client c;
@@ -1279,6 +1341,94 @@ static void test_stat_list_mkdir_remove(void)
 }
 
 /* Mount points are not crossed by REMOVE (needs privilege to mount). */
+/* File operations have the sandbox user's rights (creds.c): init runs
+ * them with the user's filesystem uid/gid and no effective capability, and
+ * refuses its own /proc entries, which the kernel would let it read
+ * whatever its credentials. */
+static void test_file_ops_user_creds(void)
+{
+	if (geteuid() != 0)
+		tap_skip("needs root: init must run as root with another --uid");
+	const uid_t user = 65534;
+	struct client c;
+	start_init_opts(&c, &(struct init_opts){ .uid = user });
+	CHECK_EQ_INT(chown(c.home, user, user), 0);
+	skip_hello(&c);
+	char p[200];
+	path_in(&c, "secret", p, sizeof(p));
+	int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	CHECK(fd >= 0 && write(fd, "xyzzy", 5) == 5);
+	close(fd);
+	path_in(&c, "rootdir", p, sizeof(p));
+	CHECK_EQ_INT(mkdir(p, 0755), 0);
+	path_in(&c, "rootdir/f", p, sizeof(p));
+	CHECK_EQ_INT(close(open(p, O_WRONLY | O_CREAT, 0644)), 0);
+	path_in(&c, "closed", p, sizeof(p));
+	CHECK_EQ_INT(mkdir(p, 0700), 0);
+	char target[64];
+	snprintf(target, sizeof(target), "/proc/%d/environ", (int)c.init);
+	path_in(&c, "environ", p, sizeof(p));
+	CHECK_EQ_INT(symlink(target, p), 0);
+	path_in(&c, "selfmaps", p, sizeof(p));
+	CHECK_EQ_INT(symlink("/proc/self/maps", p), 0);
+
+	uint8_t *back = NULL;
+	size_t len = 0;
+	CHECK_EQ_INT(fread_data(&c, 1, "secret", &back, &len), EACCES);
+	free(back);
+	CHECK_EQ_INT(fread_data(&c, 2, "environ", &back, &len), EACCES);
+	free(back);
+	CHECK_EQ_INT(fread_data(&c, 3, "selfmaps", &back, &len), EACCES);
+	free(back);
+	CHECK_EQ_INT(fread_data(&c, 4, target, &back, &len), EACCES);
+	free(back);
+	snprintf(target, sizeof(target), "/proc/%d/fd", (int)c.init);
+	struct entry_seen seen[8];
+	int frames;
+	CHECK_EQ_INT(list_dir(&c, 5, target, seen, 8, &frames), -EACCES);
+	CHECK_EQ_INT(list_dir(&c, 6, "closed", seen, 8, &frames), -EACCES);
+	CHECK_EQ_INT(list_dir(&c, 7, "rootdir", seen, 8, &frames), 1); /* 0755: readable */
+	/* /proc entries that are nobody's own stay readable. */
+	CHECK_EQ_INT(fread_data(&c, 8, "/proc/version", &back, &len), 0);
+	CHECK(len > 0);
+	free(back);
+
+	CHECK_EQ_INT(fwrite_data(&c, 9, "rootdir/new", 0, 0, 0, (const uint8_t *)"x", 1, NULL),
+		     EACCES);
+	send_path(&c, SL_MSG_MKDIR, 10, "rootdir/sub", 0, 0);
+	CHECK_EQ_INT(expect_reply(&c, 10, NULL), EACCES);
+	send_path(&c, SL_MSG_REMOVE, 11, "rootdir/f", 0, 0);
+	CHECK_EQ_INT(expect_reply(&c, 11, NULL), EACCES);
+	send_path(&c, SL_MSG_REMOVE, 12, "rootdir", 1, 1);
+	CHECK_EQ_INT(expect_reply(&c, 12, NULL), EACCES);
+	path_in(&c, "rootdir/f", p, sizeof(p));
+	CHECK_EQ_INT(access(p, F_OK), 0);
+
+	/* What the user may do works, and belongs to the user. */
+	CHECK_EQ_INT(fwrite_data(&c, 13, "mine/deep/file", 0, 0, 1, (const uint8_t *)"ok", 2, NULL), 0);
+	send_path(&c, SL_MSG_MKDIR, 14, "made", 0, 0);
+	CHECK_EQ_INT(expect_reply(&c, 14, NULL), 0);
+	static const char *const made[] = { "mine", "mine/deep", "mine/deep/file", "made" };
+	for (size_t i = 0; i < sizeof(made) / sizeof(made[0]); i++) {
+		struct stat st = { 0 };
+		path_in(&c, made[i], p, sizeof(p));
+		CHECK_EQ_INT(stat(p, &st), 0);
+		CHECK_EQ_INT(st.st_uid, user);
+		CHECK_EQ_INT(st.st_gid, user);
+	}
+	CHECK_EQ_INT(fread_data(&c, 15, "mine/deep/file", &back, &len), 0);
+	CHECK(len == 2 && back && memcmp(back, "ok", 2) == 0);
+	free(back);
+	send_path(&c, SL_MSG_REMOVE, 16, "mine", 1, 1);
+	CHECK_EQ_INT(expect_reply(&c, 16, NULL), 0);
+	/* Init itself is still root: it can start commands as before. */
+	struct result r;
+	run_cmd(&c, 17, (const char *const[]){ "true", NULL }, &r);
+	CHECK_EQ_INT(r.code, 0);
+	result_free(&r);
+	stop_init(&c);
+}
+
 static void test_remove_mount(void)
 {
 	if (geteuid() != 0)
@@ -1312,15 +1462,24 @@ struct change_seen {
 	uint64_t size;
 };
 
-/* SCAN; returns the number of changes (or -errno), *truncated from OK. */
-static int scan(struct client *c, uint32_t id, int baseline, struct change_seen *v, int max,
-		int *truncated)
+/* SCAN with MAX_BYTES and MEMORY records (0: left out); returns the
+ * number of changes (or -errno), *truncated from OK, and if payload is not
+ * NULL the bytes of CHANGES payload received. */
+static int scan_limits(struct client *c, uint32_t id, int baseline, uint64_t max_bytes,
+		       uint64_t memory, struct change_seen *v, int max, int *truncated,
+		       uint64_t *payload)
 {
 	struct sl_msg m;
 	sl_msg_begin(&m, SL_MSG_SCAN, 0, id);
 	if (baseline)
 		sl_msg_put_u32(&m, SL_TAG_FLAGS, 1);
+	if (max_bytes)
+		sl_msg_put_u64(&m, SL_TAG_MAX_BYTES, max_bytes);
+	if (memory)
+		sl_msg_put_u64(&m, SL_TAG_MEMORY, memory);
 	send_msg(c, &m);
+	if (payload)
+		*payload = 0;
 	int n = 0;
 	for (;;) {
 		struct frame f;
@@ -1338,6 +1497,8 @@ static int scan(struct client *c, uint32_t id, int baseline, struct change_seen 
 			return -e;
 		}
 		CHECK_EQ_INT(f.type, SL_MSG_CHANGES);
+		if (payload)
+			*payload += f.len;
 		struct sl_rec_iter it;
 		struct sl_rec r;
 		sl_rec_iter_init(&it, f.p, f.len);
@@ -1364,6 +1525,12 @@ static int scan(struct client *c, uint32_t id, int baseline, struct change_seen 
 		}
 		frame_free(&f);
 	}
+}
+
+static int scan(struct client *c, uint32_t id, int baseline, struct change_seen *v, int max,
+		int *truncated)
+{
+	return scan_limits(c, id, baseline, 0, 0, v, max, truncated, NULL);
 }
 
 static const struct change_seen *find_change(const struct change_seen *v, int n,
@@ -1496,6 +1663,151 @@ static void test_scan_truncated(void)
 	CHECK_EQ_INT(n, 1);
 	const struct change_seen *e = find_change(v, n, &c, "a-first.txt");
 	CHECK(e && e->kind == 'd');
+	stop_init(&c);
+}
+
+/* nfiles files with names of about 250 bytes, in a chain of `depth`
+ * directories with 250-byte names under dir (paths of about 3.7 KB with
+ * depth 14): the tree of the attack that made init run out of memory. */
+static void long_path_tree(const struct client *c, const char *dir, int depth, int nfiles)
+{
+	char p[4096];
+	path_in(c, dir, p, sizeof(p));
+	CHECK_EQ_INT(mkdir(p, 0755), 0);
+	for (int i = 0; i < depth; i++) {
+		size_t l = strlen(p);
+		snprintf(p + l, sizeof(p) - l, "/d%02d", i);
+		memset(p + l + 4, 'x', 246);
+		p[l + 250] = '\0';
+		CHECK_EQ_INT(mkdir(p, 0755), 0);
+	}
+	int dfd = open(p, O_RDONLY | O_DIRECTORY);
+	CHECK(dfd >= 0);
+	char name[256];
+	memset(name, 'y', 250);
+	name[250] = '\0';
+	for (int i = 0; i < nfiles; i++) {
+		snprintf(name, 9, "%08d", i);
+		name[8] = 'y';
+		int fd = openat(dfd, name, O_WRONLY | O_CREAT, 0644);
+		CHECK(fd >= 0);
+		close(fd);
+	}
+	close(dfd);
+}
+
+/* The walk keeps to MEMORY: a tree of long paths far bigger than it is
+ * cut (TRUNCATED) and init's memory stays near the budget, not near the
+ * tree's size; what lies before the cut is still compared, and a later
+ * SCAN still finds later changes there. */
+static void test_scan_memory_limit(void)
+{
+	struct client c;
+	start_init(&c);
+	skip_hello(&c);
+	write_file(&c, "a-first.txt", "x");
+	/* 8,000 paths of ~3.7 KB: ~30 MB of paths (the snapshot of the old
+	 * code was that, the baseline that again, the changes that again). */
+	long_path_tree(&c, "deep", 14, 8000);
+	long before = vm_kb(c.init, "VmHWM:");
+	const uint64_t memory = 2u << 20;
+	struct change_seen v[16];
+	int trunc = 0;
+	CHECK_EQ_INT(scan_limits(&c, 1, 1, 0, memory, v, 16, &trunc, NULL), 0);
+	CHECK_EQ_INT(trunc, 1);
+	uint64_t payload = 0;
+	int n = scan_limits(&c, 2, 0, 0, memory, v, 16, &trunc, &payload);
+	CHECK_EQ_INT(n, 0);
+	CHECK_EQ_INT(trunc, 1);
+	long grown = vm_kb(c.init, "VmHWM:") - before;
+	printf("#   init peak RSS grew by %ld KiB scanning ~30 MB of paths with MEMORY %llu KiB\n",
+	       grown, (unsigned long long)(memory >> 10));
+#if defined(__SANITIZE_ADDRESS__)
+	printf("#   (RSS bound not checked under AddressSanitizer: its quarantine keeps freed memory)\n");
+#else
+	CHECK(grown >= 0 && grown < 3 * (long)(memory >> 10) + 2048);
+#endif
+	/* Within the part walked, changes are still found. */
+	char p[200];
+	path_in(&c, "a-first.txt", p, sizeof(p));
+	unlink(p);
+	n = scan_limits(&c, 3, 0, 0, memory, v, 16, &trunc, NULL);
+	CHECK_EQ_INT(n, 1);
+	CHECK(n == 1 && v[0].kind == 'd');
+	write_file(&c, "a-second.txt", "y");
+	n = scan_limits(&c, 4, 0, 0, memory, v, 16, &trunc, NULL);
+	CHECK_EQ_INT(n, 1);
+	CHECK(n == 1 && v[0].kind == 'c');
+	stop_init(&c);
+}
+
+/* One directory of many long names: reading it keeps only what can fit,
+ * so init's memory does not grow with the directory either. */
+static void test_scan_big_directory(void)
+{
+	struct client c;
+	start_init(&c);
+	skip_hello(&c);
+	long_path_tree(&c, "flat", 0, 40000); /* ~10 MB of names */
+	long before = vm_kb(c.init, "VmHWM:");
+	struct change_seen v[4];
+	int trunc = 0;
+	CHECK_EQ_INT(scan_limits(&c, 1, 1, 0, 1u << 20, v, 4, &trunc, NULL), 0);
+	CHECK_EQ_INT(trunc, 1);
+	long grown = vm_kb(c.init, "VmHWM:") - before;
+	printf("#   init peak RSS grew by %ld KiB reading 40,000 names of 250 bytes\n", grown);
+#if defined(__SANITIZE_ADDRESS__)
+	printf("#   (RSS bound not checked under AddressSanitizer: its quarantine keeps freed memory)\n");
+#else
+	CHECK(grown >= 0 && grown < 4096);
+#endif
+	stop_init(&c);
+}
+
+/* MAX_BYTES bounds the report: at most that much CHANGES payload, then
+ * TRUNCATED.  The new snapshot is the baseline all the same: the next
+ * SCAN reports only what changed after this one — including a change to a
+ * file this report left out. */
+static void test_scan_report_limit(void)
+{
+	struct client c;
+	start_init(&c);
+	skip_hello(&c);
+	struct change_seen v[8];
+	int trunc = 0;
+	CHECK_EQ_INT(scan(&c, 1, 1, v, 8, &trunc), 0);
+	long_path_tree(&c, "many", 2, 2000); /* 2,000 paths of ~800 bytes */
+	uint64_t payload = 0;
+	const uint64_t max = 64u << 10;
+	int n = scan_limits(&c, 2, 0, max, 0, v, 8, &trunc, &payload);
+	printf("#   %d changes, %llu payload bytes, truncated %d\n", n, (unsigned long long)payload,
+	       trunc);
+	CHECK_EQ_INT(trunc, 1);
+	CHECK(n > 10 && n < 2000);
+	/* Frames carry 12-byte headers; records are what the limit counts. */
+	CHECK(payload <= max);
+	CHECK_EQ_INT(scan_limits(&c, 3, 0, max, 0, v, 8, &trunc, NULL), 0);
+	CHECK_EQ_INT(trunc, 0);
+	/* The last file, never reported: modified now, reported now. */
+	char p[4096];
+	path_in(&c, "many", p, sizeof(p));
+	for (int i = 0; i < 2; i++) {
+		size_t l = strlen(p);
+		snprintf(p + l, sizeof(p) - l, "/d%02d", i);
+		memset(p + l + 4, 'x', 246);
+		p[l + 250] = '\0';
+	}
+	size_t l = strlen(p);
+	snprintf(p + l, sizeof(p) - l, "/%08d", 1999);
+	memset(p + l + 9, 'y', 242);
+	p[l + 251] = '\0';
+	int fd = open(p, O_WRONLY | O_APPEND);
+	CHECK(fd >= 0 && write(fd, "more", 4) == 4);
+	close(fd);
+	n = scan_limits(&c, 4, 0, max, 0, v, 8, &trunc, NULL);
+	CHECK_EQ_INT(n, 1);
+	CHECK(n == 1 && v[0].kind == 'm' && v[0].size == 4);
+	CHECK_EQ_INT(trunc, 0);
 	stop_init(&c);
 }
 
@@ -1665,12 +1977,17 @@ int main(void)
 	TAP_RUN(test_background_holder);
 	TAP_RUN(test_fwrite_fread);
 	TAP_RUN(test_fread_errors);
+	TAP_RUN(test_fread_max_bytes);
+	TAP_RUN(test_file_ops_user_creds);
 	TAP_RUN(test_fwrite_parents_and_abort);
 	TAP_RUN(test_fwrite_error_atomic);
 	TAP_RUN(test_stat_list_mkdir_remove);
 	TAP_RUN(test_remove_mount);
 	TAP_RUN(test_scan);
 	TAP_RUN(test_scan_truncated);
+	TAP_RUN(test_scan_memory_limit);
+	TAP_RUN(test_scan_big_directory);
+	TAP_RUN(test_scan_report_limit);
 	TAP_RUN(test_concurrent_streams);
 	TAP_RUN(test_malformed_frame);
 	TAP_RUN(test_oversized_frame);

@@ -2295,6 +2295,126 @@ static void test_fs_ops(void)
 	sandlot_destroy(sb);
 }
 
+/* A sandbox whose init is tests/unit/fake_init.c (a compromised init). */
+static sandlot_t *new_fake_sandbox(void)
+{
+	need_sandbox();
+	const char *fake = getenv("SANDLOT_TEST_FAKE_INIT");
+	if (!fake || access(fake, X_OK) != 0)
+		bail("SANDLOT_TEST_FAKE_INIT is not set or not executable: run this through "
+		     "`meson test`", __LINE__);
+	sandlot_options_t o;
+	sandlot_options_init(&o);
+	o.init_path = fake;
+	return new_sandbox_opts(&o);
+}
+
+/* sandlot_list() must refuse the entry names a compromised init could use
+ * to walk its callers out of a directory: "", ".", "..", "/", names with a
+ * '/' or a NUL.  Refused with EPROTO (the whole listing: a caller must
+ * not act on a listing half of which was a lie), naming the entry. */
+static void test_list_hostile_names(void)
+{
+	sandlot_t *sb = new_fake_sandbox();
+	sandlot_dirent_t *ents = NULL;
+	size_t n = 0;
+	MUST(sandlot_list(sb, "/x/fine", &ents, &n, E));
+	CHECK_EQ_INT(n, 1);
+	CHECK(n == 1 && strcmp(ents[0].name, "ok") == 0);
+	sandlot_dirents_free(ents, n);
+
+	static const char *const keys[] = { "dotdot", "dot", "slash", "root", "empty", "nul" };
+	static const char *const shown[] = { "\"..\"", "\".\"", "\"a/b\"", "\"/\"", "\"\"",
+					     "NUL" };
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		char path[64];
+		snprintf(path, sizeof(path), "/x/%s", keys[i]);
+		ents = NULL;
+		n = 0;
+		MUST_FAIL(sandlot_list(sb, path, &ents, &n, E), EPROTO, shown[i]);
+		CHECK(ents == NULL && n == 0);
+	}
+	sandlot_destroy(sb);
+	int status;
+	CHECK(waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD); /* fake init reaped */
+}
+
+/* Sparse files: stat and list tell the apparent size from the allocated
+ * bytes, and a read with a limit refuses a file over it before any data,
+ * naming both sizes. */
+static void test_file_read_limit(void)
+{
+	sandlot_t *sb = new_sandbox();
+	/* As big as the sandbox's file size limit (its disk size) allows. */
+	sh_ok(sb, "truncate -s 900M sparse && head -c 300000 /dev/urandom > real");
+	sandlot_stat_t st;
+	MUST(sandlot_stat(sb, "sparse", &st, E));
+	CHECK(st.size == 900 * MiB);
+	CHECK(st.allocated < 64 * KiB);
+	MUST(sandlot_stat(sb, "real", &st, E));
+	CHECK_EQ_INT(st.size, 300000);
+	CHECK(st.allocated >= 300000);
+	sandlot_dirent_t *ents = NULL;
+	size_t n = 0;
+	MUST(sandlot_list(sb, "/home/user", &ents, &n, E));
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(ents[i].name, "sparse"))
+			CHECK(ents[i].st.size == 900 * MiB && ents[i].st.allocated < 64 * KiB);
+		else if (!strcmp(ents[i].name, "real"))
+			CHECK(ents[i].st.allocated >= 300000);
+	sandlot_dirents_free(ents, n);
+
+	MUST_FAIL(sandlot_file_open_read_max(sb, "sparse", MiB, E) ? 0 : -1, EFBIG,
+		  "the file is 943718400 bytes, over the limit of 1048576 bytes");
+	MUST_FAIL(sandlot_file_open_read_max(sb, "real", 299999, E) ? 0 : -1, EFBIG,
+		  "over the limit of 299999 bytes");
+	/* Exactly at the limit, and without one, the whole file comes. */
+	int fd = memfd_create("read", MFD_CLOEXEC);
+	REQUIRE(fd >= 0);
+	MUST(sandlot_file_read_fd_max(sb, "real", fd, 300000, E));
+	CHECK_EQ_INT(lseek(fd, 0, SEEK_CUR), 300000);
+	close(fd);
+	sandlot_file_reader_t *r = sandlot_file_open_read_max(sb, "real", 0, NULL);
+	CHECK(r != NULL);
+	sandlot_file_reader_close(r);
+	sandlot_destroy(sb);
+}
+
+/* The host enforces the limit and the credit window itself: a compromised
+ * init that sends a file whatever the limit says, and faster than its
+ * credit, gets the transfer refused instead of filling the host's memory. */
+static void test_file_read_hostile_sizes(void)
+{
+	sandlot_t *sb = new_fake_sandbox();
+	char buf[4096];
+	sandlot_file_reader_t *r = sandlot_file_open_read_max(sb, "any", 128 * KiB, NULL);
+	REQUIRE(r != NULL);
+	ssize_t got = 0, k;
+	sandlot_error_t *e = NULL;
+	while ((k = sandlot_file_reader_read(r, buf, sizeof(buf), &e)) > 0)
+		got += k;
+	CHECK(k < 0 && e && sandlot_error_status(e) == EFBIG);
+	CHECK_EQ_INT(got, 0);
+	if (e)
+		printf("#   (expected) %s\n", sandlot_error_message(e));
+	sandlot_error_free(e);
+	e = NULL;
+	sandlot_file_reader_close(r);
+
+	r = sandlot_file_open_read(sb, "any", NULL);
+	REQUIRE(r != NULL);
+	got = 0;
+	while ((k = sandlot_file_reader_read(r, buf, sizeof(buf), &e)) > 0)
+		got += k;
+	CHECK(k < 0 && e && sandlot_error_status(e) == EPROTO);
+	CHECK_EQ_INT(got, 0); /* its first frame was already past the credit */
+	if (e)
+		printf("#   (expected) %s\n", sandlot_error_message(e));
+	sandlot_error_free(e);
+	sandlot_file_reader_close(r);
+	sandlot_destroy(sb);
+}
+
 static const sandlot_change_t *find_change(const sandlot_changes_t *c, const char *path)
 {
 	for (size_t i = 0; i < c->count; i++)
@@ -2484,6 +2604,82 @@ static int join_within(pthread_t t, unsigned ms)
  * (sandlot_proc_wait/free lock p->sb->conn after sandlot_destroy freed
  * it), and finish() calls sb->ops->usage() while ns_stop frees the backend
  * state (see the report). */
+/* The attack of many long paths, scaled down: a sandbox whose code makes
+ * 3,000 files with 3.7 KB paths (11 MB of paths) in 64M of memory.  The
+ * report keeps to changes_max_bytes (truncated), init survives the scans
+ * (it was OOM-killed before, losing the sandbox), and a later change is
+ * still found where the walk reaches (paths sorting before the big tree;
+ * past the walk's memory, nothing is tracked, and every scan says
+ * truncated). */
+static void test_changes_scan_bytes(void)
+{
+	sandlot_options_t o;
+	sandlot_options_init(&o);
+	o.memory_bytes = 64 * MiB;
+	o.changes_max_bytes = 256 * KiB;
+	sandlot_t *sb = new_sandbox_opts(&o);
+	sh_ok(sb, "python3 -c \"import os\n"
+		  "p = 'a/' + '/'.join(('d%02d' % i) + 'x' * 247 for i in range(14))\n"
+		  "os.makedirs(p)\n"
+		  "for i in range(3000): open(os.path.join(p, ('%08d' % i) + 'y' * 190), 'w').close()\n"
+		  "\"");
+	sandlot_changes_t c;
+	MUST(sandlot_changes_scan(sb, &c, E));
+	printf("#   %zu changes, %llu bytes, truncated %d\n", c.count, (unsigned long long)c.bytes,
+	       c.truncated);
+	CHECK(c.truncated);
+	CHECK(c.count > 10);
+	CHECK(c.bytes <= 256 * KiB);
+	uint64_t sum = 0;
+	for (size_t i = 0; i < c.count; i++)
+		sum += 34 + strlen(c.items[i].path);
+	CHECK_EQ_INT(sum, c.bytes);
+	sandlot_changes_free(&c);
+	/* A smaller limit for one call. */
+	sh_ok(sb, "touch a/zz && for f in a/d00*/d01*/d02*; do touch $f; done");
+	MUST(sandlot_changes_scan_max(sb, 8 * KiB, &c, E));
+	CHECK(c.bytes <= 8 * KiB);
+	sandlot_changes_free(&c);
+	for (int i = 0; i < 3; i++) {
+		MUST(sandlot_changes_scan(sb, &c, E));
+		sandlot_changes_free(&c);
+	}
+	CHECK(sandlot_alive(sb));
+	sh_ok(sb, "echo late > 0-late.txt");
+	MUST(sandlot_changes_scan(sb, &c, E));
+	expect_change(&c, "/home/user/0-late.txt", 'c', 'f', 5, __LINE__);
+	CHECK_EQ_INT(c.count, 1);
+	CHECK(c.truncated); /* the walk still stops in the big tree */
+	sandlot_changes_free(&c);
+	CHECK(sandlot_alive(sb));
+	sandlot_destroy(sb);
+
+	sandlot_options_init(&o);
+	o.changes_max_bytes = 100;
+	MUST_FAIL(sandlot_options_validate(&o, E), EINVAL, "4K");
+	sandlot_options_init(&o);
+	o.memory_bytes = 64 * MiB;
+	o.scan_memory_bytes = 32 * MiB;
+	MUST_FAIL(sandlot_options_validate(&o, E), EINVAL, "a quarter");
+}
+
+/* A compromised init that reports far more than asked: the host keeps
+ * what the limit allows and says truncated. */
+static void test_changes_scan_hostile_flood(void)
+{
+	sandlot_t *sb = new_fake_sandbox();
+	sandlot_changes_t c;
+	MUST(sandlot_changes_scan(sb, &c, E));
+	printf("#   %zu changes, %llu bytes kept of 24 MiB sent\n", c.count, (unsigned long long)c.bytes);
+	CHECK(c.truncated);
+	CHECK(c.bytes <= 8 * MiB && c.bytes > 7 * MiB);
+	sandlot_changes_free(&c);
+	MUST(sandlot_changes_scan_max(sb, MiB, &c, E));
+	CHECK(c.truncated && c.bytes <= MiB);
+	sandlot_changes_free(&c);
+	sandlot_destroy(sb);
+}
+
 static void test_destroy_running_exec(void)
 {
 	sandlot_t *sb = new_sandbox();
@@ -3021,7 +3217,12 @@ int main(void)
 	RUN(test_file_callbacks);
 	RUN(test_file_fd);
 	RUN(test_fs_ops);
+	RUN(test_list_hostile_names);
+	RUN(test_file_read_limit);
+	RUN(test_file_read_hostile_sizes);
 	RUN(test_changes_scan);
+	RUN(test_changes_scan_bytes);
+	RUN(test_changes_scan_hostile_flood);
 	RUN(test_destroy_running_exec);
 	RUN(test_destroy_open_reader);
 	RUN(test_destroy_open_writer);

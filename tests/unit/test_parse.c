@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/util.h"
 #include "tap.h"
 
 #define KiB ((uint64_t)1 << 10)
@@ -310,6 +311,25 @@ static void test_cpus_bad(void)
 	cpus_bad("1e2", EINVAL, "expected a number");
 }
 
+/* Entry names from the sandbox (sandlot_list, the CLI's downloads). */
+static void test_entry_names(void)
+{
+	static const char *const good[] = { "a", "...", ".hidden", "a b", "\xff\xfe", "..a", "a.." };
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		CHECK(sandlot__entry_name_problem(good[i], strlen(good[i])) == NULL);
+	CHECK(sandlot__entry_name_problem("", 0) != NULL);
+	CHECK(sandlot__entry_name_problem(".", 1) != NULL);
+	CHECK(sandlot__entry_name_problem("..", 2) != NULL);
+	CHECK(sandlot__entry_name_problem("/", 1) != NULL);
+	CHECK(sandlot__entry_name_problem("a/b", 3) != NULL);
+	CHECK(sandlot__entry_name_problem("../x", 4) != NULL);
+	CHECK(sandlot__entry_name_problem("a\0b", 3) != NULL);
+	CHECK(sandlot__entry_name_problem("..\0", 3) != NULL);
+	/* Only len bytes count: "..x" cut to two is "..". */
+	CHECK(sandlot__entry_name_problem("..x", 2) != NULL);
+	CHECK(sandlot__entry_name_problem("..x", 3) == NULL);
+}
+
 int main(void)
 {
 	TAP_RUN(test_size_good);
@@ -319,5 +339,6 @@ int main(void)
 	TAP_RUN(test_duration_bad);
 	TAP_RUN(test_cpus_good);
 	TAP_RUN(test_cpus_bad);
+	TAP_RUN(test_entry_names);
 	return tap_done();
 }

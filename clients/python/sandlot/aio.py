@@ -25,7 +25,7 @@ import stat as _stat
 
 from .client import (
     _CHUNK, _UNSET, CodeResult, ExecResult, _ClientBase, _CodeEvents, _ExecEvents, _SandboxBase,
-    _changes_query, _context_id, _create_body, _event, _list_query, _q,
+    _ChangePages, _changes_query, _context_id, _create_body, _event, _list_query, _opt_int, _q,
 )
 from .errors import (
     ConnectionLostError, NotFoundError, ProtocolError, RequestTimeoutError, SandboxEndedError,
@@ -554,18 +554,20 @@ class AsyncSandbox(_SandboxBase):
                                 headers={"Content-Type": "application/octet-stream"},
                                 context=f"{self.id}:{path}")
 
-    async def open_file(self, path):
-        """An AsyncDownload streaming the file's bytes."""
-        resp = await self.client._open("GET", self._path("/files"), query={"path": str(path)},
+    async def open_file(self, path, *, max_bytes=None):
+        """An AsyncDownload streaming the file's bytes (``max_bytes``: as for
+        Sandbox.open_file)."""
+        resp = await self.client._open("GET", self._path("/files"),
+                                       query={"path": str(path), "max_bytes": _opt_int(max_bytes)},
                                        context=f"{self.id}:{path}")
         return AsyncDownload(resp)
 
-    async def read_file(self, path):
-        async with await self.open_file(path) as f:
+    async def read_file(self, path, *, max_bytes=None):
+        async with await self.open_file(path, max_bytes=max_bytes) as f:
             return await f.read()
 
-    async def read_text(self, path, encoding="utf-8"):
-        return (await self.read_file(path)).decode(encoding)
+    async def read_text(self, path, encoding="utf-8", *, max_bytes=None):
+        return (await self.read_file(path, max_bytes=max_bytes)).decode(encoding)
 
     async def stat(self, path):
         return await self._call("GET", "/files/stat", query={"path": str(path)},
@@ -597,14 +599,24 @@ class AsyncSandbox(_SandboxBase):
                                 headers={"Content-Type": "application/x-tar"},
                                 context=f"{self.id}:{path}")
 
-    async def open_archive(self, path="/home/user"):
+    async def open_archive(self, path="/home/user", *, max_bytes=None):
         resp = await self.client._open("GET", self._path("/files/archive"),
-                                       query={"path": str(path)}, context=f"{self.id}:{path}")
+                                       query={"path": str(path), "max_bytes": _opt_int(max_bytes)},
+                                       context=f"{self.id}:{path}")
         return AsyncDownload(resp)
 
     # -- changes ---------------------------------------------------------
-    async def changes(self, since=0, *, net=False, exclude_hidden=False):
-        return await self._call("GET", "/changes", query=_changes_query(since, net, exclude_hidden))
+    async def changes(self, since=0, *, after=None, net=False, exclude_hidden=False):
+        return await self._call("GET", "/changes",
+                                query=_changes_query(since, after, net, exclude_hidden))
+
+    async def all_changes(self, since=0, *, net=False, exclude_hidden=False):
+        pages = _ChangePages(since, net)
+        while True:
+            page = await self.changes(since, after=pages.after, net=net,
+                                      exclude_hidden=exclude_hidden)
+            if pages.add(page):
+                return pages.result()
 
     async def scan_changes(self):
         return (await self._call("POST", "/changes/scan"))["cursor"]

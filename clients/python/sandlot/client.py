@@ -194,10 +194,14 @@ class ExecResult(_Record):
     ``exit_code`` is None when a signal killed it (``signal`` says which;
     ``timed_out`` / ``oom_killed`` say why).  ``stdout``/``stderr`` are text,
     or base64 when the exec asked for ``output="base64"`` (``stdout_bytes`` and
-    ``stderr_bytes`` decode either)."""
+    ``stderr_bytes`` decode either).  ``changes`` is what the command did to
+    /home/user; ``changes_truncated`` says the list is incomplete (the
+    daemon's size limits: ``changes(since)`` pages through what its log
+    keeps)."""
 
     _fields = ("exec_id", "exit_code", "signal", "timed_out", "oom_killed", "pids_limited",
-               "truncated", "duration_ms", "stdout", "stderr", "error", "changes", "cursor")
+               "truncated", "duration_ms", "stdout", "stderr", "error", "changes",
+               "changes_truncated", "cursor")
 
     def __init__(self, raw, encoding="text"):
         super().__init__(raw)
@@ -241,7 +245,8 @@ class CodeResult(_Record):
     outputs (matplotlib figures as image/png base64)."""
 
     _fields = ("context", "status", "stdout", "stderr", "value", "data", "displays", "error",
-               "execution_count", "exit_code", "cwd", "duration_ms", "state_lost")
+               "execution_count", "exit_code", "cwd", "duration_ms", "state_lost", "changes",
+               "changes_truncated")
 
     def __init__(self, raw):
         super().__init__(raw)
@@ -249,6 +254,7 @@ class CodeResult(_Record):
         self.stderr = self.stderr or ""
         self.displays = self.displays or []
         self.data = self.data or {}
+        self.changes = self.changes or []
 
     @property
     def ok(self):
@@ -824,9 +830,49 @@ class _SandboxBase:
         return f"{scheme}://{host}:{ep.port}{self._path(f'/ports/{int(port)}/')}", headers
 
 
-def _changes_query(since, net, exclude_hidden):
-    return {"since": int(since), "net": "1" if net else None,
-            "exclude_hidden": "1" if exclude_hidden else None}
+def _changes_query(since, after, net, exclude_hidden):
+    return {"since": int(since), "after": None if after is None else int(after),
+            "net": "1" if net else None, "exclude_hidden": "1" if exclude_hidden else None}
+
+
+class _ChangePages:
+    """The pages of one changes view, merged (Sandbox.all_changes and
+    AsyncSandbox.all_changes): each next page is asked with ``after``."""
+
+    def __init__(self, since, net):
+        self.after = int(since)
+        self.net = net
+        self.changes = {} if net else []
+        self.truncated = False
+        self.hidden = None
+
+    def add(self, page):
+        """Take one page; True when it was the last."""
+        self.truncated = self.truncated or bool(page.get("truncated"))
+        if "hidden" in page:
+            self.hidden = (self.hidden or 0) + int(page["hidden"])
+        for c in page["changes"]:
+            if self.net:
+                # a path changed again while the pages were read: its later entry
+                self.changes.pop(c["path"], None)
+                self.changes[c["path"]] = c
+            else:
+                self.changes.append(c)
+        if not page.get("more"):
+            self.cursor = page["cursor"]
+            return True
+        if page["cursor"] <= self.after:
+            raise ProtocolError(f"sandlotd's changes cursor did not advance past {self.after}")
+        self.after = page["cursor"]
+        return False
+
+    def result(self):
+        out = {"cursor": self.cursor,
+               "changes": list(self.changes.values()) if self.net else self.changes,
+               "truncated": self.truncated}
+        if self.hidden is not None:
+            out["hidden"] = self.hidden
+        return out
 
 
 class Sandbox(_SandboxBase):
@@ -973,26 +1019,31 @@ class Sandbox(_SandboxBase):
                 mode = os.fstat(f.fileno()).st_mode & 0o777
             return self.write_file(path, f, mode=mode)
 
-    def open_file(self, path):
+    def open_file(self, path, *, max_bytes=None):
         """A binary file object streaming the file's bytes; close it (or use
-        ``with``).  ``length`` is its size when the daemon sent one."""
-        conn, resp = self.client._open("GET", self._path("/files"), query={"path": str(path)},
+        ``with``).  ``length`` is its size when the daemon sent one.
+        ``max_bytes`` lowers the daemon's download limit (--max-download)
+        for this read: a larger file raises PayloadTooLargeError (413
+        too_large) before any byte."""
+        conn, resp = self.client._open("GET", self._path("/files"),
+                                       query={"path": str(path), "max_bytes": _opt_int(max_bytes)},
                                        context=f"{self.id}:{path}")
         return _Download(conn, resp, f"read {self.id}:{path}")
 
-    def read_file(self, path):
-        """The whole file as bytes."""
-        with self.open_file(path) as f:
+    def read_file(self, path, *, max_bytes=None):
+        """The whole file as bytes (``max_bytes``: as for open_file)."""
+        with self.open_file(path, max_bytes=max_bytes) as f:
             return f.read()
 
-    def read_text(self, path, encoding="utf-8"):
-        return self.read_file(path).decode(encoding)
+    def read_text(self, path, encoding="utf-8", *, max_bytes=None):
+        return self.read_file(path, max_bytes=max_bytes).decode(encoding)
 
-    def download(self, path, dest):
+    def download(self, path, dest, *, max_bytes=None):
         """Stream the file to ``dest`` (a local path or a writable binary file
         object); returns the number of bytes.  A local file is written to a
-        temporary name and renamed, so a failed download leaves nothing."""
-        with self.open_file(path) as src:
+        temporary name and renamed, so a failed download leaves nothing.
+        ``max_bytes``: as for open_file."""
+        with self.open_file(path, max_bytes=max_bytes) as src:
             if hasattr(dest, "write"):
                 return _copy(src, dest)
             dest = os.fspath(dest)
@@ -1011,7 +1062,9 @@ class Sandbox(_SandboxBase):
                 raise
 
     def stat(self, path):
-        """{"name", "path", "type", "size", "mode", "modified_at"}; symlinks not followed."""
+        """{"name", "path", "type", "size", "allocated", "mode", "modified_at"};
+        symlinks not followed.  ``size`` is what a read returns, ``allocated``
+        the bytes the file takes on disk (far fewer for a sparse file)."""
         return self._call("GET", "/files/stat", query={"path": str(path)}, context=f"{self.id}:{path}")
 
     def exists(self, path):
@@ -1048,16 +1101,20 @@ class Sandbox(_SandboxBase):
         return self._call("POST", "/files/archive", query={"path": str(path)}, body=body,
                           headers=headers, context=f"{self.id}:{path}")
 
-    def open_archive(self, path="/home/user"):
-        """A binary file object streaming the tree at ``path`` as tar."""
-        conn, resp = self.client._open("GET", self._path("/files/archive"), query={"path": str(path)},
+    def open_archive(self, path="/home/user", *, max_bytes=None):
+        """A binary file object streaming the tree at ``path`` as tar.  A tree
+        whose files hold more than the download limit (``max_bytes`` lowers
+        the daemon's) raises PayloadTooLargeError (413 too_large) first."""
+        conn, resp = self.client._open("GET", self._path("/files/archive"),
+                                       query={"path": str(path), "max_bytes": _opt_int(max_bytes)},
                                        context=f"{self.id}:{path}")
         return _Download(conn, resp, f"archive {self.id}:{path}")
 
-    def download_archive(self, path, dest):
+    def download_archive(self, path, dest, *, max_bytes=None):
         """Stream the tree at ``path`` as tar into ``dest`` (a local path or a
-        writable file object); returns the number of bytes."""
-        with self.open_archive(path) as src:
+        writable file object); returns the number of bytes.  ``max_bytes``:
+        as for open_archive."""
+        with self.open_archive(path, max_bytes=max_bytes) as src:
             if hasattr(dest, "write"):
                 return _copy(src, dest)
             with open(dest, "wb") as out:
@@ -1118,15 +1175,31 @@ class Sandbox(_SandboxBase):
         return count
 
     # -- changes ---------------------------------------------------------
-    def changes(self, since=0, *, net=False, exclude_hidden=False):
-        """Changes under /home/user after cursor ``since``: {"cursor",
-        "changes": [{"path", "kind", "type", "size", "source", "cursor"}], ...};
-        pass the returned cursor next time.  ``net``: one entry per path with
-        its net effect since the cursor (a file created and deleted since is
-        not there); ``exclude_hidden``: leave out paths with a component
-        starting with "." or named __pycache__ (tool caches), counted in
-        "hidden"."""
-        return self._call("GET", "/changes", query=_changes_query(since, net, exclude_hidden))
+    def changes(self, since=0, *, after=None, net=False, exclude_hidden=False):
+        """One page of the changes under /home/user after cursor ``since``:
+        {"cursor", "changes": [{"path", "kind", "type", "size", "source",
+        "cursor"}], "more"?, "hidden"?, "truncated"?}; pass the returned
+        cursor as ``since`` next time.  ``net``: one entry per path with its
+        net effect since ``since`` (a file created and deleted since is not
+        there); ``exclude_hidden``: leave out paths with a component starting
+        with "." or named __pycache__ (tool caches), counted in "hidden".
+        ``more`` says the page was cut by the daemon's size limit: the next
+        page is asked with the same arguments and ``after`` set to its
+        cursor (``all_changes`` does); ``truncated`` that entries the answer
+        depends on were forgotten (the daemon keeps a window of each
+        sandbox's newest changes)."""
+        return self._call("GET", "/changes",
+                          query=_changes_query(since, after, net, exclude_hidden))
+
+    def all_changes(self, since=0, *, net=False, exclude_hidden=False):
+        """Every page after ``since`` merged: {"cursor", "changes",
+        "truncated", "hidden"?} (as for ``changes``; with ``net``, one entry
+        per path even when it changed again while the pages were read)."""
+        pages = _ChangePages(since, net)
+        while True:
+            page = self.changes(since, after=pages.after, net=net, exclude_hidden=exclude_hidden)
+            if pages.add(page):
+                return pages.result()
 
     def scan_changes(self):
         """Log what changed in the workspace now (what background processes
@@ -1178,6 +1251,15 @@ class Sandbox(_SandboxBase):
 def _context_id(context):
     """A context given as its id or as the dict create_context returned."""
     return context["id"] if isinstance(context, dict) else str(context)
+
+
+def _opt_int(v):
+    """A whole number for a query parameter, or None to leave it out."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise ValueError(f"max_bytes must be a positive whole number, not {v!r}")
+    return str(v)
 
 
 def _copy(src, dst):

@@ -113,7 +113,8 @@ class SandboxEndedError(APIError):
 
 
 class PayloadTooLargeError(APIError):
-    """413 payload_too_large / 414 uri_too_long."""
+    """413 payload_too_large / 414 uri_too_long, and 413 too_large: a download over
+    the size limit (sandlotd --max-download, or the call's max_bytes)."""
 
 
 class TooManySandboxesError(APIError):

@@ -191,6 +191,26 @@ def test_files_dirs_and_errors(sb, tmp_path):
         sb.write_file("n.txt", 12345)
 
 
+def test_sparse_files_sizes_and_max_bytes(sb, tmp_path):
+    assert sb.exec("truncate -s 300M sparse.bin && mkdir sp && truncate -s 300M sp/z").exit_code == 0
+    st = sb.stat("sparse.bin")
+    assert st["size"] == 300 << 20 and st["allocated"] < 65536, st
+    ent = {e["name"]: e for e in sb.list_dir("/home/user")}["sparse.bin"]
+    assert ent["allocated"] < 65536 and ent["size"] == 300 << 20
+    sb.write_file("five.txt", b"12345")
+    assert sb.read_file("five.txt", max_bytes=5) == b"12345"
+    with pytest.raises(sandlot.PayloadTooLargeError) as ei:
+        sb.read_file("five.txt", max_bytes=4)
+    assert ei.value.status == 413 and ei.value.code == "too_large" and "5 bytes" in str(ei.value)
+    with pytest.raises(sandlot.PayloadTooLargeError):
+        sb.download("sparse.bin", tmp_path / "never", max_bytes=1 << 20)
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(sandlot.PayloadTooLargeError):
+        sb.open_archive("sp", max_bytes=1 << 20)
+    with pytest.raises(ValueError):
+        sb.read_file("five.txt", max_bytes=0)
+
+
 def test_disk_quota_is_an_error(client):
     with client.create(disk="16M") as sb:
         big = (b"\0" * (1 << 20) for _ in range(40))
@@ -550,3 +570,26 @@ def test_latency(sb):
     print(f"\npython client, unix socket: exec('true') p50 {exec_ms:.2f} ms, "
           f"run_code('n += 1') p50 {code_ms:.2f} ms")
     assert exec_ms < 200 and code_ms < 100
+
+
+def test_changes_pages_and_truncation(base_dir):
+    """With small change limits: an exec result says changes_truncated when
+    its list was cut, changes() pages ("more"), all_changes() follows them."""
+    d = Daemon(base_dir / "changes-limits", ["--changes-scan-bytes", "64K", "--changes-answer-bytes",
+                                             "64K", "--changes-log-bytes", "1M",
+                                             "--changes-total-bytes", "2M"]).start()
+    try:
+        with d.client().create() as sb:
+            r = sb.exec("for n in $(seq 1 1500); do : > file-with-a-long-name-of-some-sixty-bytes-$n; done")
+            assert r.exit_code == 0
+            assert r.changes_truncated is True and 0 < len(r.changes) < 1500
+            page = sb.changes(0)
+            assert page.get("more") is True and page["cursor"] == page["changes"][-1]["cursor"]
+            every = sb.all_changes(0)
+            assert every["truncated"] is False
+            cursors = [c["cursor"] for c in every["changes"]]
+            assert cursors == list(range(1, len(cursors) + 1)) and len(cursors) > len(page["changes"])
+            cell = sb.run_code("open('/home/user/x.txt', 'w').write('x')")
+            assert cell.changes_truncated is False and [c["path"] for c in cell.changes] == ["/home/user/x.txt"]
+    finally:
+        assert d.stop() == 0

@@ -16,6 +16,22 @@ export interface SignalOption {
   signal?: AbortSignal;
 }
 
+export interface MaxBytesOption {
+  /**
+   * The most file data this download may bring (a positive whole number):
+   * lowers sandlotd's --max-download for this request, never raises it.
+   */
+  maxBytes?: number;
+}
+
+function maxBytes(o: MaxBytesOption): number | undefined {
+  if (o.maxBytes === undefined) return undefined;
+  if (!Number.isSafeInteger(o.maxBytes) || o.maxBytes <= 0) {
+    throw new SandlotError(`maxBytes must be a positive whole number, not ${o.maxBytes}`, { code: "bad_option" });
+  }
+  return o.maxBytes;
+}
+
 /** A command: a shell string (run by /bin/sh -c) or an argv array. */
 export type Command = string | string[];
 
@@ -288,19 +304,23 @@ export class Sandbox {
     });
   }
 
-  /** Reads a whole file.  404 not_found if it does not exist. */
-  readFile(path: string, o: SignalOption = {}): Promise<Uint8Array> {
-    return this.t.bytes({ method: "GET", path: `${this.path}/files`, query: { path }, signal: o.signal, long: true });
+  /**
+   * Reads a whole file.  404 not_found if it does not exist; 413 too_large
+   * if it is larger than the download limit (sandlotd's --max-download, or
+   * the lower `maxBytes`), before any byte.
+   */
+  readFile(path: string, o: SignalOption & MaxBytesOption = {}): Promise<Uint8Array> {
+    return this.t.bytes({ method: "GET", path: `${this.path}/files`, query: { path, max_bytes: maxBytes(o) }, signal: o.signal, long: true });
   }
 
   /** Reads a file as UTF-8 text. */
-  async readText(path: string, o: SignalOption = {}): Promise<string> {
+  async readText(path: string, o: SignalOption & MaxBytesOption = {}): Promise<string> {
     return new TextDecoder().decode(await this.readFile(path, o));
   }
 
-  /** Reads a file as a byte stream (the request fails before any byte if the file is missing). */
-  readFileStream(path: string, o: SignalOption = {}): Promise<ReadableStream<Uint8Array>> {
-    return this.t.stream({ method: "GET", path: `${this.path}/files`, query: { path }, signal: o.signal, long: true });
+  /** Reads a file as a byte stream (the request fails before any byte if the file is missing or too large). */
+  readFileStream(path: string, o: SignalOption & MaxBytesOption = {}): Promise<ReadableStream<Uint8Array>> {
+    return this.t.stream({ method: "GET", path: `${this.path}/files`, query: { path, max_bytes: maxBytes(o) }, signal: o.signal, long: true });
   }
 
   /** Metadata of a path (symlinks not followed). */
@@ -336,9 +356,12 @@ export class Sandbox {
     });
   }
 
-  /** The tree at `path` (default /home/user) as a tar stream. */
-  downloadArchive(o: SignalOption & { path?: string } = {}): Promise<ReadableStream<Uint8Array>> {
-    return this.t.stream({ method: "GET", path: `${this.path}/files/archive`, query: { path: o.path }, signal: o.signal, long: true });
+  /**
+   * The tree at `path` (default /home/user) as a tar stream; 413 too_large
+   * first if its files hold more than the download limit (`maxBytes` lowers it).
+   */
+  downloadArchive(o: SignalOption & MaxBytesOption & { path?: string } = {}): Promise<ReadableStream<Uint8Array>> {
+    return this.t.stream({ method: "GET", path: `${this.path}/files/archive`, query: { path: o.path, max_bytes: maxBytes(o) }, signal: o.signal, long: true });
   }
 
   /** /home/user as a tar stream. */
@@ -349,6 +372,22 @@ export class Sandbox {
   /** Changes under /home/user after cursor `since` (0: from the start). */
   changes(since = 0, o: SignalOption = {}): Promise<ChangesPage> {
     return this.t.json({ method: "GET", path: `${this.path}/changes`, query: { since }, signal: o.signal });
+  }
+
+  /** Every page after `since` (following `more`), merged into one. */
+  async allChanges(since = 0, o: SignalOption = {}): Promise<ChangesPage> {
+    const all: ChangesPage = { cursor: since, changes: [] };
+    for (let first = true; ; first = false) {
+      const page = await this.changes(since, o);
+      if (first && page.truncated) all.truncated = true;
+      all.changes.push(...page.changes);
+      all.cursor = page.cursor;
+      if (!page.more) return all;
+      if (page.cursor <= since) {
+        throw new SandlotError(`sandlotd's changes cursor did not advance past ${since}`, { code: "invalid_response" });
+      }
+      since = page.cursor;
+    }
   }
 
   // ---- code contexts -----------------------------------------------------

@@ -164,7 +164,7 @@ export class SandlotSandboxManager {
       if (!sb) return [];
       let page;
       try {
-        page = await sb.changes(this.cursor);
+        page = await sb.allChanges(this.cursor);
       } catch (e) {
         if (e instanceof SandlotError && (e.sandboxGone || e.code === "sandbox_paused")) return [];
         throw e;

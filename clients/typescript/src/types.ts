@@ -100,9 +100,12 @@ export interface Change {
 }
 
 export interface ChangesPage {
+  /** Pass as `since` next time (with `more`: the cursor of this page's last entry). */
   cursor: number;
   changes: Change[];
-  /** true when entries after `since` were dropped from sandlotd's memory */
+  /** true when the page was cut by sandlotd's size limit: ask again from `cursor` */
+  more?: boolean;
+  /** true when entries after `since` were forgotten (sandlotd keeps a window of each sandbox's newest changes) */
   truncated?: boolean;
 }
 
@@ -134,6 +137,11 @@ export interface ExecResult {
   /** why the command could not start (exit 126/127) */
   error?: string;
   changes: Change[];
+  /**
+   * true when `changes` is incomplete: the scan met its limits, or the answer's
+   * size limit cut the list (the log has the rest, see `changes()`).
+   */
+  changes_truncated: boolean;
   cursor: number;
 }
 
@@ -162,7 +170,10 @@ export interface FileInfo {
   name: string;
   path: string;
   type: FileType;
+  /** Bytes a read returns (the apparent size). */
   size: number;
+  /** Bytes the file takes on disk: far below `size` for a sparse file. */
+  allocated: number;
   /** octal, e.g. "0644" */
   mode: string;
   modified_at: string;
@@ -206,6 +217,10 @@ export interface CodeResult {
   cwd?: string;
   duration_ms: number;
   state_lost?: boolean;
+  /** what the cell did under /home/user (also in the log, source = the context id) */
+  changes?: Change[];
+  /** true when `changes` is incomplete (as for ExecResult) */
+  changes_truncated?: boolean;
 }
 
 /** Messages of a streamed code cell; the last one is the result. */

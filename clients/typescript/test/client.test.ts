@@ -164,6 +164,28 @@ describe("Sandlot client", { skip }, () => {
       e instanceof SandlotError && /Is a directory/.test(e.message));
   });
 
+  test("sparse files: sizes and bytes on disk, downloads over maxBytes refused first", async () => {
+    const r = await sb.exec("truncate -s 300M sparse.bin && mkdir -p sp && truncate -s 300M sp/z");
+    assert.equal(r.exit_code, 0, r.stderr);
+    const st = await sb.stat("sparse.bin");
+    assert.equal(st.size, 300 * 1024 * 1024);
+    assert.ok(st.allocated < 65536, `allocated ${st.allocated}`);
+    const ent = (await sb.list("/home/user")).find((e) => e.name === "sparse.bin");
+    assert.ok(ent && ent.allocated < 65536 && ent.size === st.size);
+    await sb.writeFile("five.txt", "12345");
+    assert.equal(await sb.readText("five.txt", { maxBytes: 5 }), "12345");
+    await assert.rejects(sb.readFile("five.txt", { maxBytes: 4 }), (e: unknown) =>
+      e instanceof SandlotError && e.status === 413 && e.code === "too_large" && /5 bytes/.test(e.message));
+    await assert.rejects(sb.readFileStream("sparse.bin", { maxBytes: 1 << 20 }), (e: unknown) =>
+      e instanceof SandlotError && e.code === "too_large" && /314572800 bytes/.test(e.message));
+    await assert.rejects(sb.downloadArchive({ path: "sp", maxBytes: 1 << 20 }), (e: unknown) =>
+      e instanceof SandlotError && e.code === "too_large");
+    assert.throws(() => sb.readFile("five.txt", { maxBytes: 0 }), (e: unknown) =>
+      e instanceof SandlotError && e.code === "bad_option");
+    await sb.remove("sp", { recursive: true });
+    await sb.remove("sparse.bin");
+  });
+
   test("archives and snapshot round-trip a tree", async () => {
     await sb.writeFile("tree/a.txt", "A");
     await sb.writeFile("tree/sub/b.txt", "B");
@@ -292,3 +314,38 @@ async function waitExited(ex: { status(): Promise<import("sandlot").ExecStatus> 
   }
   throw new Error("exec did not exit");
 }
+
+describe("changes past the daemon's limits", { skip }, () => {
+  let d: Daemon;
+
+  before(async () => {
+    d = await new Daemon(["--changes-scan-bytes", "64K", "--changes-answer-bytes", "64K",
+      "--changes-log-bytes", "1M", "--changes-total-bytes", "2M"]).start();
+  });
+
+  after(async () => {
+    const problems = await d.stop();
+    assert.deepEqual(problems, [], problems.join("\n"));
+  });
+
+  test("results say changes_truncated, changes() pages, allChanges() follows them", async () => {
+    const sb = await d.client.create();
+    try {
+      const r = await sb.exec("for n in $(seq 1 1500); do : > file-with-a-long-name-of-some-sixty-bytes-$n; done");
+      assert.equal(r.exit_code, 0);
+      assert.equal(r.changes_truncated, true);
+      assert.ok(r.changes.length > 0 && r.changes.length < 1500, String(r.changes.length));
+      const page = await sb.changes(0);
+      assert.equal(page.more, true);
+      assert.equal(page.cursor, page.changes[page.changes.length - 1].cursor);
+      const all = await sb.allChanges(0);
+      assert.ok(!all.truncated);
+      const cursors = all.changes.map((ch) => ch.cursor);
+      assert.deepEqual(cursors, cursors.map((_, i) => i + 1));
+      assert.ok(cursors.length > page.changes.length);
+      assert.equal(all.cursor, cursors[cursors.length - 1]);
+    } finally {
+      await sb.delete();
+    }
+  });
+});
