@@ -6,7 +6,8 @@
 #
 #   scripts/sanitize-build.sh asan   $ASAN_BUILD (build-asan): ASan+UBSan;
 #                                    sandlotd, sandlot, sandlot-client, and
-#                                    the unit tests and fuzz replays
+#                                    the unit tests (and test-lib's fake
+#                                    init) and fuzz replays
 #   scripts/sanitize-build.sh tsan   $TSAN_BUILD (build-tsan): TSan;
 #                                    sandlotd only (the CLI stays plain:
 #                                    its threads are few and short-lived)
@@ -38,8 +39,9 @@ if [ ! -f "$dir/build.ninja" ]; then
 fi
 if [ "$kind" = asan ]; then
 	# Not `ninja` alone: the static sandlot-init does not link sanitized.
+	# The unit tests, the fuzz replays and test-lib's hostile fake-init.
 	targets=$(cd "$dir" && ninja -t targets all |
-		grep -oE '^tests/[^:]*(test-[a-z0-9-]+|fuzz-[a-z0-9]+-replay)' | sort -u)
+		grep -oE '^tests/[^:]*(test-[a-z0-9-]+|fuzz-[a-z0-9]+-replay|fake-init)' | sort -u)
 	programs="src/daemon/sandlotd src/cli/sandlot src/cli/sandlot-client"
 	# shellcheck disable=SC2086
 	ninja --quiet -C "$dir" $targets $programs >&2

@@ -288,9 +288,10 @@ void execs_release(struct dsb *s);
 /* ---- files.c ------------------------------------------------------------ */
 
 extern const struct http_route file_routes[];
-/* The query parameters the file routes check (path, mode, recursive), on
- * their own: 0, or -1 having answered 400.  The routes check them once they
- * hold the sandbox; tests/fuzz/fuzz_requests.c, which has none, here. */
+/* The query parameters the file routes check (path, mode, recursive,
+ * max_bytes), on their own: 0, or -1 having answered 400.  The routes check
+ * them once they hold the sandbox; tests/fuzz/fuzz_requests.c, which has
+ * none, here. */
 int files_check_query(struct http_req *req);
 
 /* ---- registry.c --------------------------------------------------------- */

@@ -1452,8 +1452,10 @@ int files_archive_get(struct http_req *req)
 int files_check_query(struct http_req *req)
 {
 	uint32_t mode;
+	uint64_t limit;
+	const char *who;
 	if (!path_param(req, NULL) || mode_param(req, 0644, &mode) < 0 ||
-	    flag_param(req, "recursive") < 0)
+	    flag_param(req, "recursive") < 0 || download_limit(req, &limit, &who) < 0)
 		return -1;
 	return 0;
 }
