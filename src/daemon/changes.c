@@ -370,6 +370,11 @@ void changes_budget_enforce(struct daemon *d)
 	budget_make_room(d, 0);
 }
 
+uint64_t changes_budget_in_use(struct daemon *d)
+{
+	return budget_used(d);
+}
+
 /* ---- GET /v1/sandboxes/{id}/changes --------------------------------------- */
 
 int daemon_query_flag(struct http_req *req, const char *name)

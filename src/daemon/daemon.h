@@ -81,7 +81,7 @@ struct dsb {
 	json_t *options;            /* as given (normalised), for GET */
 	json_t *metadata;           /* {"label": "value"} */
 	/* changes log: a window of the newest entries, bounded in bytes
-	 * (sandboxes.c, "changes log") */
+	 * (changes.c) */
 	pthread_mutex_t scan_lock;  /* one workspace scan at a time */
 	struct dchange *changes;
 	size_t nchanges, capchanges;
@@ -122,7 +122,7 @@ struct daemon_config {
 	unsigned paused_retention_s; /* default paused_retention_seconds; 0 = forever */
 	const char *default_image;  /* --default-image; "host" unless set */
 	uint64_t max_download;      /* --max-download: file bytes a download may send; 0 = any */
-	/* Change tracking, bounded in bytes (sandboxes.c, "changes log"). */
+	/* Change tracking, bounded in bytes (changes.c). */
 	uint64_t changes_scan_bytes;   /* --changes-scan-bytes: what one scan may report */
 	uint64_t changes_answer_bytes; /* --changes-answer-bytes: changes in one answer (JSON) */
 	uint64_t changes_log_bytes;    /* --changes-log-bytes: one sandbox's log */
@@ -225,6 +225,9 @@ void dsb_changes_free(struct daemon *d, struct dsb *s);
 int dsb_changes_restore(struct daemon *d, struct dsb *s, struct dchange *c);
 /* Bring the budget within --changes-total-bytes (after restores). */
 void changes_budget_enforce(struct daemon *d);
+/* The bytes of the daemon-wide budget in use: every log plus what scans in
+ * progress reserved (the sandlot_changes_bytes gauge). */
+uint64_t changes_budget_in_use(struct daemon *d);
 
 /* JSON object for a sandbox (GET /v1/sandboxes/{id}). */
 json_t *dsb_to_json(struct dsb *s);

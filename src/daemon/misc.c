@@ -179,6 +179,10 @@ static int metrics(struct http_req *req)
 		LOAD(m->bytes_uploaded));
 	counter(&b, "sandlot_bytes_downloaded_total", "File bytes read from sandboxes.",
 		LOAD(m->bytes_downloaded));
+	bprintf(&b, "# HELP sandlot_changes_bytes Changes logs of every sandbox plus the scans in "
+		    "progress, as --changes-total-bytes counts them.\n"
+		    "# TYPE sandlot_changes_bytes gauge\nsandlot_changes_bytes %llu\n",
+		(unsigned long long)changes_budget_in_use(d));
 	char *pool = pool_metrics(d);
 	if (pool) {
 		bprintf(&b, "%s", pool);

@@ -1159,10 +1159,18 @@ static void forget(struct daemon *d, struct dsb *s)
 	dsb_release(d, s); /* the table's reference */
 }
 
+/* A sandbox and when it ended, read once under its lock: qsort must not
+ * read ended_ms itself, which dsb_end() writes under s->lock meanwhile (a
+ * data race, and an order that changes while it sorts). */
+struct ended_at {
+	struct dsb *s;
+	int64_t ms;
+};
+
 static int by_ended(const void *a, const void *b)
 {
-	const struct dsb *x = *(struct dsb *const *)a, *y = *(struct dsb *const *)b;
-	return x->ended_ms < y->ended_ms ? -1 : x->ended_ms > y->ended_ms;
+	const struct ended_at *x = a, *y = b;
+	return x->ms < y->ms ? -1 : x->ms > y->ms;
 }
 
 static void reap_once(struct daemon *d)
@@ -1219,12 +1227,19 @@ static void reap_once(struct daemon *d)
 	}
 	cgroup_retry_run();
 	registry_reclaim(d);
-	/* Forget ended sandboxes after an hour, and the oldest beyond MAX_ENDED. */
-	if (!reaper_quitting()) {
-		qsort(v, n, sizeof(*v), by_ended);
+	/* Forget ended sandboxes after an hour, and the oldest beyond MAX_ENDED
+	 * (out of memory for the order: at the next round). */
+	struct ended_at *order = reaper_quitting() ? NULL : calloc(n ? n : 1, sizeof(*order));
+	if (order) {
+		for (size_t i = 0; i < n; i++) {
+			pthread_mutex_lock(&v[i]->lock);
+			order[i] = (struct ended_at){ v[i], v[i]->ended_ms };
+			pthread_mutex_unlock(&v[i]->lock);
+		}
+		qsort(order, n, sizeof(*order), by_ended);
 		size_t excess = nended > MAX_ENDED ? nended - MAX_ENDED : 0;
 		for (size_t i = 0; i < n; i++) {
-			struct dsb *s = v[i];
+			struct dsb *s = order[i].s;
 			pthread_mutex_lock(&s->lock);
 			int old = !is_live(s->state) && !s->sb && !s->destroy_pending &&
 				  workspace_forgettable_locked(s) &&
@@ -1236,6 +1251,7 @@ static void reap_once(struct daemon *d)
 				forget(d, s);
 			}
 		}
+		free(order);
 	}
 	for (size_t i = 0; i < n; i++)
 		dsb_release(d, v[i]);

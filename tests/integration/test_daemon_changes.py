@@ -18,6 +18,7 @@ under test (sanitized in scripts/check.sh) and flood it too.
 import json
 import os
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -187,6 +188,90 @@ def test_daemon_budget_keeps_other_sandboxes_whole(own_daemon):
         _, pages = all_pages(d, sid)
         assert pages[0][1].get("truncated") is True, "the flooding logs were not trimmed"
     assert "reason=daemon_budget" in d.log_path.read_text(), "no budget trim was logged"
+
+
+def changes_bytes(d):
+    """The daemon-wide changes budget in use (the sandlot_changes_bytes gauge)."""
+    for line in d.get("/metrics").body.decode().splitlines():
+        if line.startswith("sandlot_changes_bytes "):
+            return int(line.split()[1])
+    raise AssertionError("no sandlot_changes_bytes in /metrics")
+
+
+def test_concurrent_floods_and_deletes_keep_the_budget(own_daemon):
+    """Three sandboxes flood their logs at the same time, a fourth is
+    deleted while it floods, and a calm sandbox's execs run between them:
+    every calm scan is whole and its log untouched, the budget is within its
+    limit once the scans are done, and it is back to zero when every
+    sandbox has ended (no byte stays counted).  Also run with sandlotd under
+    ThreadSanitizer (tests/tsan-tests.txt)."""
+    # Room for the five scans' reservations (2.5M) and some of the logs
+    # (three floods of up to 1M each): when the budget is full the floods'
+    # logs are trimmed, and the calm one, far the smallest, is never the
+    # largest.  (Whether it fills depends on how the scans overlap: the
+    # sequential test above always fills it.)
+    total = 4 * MIB
+    d = own_daemon(["--changes-scan-bytes", "512K", "--changes-answer-bytes", "512K",
+                    "--changes-log-bytes", "1M", "--changes-total-bytes", "4M"])
+    calm = d.create()
+    floods = [d.create(memory="64M") for _ in range(3)]
+    victim = d.create(memory="64M")
+    failures = []
+    first_done = threading.Event()
+
+    def flooder(sid, rounds):
+        try:
+            for r in range(rounds):
+                res = flood(d, sid, 300, top=f"r{r}").json()
+                assert res["exit_code"] == 0 and res["changes"], res
+        except Exception as e:  # reported by the main thread
+            failures.append((sid, repr(e)))
+
+    def victim_flooder():
+        # Floods until its sandbox is gone: then the exec in flight is
+        # killed (its changes unknown) or refused (404, 410).
+        for r in range(20):
+            resp = d.post(f"/v1/sandboxes/{victim}/exec", timeout=300,
+                          json_body={"argv": ["python3", "-c", LONG_PATHS, f"v{r}", "300"]})
+            first_done.set()
+            if resp.status in (404, 410):
+                return
+            res = resp.json() if resp.status == 200 else {}
+            if res.get("signal") == 9 and res["changes"] == [] and res["changes_truncated"]:
+                return
+            if res.get("exit_code") != 0:
+                failures.append((victim, repr(resp)))
+                return
+        failures.append((victim, "the deleted sandbox's execs went on"))
+
+    threads = [threading.Thread(target=flooder, args=(sid, 3)) for sid in floods]
+    threads.append(threading.Thread(target=victim_flooder))
+    for t in threads:
+        t.start()
+    calm_changes = 0
+    try:
+        for i in range(6):
+            res = d.exec(calm, command=f"echo {i} > calm{i}.txt")
+            assert res["changes_truncated"] is False, res
+            assert [c["path"] for c in res["changes"]] == [f"/home/user/calm{i}.txt"], res
+            calm_changes += 1
+            if i == 1:
+                assert first_done.wait(300)
+                assert d.delete(f"/v1/sandboxes/{victim}").status == 204
+    finally:
+        for t in threads:
+            t.join(600)
+    assert not failures, failures
+    assert not any(t.is_alive() for t in threads)
+
+    entries, pages = all_pages(d, calm)
+    assert not pages[0][1].get("truncated") and len(entries) == calm_changes
+    assert registry_rows(d, victim) == 0
+    used = changes_bytes(d)
+    assert 0 < used <= total, used
+    for sid in floods + [calm]:
+        assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+    assert changes_bytes(d) == 0
 
 
 def test_changes_answer_limit_in_code_cells(own_daemon):

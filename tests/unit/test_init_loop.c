@@ -1340,7 +1340,6 @@ static void test_stat_list_mkdir_remove(void)
 	stop_init(&c);
 }
 
-/* Mount points are not crossed by REMOVE (needs privilege to mount). */
 /* File operations have the sandbox user's rights (creds.c): init runs
  * them with the user's filesystem uid/gid and no effective capability, and
  * refuses its own /proc entries, which the kernel would let it read
@@ -1429,6 +1428,7 @@ static void test_file_ops_user_creds(void)
 	stop_init(&c);
 }
 
+/* Mount points are not crossed by REMOVE (needs privilege to mount). */
 static void test_remove_mount(void)
 {
 	if (geteuid() != 0)
