@@ -3,7 +3,8 @@
 # N skipped":
 #   - unit tests (plain build), fuzz targets replaying their corpora;
 #   - the same under ASan+UBSan;
-#   - the integration tests (CLI, daemon, interpreter hosts, Python client)
+#   - the integration tests (CLI, daemon, interpreter hosts), and the Python
+#     client's in a virtualenv with its frameworks pinned,
 #     with sandlotd and the CLI built with ASan+UBSan (sandlot-init is
 #     static and stays plain): every sanitizer report fails its test;
 #   - the MCP server's and the TypeScript client's suites (node) against the
@@ -102,11 +103,28 @@ else
 	asan_bin=$BUILD/bin
 fi
 
-stage "integration tests (CLI, daemon), interpreter hosts, Python client; sandlotd and CLI under ASan+UBSan"
+stage "integration tests (CLI, daemon), interpreter hosts; sandlotd and CLI under ASan+UBSan"
 out=$(mktemp)
 SANDLOT_TEST_BIN_DIR=$PWD/$asan_bin SANDLOT_PLAIN_BIN_DIR=$PWD/$BUILD/bin \
-	$PYTEST -q -rs -p no:cacheprovider tests/integration tests/interp clients/python/tests 2>&1 | tee "$out"
+	$PYTEST -q -rs -p no:cacheprovider tests/integration tests/interp 2>&1 | tee "$out"
 count_pytest "$out"
+rm -f "$out"
+
+# The Python client's tests run in a virtualenv with the frameworks its
+# adapters are tested against, pinned (scripts/python-frameworks.sh), and
+# the sanitized sandlotd.
+stage "Python client (clients/python) and its adapters in the real frameworks; sandlotd under ASan+UBSan"
+out=$(mktemp)
+if pyenv=$(scripts/python-frameworks.sh); then
+	SANDLOT_TEST_BIN_DIR=$PWD/$asan_bin SANDLOT_PLAIN_BIN_DIR=$PWD/$BUILD/bin \
+		"$pyenv" -m pytest -q -rs -p no:cacheprovider -W ignore::DeprecationWarning \
+		-o asyncio_mode=auto -o asyncio_default_fixture_loop_scope=function \
+		clients/python/tests 2>&1 | tee "$out"
+	count_pytest "$out"
+else
+	echo "could not make the frameworks' virtualenv (scripts/python-frameworks.sh)"
+	failed=$((failed + 1))
+fi
 rm -f "$out"
 
 # Whether tests/must-work-skips.txt has "node:NAME  # reason" for NAME.

@@ -1338,17 +1338,6 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Whether a path is under a hidden directory or is a hidden file, or
- * under __pycache__: caches that tools write (fontconfig, matplotlib, pip)
- * rather than results. */
-static int is_hidden(const char *path)
-{
-	for (const char *p = path; (p = strchr(p, '/')); p++)
-		if (p[1] == '.' || !strncmp(p + 1, "__pycache__/", 12))
-			return 1;
-	return 0;
-}
-
 static void tool_generated_files(struct call *k)
 {
 	struct mcp *m = k->m;
@@ -1361,69 +1350,55 @@ static void tool_generated_files(struct call *k)
 	}
 	/* The daemon records changes when an exec, a file call or a code cell
 	 * ends; what processes left running in the background wrote since is
-	 * not recorded yet: a no-op exec makes it look at the workspace now. */
-	json_t *body = json_pack("{s:[s],s:i}", "argv", "true", "output_limit", 1024);
-	struct client_req r = { .method = "POST", .json = body };
-	int rc = sb_request(k, &r, "scanning the workspace", "/exec");
+	 * logged by a scan. */
+	struct client_req r = { .method = "POST" };
+	int rc = sb_request(k, &r, "scanning the workspace", "/changes/scan");
 	client_req_free(&r);
-	json_decref(body);
 	if (rc < 0)
 		return;
+	/* The daemon folds the log: one entry per path with its net effect
+	 * since `since`, caches (hidden paths, __pycache__) left out unless
+	 * asked for; every page of it ("more": the answer's size limit cut
+	 * it, and the page's cursor is the next page's `after`). */
 	json_int_t since = since_last ? m->gen_cursor : m->baseline;
-	/* Every page of the log after `since` ("more": the answer's size limit
-	 * cut it; the page's cursor continues it). */
 	json_t *all = json_array();
 	int forgotten = 0;
+	json_int_t after = since;
 	for (int page = 0;; page++) {
 		struct client_req g = { .method = "GET" };
-		if (sb_request(k, &g, NULL, "/changes?since=%lld", (long long)since) < 0) {
+		if (sb_request(k, &g, NULL, "/changes?since=%lld&after=%lld&net=1&exclude_hidden=%d",
+			       (long long)since, (long long)after, !hidden) < 0) {
 			client_req_free(&g);
 			json_decref(all);
 			return;
 		}
 		if (page == 0)
 			forgotten = json_is_true(json_object_get(g.reply, "truncated"));
+		left_hidden += (size_t)json_integer_value(json_object_get(g.reply, "hidden"));
 		json_array_extend(all, json_object_get(g.reply, "changes"));
 		json_int_t next = json_integer_value(json_object_get(g.reply, "cursor"));
-		int more = json_is_true(json_object_get(g.reply, "more")) && next > since;
+		int more = json_is_true(json_object_get(g.reply, "more")) && next > after;
 		client_req_free(&g);
-		since = next;
+		after = next;
 		if (!more)
 			break;
 	}
-	m->gen_cursor = since;
+	m->gen_cursor = after;
 
-	/* The net effect per path: what happened first decides created vs
-	 * modified, the last entry whether it still exists and its size. */
-	json_t *net = json_object(), *ch;
+	json_t *net = json_object(), *ch, *e;
 	size_t i;
 	json_array_foreach(all, i, ch) {
-		const char *path = client_str(ch, "path"), *kind = client_str(ch, "kind");
-		json_t *e = json_object_get(net, path);
-		if (!e) {
-			e = json_pack("{s:s}", "first", kind);
-			json_object_set_new(net, path, e);
-		}
-		json_object_set_new(e, "last", json_string(kind));
-		json_object_set(e, "type", json_object_get(ch, "type"));
-		json_object_set(e, "size", json_object_get(ch, "size"));
+		if (!strcmp(client_str(ch, "type"), "directory"))
+			continue;   /* directories show through their files */
+		/* A path changed again while the pages were read: its later entry. */
+		json_object_set(net, client_str(ch, "path"), ch);
 	}
 	size_t n = json_object_size(net), count = 0;
 	const char **paths = calloc(n ? n : 1, sizeof(*paths));
 	const char *key;
-	json_t *e;
-	json_object_foreach(net, key, e) {
-		const char *first = client_str(e, "first"), *last = client_str(e, "last");
-		if (!strcmp(client_str(e, "type"), "directory") ||
-		    (!strcmp(first, "created") && !strcmp(last, "deleted")))
-			continue;   /* directories show through their files; transient files are no result */
-		if (!hidden && is_hidden(key)) {
-			left_hidden++;
-			continue;
-		}
+	json_object_foreach(net, key, e)
 		if (paths)
 			paths[count++] = key;
-	}
 	if (paths)
 		qsort(paths, count, sizeof(*paths), cmp_str);
 
@@ -1439,18 +1414,18 @@ static void tool_generated_files(struct call *k)
 				count == 1 ? "file" : "files", when);
 		for (i = 0; i < count && i < GENERATED_LIST_MAX; i++) {
 			e = json_object_get(net, paths[i]);
-			const char *first = client_str(e, "first"), *last = client_str(e, "last");
-			if (!strcmp(last, "deleted"))
+			const char *kind = client_str(e, "kind");
+			if (!strcmp(kind, "deleted"))
 				fprintf(f, "  deleted   %s\n", paths[i]);
 			else
-				fprintf(f, "  %-9s %s (%lld bytes)\n", !strcmp(first, "created") ? "created" : "modified",
-					paths[i], (long long)json_integer_value(json_object_get(e, "size")));
+				fprintf(f, "  %-9s %s (%lld bytes)\n", kind, paths[i],
+					(long long)json_integer_value(json_object_get(e, "size")));
 		}
 		if (count > GENERATED_LIST_MAX)
 			fprintf(f, "  ... and %zu more\n", count - GENERATED_LIST_MAX);
 		if (left_hidden)
-			fprintf(f, "(%zu hidden %s (paths with a component starting with \".\", __pycache__) left "
-				"out: include_hidden shows them)\n", left_hidden, left_hidden == 1 ? "file" : "files");
+			fprintf(f, "(%zu hidden %s (a component starting with \".\", __pycache__) left "
+				"out: include_hidden shows them)\n", left_hidden, left_hidden == 1 ? "path" : "paths");
 		if (forgotten)
 			fputs("(the daemon's change log dropped its oldest entries: earlier changes are missing)\n", f);
 		fclose(f);
@@ -1462,7 +1437,7 @@ static void tool_generated_files(struct call *k)
 	size_t budget = GENERATED_BYTES_MAX, skipped = 0;
 	for (i = 0; contents && i < count && !abandoned(k); i++) {
 		e = json_object_get(net, paths[i]);
-		if (!strcmp(client_str(e, "last"), "deleted") || strcmp(client_str(e, "type"), "file") != 0)
+		if (!strcmp(client_str(e, "kind"), "deleted") || strcmp(client_str(e, "type"), "file") != 0)
 			continue;
 		json_int_t size = json_integer_value(json_object_get(e, "size"));
 		if (size < 0 || (size_t)size > budget) {

@@ -1,5 +1,7 @@
 /* The changes log: what each workspace scan found, kept per sandbox for
- * GET /v1/sandboxes/{id}/changes, bounded in bytes at every level.
+ * GET /v1/sandboxes/{id}/changes, bounded in bytes at every level; the
+ * views of it clients ask for (net effects per path, tool caches left
+ * out: so that no client folds the log itself) and POST .../changes/scan.
  *
  * The sandbox's code chooses what a scan finds (50,000 files with 3.7 KB
  * paths once grew the daemon by a gigabyte, an exec answer to 183 MiB and
@@ -375,64 +377,264 @@ uint64_t changes_budget_in_use(struct daemon *d)
 
 /* ---- GET /v1/sandboxes/{id}/changes --------------------------------------- */
 
-/* A page of the log after ?since=, oldest first, at most
- * --changes-answer-bytes of JSON: "more" says the page was cut, and its
- * "cursor" (that of its last entry) continues it; otherwise "cursor" is
- * the log's latest.  "truncated" says entries after `since` were forgotten
- * (the window moved past them). */
+int daemon_query_flag(struct http_req *req, const char *name)
+{
+	const char *v = http_query(req, name);
+	if (!v || !strcmp(v, "0") || !strcmp(v, "false"))
+		return 0;
+	if (!strcmp(v, "1") || !strcmp(v, "true"))
+		return 1;
+	http_error(req, 400, "bad_request", "%s must be 0 or 1", name);
+	return -1;
+}
+
+/* A cursor query parameter into *out (left alone when absent): 0, or -1
+ * after answering 400 naming it. */
+static int cursor_param(struct http_req *req, const char *name, uint64_t *out)
+{
+	const char *v = http_query(req, name);
+	if (!v)
+		return 0;
+	char *end;
+	errno = 0;
+	unsigned long long n = strtoull(v, &end, 10);
+	if (!*v || *end || errno || v[0] == '-') {
+		http_error(req, 400, "bad_request", "invalid %s \"%.64s\": expected a whole number (a cursor)",
+			   name, v);
+		return -1;
+	}
+	*out = n;
+	return 0;
+}
+
+/* Whether a path has a component starting with "." or named __pycache__:
+ * caches and settings tools write (~/.cache/fontconfig, ~/.cache/matplotlib,
+ * ~/.config, pip's and Python's caches), not results. */
+static int hidden_path(const char *path)
+{
+	for (const char *p = path; (p = strchr(p, '/')); p++) {
+		if (p[1] == '.')
+			return 1;
+		if (!strncmp(p + 1, "__pycache__", 11) && (p[12] == '/' || !p[12]))
+			return 1;
+	}
+	return 0;
+}
+
+/* One entry of an answer: a log entry, shown with `kind` (its own, or its
+ * path's net kind). */
+struct shown {
+	const struct dchange *c;
+	char kind;
+};
+
+/* The net kind of a path whose first entry after the base had kind
+ * `first` and whose last entry had kind `last`: what it is now compared
+ * with what it was at the base.  0 when nothing is different (created,
+ * then deleted again). */
+static char net_kind(char first, char last)
+{
+	if (first == 'c')
+		return last == 'd' ? 0 : 'c';
+	if (last == 'd')
+		return 'd';
+	return 'm'; /* modified; or deleted, then made again */
+}
+
+static int by_path(const void *a, const void *b)
+{
+	const struct dchange *x = *(const struct dchange *const *)a;
+	const struct dchange *y = *(const struct dchange *const *)b;
+	int c = strcmp(x->path, y->path);
+	if (c)
+		return c;
+	return x->cursor < y->cursor ? -1 : x->cursor > y->cursor;
+}
+
+static int by_cursor(const void *a, const void *b)
+{
+	const struct shown *x = a, *y = b;
+	return x->c->cursor < y->c->cursor ? -1 : x->c->cursor > y->c->cursor;
+}
+
+/* The net view of v[0..n) (oldest first) since cursor `base`: one entry per
+ * path changed after it, with its net kind and its last entry, for the
+ * paths whose last entry is after `after`, in the order of those last
+ * entries.  *out (free() it; NULL when empty) and *count; -1 on ENOMEM.
+ * The caller holds the sandbox's lock while it uses them. */
+static int net_view(const struct dchange *v, size_t n, uint64_t base, uint64_t after,
+		    struct shown **view, size_t *count)
+{
+	*view = NULL;
+	*count = 0;
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++)
+		m += v[i].cursor > base;
+	if (!m)
+		return 0;
+	const struct dchange **sorted = malloc(m * sizeof(*sorted));
+	struct shown *out = malloc(m * sizeof(*out));
+	if (!sorted || !out) {
+		free(sorted);
+		free(out);
+		return -1;
+	}
+	m = 0;
+	for (size_t i = 0; i < n; i++)
+		if (v[i].cursor > base)
+			sorted[m++] = &v[i];
+	qsort(sorted, m, sizeof(*sorted), by_path);
+	size_t k = 0;
+	for (size_t i = 0; i < m;) {
+		size_t j = i;
+		while (j + 1 < m && !strcmp(sorted[j + 1]->path, sorted[i]->path))
+			j++;
+		char kind = net_kind(sorted[i]->kind, sorted[j]->kind);
+		if (kind && sorted[j]->cursor > after)
+			out[k++] = (struct shown){ sorted[j], kind };
+		i = j + 1;
+	}
+	free(sorted);
+	qsort(out, k, sizeof(*out), by_cursor);
+	*view = out;
+	*count = k;
+	return 0;
+}
+
+/* A page of the log, oldest first, at most --changes-answer-bytes of JSON.
+ *
+ *   since           the base: changes after this cursor (0: from the start).
+ *   after           continues a page cut short (default: since): only
+ *                   entries after this cursor.
+ *   net=1           one entry per path with its net effect since `since`
+ *                   (created, modified, deleted; created-then-deleted left
+ *                   out) and the fields of its last entry, ordered by
+ *                   those last entries; `after` then keeps the paths whose
+ *                   last entry is after it, so that pages of one net view
+ *                   fold from the same base.
+ *   exclude_hidden=1  leaves out hidden paths (hidden_path()), counted in
+ *                   "hidden" (those the page covers).
+ *
+ * "more" says the page was cut, and its "cursor" (that of its last entry)
+ * is the next page's `after`; otherwise "cursor" is the log's latest, the
+ * next `since`.  "truncated" says entries the answer depends on were
+ * forgotten (the window moved past them). */
 static int get_changes(struct http_req *req)
 {
 	struct daemon *d = req->d;
-	const char *since_s = http_query(req, "since");
-	uint64_t since = 0;
-	if (since_s) {
-		char *end;
-		errno = 0;
-		unsigned long long v = strtoull(since_s, &end, 10);
-		if (!*since_s || *end || errno || since_s[0] == '-')
-			return http_error(req, 400, "bad_request",
-					  "invalid cursor \"%.64s\": expected a whole number", since_s);
-		since = v;
-	}
+	uint64_t since = 0, after = 0;
+	if (cursor_param(req, "since", &since) < 0)
+		return 0;
+	after = since;
+	if (cursor_param(req, "after", &after) < 0)
+		return 0;
+	int net = daemon_query_flag(req, "net");
+	if (net < 0)
+		return 0;
+	int exclude_hidden = daemon_query_flag(req, "exclude_hidden");
+	if (exclude_hidden < 0)
+		return 0;
+	if (after < since)
+		after = since;
 	struct dsb *s = dsb_get(d, req, req->params[0]);
 	if (!s)
 		return 0;
 	json_t *arr = json_array();
-	uint64_t answer = 64, last = 0;
-	int more = 0;
+	uint64_t answer = 96, last = 0;
+	size_t hidden = 0;
+	int more = 0, oom = 0;
 	pthread_mutex_lock(&s->lock);
 	uint64_t cursor = s->next_cursor - 1;
 	uint64_t oldest = s->nchanges ? s->changes[0].cursor : s->next_cursor;
-	int truncated = since + 1 < oldest;
 	if (since > cursor)
 		since = cursor;
-	for (size_t i = 0; i < s->nchanges; i++) {
-		if (s->changes[i].cursor <= since)
+	if (after > cursor)
+		after = cursor;
+	/* The net view folds from `since`: forgotten entries after it make its
+	 * kinds wrong, not only its list short. */
+	int truncated = (net ? since : after) + 1 < oldest;
+	struct shown *view = NULL;
+	size_t nview = 0;
+	if (net)
+		oom = net_view(s->changes, s->nchanges, since, after, &view, &nview) < 0;
+	size_t n = net ? nview : s->nchanges;
+	for (size_t i = 0; i < n; i++) {
+		struct shown e = net ? view[i] : (struct shown){ &s->changes[i], s->changes[i].kind };
+		if (e.c->cursor <= after)
 			continue;
-		json_t *o = change_json(&s->changes[i]);
-		size_t n = o ? json_size(o) : 0;
-		if (!o || (json_array_size(arr) > 0 && answer + n > d->cfg.changes_answer_bytes)) {
+		if (exclude_hidden && hidden_path(e.c->path)) {
+			hidden++;
+			last = e.c->cursor;
+			continue;
+		}
+		json_t *o = change_json(e.c);
+		if (o)
+			json_object_set_new(o, "kind", json_string(json_change_kind(e.kind)));
+		size_t sz = o ? json_size(o) : 0;
+		if (!o || (json_array_size(arr) > 0 && answer + sz > d->cfg.changes_answer_bytes)) {
 			json_decref(o);
 			more = 1;
 			break;
 		}
 		json_array_append_new(arr, o);
-		answer += n;
-		last = s->changes[i].cursor;
+		answer += sz;
+		last = e.c->cursor;
 	}
 	pthread_mutex_unlock(&s->lock);
+	free(view);
 	dsb_put(d, s);
+	if (oom) {
+		json_decref(arr);
+		return http_error(req, 500, "internal", "out of memory folding the changes log");
+	}
 	json_t *o = json_object();
 	json_object_set_new(o, "cursor", json_integer((json_int_t)(more ? last : cursor)));
 	json_object_set_new(o, "changes", arr);
 	if (more)
 		json_object_set_new(o, "more", json_true());
+	if (exclude_hidden)
+		json_object_set_new(o, "hidden", json_integer((json_int_t)hidden));
 	if (truncated)
 		json_object_set_new(o, "truncated", json_true());
 	return http_json(req, 200, o);
 }
 
+/* POST /v1/sandboxes/{id}/changes/scan: look at the workspace now and log
+ * what changed since the last scan (source "scan"): what processes still
+ * running in the background wrote, which is otherwise logged only when an
+ * exec, a file call or a code cell ends.  Answers {"cursor"} (the log's
+ * latest) and "changes_truncated" when the scan could not report all it
+ * found (its bounds). */
+static int scan_changes(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	sandlot_error_t *err = NULL;
+	int truncated = 0;
+	int rc = dsb_scan_changes(d, s, "scan", NULL, &truncated, &err);
+	uint64_t cursor = 0;
+	if (rc == 0) {
+		pthread_mutex_lock(&s->lock);
+		cursor = s->next_cursor - 1;
+		pthread_mutex_unlock(&s->lock);
+	}
+	dsb_put(d, s);
+	if (rc < 0) {
+		int r = http_error_from(req, err);
+		sandlot_error_free(err);
+		return r;
+	}
+	json_t *o = json_object();
+	json_object_set_new(o, "cursor", json_integer((json_int_t)cursor));
+	if (truncated)
+		json_object_set_new(o, "changes_truncated", json_true());
+	return http_json(req, 200, o);
+}
+
 const struct http_route changes_routes[] = {
 	{ "GET", "/v1/sandboxes/{}/changes", HTTP_NOBODY, get_changes, NULL, NULL, NULL },
+	{ "POST", "/v1/sandboxes/{}/changes/scan", HTTP_JSON, scan_changes, NULL, NULL, NULL },
 	{ 0 },
 };

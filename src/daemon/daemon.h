@@ -268,6 +268,10 @@ void dsb_answer_ended(struct http_req *req, struct dsb *s);
 void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid);
 
 extern const struct http_route sandbox_routes[];
+
+/* A 0/1 query flag: absent, "0" or "false" → 0; "1" or "true" → 1; else
+ * answers 400 naming it and returns -1 (changes.c). */
+int daemon_query_flag(struct http_req *req, const char *name);
 /* Start-up: mark sandboxes of a previous run that were running as lost and
  * clean up what they left (cgroups, storage images). */
 void sandboxes_recover(struct daemon *d);

@@ -151,13 +151,7 @@ static int answer_too_large(struct http_req *req, const char *what, const char *
 /* "0"/"false" or absent → 0, "1"/"true" → 1, else 400 (-1). */
 static int flag_param(struct http_req *req, const char *name)
 {
-	const char *v = http_query(req, name);
-	if (!v || !strcmp(v, "0") || !strcmp(v, "false"))
-		return 0;
-	if (!strcmp(v, "1") || !strcmp(v, "true"))
-		return 1;
-	http_error(req, 400, "bad_request", "%s must be 0 or 1", name);
-	return -1;
+	return daemon_query_flag(req, name);
 }
 
 /* The absolute form of a sandbox path for answers: relative paths are

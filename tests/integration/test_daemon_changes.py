@@ -352,3 +352,63 @@ def test_bad_changes_limits(tmp_path, args, why):
                        capture_output=True, timeout=10)
     assert p.returncode == 2, p
     assert why.encode() in p.stderr, p.stderr
+
+
+def test_net_view_pages_fold_from_one_base(own_daemon):
+    """GET .../changes?net=1&exclude_hidden=1 with answers of 64 KiB: the
+    view takes several pages, each asked with the same `since` and `after`
+    set to the last page's cursor; together they hold one entry per path
+    with its net kind since `since` (not since the page's start), the
+    hidden paths are counted once across the pages, and a path changed
+    again while the pages are read shows again, later, with its new state."""
+    d = own_daemon(["--changes-answer-bytes", "64K"])
+    sid = d.create()
+    long = "n" * 180
+    base = d.exec(sid, command=f"mkdir -p w; for i in $(seq 100 399); do echo old > w/k${{i}}{long}; "
+                               f"echo old > w/g${{i}}{long}; done")["cursor"]
+    d.exec(sid, command=f"for i in $(seq 100 399); do echo new > w/c${{i}}{long}; echo tmp > w/t${{i}}{long}; "
+                        f"echo more >> w/k${{i}}{long}; done; mkdir -p w/.cache; "
+                        f"for i in $(seq 100 149); do echo c > w/.cache/h${{i}}{long}; done")
+    d.exec(sid, command=f"rm w/t*; for i in $(seq 100 399); do rm w/g${{i}}{long}; done")
+
+    def page(after):
+        r = d.get(f"/v1/sandboxes/{sid}/changes?since={base}&after={after}&net=1&exclude_hidden=1")
+        assert r.status == 200, r
+        assert len(r.body) <= 64 * 1024, len(r.body)
+        return r.json()
+
+    pages, after, hidden, seen = [], base, 0, {}
+    while True:
+        p = page(after)
+        pages.append(p)
+        hidden += p["hidden"]
+        for c in p["changes"]:
+            assert c["cursor"] > after, (c, after)
+            seen.setdefault(c["path"], []).append(c)
+        if len(pages) == 1:
+            # a file of the first page changes again before the rest is read
+            again = next(c["path"] for c in p["changes"]
+                         if c["path"].rsplit("/", 1)[-1].startswith("c"))
+            d.exec(sid, argv=["sh", "-c", 'echo again >> "$1"', "sh", again])
+        if not p.get("more"):
+            break
+        assert p["cursor"] > after
+        after = p["cursor"]
+    assert len(pages) >= 4, [len(p["changes"]) for p in pages]
+    assert not any(p.get("truncated") for p in pages)
+    # the changed-again path: twice, the second time later and with its new size
+    first, second = seen.pop(again)
+    assert second["cursor"] > first["cursor"] and second["size"] > first["size"]
+    assert second["kind"] == first["kind"]
+    name = lambda p: p.rsplit("/", 1)[-1][:1]  # noqa: E731
+    files = {p: c[0]["kind"] for p, c in seen.items() if c[0]["type"] == "file"}
+    assert all(len(c) == 1 for c in seen.values())
+    kinds = {}
+    for p, k in files.items():
+        kinds.setdefault((name(p), k), 0)
+        kinds[(name(p), k)] += 1
+    kinds[(name(again), first["kind"])] = kinds.get((name(again), first["kind"]), 0) + 1
+    # created, modified, deleted since the base; created-then-deleted: nothing
+    assert kinds == {("c", "created"): 300, ("k", "modified"): 300, ("g", "deleted"): 300}, kinds
+    assert hidden == 51  # .cache and its 50 files
+    assert d.delete(f"/v1/sandboxes/{sid}").status == 204

@@ -279,6 +279,70 @@ def test_exec_results_carry_changes(sb):
     assert {c["source"] for c in since0["changes"]} >= {r1["exec_id"], r2["exec_id"]}
 
 
+def test_changes_net_view_and_hidden_filter(sb):
+    d, sid = sb
+    base = d.exec(sid, command="echo old > kept.txt; echo old > gone.txt; echo old > redo.txt")["cursor"]
+    d.exec(sid, command="echo tmp > tmp.txt; echo new > new.txt; echo more >> kept.txt")
+    d.exec(sid, command="rm tmp.txt gone.txt redo.txt; echo again > redo.txt; echo more >> new.txt")
+    d.exec(sid, command="mkdir -p .cache/fontconfig __pycache__ sub/.git; echo c > .cache/fontconfig/x-le64.cache-9;"
+                        " echo p > __pycache__/m.pyc; echo g > sub/.git/HEAD; echo v > .hidden-file; echo r > sub/r.txt")
+    raw = d.get(f"/v1/sandboxes/{sid}/changes?since={base}").json()
+    assert "hidden" not in raw
+    assert [c["kind"] for c in raw["changes"] if c["path"].endswith("/tmp.txt")] == ["created", "deleted"]
+
+    net = d.get(f"/v1/sandboxes/{sid}/changes?since={base}&net=1").json()
+    assert net["cursor"] == raw["cursor"]
+    kinds = {c["path"][len("/home/user/"):]: c["kind"] for c in net["changes"]}
+    assert "tmp.txt" not in kinds                      # created, then deleted: nothing
+    assert kinds["new.txt"] == "created" and kinds["kept.txt"] == "modified"
+    assert kinds["gone.txt"] == "deleted" and kinds["redo.txt"] == "modified"
+    assert kinds[".cache/fontconfig/x-le64.cache-9"] == "created" and kinds["sub/.git/HEAD"] == "created"
+    assert len(kinds) == len(net["changes"])           # one entry per path
+    new = next(c for c in net["changes"] if c["path"] == "/home/user/new.txt")
+    assert new["size"] == 9                            # "new\nmore\n": its last entry's size
+    cursors = [c["cursor"] for c in net["changes"]]
+    assert cursors == sorted(cursors)                  # in the order of the last changes
+
+    vis = d.get(f"/v1/sandboxes/{sid}/changes?since={base}&net=1&exclude_hidden=1").json()
+    paths = {c["path"][len("/home/user/"):] for c in vis["changes"]}
+    assert paths == {"new.txt", "kept.txt", "gone.txt", "redo.txt", "sub", "sub/r.txt"}, paths
+    # .cache, .cache/fontconfig, its file, __pycache__ and its file, sub/.git and
+    # its HEAD, .hidden-file
+    assert vis["hidden"] == 8, vis
+    # the filter works on the plain log as well
+    plain = d.get(f"/v1/sandboxes/{sid}/changes?since={base}&exclude_hidden=true").json()
+    assert not any("/." in c["path"] or "__pycache__" in c["path"] for c in plain["changes"])
+    assert plain["hidden"] >= 8
+    for bad in ("net=2", "exclude_hidden=yes"):
+        r = d.get(f"/v1/sandboxes/{sid}/changes?{bad}")
+        assert r.status == 400 and bad.split("=")[0] in r.json()["error"]["message"], r
+
+
+def test_changes_scan_logs_what_background_processes_wrote(sb):
+    d, sid = sb
+    before = d.get(f"/v1/sandboxes/{sid}/changes").json()["cursor"]
+    # a background process that keeps running: its writes are logged by a
+    # scan, not by an exec ending
+    bg = d.post(f"/v1/sandboxes/{sid}/exec", json_body={
+        "command": "echo later > later.txt; exec sleep 60", "background": True}).json()["exec_id"]
+    assert wait_until(lambda: d.get(f"/v1/sandboxes/{sid}/files/stat?path=later.txt").status == 200, 10)
+    logged = [c["path"] for c in d.get(f"/v1/sandboxes/{sid}/changes?since={before}").json()["changes"]]
+    assert "/home/user/later.txt" not in logged
+    s = d.post(f"/v1/sandboxes/{sid}/changes/scan")
+    assert s.status == 200, s
+    scan = s.json()
+    assert set(scan) == {"cursor"} and scan["cursor"] > before
+    after = d.get(f"/v1/sandboxes/{sid}/changes?since={before}").json()
+    assert [(c["path"], c["kind"], c["source"]) for c in after["changes"] if c["path"].endswith("later.txt")] == [
+        ("/home/user/later.txt", "created", "scan")]
+    assert after["cursor"] == scan["cursor"]
+    # nothing new: the cursor stays
+    assert d.post(f"/v1/sandboxes/{sid}/changes/scan").json()["cursor"] == scan["cursor"]
+    d.post(f"/v1/sandboxes/{sid}/execs/{bg}/kill", json_body={})
+    r = d.post("/v1/sandboxes/sb-" + "a" * 26 + "/changes/scan")
+    assert r.status == 404, r
+
+
 def test_changes_of_a_streamed_exec(sb):
     d, sid = sb
     c, r = open_stream(d, sid, {"command": "echo x > streamed.txt"})

@@ -343,7 +343,7 @@ describe('sandlot mcp with the MCP SDK client', { skip: skipReason }, () => {
     assert.match(text, / {2}created {3}\/home\/user\/notes\/deep\/a\.txt \(14 bytes\)/);
     assert.match(text, / {2}created {3}\/home\/user\/out\/plot\.png/);
     assert.doesNotMatch(text, /\.cache\//);   // matplotlib's and fontconfig's caches
-    assert.match(text, /hidden files? .* left out/);
+    assert.match(text, /\(\d+ hidden paths? .* left out/);
     assert.equal(r.content.length, 1);        // no contents unless asked
 
     const since = await s.client.callTool({

@@ -277,6 +277,59 @@ class CodeResult(_Record):
 # ---------------------------------------------------------------------------
 # streams
 
+class _ExecEvents:
+    """How an exec's events set the stream's fields (sync and asyncio)."""
+
+    def _init_events(self):
+        self.exec_id = None
+        self.pid = None
+        self.encoding = "text"
+        self.result = None
+
+    def _take(self, ev):
+        t = ev.get("type")
+        if t == "start":
+            self.exec_id = ev.get("exec_id")
+            self.pid = ev.get("pid")
+            self.encoding = ev.get("output") or "text"
+        elif t == "exit":
+            self.result = ExecResult(ev.get("result") or {}, self.encoding)
+        return ev
+
+    def _final(self):
+        if self.result is None:
+            raise ProtocolError(f"{self._what}: the stream ended without an exit event")
+        return self.result
+
+
+class _CodeEvents:
+    """How a cell's messages set the stream's result (sync and asyncio)."""
+
+    def _init_events(self):
+        self.result = None
+
+    def _take(self, ev):
+        if ev.get("type") == "result":
+            self.result = CodeResult({k: v for k, v in ev.items() if k != "type"})
+        return ev
+
+    def _final(self):
+        if self.result is None:
+            raise ProtocolError(f"{self._what}: the stream ended without a result")
+        return self.result
+
+
+def _event(what, line):
+    """One NDJSON line as an event dict, or None for a blank line."""
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        return json.loads(line)
+    except ValueError:
+        raise ProtocolError(f"{what}: not a JSON line: {line[:200]!r}") from None
+
+
 class _NDJSONStream:
     """An open NDJSON answer: iterate for events (dicts) as they arrive."""
 
@@ -296,14 +349,9 @@ class _NDJSONStream:
                     raise ConnectionLostError(f"{self._what}: the stream broke: {e}") from None
                 if not line:
                     break
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    raise ProtocolError(f"{self._what}: not a JSON line: {line[:200]!r}") from None
-                yield ev
+                ev = _event(self._what, line)
+                if ev is not None:
+                    yield ev
         finally:
             self._done = True
             self.close()
@@ -322,7 +370,7 @@ class _NDJSONStream:
         self.close()
 
 
-class ExecStream(_NDJSONStream):
+class ExecStream(_ExecEvents, _NDJSONStream):
     """A command's live events, in order: ``{"type": "start", "exec_id",
     "pid", "output"}``, ``{"type": "stdout"|"stderr", "data"}`` (text, or
     base64 with output="base64"), and last ``{"type": "exit", "result"}``.
@@ -332,59 +380,40 @@ class ExecStream(_NDJSONStream):
 
     def __init__(self, conn, resp, what):
         super().__init__(conn, resp, what)
-        self.exec_id = None
-        self.pid = None
-        self.encoding = "text"
-        self.result = None
+        self._init_events()
         self._it = self._events()
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        ev = next(self._it)
-        t = ev.get("type")
-        if t == "start":
-            self.exec_id = ev.get("exec_id")
-            self.pid = ev.get("pid")
-            self.encoding = ev.get("output") or "text"
-        elif t == "exit":
-            self.result = ExecResult(ev.get("result") or {}, self.encoding)
-        return ev
+        return self._take(next(self._it))
 
     def wait(self):
         for _ in self:
             pass
-        if self.result is None:
-            raise ProtocolError(f"{self._what}: the stream ended without an exit event")
-        return self.result
+        return self._final()
 
 
-class CodeStream(_NDJSONStream):
+class CodeStream(_CodeEvents, _NDJSONStream):
     """A cell's live messages (``stdout``, ``stderr``, ``display``) ending
     with ``{"type": "result", ...}``; ``result`` is then the CodeResult."""
 
     def __init__(self, conn, resp, what):
         super().__init__(conn, resp, what)
-        self.result = None
+        self._init_events()
         self._it = self._events()
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        ev = next(self._it)
-        if ev.get("type") == "result":
-            raw = {k: v for k, v in ev.items() if k != "type"}
-            self.result = CodeResult(raw)
-        return ev
+        return self._take(next(self._it))
 
     def wait(self):
         for _ in self:
             pass
-        if self.result is None:
-            raise ProtocolError(f"{self._what}: the stream ended without a result")
-        return self.result
+        return self._final()
 
 
 class _Download(io.RawIOBase):
@@ -417,12 +446,9 @@ class _Download(io.RawIOBase):
 # ---------------------------------------------------------------------------
 # the client
 
-class Client:
-    """A connection profile for one sandlotd.
-
-    ``host``: see the module's doc; ``token`` / ``token_file``: the bearer
-    token for TCP; ``timeout``: seconds to wait for an answer to calls that
-    do not run user code (create, files, list...), None for no limit."""
+class _ClientBase:
+    """What Client and the asyncio AsyncClient share: where the daemon is,
+    the token, and how requests are made and answers read."""
 
     def __init__(self, host=None, *, token=None, token_file=None, timeout=60.0):
         spec = host or os.environ.get("SANDLOT_HOST") or DEFAULT_HOST
@@ -432,7 +458,63 @@ class Client:
         self.timeout = timeout
 
     def __repr__(self):
-        return f"Client({self.host!r})"
+        return f"{type(self).__name__}({self.host!r})"
+
+    def _prepare(self, method, path, query=None, json_body=None, body=None, headers=None):
+        """The request target (path and query), headers and body of a call:
+        shared by this client and the asyncio one (sandlot.aio)."""
+        url = path
+        if query:
+            items = [(k, v) for k, v in query.items() if v is not None] if isinstance(query, dict) else query
+            if items:
+                url += "?" + urllib.parse.urlencode(items, quote_via=urllib.parse.quote)
+        h = {"Accept": "application/json"}
+        if json_body is not None:
+            body = json.dumps(json_body).encode("utf-8")
+            h["Content-Type"] = "application/json"
+        h.update(headers or {})
+        if self._token:
+            h["Authorization"] = f"Bearer {self._token}"
+        return url, h, body
+
+    def _unreachable(self, e):
+        """The DaemonUnreachableError for a failed connect (OSError or timeout)."""
+        if isinstance(e, (socket.timeout, TimeoutError)):
+            return DaemonUnreachableError(f"cannot reach sandlotd at {self.host}: connection timed out",
+                                          self.host)
+        reason = e.strerror or str(e)
+        return DaemonUnreachableError(f"cannot reach sandlotd at {self.host}: {reason} "
+                                      f"(is it running? start it with: sandlotd)", self.host)
+
+    def _refusal(self, status, data, context):
+        """The APIError for an error answer (status >= 400) with body ``data``."""
+        err = error_from_response(status, data, context)
+        if status == 401:
+            err.message = (f"sandlotd at {self.host} refused the token (check SANDLOT_TOKEN, "
+                           f"SANDLOT_TOKEN_FILE or token=)" if self._token else
+                           f"sandlotd at {self.host} needs a token: set SANDLOT_TOKEN or pass token=")
+            err.args = (err.message,)
+        return err
+
+    @staticmethod
+    def _decode(what, status, data, expect_json=True):
+        """A JSON answer's value (None for 204, an empty body or expect_json=False)."""
+        if not expect_json or status == 204 or not data:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise ProtocolError(f"{what}: sandlotd answered something that is not JSON: "
+                                f"{data[:200]!r}") from None
+
+
+
+class Client(_ClientBase):
+    """A connection profile for one sandlotd.
+
+    ``host``: see the module's doc; ``token`` / ``token_file``: the bearer
+    token for TCP; ``timeout``: seconds to wait for an answer to calls that
+    do not run user code (create, files, list...), None for no limit."""
 
     def __enter__(self):
         return self
@@ -456,31 +538,14 @@ class Client:
         the body unread.  Raises an APIError for an error answer."""
         if timeout is _UNSET:
             timeout = self.timeout
-        url = path
-        if query:
-            items = [(k, v) for k, v in query.items() if v is not None] if isinstance(query, dict) else query
-            if items:
-                url += "?" + urllib.parse.urlencode(items, quote_via=urllib.parse.quote)
-        h = {"Accept": "application/json"}
-        if json_body is not None:
-            body = json.dumps(json_body).encode("utf-8")
-            h["Content-Type"] = "application/json"
-        h.update(headers or {})
-        if self._token:
-            h["Authorization"] = f"Bearer {self._token}"
+        url, h, body = self._prepare(method, path, query, json_body, body, headers)
         what = f"{method} {path}"
         conn = self._connection(timeout)
         try:
             conn.connect()
-        except socket.timeout:
-            conn.close()
-            raise DaemonUnreachableError(f"cannot reach sandlotd at {self.host}: connection timed out",
-                                         self.host) from None
         except OSError as e:
             conn.close()
-            reason = e.strerror or str(e)
-            raise DaemonUnreachableError(f"cannot reach sandlotd at {self.host}: {reason} "
-                                         f"(is it running? start it with: sandlotd)", self.host) from None
+            raise self._unreachable(e) from None
         try:
             conn.request(method, url, body=body, headers=h)
             resp = conn.getresponse()
@@ -505,14 +570,7 @@ class Client:
                 data = b""
             finally:
                 conn.close()
-            if resp.status == 401:
-                err = error_from_response(resp.status, data, context)
-                err.message = (f"sandlotd at {self.host} refused the token (check SANDLOT_TOKEN, "
-                               f"SANDLOT_TOKEN_FILE or token=)" if self._token else
-                               f"sandlotd at {self.host} needs a token: set SANDLOT_TOKEN or pass token=")
-                err.args = (err.message,)
-                raise err
-            raise error_from_response(resp.status, data, context)
+            raise self._refusal(resp.status, data, context)
         return conn, resp
 
     def _call(self, method, path, *, expect_json=True, **kw):
@@ -526,13 +584,7 @@ class Client:
             raise ConnectionLostError(f"{what}: the answer broke off: {e}", self.host) from None
         finally:
             conn.close()
-        if not expect_json or resp.status == 204 or not data:
-            return None
-        try:
-            return json.loads(data)
-        except ValueError:
-            raise ProtocolError(f"{what}: sandlotd answered something that is not JSON: "
-                                f"{data[:200]!r}") from None
+        return self._decode(what, resp.status, data, expect_json)
 
     # -- daemon ----------------------------------------------------------
     def health(self):
@@ -559,12 +611,11 @@ class Client:
         sandbox whose files the new one starts with; ``ports`` the ports to
         expose (see Sandbox.ports).  Options the daemon does not know are
         refused by it (BadRequestError naming the field)."""
-        body = {k: v for k, v in dict(
-            image=image, memory=memory, cpus=cpus, pids=pids, disk=disk, env=env, network=network,
-            ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds, metadata=metadata,
-            auto_resume=auto_resume, paused_retention_seconds=paused_retention_seconds,
-            from_snapshot=from_snapshot, ports=list(ports) if ports is not None else None,
-            **extra).items() if v is not None}
+        body = _create_body(image=image, memory=memory, cpus=cpus, pids=pids, disk=disk, env=env,
+                            network=network, ttl_seconds=ttl_seconds,
+                            idle_timeout_seconds=idle_timeout_seconds, metadata=metadata,
+                            auto_resume=auto_resume, paused_retention_seconds=paused_retention_seconds,
+                            from_snapshot=from_snapshot, ports=ports, **extra)
         info = self._call("POST", "/v1/sandboxes", json_body=body)
         return Sandbox(self, info["id"], info)
 
@@ -582,18 +633,29 @@ class Client:
         """Sandboxes, oldest first: running ones, or those in ``state``
         ("paused", "expired", ..., "all"); ``labels`` {key: value} must all
         match their metadata."""
-        query = []
-        if state is not None:
-            query.append(("state", state))
-        for k, v in (labels or {}).items():
-            query.append(("label", f"{k}={v}"))
-        out = self._call("GET", "/v1/sandboxes", query=query)
+        out = self._call("GET", "/v1/sandboxes", query=_list_query(state, labels))
         return [Sandbox(self, s["id"], s) for s in out.get("sandboxes", [])]
 
     def destroy(self, sandbox_id):
         """DELETE the sandbox: kills everything, removes its files."""
         self._call("DELETE", f"/v1/sandboxes/{_q(sandbox_id)}", expect_json=False,
                    context=f"sandbox {sandbox_id}")
+
+
+def _create_body(**options):
+    """The CreateSandbox body: the options that are not None."""
+    if options.get("ports") is not None:
+        options["ports"] = list(options["ports"])
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _list_query(state, labels):
+    query = []
+    if state is not None:
+        query.append(("state", state))
+    for k, v in (labels or {}).items():
+        query.append(("label", f"{k}={v}"))
+    return query
 
 
 def _late_answer(conn, method):
@@ -656,11 +718,9 @@ def _chunks_iter(it):
             yield bytes(b)
 
 
-class Sandbox:
-    """One sandbox of a Client.  ``id`` is its id; ``info`` the record from
-    the last call that returned it (``refresh()`` fetches it again).
-
-    Used as a context manager it is destroyed when the block ends."""
+class _SandboxBase:
+    """What Sandbox and the asyncio AsyncSandbox share: the record, and the
+    bodies of the requests they send."""
 
     def __init__(self, client, sandbox_id, info=None):
         self.client = client
@@ -668,13 +728,7 @@ class Sandbox:
         self.info = info or {}
 
     def __repr__(self):
-        return f"Sandbox({self.id!r}, state={self.info.get('state')!r})"
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.destroy(missing_ok=True)
+        return f"{type(self).__name__}({self.id!r}, state={self.info.get('state')!r})"
 
     @property
     def state(self):
@@ -687,14 +741,155 @@ class Sandbox:
     def _path(self, tail=""):
         return f"/v1/sandboxes/{_q(self.id)}{tail}"
 
-    def _call(self, method, tail, **kw):
-        kw.setdefault("context", f"sandbox {self.id}")
-        return self.client._call(method, self._path(tail), **kw)
-
     def _set(self, info):
         if info:
             self.info = info
         return self
+
+    def _exec_body(self, command, argv, cwd, env, stdin, timeout, output, output_limit):
+        if (command is None) == (argv is None):
+            raise ValueError("give exactly one of command (a shell string) and argv (a list)")
+        body = {}
+        if command is not None:
+            body["command"] = command
+        else:
+            if isinstance(argv, (str, bytes)):
+                raise ValueError("argv must be a list of strings; use command= for a shell string")
+            body["argv"] = [str(a) for a in argv]
+        if cwd is not None:
+            body["cwd"] = cwd
+        if env:
+            body["env"] = dict(env)
+        if stdin is not None:
+            if isinstance(stdin, str):
+                body["stdin"] = stdin
+            else:
+                body["stdin_base64"] = base64.b64encode(bytes(stdin)).decode("ascii")
+        ms = _seconds_to_ms(timeout)
+        if ms is not None:
+            body["timeout_ms"] = ms
+        if output != "text":
+            if output != "base64":
+                raise ValueError(f'output must be "text" or "base64", not {output!r}')
+            body["output"] = output
+        if output_limit is not None:
+            body["output_limit"] = output_limit
+        # The daemon ends the command at its timeout; wait that long and a
+        # margin for its answer.
+        wait = None if ms == 0 else (ms / 1000 if ms else _DAEMON_EXEC_DEFAULT_S) + _TIMEOUT_MARGIN
+        return body, wait
+
+    def _code_body(self, code, language, context, timeout):
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a string, not {type(code).__name__}")
+        body = {"code": code}
+        if context is not None:
+            body["context"] = _context_id(context)
+        if language is not None:
+            body["language"] = language
+        if "context" not in body and "language" not in body:
+            body["language"] = "python"
+        ms = _seconds_to_ms(timeout)
+        if ms == 0:
+            ms = None
+        if ms is not None:
+            body["timeout_ms"] = ms
+        # Interrupt after the timeout; a stuck interpreter is killed 5 s later.
+        wait = None if ms is None else ms / 1000 + 5 + _TIMEOUT_MARGIN
+        return body, wait
+
+    def _set_ports(self, ports):
+        if self.info:
+            self.info = dict(self.info, ports=ports)
+        return ports
+
+    def _port_entry(self, ports, port, via):
+        """(url, headers) for exposed ``port`` given the current ``ports``."""
+        entry = next((p for p in ports if p["port"] == port), None)
+        if entry is None:
+            exposed = ", ".join(str(p["port"]) for p in ports) or "none"
+            raise NotFoundError(404, "port_not_exposed",
+                                f"port {port} is not exposed in sandbox {self.id} "
+                                f"(exposed: {exposed})")
+        ep = self.client._ep
+        if via is None:
+            via = "url" if ep.kind == "unix" else "proxy"
+        if via == "url":
+            if not entry["url"]:
+                raise ConflictError(409, "port_not_listening",
+                                    f"port {port} of sandbox {self.id} has no URL now (the "
+                                    f"sandbox is not running)")
+            return entry["url"] + "/", {}
+        if via != "proxy":
+            raise ValueError(f'via must be "url" or "proxy", not {via!r}')
+        if ep.kind == "unix":
+            raise ConfigError("the port proxy has no URL on a unix-socket sandlotd: use via=\"url\"")
+        scheme = "https" if ep.kind == "https" else "http"
+        host = f"[{ep.host}]" if ":" in ep.host else ep.host
+        headers = {"Authorization": f"Bearer {self.client._token}"} if self.client._token else {}
+        return f"{scheme}://{host}:{ep.port}{self._path(f'/ports/{int(port)}/')}", headers
+
+
+def _changes_query(since, after, net, exclude_hidden):
+    return {"since": int(since), "after": None if after is None else int(after),
+            "net": "1" if net else None, "exclude_hidden": "1" if exclude_hidden else None}
+
+
+class _ChangePages:
+    """The pages of one changes view, merged (Sandbox.all_changes and
+    AsyncSandbox.all_changes): each next page is asked with ``after``."""
+
+    def __init__(self, since, net):
+        self.after = int(since)
+        self.net = net
+        self.changes = {} if net else []
+        self.truncated = False
+        self.hidden = None
+
+    def add(self, page):
+        """Take one page; True when it was the last."""
+        self.truncated = self.truncated or bool(page.get("truncated"))
+        if "hidden" in page:
+            self.hidden = (self.hidden or 0) + int(page["hidden"])
+        for c in page["changes"]:
+            if self.net:
+                # a path changed again while the pages were read: its later entry
+                self.changes.pop(c["path"], None)
+                self.changes[c["path"]] = c
+            else:
+                self.changes.append(c)
+        if not page.get("more"):
+            self.cursor = page["cursor"]
+            return True
+        if page["cursor"] <= self.after:
+            raise ProtocolError(f"sandlotd's changes cursor did not advance past {self.after}")
+        self.after = page["cursor"]
+        return False
+
+    def result(self):
+        out = {"cursor": self.cursor,
+               "changes": list(self.changes.values()) if self.net else self.changes,
+               "truncated": self.truncated}
+        if self.hidden is not None:
+            out["hidden"] = self.hidden
+        return out
+
+
+class Sandbox(_SandboxBase):
+    """One sandbox of a Client.  ``id`` is its id; ``info`` the record from
+    the last call that returned it (``refresh()`` fetches it again).
+
+    Used as a context manager it is destroyed when the block ends."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy(missing_ok=True)
+
+    def _call(self, method, tail, **kw):
+        kw.setdefault("context", f"sandbox {self.id}")
+        return self.client._call(method, self._path(tail), **kw)
 
     # -- lifecycle -------------------------------------------------------
     def refresh(self):
@@ -732,11 +927,6 @@ class Sandbox:
     # paused or has ended) and through the API at
     # /v1/sandboxes/ID/ports/PORT/ (HTTP and WebSocket, with the token).
 
-    def _set_ports(self, ports):
-        if self.info:
-            self.info = dict(self.info, ports=ports)
-        return ports
-
     def ports(self):
         """The exposed ports: [{"port": 8000, "url": "http://127.0.0.1:N"}]."""
         return self._set_ports(self._call("GET", "/ports")["ports"])
@@ -766,65 +956,9 @@ class Sandbox:
         127.0.0.1 (the default on a unix socket); ``via="proxy"``: the API's
         proxy, with the token (the default over TCP: it works from wherever
         the API does).  NotFoundError if the port is not exposed."""
-        ports = self.ports()
-        entry = next((p for p in ports if p["port"] == port), None)
-        if entry is None:
-            exposed = ", ".join(str(p["port"]) for p in ports) or "none"
-            raise NotFoundError(404, "port_not_exposed",
-                                f"port {port} is not exposed in sandbox {self.id} "
-                                f"(exposed: {exposed})")
-        ep = self.client._ep
-        if via is None:
-            via = "url" if ep.kind == "unix" else "proxy"
-        if via == "url":
-            if not entry["url"]:
-                raise ConflictError(409, "port_not_listening",
-                                    f"port {port} of sandbox {self.id} has no URL now (the "
-                                    f"sandbox is not running)")
-            return entry["url"] + "/", {}
-        if via != "proxy":
-            raise ValueError(f'via must be "url" or "proxy", not {via!r}')
-        if ep.kind == "unix":
-            raise ConfigError("the port proxy has no URL on a unix-socket sandlotd: use via=\"url\"")
-        scheme = "https" if ep.kind == "https" else "http"
-        host = f"[{ep.host}]" if ":" in ep.host else ep.host
-        headers = {"Authorization": f"Bearer {self.client._token}"} if self.client._token else {}
-        return f"{scheme}://{host}:{ep.port}{self._path(f'/ports/{int(port)}/')}", headers
+        return self._port_entry(self.ports(), port, via)
 
     # -- exec ------------------------------------------------------------
-    def _exec_body(self, command, argv, cwd, env, stdin, timeout, output, output_limit):
-        if (command is None) == (argv is None):
-            raise ValueError("give exactly one of command (a shell string) and argv (a list)")
-        body = {}
-        if command is not None:
-            body["command"] = command
-        else:
-            if isinstance(argv, (str, bytes)):
-                raise ValueError("argv must be a list of strings; use command= for a shell string")
-            body["argv"] = [str(a) for a in argv]
-        if cwd is not None:
-            body["cwd"] = cwd
-        if env:
-            body["env"] = dict(env)
-        if stdin is not None:
-            if isinstance(stdin, str):
-                body["stdin"] = stdin
-            else:
-                body["stdin_base64"] = base64.b64encode(bytes(stdin)).decode("ascii")
-        ms = _seconds_to_ms(timeout)
-        if ms is not None:
-            body["timeout_ms"] = ms
-        if output != "text":
-            if output != "base64":
-                raise ValueError(f'output must be "text" or "base64", not {output!r}')
-            body["output"] = output
-        if output_limit is not None:
-            body["output_limit"] = output_limit
-        # The daemon ends the command at its timeout; wait that long and a
-        # margin for its answer.
-        wait = None if ms == 0 else (ms / 1000 if ms else _DAEMON_EXEC_DEFAULT_S) + _TIMEOUT_MARGIN
-        return body, wait
-
     def exec(self, command=None, *, argv=None, cwd=None, env=None, stdin=None, timeout=None,
              output="text", output_limit=None):
         """Run a command to its end; returns an ExecResult.
@@ -1041,51 +1175,38 @@ class Sandbox:
         return count
 
     # -- changes ---------------------------------------------------------
-    def changes(self, since=0):
+    def changes(self, since=0, *, after=None, net=False, exclude_hidden=False):
         """One page of the changes under /home/user after cursor ``since``:
         {"cursor", "changes": [{"path", "kind", "type", "size", "source",
-        "cursor"}], "more"?, "truncated"?}; pass the returned cursor next
-        time.  ``more`` says the page was cut by the daemon's size limit
-        (ask again from its cursor: ``all_changes`` does); ``truncated``
-        that entries after ``since`` were forgotten (the daemon keeps a
-        window of each sandbox's newest changes)."""
-        return self._call("GET", "/changes", query={"since": int(since)})
+        "cursor"}], "more"?, "hidden"?, "truncated"?}; pass the returned
+        cursor as ``since`` next time.  ``net``: one entry per path with its
+        net effect since ``since`` (a file created and deleted since is not
+        there); ``exclude_hidden``: leave out paths with a component starting
+        with "." or named __pycache__ (tool caches), counted in "hidden".
+        ``more`` says the page was cut by the daemon's size limit: the next
+        page is asked with the same arguments and ``after`` set to its
+        cursor (``all_changes`` does); ``truncated`` that entries the answer
+        depends on were forgotten (the daemon keeps a window of each
+        sandbox's newest changes)."""
+        return self._call("GET", "/changes",
+                          query=_changes_query(since, after, net, exclude_hidden))
 
-    def all_changes(self, since=0):
+    def all_changes(self, since=0, *, net=False, exclude_hidden=False):
         """Every page after ``since`` merged: {"cursor", "changes",
-        "truncated"} (truncated as for ``changes``)."""
-        out, truncated = [], None
+        "truncated", "hidden"?} (as for ``changes``; with ``net``, one entry
+        per path even when it changed again while the pages were read)."""
+        pages = _ChangePages(since, net)
         while True:
-            page = self.changes(since)
-            if truncated is None:
-                truncated = bool(page.get("truncated"))
-            out += page["changes"]
-            if not page.get("more"):
-                return {"cursor": page["cursor"], "changes": out, "truncated": truncated}
-            if page["cursor"] <= since:
-                raise ProtocolError(f"sandlotd's changes cursor did not advance past {since}")
-            since = page["cursor"]
+            page = self.changes(since, after=pages.after, net=net, exclude_hidden=exclude_hidden)
+            if pages.add(page):
+                return pages.result()
+
+    def scan_changes(self):
+        """Log what changed in the workspace now (what background processes
+        wrote since the last exec, file call or cell); returns the cursor."""
+        return self._call("POST", "/changes/scan")["cursor"]
 
     # -- code contexts ---------------------------------------------------
-    def _code_body(self, code, language, context, timeout):
-        if not isinstance(code, str):
-            raise TypeError(f"code must be a string, not {type(code).__name__}")
-        body = {"code": code}
-        if context is not None:
-            body["context"] = _context_id(context)
-        if language is not None:
-            body["language"] = language
-        if "context" not in body and "language" not in body:
-            body["language"] = "python"
-        ms = _seconds_to_ms(timeout)
-        if ms == 0:
-            ms = None
-        if ms is not None:
-            body["timeout_ms"] = ms
-        # Interrupt after the timeout; a stuck interpreter is killed 5 s later.
-        wait = None if ms is None else ms / 1000 + 5 + _TIMEOUT_MARGIN
-        return body, wait
-
     def run_code(self, code, *, language=None, context=None, timeout=None):
         """Run a cell in a long-lived interpreter; returns a CodeResult.
 

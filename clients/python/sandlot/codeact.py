@@ -34,17 +34,20 @@ langgraph-codeact's ``eval_fn`` (it needs nothing from the framework):
   as the JSON round trip gives it.
 """
 import ast
+import asyncio
 import inspect
 import json
 import keyword
 import textwrap
 import threading
 import types
+import weakref
 
-from ._owned import OwnedSandbox
 from ._format import format_code_result
+from ._owned import OwnedSandbox
+from .errors import SandlotError
 
-__all__ = ["create_sandlot_eval", "SandlotEval"]
+__all__ = ["create_sandlot_eval", "create_async_sandlot_eval", "SandlotEval"]
 
 _NO_OUTPUT = "<code ran, no output printed to stdout>"
 
@@ -121,15 +124,11 @@ class SandlotEval:
         self._reported = {}      # name -> JSON text the context last reported
         self._defined = {}       # name -> id() of the callable defined there
         self._lock = threading.Lock()
+        self._alocks = weakref.WeakKeyDictionary()   # event loop -> asyncio.Lock
 
     @property
     def sandbox(self):
         return self._holder.sandbox
-
-    def _ensure_context(self):
-        if self.context is None:
-            self.context = self.sandbox.create_context("python")["id"]
-        return self.context
 
     def _prelude(self, _locals):
         """Code that sets the changed JSON values and defines the callables."""
@@ -167,9 +166,7 @@ class SandlotEval:
         self.skipped = skipped
         return "\n".join(lines)
 
-    def _collect(self):
-        r = self.sandbox.run_code(_COLLECT % self.max_value_chars, context=self.context,
-                                  timeout=60)
+    def _read_vars(self, r):
         for line in r.stdout.splitlines():
             if line.startswith(_MARK):
                 raw = json.loads(line[len(_MARK):])
@@ -178,31 +175,68 @@ class SandlotEval:
         raise RuntimeError(f"could not read the variables of context {self.context}: "
                            f"{(r.error_text or r.stderr or r.stdout)[:500]}")
 
+    def _output(self, r):
+        output = format_code_result(r, self.max_output_chars)
+        if r.state_lost:
+            # A fresh interpreter: nothing defined before is there now.
+            self._reported, self._defined = {}, {}
+        return output or _NO_OUTPUT
+
     def __call__(self, code, _locals=None):
         with self._lock:
-            self._ensure_context()
+            sb = self.sandbox
+            if self.context is None:
+                self.context = sb.create_context("python")["id"]
             prelude = self._prelude(_locals)
             if prelude:
-                pr = self.sandbox.run_code(prelude, context=self.context, timeout=60)
+                pr = sb.run_code(prelude, context=self.context, timeout=60)
                 if not pr.ok:
                     return (f"Error while setting the variables: {pr.error_text}", {})
-            r = self.sandbox.run_code(code, context=self.context, timeout=self.timeout)
-            output = format_code_result(r, self.max_output_chars)
-            if r.state_lost:
-                # A fresh interpreter: nothing defined before is there now.
-                self._reported, self._defined = {}, {}
-            new_vars = self._collect()
-            return (output or _NO_OUTPUT), new_vars
+            output = self._output(sb.run_code(code, context=self.context, timeout=self.timeout))
+            collected = sb.run_code(_COLLECT % self.max_value_chars, context=self.context, timeout=60)
+            return output, self._read_vars(collected)
+
+    async def acall(self, code, _locals=None):
+        """__call__ on asyncio (sandlot.aio): the event loop runs on while
+        the code does.  Turns of one eval function do not overlap."""
+        sb = await self._holder.asandbox()
+        loop = asyncio.get_running_loop()
+        lock = self._alocks.get(loop)
+        if lock is None:
+            lock = self._alocks[loop] = asyncio.Lock()
+        async with lock:
+            if self.context is None:
+                self.context = (await sb.create_context("python"))["id"]
+            prelude = self._prelude(_locals)
+            if prelude:
+                pr = await sb.run_code(prelude, context=self.context, timeout=60)
+                if not pr.ok:
+                    return (f"Error while setting the variables: {pr.error_text}", {})
+            output = self._output(await sb.run_code(code, context=self.context, timeout=self.timeout))
+            collected = await sb.run_code(_COLLECT % self.max_value_chars, context=self.context,
+                                          timeout=60)
+            return output, self._read_vars(collected)
 
     def close(self):
         if self._own_context and self.context is not None and self._holder.created \
-                and not self._holder._owned:
+                and not self._holder.owned:
             try:
                 self._holder.sandbox.delete_context(self.context)
-            except Exception:  # the sandbox may be gone already
+            except SandlotError:  # the sandbox may be gone already
                 pass
         self.context = None
         self._holder.close()
+
+    async def aclose(self):
+        """close() without blocking the event loop."""
+        if self._own_context and self.context is not None and self._holder.created \
+                and not self._holder.owned:
+            try:
+                await (await self._holder.asandbox()).delete_context(self.context)
+            except SandlotError:
+                pass
+        self.context = None
+        await self._holder.aclose()
 
     def __enter__(self):
         return self
@@ -225,3 +259,22 @@ def create_sandlot_eval(sandbox=None, *, client=None, sandbox_options=None, cont
     return SandlotEval(sandbox, client=client, sandbox_options=sandbox_options, context=context,
                        timeout=timeout, functions=functions, max_value_chars=max_value_chars,
                        max_output_chars=max_output_chars)
+
+
+def create_async_sandlot_eval(sandbox=None, **options):
+    """The same eval function as a coroutine function, ``await
+    eval_fn(code, _locals)``, for ``create_codeact`` on asyncio (it runs an
+    ``async def`` eval_fn from an async sandbox node, and ``ainvoke`` never
+    blocks the loop).  Same arguments as create_sandlot_eval; the
+    SandlotEval behind it is ``eval_fn.evaluator`` (``sandbox``,
+    ``context``, ``skipped``), and ``await eval_fn.aclose()`` (or
+    ``eval_fn.close()``) ends it."""
+    ev = create_sandlot_eval(sandbox, **options)
+
+    async def eval_fn(code, _locals):
+        return await ev.acall(code, _locals)
+
+    eval_fn.evaluator = ev
+    eval_fn.close = ev.close
+    eval_fn.aclose = ev.aclose
+    return eval_fn

@@ -15,9 +15,12 @@ back to the model as the observation.  Without it, SandlotTool is a plain
 class with the same attributes and ``invoke``/``run`` methods.
 
 The arguments are ``code``, ``language`` ("python", "javascript" or "bash";
-default python) and ``timeout`` (seconds).  Each language has one
-long-lived interpreter in the sandbox (its default code context), so
-variables, imports and functions survive between calls.
+default python) and ``timeout`` (seconds; default the tool's
+``timeout_seconds``, 300, which the description tells the model).  Each
+language has one long-lived interpreter in the sandbox (its default code
+context), so variables, imports and functions survive between calls.
+``ainvoke`` runs natively on asyncio (sandlot.aio): it never blocks the
+event loop.
 """
 from ._format import format_code_result
 from ._owned import OwnedSandbox
@@ -34,7 +37,8 @@ except ImportError:
     class ToolException(Exception):
         """Stands in for langchain_core.tools.ToolException."""
 
-__all__ = ["SandlotTool", "HAVE_LANGCHAIN", "LANGUAGES", "ARGS_JSON_SCHEMA", "ToolException"]
+__all__ = ["SandlotTool", "HAVE_LANGCHAIN", "LANGUAGES", "ARGS_JSON_SCHEMA", "ToolException",
+           "DEFAULT_TIMEOUT"]
 
 LANGUAGES = ("python", "javascript", "bash")
 
@@ -45,6 +49,16 @@ DESCRIPTION = (
     "the value of a final expression is shown as 'Out: ...'. Files live in /home/user. "
     "There is no network access."
 )
+
+DEFAULT_TIMEOUT = 300.0
+
+
+def _describe(timeout):
+    """The description with the default timeout the model should know."""
+    if not timeout:
+        return DESCRIPTION + " Runs have no time limit."
+    return DESCRIPTION + (f" A run is interrupted after {timeout:g} seconds (its variables are "
+                          f"kept); pass timeout for a different limit.")
 
 ARGS_JSON_SCHEMA = {
     "title": "SandlotToolInput",
@@ -84,10 +98,13 @@ class SandlotTool(_BaseTool):
     """Runs ``code`` in a sandlot sandbox (see the module doc).
 
     Constructor: ``SandlotTool(sandbox=None, *, client=None,
-    sandbox_options=None, default_timeout=60.0, max_output_chars=20000)``.
-    ``sandbox`` is a sandlot.Sandbox (or an id); without one, a sandbox is
-    created with ``client`` (default ``Client()``) and ``sandbox_options``
-    (create's keyword arguments) on first use, and destroyed by ``close()``.
+    sandbox_options=None, timeout_seconds=300, memory_mb=None,
+    max_output_chars=20000)``.  ``sandbox`` is a sandlot.Sandbox (or an
+    id); without one, a sandbox is created with ``client`` (default
+    ``Client()``) and ``sandbox_options`` (create's keyword arguments;
+    ``memory_mb`` is a shorthand for its memory) on first use, and destroyed
+    by ``close()``.  ``timeout_seconds`` is the default limit of a run (0 =
+    none), and the description says so.
     """
 
     name: str = "sandlot_run_code"
@@ -97,7 +114,8 @@ class SandlotTool(_BaseTool):
     sandbox: object = None
     client: object = None
     sandbox_options: object = None
-    default_timeout: object = 60.0
+    timeout_seconds: object = DEFAULT_TIMEOUT
+    memory_mb: object = None
     max_output_chars: int = 20000
 
     # The sandbox holder: a private attribute of the pydantic model when
@@ -106,6 +124,16 @@ class SandlotTool(_BaseTool):
 
     def __init__(self, sandbox=None, **kwargs):
         kwargs["sandbox"] = sandbox
+        timeout = kwargs.get("timeout_seconds", DEFAULT_TIMEOUT)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise ValueError(f"timeout_seconds must be a number of seconds >= 0, got {timeout!r}")
+        kwargs.setdefault("description", _describe(timeout))
+        memory_mb = kwargs.get("memory_mb")
+        if memory_mb is not None:
+            if isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb <= 0:
+                raise ValueError(f"memory_mb must be a whole number of MiB > 0, got {memory_mb!r}")
+            kwargs["sandbox_options"] = {**(kwargs.get("sandbox_options") or {}),
+                                         "memory": f"{memory_mb}M"}
         if HAVE_LANGCHAIN:
             super().__init__(**kwargs)
         else:
@@ -120,19 +148,31 @@ class SandlotTool(_BaseTool):
             object.__setattr__(self, "_holder", holder)
 
     # -- the tool --------------------------------------------------------
-    def _run(self, code, language="python", timeout=None, run_manager=None):
+    def _check(self, code, language, timeout):
         if not isinstance(code, str) or not code.strip():
             raise ToolException("code must be a non-empty string")
         language = (language or "python").lower()
         if language not in LANGUAGES:
             raise ToolException(f"unsupported language {language!r}: use one of {', '.join(LANGUAGES)}")
         if timeout is None:
-            timeout = self.default_timeout
+            timeout = self.timeout_seconds
         elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise ToolException(f"timeout must be a number of seconds >= 0, got {timeout!r}")
-        sb = self._holder.sandbox
+        return language, timeout or None
+
+    def _run(self, code, language="python", timeout=None, run_manager=None):
+        language, timeout = self._check(code, language, timeout)
         try:
-            r = sb.run_code(code, language=language, timeout=timeout or None)
+            r = self._holder.sandbox.run_code(code, language=language, timeout=timeout)
+        except SandlotError as e:
+            raise ToolException(f"sandlot: {e}") from e
+        return format_code_result(r, self.max_output_chars)
+
+    async def _arun(self, code, language="python", timeout=None, run_manager=None):
+        language, timeout = self._check(code, language, timeout)
+        try:
+            sb = await self._holder.asandbox()
+            r = await sb.run_code(code, language=language, timeout=timeout)
         except SandlotError as e:
             raise ToolException(f"sandlot: {e}") from e
         return format_code_result(r, self.max_output_chars)
@@ -159,6 +199,17 @@ class SandlotTool(_BaseTool):
         def invoke(self, input, config=None, **kwargs):
             return self.run(input, **kwargs)
 
+        async def ainvoke(self, input, config=None, **kwargs):
+            tool_input = {"code": input} if isinstance(input, str) else input
+            if not isinstance(tool_input, dict) or "code" not in tool_input:
+                raise ToolException("missing argument: code")
+            try:
+                return await self._arun(**tool_input)
+            except ToolException as e:
+                if self.handle_tool_error:
+                    return str(e)
+                raise
+
     # -- lifecycle -------------------------------------------------------
     @property
     def current_sandbox(self):
@@ -168,6 +219,10 @@ class SandlotTool(_BaseTool):
     def close(self):
         """Destroy the sandbox if the tool created it."""
         self._holder.close()
+
+    async def aclose(self):
+        """close() without blocking the event loop."""
+        await self._holder.aclose()
 
     def __enter__(self):
         return self

@@ -65,8 +65,8 @@ def sb(client):
 
 @pytest.fixture
 def fresh_modules():
-    """Import sandlot's adapter modules afresh inside the test (e.g. with a
-    fake framework on sys.path), and put sys.path and sys.modules back."""
+    """Import sandlot's adapter modules afresh inside the test (e.g. with the
+    frameworks made unimportable), and put sys.path and sys.modules back."""
     saved_path = list(sys.path)
     saved = dict(sys.modules)
 
@@ -75,7 +75,7 @@ def fresh_modules():
             sys.path.insert(0, str(d))
         for name in list(sys.modules):
             if name.startswith(("sandlot.langchain", "sandlot.deepagents", "sandlot.codeact",
-                                "langchain_core", "deepagents")):
+                                "langchain", "langgraph", "deepagents", "pydantic")):
                 del sys.modules[name]
         import importlib
         return importlib

@@ -591,5 +591,29 @@ def test_changes_pages_and_truncation(base_dir):
             assert cursors == list(range(1, len(cursors) + 1)) and len(cursors) > len(page["changes"])
             cell = sb.run_code("open('/home/user/x.txt', 'w').write('x')")
             assert cell.changes_truncated is False and [c["path"] for c in cell.changes] == ["/home/user/x.txt"]
+        # The net view without caches pages too: all_changes asks each next
+        # page with after=, from the same base.
+        with d.client().create() as sb:
+            base = sb.changes()["cursor"]
+            name = "w/visible-file-with-a-long-name-of-some-sixty-bytes"
+            sb.exec(f"mkdir w; for n in $(seq 1 300); do : > {name}-$n; done")
+            sb.exec(f"for n in $(seq 301 600); do : > {name}-$n; done")
+            sb.exec("mkdir .cache; for n in $(seq 1 100); do : > .cache/h-$n; done")
+            sb.exec(f"rm {name}-1*")   # 1, 10-19, 100-199
+            page = sb.changes(base, net=True, exclude_hidden=True)
+            assert page.get("more") is True and page["hidden"] == 0
+            want = {f"/home/user/{name}-{n}" for n in range(1, 601) if not str(n).startswith("1")}
+            every = sb.all_changes(base, net=True, exclude_hidden=True)
+            assert every["truncated"] is False and every["hidden"] == 101
+            files = [c for c in every["changes"] if c["type"] == "file"]
+            assert {c["path"] for c in files} == want and len(files) == len(want)
+            assert {c["kind"] for c in files} == {"created"}
+
+            async def net_async():
+                from sandlot.aio import AsyncClient
+                return await AsyncClient(f"unix:{d.sock}").sandbox(sb.id).all_changes(
+                    base, net=True, exclude_hidden=True)
+            import asyncio
+            assert asyncio.run(net_async()) == every
     finally:
         assert d.stop() == 0

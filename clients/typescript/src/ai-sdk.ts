@@ -436,7 +436,8 @@ export class SandlotHarnessSession extends SandlotSandboxSession implements Harn
  * runs `onFirstCreate` on it; resumeSession finds the newest sandbox with
  * that session id: a running one is used as is, a paused one is resumed, and
  * one that expired with its workspace kept is re-created from it
- * (from_snapshot), files and all.  `stop` pauses, `destroy` deletes.
+ * (from_snapshot), files and all, and then deleted (its kept workspace
+ * released).  `stop` pauses, `destroy` deletes.
  */
 export function sandlotHarnessProvider(opts: SandlotHarnessProviderOptions = {}): HarnessV1SandboxProvider & { readonly client: Sandlot } {
   let client = opts.client;
@@ -486,6 +487,9 @@ export function sandlotHarnessProvider(opts: SandlotHarnessProviderOptions = {})
       else if (last.state === "expired") {
         sb = await c.create({ auto_resume: true, ...(opts.create ?? {}), disk: undefined, from_snapshot: last.id,
           metadata: last.metadata }, { signal: o.abortSignal });
+        // The new sandbox has the files: release the old one's kept
+        // workspace now rather than at the end of its retention.
+        await c.sandbox(last.id).delete().catch((r) => { if (!(r instanceof SandlotError)) throw r; });
       }
       return new SandlotHarnessSession(sb, sessionOpts);
     },

@@ -7,7 +7,7 @@
 import { SandlotError } from "./errors.js";
 import { Transport, type Body, type ConnectionOptions } from "./http.js";
 import type {
-  ArchiveResult, ChangesPage, CodeContext, CodeEvent, CodeOptions, CodeResult, CreateSandboxOptions, ExecEvent,
+  ArchiveResult, Change, ChangesPage, CodeContext, CodeEvent, CodeOptions, CodeResult, CreateSandboxOptions, ExecEvent,
   ExecOptions, ExecResult, ExecStatus, FileInfo, Health, Language, PortEndpoint, PortInfo, SandboxInfo,
   SandboxState,
 } from "./types.js";
@@ -36,6 +36,13 @@ function maxBytes(o: MaxBytesOption): number | undefined {
 export type Command = string | string[];
 
 export interface SandlotOptions extends ConnectionOptions {}
+
+export interface ChangesOptions extends SignalOption {
+  /** One entry per path with its net effect since `since`. */
+  net?: boolean;
+  /** Leave out paths with a component starting with "." or named __pycache__ (counted in `hidden`). */
+  excludeHidden?: boolean;
+}
 
 export interface ListOptions extends SignalOption {
   /** metadata filters "key=value" (or an object); all must match */
@@ -369,25 +376,59 @@ export class Sandbox {
     return this.t.stream({ method: "GET", path: `${this.path}/snapshot`, signal: o.signal, long: true });
   }
 
-  /** Changes under /home/user after cursor `since` (0: from the start). */
-  changes(since = 0, o: SignalOption = {}): Promise<ChangesPage> {
-    return this.t.json({ method: "GET", path: `${this.path}/changes`, query: { since }, signal: o.signal });
+  /**
+   * One page of the changes under /home/user after cursor `since` (0: from
+   * the start).  `net`: one entry per path with its net effect since `since`
+   * (created, modified, deleted; a file created and deleted since is not
+   * there).  `excludeHidden`: paths with a component starting with "." or
+   * named __pycache__ (tool caches) left out, counted in `hidden`.  A page
+   * cut short says `more`: ask the next with the same options and `after`
+   * set to its cursor (`allChanges` does).
+   */
+  changes(since = 0, o: ChangesOptions & { after?: number } = {}): Promise<ChangesPage> {
+    return this.t.json({
+      method: "GET", path: `${this.path}/changes`, signal: o.signal,
+      query: { since, after: o.after, net: o.net ? 1 : undefined, exclude_hidden: o.excludeHidden ? 1 : undefined },
+    });
   }
 
-  /** Every page after `since` (following `more`), merged into one. */
-  async allChanges(since = 0, o: SignalOption = {}): Promise<ChangesPage> {
+  /**
+   * Every page after `since` (following `more`), merged into one; with
+   * `net`, one entry per path even when it changed again while the pages
+   * were read (its later entry).
+   */
+  async allChanges(since = 0, o: ChangesOptions = {}): Promise<ChangesPage> {
     const all: ChangesPage = { cursor: since, changes: [] };
-    for (let first = true; ; first = false) {
-      const page = await this.changes(since, o);
-      if (first && page.truncated) all.truncated = true;
-      all.changes.push(...page.changes);
-      all.cursor = page.cursor;
-      if (!page.more) return all;
-      if (page.cursor <= since) {
-        throw new SandlotError(`sandlotd's changes cursor did not advance past ${since}`, { code: "invalid_response" });
+    const net = new Map<string, Change>();
+    let after = since;
+    for (;;) {
+      const page = await this.changes(since, { ...o, after });
+      if (page.truncated) all.truncated = true;
+      if (page.hidden !== undefined) all.hidden = (all.hidden ?? 0) + page.hidden;
+      for (const c of page.changes) {
+        if (o.net) {
+          net.delete(c.path);
+          net.set(c.path, c);
+        } else {
+          all.changes.push(c);
+        }
       }
-      since = page.cursor;
+      all.cursor = page.cursor;
+      if (!page.more) {
+        if (o.net) all.changes = [...net.values()];
+        return all;
+      }
+      if (page.cursor <= after) {
+        throw new SandlotError(`sandlotd's changes cursor did not advance past ${after}`, { code: "invalid_response" });
+      }
+      after = page.cursor;
     }
+  }
+
+  /** Logs what changed under /home/user now (what background processes wrote); the cursor after it. */
+  async scanChanges(o: SignalOption = {}): Promise<number> {
+    const r = await this.t.json<{ cursor: number }>({ method: "POST", path: `${this.path}/changes/scan`, signal: o.signal });
+    return r.cursor;
   }
 
   // ---- code contexts -----------------------------------------------------

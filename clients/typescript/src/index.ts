@@ -11,7 +11,7 @@
  * "sandlot/langchain".
  */
 export { Sandlot, Sandbox, Exec } from "./client.js";
-export type { SandlotOptions, ListOptions, SignalOption, MaxBytesOption, Command } from "./client.js";
+export type { SandlotOptions, ListOptions, SignalOption, MaxBytesOption, ChangesOptions, Command } from "./client.js";
 export type { ConnectionOptions, Body } from "./http.js";
 export { SandlotError, isSandlotError, isMissingPath } from "./errors.js";
 export type * from "./types.js";

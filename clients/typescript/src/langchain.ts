@@ -8,9 +8,13 @@
  * - The user's files (option `files`, or `addFiles()`) are uploaded when the
  *   sandbox is created.
  * - After each step the files the code created or modified under /home/user
- *   (sandlot's change tracking) are downloaded and kept: the application
- *   reads them with `generatedFiles()`, `onGeneratedFiles` is called with
- *   the new ones, and the agent state's `sandlot_files` lists them.
+ *   (sandlot's change tracking, folded by sandlotd: one entry per path) are
+ *   downloaded and kept: the application reads them with `generatedFiles()`,
+ *   `onGeneratedFiles` is called with the new ones, and the agent state's
+ *   `sandlot_files` lists them.  Tool caches and settings (paths with a
+ *   component starting with "." such as ~/.cache/matplotlib, or named
+ *   __pycache__) are not results and are left out unless
+ *   `includeHiddenFiles` is set.
  * - When the sandbox has ended (expired, deleted, its daemon restarted) a new
  *   one is created, the tracked files — the user's and the generated ones —
  *   are uploaded again, and the tool call is retried once.  A paused sandbox
@@ -55,6 +59,12 @@ export interface SandlotSandboxManagerOptions {
   maxTrackedFileBytes?: number;
   /** Called with the files each collection found new or changed. */
   onGeneratedFiles?: (files: GeneratedFile[]) => void | Promise<void>;
+  /**
+   * Also collect (and restore) hidden paths: a component starting with "."
+   * (~/.cache/fontconfig, ~/.cache/matplotlib, ~/.config) or named
+   * __pycache__.  Default false: those are tool caches, not results.
+   */
+  includeHiddenFiles?: boolean;
 }
 
 /**
@@ -67,6 +77,7 @@ export class SandlotSandboxManager {
   private readonly createOptions: CreateSandboxOptions;
   private readonly maxTracked: number;
   private readonly onGenerated?: SandlotSandboxManagerOptions["onGeneratedFiles"];
+  private readonly includeHidden: boolean;
   private readonly userFiles = new Map<string, Uint8Array>();
   private readonly generated = new Map<string, GeneratedFile>();
   private current?: Sandbox;
@@ -81,6 +92,7 @@ export class SandlotSandboxManager {
     this.createOptions = opts.create ?? {};
     this.maxTracked = opts.maxTrackedFileBytes ?? 10 << 20;
     this.onGenerated = opts.onGeneratedFiles;
+    this.includeHidden = opts.includeHiddenFiles ?? false;
     for (const f of opts.files ?? []) this.userFiles.set(absolute(f.path), toBytes(f.content));
   }
 
@@ -145,6 +157,9 @@ export class SandlotSandboxManager {
       if (this.current === sb) {
         this.current = undefined;
         this.recreations++;
+        // An expired sandbox keeps its workspace for the retention period;
+        // the tracked files go into the new one, so release it now.
+        await sb.delete().catch((r) => { if (!(r instanceof SandlotError)) throw r; });
       }
       return fn(await this.ensure());
     }
@@ -164,22 +179,22 @@ export class SandlotSandboxManager {
       if (!sb) return [];
       let page;
       try {
-        page = await sb.allChanges(this.cursor);
+        // sandlotd folds the log: one entry per path, its net effect since the cursor.
+        page = await sb.allChanges(this.cursor, { net: true, excludeHidden: !this.includeHidden });
       } catch (e) {
         if (e instanceof SandlotError && (e.sandboxGone || e.code === "sandbox_paused")) return [];
         throw e;
       }
-      const last = new Map<string, (typeof page.changes)[number]>();
+      const files: typeof page.changes = [];
       for (const c of page.changes) {
         if (c.kind === "deleted") {
-          last.delete(c.path);
           for (const p of [...this.generated.keys()]) if (p === c.path || p.startsWith(c.path + "/")) this.generated.delete(p);
         } else if (c.type === "file") {
-          last.set(c.path, c);
+          files.push(c);
         }
       }
       const found: GeneratedFile[] = [];
-      for (const c of last.values()) {
+      for (const c of files) {
         let content: Uint8Array | undefined;
         let size = c.size;
         if (c.size <= this.maxTracked) {
@@ -222,6 +237,12 @@ export class SandlotSandboxManager {
   }
 }
 
+/** "300 seconds", "1.5 seconds", "1 second". */
+function timeoutSeconds(ms: number): string {
+  const s = ms / 1000;
+  return `${s} second${s === 1 ? "" : "s"}`;
+}
+
 function absolute(p: string): string {
   if (typeof p !== "string" || p === "") throw new SandlotError(`a file path must be a non-empty string (got ${JSON.stringify(p)})`, { code: "bad_option" });
   return posix.resolve("/home/user", p);
@@ -236,7 +257,7 @@ function toBytes(c: string | Uint8Array): Uint8Array {
 export interface SandlotMiddlewareOptions extends SandlotSandboxManagerOptions {
   /** Use this manager (and its sandbox) instead of creating one. */
   manager?: SandlotSandboxManager;
-  /** Kill commands of the execute tool after this long (ms).  Default 300000. */
+  /** Kill commands of the execute tool after this long (ms); the tool's description tells the model.  Default 300000. */
   timeoutMs?: number;
   /** Characters of output the execute tool returns.  Default 30000. */
   maxOutputChars?: number;
@@ -267,7 +288,8 @@ export function sandlotMiddleware(opts: SandlotMiddlewareOptions = {}) {
     return `${out}${out && !out.endsWith("\n") ? "\n" : ""}${r.error ? r.error + "\n" : ""}[${status}]`;
   }, {
     name: "execute",
-    description: "Run a shell command in the sandbox (Linux, /bin/sh, working directory /home/user, python3 and node installed, no network). Files persist between calls. Returns the combined output and the exit code.",
+    description: "Run a shell command in the sandbox (Linux, /bin/sh, working directory /home/user, python3 and node installed, no network). " +
+      `Files persist between calls. A command still running after ${timeoutSeconds(timeoutMs)} is killed. Returns the combined output and the exit code.`,
     schema: z.object({ command: z.string().min(1).describe("the shell command") }),
   });
 

@@ -95,17 +95,19 @@ export interface Change {
   kind: ChangeKind;
   type: FileType;
   size: number;
-  /** exec id, or "api" for file routes */
+  /** exec id, code context id, "api" for file routes, "scan" for a scan */
   source: string;
 }
 
 export interface ChangesPage {
-  /** Pass as `since` next time (with `more`: the cursor of this page's last entry). */
+  /** Pass as `since` next time; with `more`, the next page's `after`. */
   cursor: number;
   changes: Change[];
-  /** true when the page was cut by sandlotd's size limit: ask again from `cursor` */
+  /** true when the page was cut by sandlotd's size limit: ask the next with `after` set to `cursor` */
   more?: boolean;
-  /** true when entries after `since` were forgotten (sandlotd keeps a window of each sandbox's newest changes) */
+  /** with excludeHidden: how many entries (with net: paths) this page left out */
+  hidden?: number;
+  /** true when entries the answer depends on were forgotten (sandlotd keeps a window of each sandbox's newest changes) */
   truncated?: boolean;
 }
 

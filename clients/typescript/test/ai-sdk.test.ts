@@ -334,8 +334,9 @@ describe("AI SDK harness sandbox provider", { skip }, () => {
     assert.notEqual(back.id, session.id);
     assert.equal(await back.readTextFile({ path: "work.txt" }), "survives");
     assert.equal((await d.client.info(back.id)).metadata[HARNESS_SESSION_LABEL], "chat-exp");
+    // the old sandbox's kept workspace is released, not held for the retention period
+    assert.notEqual((await d.client.info(session.id)).workspace_kept, true);
     await back.destroy();
-    await d.client.sandbox(session.id).delete(); // drop the kept workspace
   });
 
   test("ports, getPortEndpoint, setPorts: a server inside reached from here", async () => {

@@ -348,4 +348,30 @@ describe("changes past the daemon's limits", { skip }, () => {
       await sb.delete();
     }
   });
+
+  test("the net view without caches pages too: allChanges asks each next page with after", async () => {
+    const sb = await d.client.create();
+    try {
+      const base = (await sb.changes()).cursor;
+      const name = "w/visible-file-with-a-long-name-of-some-sixty-bytes";
+      await sb.exec(`mkdir w; for n in $(seq 1 300); do : > ${name}-$n; done`);
+      await sb.exec(`for n in $(seq 301 600); do : > ${name}-$n; done`);
+      await sb.exec("mkdir .cache; for n in $(seq 1 100); do : > .cache/h-$n; done");
+      await sb.exec(`rm ${name}-1*`); // 1, 10-19, 100-199
+      const page = await sb.changes(base, { net: true, excludeHidden: true });
+      assert.equal(page.more, true);
+      assert.equal(page.hidden, 0);
+      const all = await sb.allChanges(base, { net: true, excludeHidden: true });
+      assert.ok(!all.truncated);
+      assert.equal(all.hidden, 101);
+      const files = all.changes.filter((c) => c.type === "file");
+      const want = [];
+      for (let n = 1; n <= 600; n++) if (!String(n).startsWith("1")) want.push(`/home/user/${name}-${n}`);
+      assert.deepEqual(files.map((c) => c.path).sort(), want.sort());
+      assert.deepEqual([...new Set(files.map((c) => c.kind))], ["created"]);
+      assert.equal(await sb.scanChanges(), all.cursor, "nothing new to log");
+    } finally {
+      await sb.delete();
+    }
+  });
 });

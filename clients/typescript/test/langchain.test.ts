@@ -89,13 +89,38 @@ describe("LangChain sandlot middleware", { skip }, () => {
     assert.equal(mw.manager.recreations, 1);
     const second = mw.manager.sandbox!;
     assert.notEqual(second.id, first.id);
-    assert.equal((await d.client.info(first.id)).state, "expired");
+    // the expired sandbox's kept workspace is released, not held for the retention period
+    assert.notEqual((await d.client.info(first.id)).workspace_kept, true);
     assert.ok(mw.manager.generatedFiles().some((f) => f.path === "/home/user/again.txt" && f.sandboxId === second.id));
     assert.ok(!mw.manager.generatedFiles().some((f) => f.path.startsWith("/home/user/input/")));
 
     await mw.manager.close();
-    await d.client.sandbox(first.id).delete(); // its kept workspace
     assert.deepEqual(await d.client.list({ labels: { suite: "langchain" } }), []);
+  });
+
+  test("manager: tool caches are not generated files unless includeHiddenFiles", async () => {
+    const make = "mkdir -p .cache/fontconfig __pycache__ out && echo c > .cache/fontconfig/f.cache-9 && " +
+      "echo p > __pycache__/m.pyc && echo r > out/plot.txt && echo t > tmp.txt && rm tmp.txt";
+    const m = new SandlotSandboxManager({ client: d.client });
+    await (await m.ensure()).exec(make);
+    assert.deepEqual((await m.collect()).map((f) => [f.path, f.kind]), [["/home/user/out/plot.txt", "created"]]);
+    await m.close();
+    const all = new SandlotSandboxManager({ client: d.client, includeHiddenFiles: true });
+    await (await all.ensure()).exec(make);
+    assert.deepEqual((await all.collect()).map((f) => f.path).sort(), [
+      "/home/user/.cache/fontconfig/f.cache-9", "/home/user/__pycache__/m.pyc", "/home/user/out/plot.txt"]);
+    await all.close();
+  });
+
+  test("execute: the timeout is the tool description's, set per middleware", async () => {
+    const execute = (mw: ReturnType<typeof sandlotMiddleware>) => mw.tools!.find((t) => t.name === "execute")!;
+    const dflt = sandlotMiddleware({ client: d.client });
+    assert.match(execute(dflt).description, /still running after 300 seconds is killed/);
+    const short = sandlotMiddleware({ client: d.client, timeoutMs: 1500 });
+    assert.match(execute(short).description, /still running after 1\.5 seconds is killed/);
+    const out = await execute(short).invoke({ command: "echo started; sleep 30" });
+    assert.match(String(out), /^started\n\[killed after the 1500 ms timeout\]$/);
+    await short.manager.close();
   });
 
   test("manager: forced expiry and deletion re-create the sandbox with user and generated files", async () => {
@@ -130,7 +155,8 @@ describe("LangChain sandlot middleware", { skip }, () => {
     assert.equal(m.sandbox?.id, sb3.id);
 
     await m.close();
-    await d.client.sandbox(sb1.id).delete();
+    // re-creating released the expired sandbox's kept workspace
+    assert.notEqual((await d.client.info(sb1.id)).workspace_kept, true);
   });
 
   test("concurrent tool calls on a fresh manager share one sandbox; errors stay errors", async () => {

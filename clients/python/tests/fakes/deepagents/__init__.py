@@ -1,1 +1,0 @@
-"""Test stand-in for deepagents (see ../README.md)."""

@@ -1,1 +1,0 @@
-"""Test stand-in for langchain_core (see ../README.md)."""
