@@ -5,8 +5,9 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 PYTEST ?= /usr/bin/python3 -m pytest
 
-# nettle-dev: SHA-256 of image trees; debootstrap: sandlot image build
-BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev e2fsprogs nettle-dev debootstrap
+# nettle-dev: SHA-256 of image trees; debootstrap: sandlot image build;
+# btrfs-progs: mkfs.btrfs for the storage pool; e2fsprogs: workspaces of the former layout (tests)
+BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev e2fsprogs btrfs-progs nettle-dev debootstrap
 # matplotlib, pandas, numpy: the interpreter and seccomp tests run real data-science code
 TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy
 
