@@ -3,9 +3,17 @@ devices, mounts.  Used to find a sandbox's processes and to check that
 nothing is left behind.
 
 Other people may run sandboxes on the same machine while the tests run, so
-leftovers are attributed to this test session where possible: loop devices
-and storage images by the session's data directory, processes by ancestry
+leftovers are attributed to this test session where possible: loop devices,
+mounts and workspaces by the session's data directory, processes by ancestry
 (a sandbox init that is our descendant, or an orphan reparented to PID 1).
+
+Storage pools: a data directory's storage pool (<dd>/storage/pool.img on a
+loop device, mounted at <dd>/storage/mnt) is made on first use and stays
+mounted for the next sandbox, so its one loop device and its one mount are
+not leftovers; what a sandbox must not leave is its workspace (an entry in
+<dd>/storage/mnt/ws/), another loop device or mount, or a half-made pool.
+unmount_pools() takes the pools down at the end, after which nothing at all
+may be left.
 """
 import glob
 import os
@@ -140,6 +148,65 @@ def loop_backing_files():
     return out
 
 
+POOL_FILES = {"pool.img", "pool.lock", "mnt"}
+
+
+def is_pool_image(path):
+    return path.endswith("/storage/pool.img")
+
+
+def is_pool_mount(line):
+    """A mountinfo line of a storage pool's own mount (its mount point is
+    <dd>/storage/mnt)."""
+    fields = line.split()
+    return len(fields) > 4 and fields[4].endswith("/storage/mnt")
+
+
+def pool_mounts(under):
+    """Mount points of the storage pools of data dirs under `under`."""
+    text = read("/proc/self/mountinfo") or ""
+    out = []
+    for ln in text.splitlines():
+        fields = ln.split()
+        if len(fields) > 4 and fields[4].startswith(str(under)) and is_pool_mount(ln):
+            out.append(fields[4])
+    return out
+
+
+def unmount_pools(under):
+    """Unmount every storage pool of the data dirs under `under` (their loop
+    devices detach themselves); returns the mount points it unmounted."""
+    import subprocess
+    done = []
+    for mp in sorted(pool_mounts(under), key=len, reverse=True):
+        r = subprocess.run(["umount", mp], capture_output=True, text=True)
+        if r.returncode == 0:
+            done.append(mp)
+    return done
+
+
+def pool_problems(data_dir):
+    """Per-sandbox leftovers in the storage pools of data dirs under
+    data_dir: ephemeral workspaces still in a pool, files in storage/ that
+    are not the pool's own."""
+    problems = []
+    dd = str(data_dir)
+    found = [os.path.join(dd, *["*"] * depth, "storage") for depth in range(3)]
+    for storage in sorted({p for pat in found for p in glob.glob(pat)}):
+        if "/storage/" in storage[len(dd):]:
+            continue  # inside a pool, not a data dir's
+        if not os.path.isfile(os.path.join(storage, "pool.img")) and not os.listdir(storage):
+            continue
+        for name in sorted(os.listdir(storage)):
+            if name not in POOL_FILES:
+                problems.append(f"storage file left: {storage}/{name}")
+        ws = os.path.join(storage, "mnt", "ws")
+        if os.path.isdir(ws):
+            for name in sorted(os.listdir(ws)):
+                problems.append(f"workspace left in the storage pool: {ws}/{name}")
+    return problems
+
+
 def netns_names():
     try:
         return set(os.listdir("/run/netns"))
@@ -159,8 +226,10 @@ def snapshot():
 def leftovers(before, data_dir, me=None):
     """Problems (strings) found compared with snapshot `before`.
 
-    - a loop device whose backing file is in this session's data dir;
-    - a storage image left in <data_dir>/storage;
+    - a loop device whose backing file is in this session's data dir (but
+      a storage pool's own);
+    - an ephemeral workspace left in a storage pool, or a stray file in
+      a storage/ directory (pool_problems());
     - a sandlot-init that appeared since `before` and is ours (a
       descendant of this process) or an orphan (parent is PID 1);
     - a sandbox cgroup that appeared since `before` and holds no process
@@ -172,12 +241,9 @@ def leftovers(before, data_dir, me=None):
     problems = []
     dd = str(data_dir)
     for dev, bf in sorted(loop_backing_files().items()):
-        if bf.startswith(dd):
+        if bf.startswith(dd) and not is_pool_image(bf):
             problems.append(f"loop device {dev} still backed by {bf}")
-    storage = os.path.join(dd, "storage")
-    if os.path.isdir(storage):
-        for name in sorted(os.listdir(storage)):
-            problems.append(f"storage file left: {storage}/{name}")
+    problems += pool_problems(dd)
     for p in sorted(init_pids() - before["inits"]):
         parent = ppid(p)
         if is_descendant(p, me) or parent in (0, 1):
@@ -188,7 +254,8 @@ def leftovers(before, data_dir, me=None):
         if procs is not None and not procs:
             problems.append(f"empty sandbox cgroup left: {cg}")
     for ln in sorted(sandlot_mounts() - before["mounts"]):
-        problems.append(f"mount left: {ln}")
+        if not is_pool_mount(ln):
+            problems.append(f"mount left: {ln}")
     for n in sorted(netns_names() - before["netns"]):
         problems.append(f"network namespace left: /run/netns/{n}")
     return problems
