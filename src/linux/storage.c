@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/btrfs.h>
 #include <linux/loop.h>
 #include <linux/magic.h>
@@ -207,13 +208,16 @@ static int attach_loop(int img_fd, uint32_t flags, char *dev, size_t devlen,
 	return rc;
 }
 
-/* The loop device already attached to the file open on img_fd, opened, or
- * -1.  A pool must never be on two devices at once: btrfs would take them
- * for one filesystem's two copies. */
-static int find_loop(int img_fd, char *dev, size_t devlen)
+/* The loop device already attached to the file `path` (open on img_fd),
+ * opened, or -1.  A pool must never be on two devices at once: btrfs would
+ * take them for one filesystem's two copies.  Only devices whose backing
+ * file has our path are opened (never another program's), and the inode
+ * must match too. */
+static int find_loop(int img_fd, const char *path, char *dev, size_t devlen)
 {
 	struct stat st;
-	if (fstat(img_fd, &st) < 0)
+	char real[PATH_MAX];
+	if (fstat(img_fd, &st) < 0 || !realpath(path, real))
 		return -1;
 	cleanup_closedir DIR *d = opendir("/sys/block");
 	if (!d)
@@ -222,10 +226,16 @@ static int find_loop(int img_fd, char *dev, size_t devlen)
 	while ((de = readdir(d))) {
 		if (strncmp(de->d_name, "loop", 4) != 0)
 			continue;
-		char path[320];
-		snprintf(path, sizeof(path), "/sys/block/%s/loop/backing_file", de->d_name);
-		if (access(path, F_OK) < 0)
+		char sys[320], bf[PATH_MAX + 16];
+		snprintf(sys, sizeof(sys), "/sys/block/%s/loop/backing_file", de->d_name);
+		cleanup_close int bfd = open(sys, O_RDONLY | O_CLOEXEC);
+		ssize_t n = bfd >= 0 ? read(bfd, bf, sizeof(bf) - 1) : -1;
+		if (n <= 0)
 			continue; /* not configured */
+		bf[n] = '\0';
+		bf[strcspn(bf, "\n")] = '\0';
+		if (strcmp(bf, real) != 0)
+			continue;
 		if ((size_t)snprintf(dev, devlen, "/dev/%s", de->d_name) >= devlen)
 			continue;
 		int fd = open(dev, O_RDWR | O_CLOEXEC);
@@ -322,6 +332,15 @@ static int make_pool(const struct pool_paths *p, uint64_t size, sandlot_error_t 
 				      "cannot make a storage pool of %s in %s: its filesystem has %s "
 				      "free beyond the %s kept for itself", human(size, a), p->dir,
 				      human(room, b), human(keep, c));
+	/* Pool files half made by a process killed while making one (only
+	 * ever made under the pool lock, which we hold): never used, remove. */
+	DIR *d = opendir(p->dir);
+	struct dirent *de;
+	while (d && (de = readdir(d)))
+		if (strncmp(de->d_name, ".pool-", 6) == 0)
+			unlinkat(dirfd(d), de->d_name, 0);
+	if (d)
+		closedir(d);
 	char tmp[4300];
 	snprintf(tmp, sizeof(tmp), "%s/.pool-XXXXXX", p->dir);
 	cleanup_close int fd = mkostemp(tmp, O_CLOEXEC);
@@ -405,7 +424,7 @@ static int pool_mount_locked(const struct pool_paths *p, int create, sandlot_err
 	/* A device left attached (by a mount elsewhere, or by sandboxes that
 	 * outlived an unmount) is reused; a new one detaches itself when the
 	 * last mount of the pool goes. */
-	cleanup_close int lfd = find_loop(img, dev, sizeof(dev));
+	cleanup_close int lfd = find_loop(img, p->img, dev, sizeof(dev));
 	if (lfd < 0)
 		lfd = attach_loop(img, LO_FLAGS_AUTOCLEAR, dev, sizeof(dev), err);
 	if (lfd < 0)
@@ -498,7 +517,7 @@ static int grow_locked(const struct pool_paths *p, int root, uint64_t size, sand
 					    human(size, a));
 	}
 	char dev[64];
-	cleanup_close int lfd = find_loop(img, dev, sizeof(dev));
+	cleanup_close int lfd = find_loop(img, p->img, dev, sizeof(dev));
 	if (lfd < 0)
 		return sandlot__error(err, ENXIO, "the storage pool %s has no loop device", p->img);
 	return fit_to_file(root, lfd, size, err);
