@@ -77,6 +77,9 @@ def main():
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
 
     tmp = Path(tempfile.mkdtemp(prefix="sandlot-bench-storage-", dir="/var/tmp"))
+    # The baseline's sandlot-init is exec'd from here by a sandbox's root,
+    # an unprivileged host uid.
+    tmp.chmod(0o755)
     worktree = None
     try:
         # 1. the operations
