@@ -223,3 +223,32 @@ def test_workspaces_of_the_former_layout_are_brought_in(own_daemon, tmp_path):
     assert "rc=1" in out["stdout"] and "quota" in out["stderr"], out
     assert d.delete(f"/v1/sandboxes/{sid}").status == 204
     assert d.stop() == 0
+
+
+# ---- sizing -----------------------------------------------------------------------
+
+def test_the_pool_grows_on_demand_and_by_storage_size(own_daemon):
+    d = own_daemon(["--storage-size", "1200M"]).start()
+    img = Path(d.data_dir) / "storage" / "pool.img"
+    size0 = img.stat().st_size
+    assert size0 >= 1200 << 20, size0
+    # fully allocated: no hole anywhere
+    assert img.stat().st_blocks * 512 >= size0
+    # a quota the pool cannot hold yet: it grows (while others run)
+    small = d.create(**SMALL, disk="32M")
+    sid = d.create(**SMALL, disk="2G")
+    size1 = img.stat().st_size
+    assert size1 > size0 and img.stat().st_blocks * 512 >= size1, (size0, size1)
+    print(f"pool {size0 >> 20} MiB, then {size1 >> 20} MiB")
+    out = sh(d, sid, "fallocate -l 1900M big && echo ok")
+    assert out["stdout"] == "ok\n", out
+    sh_ok(d, small, "echo still fine > f && cat f")
+    for s in (small, sid):
+        assert d.delete(f"/v1/sandboxes/{s}").status == 204
+    assert d.stop() == 0
+    bad = own_daemon(["--storage-size", "lots"])
+    with pytest.raises(RuntimeError, match="exited with 2"):
+        bad.start()
+    bad = own_daemon(["--disk-overcommit", "0.5"])
+    with pytest.raises(RuntimeError, match="exited with 2"):
+        bad.start()
