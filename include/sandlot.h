@@ -190,8 +190,10 @@ SANDLOT_API int sandlot_storage_info(const sandlot_options_t *opts, sandlot_stor
 SANDLOT_API int sandlot_storage_grow(const sandlot_options_t *opts, uint64_t bytes,
 				     sandlot_error_t **err);
 /* Unmount the storage pool (it is mounted on first use and stays mounted,
- * under <data-dir>/storage/mnt, for the next sandbox).  EBUSY while a
- * process works in it; running sandboxes keep their workspaces. */
+ * under <data-dir>/storage/mnt, for the next sandbox).  Sandboxes still
+ * running keep their workspaces: the pool then leaves the host's mount
+ * table at once and goes, with its loop device, when the last of them
+ * ends. */
 SANDLOT_API int sandlot_storage_unmount(const sandlot_options_t *opts, sandlot_error_t **err);
 
 typedef struct sandlot_usage {

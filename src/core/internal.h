@@ -112,6 +112,9 @@ void sandlot__unref(sandlot_t *sb);
 /* The disk overcommit ratio for opts: its own, else $SANDLOT_DISK_OVERCOMMIT,
  * else 1. */
 double sandlot__overcommit(const sandlot_options_t *opts);
+/* EINVAL naming it if opts->disk_overcommit, or $SANDLOT_DISK_OVERCOMMIT
+ * when that is 0, is not a ratio from 1 to 1000. */
+int sandlot__overcommit_check(const sandlot_options_t *opts, sandlot_error_t **err);
 
 /* Record the workspace baseline for change tracking (no report). */
 int sandlot__changes_baseline(sandlot_t *sb, sandlot_error_t **err);

@@ -191,10 +191,8 @@ static int validate(const sandlot_options_t *opts, int check_image, sandlot_erro
 	if (opts->workspace && opts->storage == SANDLOT_STORAGE_TMPFS)
 		return sandlot__error(err, EINVAL,
 				      "a kept workspace needs pool storage, not tmpfs");
-	if (opts->disk_overcommit != 0 && !(opts->disk_overcommit >= 1 && opts->disk_overcommit <= 1000))
-		return sandlot__error(err, EINVAL,
-				      "disk overcommit ratio %g is out of range: 1 to 1000 (0: default)",
-				      opts->disk_overcommit);
+	if (sandlot__overcommit_check(opts, err) < 0)
+		return -1;
 	if (opts->id && !valid_sandbox_id(opts->id))
 		return sandlot__error(err, EINVAL,
 				      "invalid sandbox id \"%.64s\": expected \"sb-\" and 26 characters "

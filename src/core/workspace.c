@@ -12,14 +12,44 @@ static const char *dir_of(const sandlot_options_t *opts)
 	return sandlot__data_dir(opts ? opts->data_dir : NULL);
 }
 
+/* $SANDLOT_DISK_OVERCOMMIT: 0 and *out = 1 when unset, -1 when it is not a
+ * ratio from 1 to 1000. */
+static int overcommit_env(double *out)
+{
+	const char *env = getenv("SANDLOT_DISK_OVERCOMMIT");
+	*out = 1;
+	if (!env || !*env)
+		return 0;
+	char *end;
+	errno = 0;
+	double v = strtod(env, &end);
+	if (*end || errno || !(v >= 1 && v <= 1000))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int sandlot__overcommit_check(const sandlot_options_t *opts, sandlot_error_t **err)
+{
+	double v;
+	if (opts->disk_overcommit != 0 &&
+	    !(opts->disk_overcommit >= 1 && opts->disk_overcommit <= 1000))
+		return sandlot__error(err, EINVAL,
+				      "disk overcommit ratio %g is out of range: 1 to 1000 (0: default)",
+				      opts->disk_overcommit);
+	if (opts->disk_overcommit == 0 && overcommit_env(&v) < 0)
+		return sandlot__error(err, EINVAL,
+				      "invalid SANDLOT_DISK_OVERCOMMIT=\"%.40s\": expected a ratio from 1 "
+				      "to 1000, e.g. 1.5", getenv("SANDLOT_DISK_OVERCOMMIT"));
+	return 0;
+}
+
 double sandlot__overcommit(const sandlot_options_t *opts)
 {
 	if (opts && opts->disk_overcommit >= 1)
 		return opts->disk_overcommit;
-	const char *env = getenv("SANDLOT_DISK_OVERCOMMIT");
-	char *end;
-	double v = env && *env ? strtod(env, &end) : 1;
-	return env && *env && *end == '\0' && v >= 1 ? v : 1;
+	double v;
+	return overcommit_env(&v) == 0 ? v : 1;
 }
 
 int sandlot_workspace_copy(const sandlot_options_t *opts, const char *src, const char *dst,

@@ -1188,11 +1188,16 @@ int sandlot__pool_unmount(const char *data_dir, sandlot_error_t **err)
 	if (root < 0)
 		return 0;
 	close(root);
-	/* Not MNT_DETACH: a process working in the pool (it holds an fd of
-	 * it) makes this EBUSY.  Sandboxes' own mounts of their workspaces
-	 * do not: they keep the filesystem and its loop device until they end,
-	 * and whoever opens the pool next mounts that same device again. */
-	if (umount2(p.mnt, UMOUNT_NOFOLLOW) < 0)
+	/* Busy while a sandbox runs (its init holds the workspace's lock file,
+	 * opened through this mount) or a process works in the pool: then it
+	 * is detached instead.  That is safe: every user works through file
+	 * descriptors, never through this path; the users keep the filesystem
+	 * and its loop device until they end (then the device detaches
+	 * itself), and whoever opens the pool meanwhile finds that same
+	 * device and mounts it again. */
+	if (umount2(p.mnt, UMOUNT_NOFOLLOW) == 0)
+		return 0;
+	if (errno != EBUSY || umount2(p.mnt, UMOUNT_NOFOLLOW | MNT_DETACH) < 0)
 		return sandlot__error_errno(err, errno, "unmount the storage pool %s", p.mnt);
 	return 0;
 }

@@ -138,8 +138,9 @@ int sandlot__pool_info(const char *data_dir, struct sandlot_pool_info *out, sand
 /* Grow the pool (making it if needed) to at least `bytes`.  ENOSPC if the
  * data filesystem does not have the room. */
 int sandlot__pool_grow(const char *data_dir, uint64_t bytes, sandlot_error_t **err);
-/* Unmount the pool (its loop device then detaches itself), unless a
- * workspace in it is in use (EBUSY).  0 when there was none mounted. */
+/* Unmount the pool (its loop device then detaches itself); while sandboxes
+ * still use it, detach it from the host's tree instead (their mounts keep it
+ * until they end).  0 also when there was none mounted. */
 int sandlot__pool_unmount(const char *data_dir, sandlot_error_t **err);
 /* Remove ephemeral workspaces whose process was killed, and half-made
  * kept ones; recount the reservations.  Quiet; a no-op without a pool. */

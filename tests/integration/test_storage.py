@@ -76,6 +76,9 @@ def test_run_with_a_disk_that_cannot_be_reserved(sandlot):
     # nothing was reserved or made for it
     r = sandlot.run(["--", "true"])
     assert r.rc == 0, r
+    # a ratio that is not one is a usage error, named
+    r = sandlot.run(["--", "true"], extra_env={"SANDLOT_DISK_OVERCOMMIT": "0.5"})
+    assert r.rc == 2 and "SANDLOT_DISK_OVERCOMMIT" in r.stderr, r
 
 
 def test_create_with_a_disk_that_cannot_be_reserved(sandlotd):
