@@ -538,7 +538,7 @@ static int reserve_locked(const struct pool_paths *p, int root, uint64_t bytes, 
 		uint64_t need = size_for(total, ratio), room, keep;
 		if (host_room(p, &room, &keep) < 0)
 			return sandlot__error_errno(err, errno, "statvfs %s", p->dir);
-		char a[32], b[32], c[32], d[32], e[32];
+		char a[32], b[32], c[32], d[32], e[32], f[32];
 		if (need > size + room)
 			return sandlot__error(
 				err, ENOSPC,
@@ -548,7 +548,7 @@ static int reserve_locked(const struct pool_paths *p, int root, uint64_t bytes, 
 				"there, or allow overcommit (sandlotd --disk-overcommit, "
 				"SANDLOT_DISK_OVERCOMMIT)",
 				human(bytes, a), human(cur, b), human(size, c), ratio,
-				human(need - size, d), human(room, e), p->dir, human(keep, c));
+				human(need - size, d), human(room, e), p->dir, human(keep, f));
 		uint64_t step = round_up(size + size / 4, POOL_STEP);
 		uint64_t to = need > step ? need : step;
 		if (to > size + room)
@@ -1091,6 +1091,8 @@ int sandlot__workspace_import(const char *data_dir, const char *name, const char
 	 * image may take a little more room as btrfs. */
 	struct btrfs_ioctl_qgroup_limit_args l;
 	memset(&l, 0, sizeof(l));
+	l.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
+	l.lim.max_rfer = (uint64_t)-1; /* btrfs: no limit */
 	ioctl(w, BTRFS_IOC_QGROUP_LIMIT, &l);
 	/* home/ and tmp/ exist in w (prepare_tree): copy their contents with
 	 * owners, modes, times, links and xattrs (cp -a), reading the image
