@@ -207,6 +207,41 @@ def pool_problems(data_dir):
     return problems
 
 
+def loop_holders(dev):
+    """Pids whose mount namespace still has a mount of loop device `dev`
+    (/dev/loopN): a namespace made (by anyone) while a storage pool was
+    mounted holds a copy of that mount, and so the pool's filesystem and
+    loop device, until it drops it; the pool's own unmount cannot reach a
+    copy that another namespace made private."""
+    num = read(f"/sys/block/{os.path.basename(dev)}/dev")
+    if not num:
+        return []
+    num = num.strip()
+    seen, out = set(), []
+    for pid in pids():
+        try:
+            ns = os.readlink(f"/proc/{pid}/ns/mnt")
+        except OSError:
+            continue
+        if ns in seen:
+            continue
+        seen.add(ns)
+        text = read(f"/proc/{pid}/mountinfo") or ""
+        if any(ln.split()[2] == num for ln in text.splitlines() if len(ln.split()) > 2):
+            out.append(pid)
+    return out
+
+
+def lingering_pool_loops(under):
+    """Loop devices of storage pools under `under` that are no longer
+    mounted in our namespace and that no namespace holds: leaked ones."""
+    out = []
+    for dev, bf in loop_backing_files().items():
+        if bf.startswith(str(under)) and not loop_holders(dev):
+            out.append(f"loop device {dev} on {bf}, mounted nowhere")
+    return out
+
+
 def netns_names():
     try:
         return set(os.listdir("/run/netns"))
