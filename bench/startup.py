@@ -222,7 +222,7 @@ def main():
     env["SANDLOT_DATA_DIR"] = data_dir
     try:
         cmds = {"sandlot": [str(SANDLOT), "run", "--", "/bin/true"],
-                # the same with the workspace on tmpfs instead of a loop-mounted ext4 image
+                # the same with the workspace on tmpfs instead of in the storage pool
                 "sl-tmpfs": [str(SANDLOT), "run", "--storage", "tmpfs", "--", "/bin/true"]}
         if not args.no_image:
             t0 = time.monotonic()
