@@ -464,7 +464,8 @@ def test_from_snapshot_of_an_expired_sandbox(sandlotd):
     assert sb["end_reason"] == "ttl" and sb["workspace_kept"] is True, sb
     assert sb["workspace_expires_at"] > sb["ended_at"], sb
     assert image_of(d, old).exists()
-    assert not in_use(image_of(d, old))
+    # let go of once its teardown (which follows the expiry) is done
+    assert wait_until(lambda: not in_use(image_of(d, old)), 10)
     assert_error(d.get(f"/v1/sandboxes/{old}/files?path=work/result.csv"), 410, "sandbox_ended")
 
     new = d.create(from_snapshot=old, ttl_seconds=600)
