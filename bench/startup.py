@@ -287,6 +287,9 @@ def main():
                 if cg_usage is not None:
                     print(f"  cgroup memory usage (incl. page cache, kernel memory): {cg_usage} KiB")
     finally:
+        # `sandlot run` leaves the data dir's storage pool mounted for the
+        # next run: unmount it first.
+        subprocess.run(["umount", os.path.join(data_dir, "storage", "mnt")], capture_output=True)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

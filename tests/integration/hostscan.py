@@ -213,10 +213,6 @@ def loop_holders(dev):
     mounted holds a copy of that mount, and so the pool's filesystem and
     loop device, until it drops it; the pool's own unmount cannot reach a
     copy that another namespace made private."""
-    num = read(f"/sys/block/{os.path.basename(dev)}/dev")
-    if not num:
-        return []
-    num = num.strip()
     seen, out = set(), []
     for pid in pids():
         try:
@@ -227,7 +223,9 @@ def loop_holders(dev):
             continue
         seen.add(ns)
         text = read(f"/proc/{pid}/mountinfo") or ""
-        if any(ln.split()[2] == num for ln in text.splitlines() if len(ln.split()) > 2):
+        # the mount source, after " - FSTYPE " (btrfs shows an anonymous
+        # device number in the major:minor field, not the loop device's)
+        if any(ln.partition(" - ")[2].split()[1:2] == [dev] for ln in text.splitlines()):
             out.append(pid)
     return out
 

@@ -141,10 +141,10 @@ function isOurDescendant(pid: number): boolean {
   return false;
 }
 
-/** Whether some mount namespace still mounts block device `dev` (loopN). */
+/** Whether some mount namespace still mounts block device `dev` (loopN):
+ * the mount source, after " - FSTYPE " in mountinfo (btrfs shows an
+ * anonymous device number in the major:minor field). */
 function mountedSomewhere(dev: string): boolean {
-  const num = read(`/sys/block/${dev}/dev`)?.trim();
-  if (!num) return false;
   const seen = new Set<string>();
   for (const name of fs.readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
@@ -157,7 +157,7 @@ function mountedSomewhere(dev: string): boolean {
     if (seen.has(ns)) continue;
     seen.add(ns);
     const text = read(`/proc/${name}/mountinfo`) ?? "";
-    if (text.split("\n").some((ln) => ln.split(" ")[2] === num)) return true;
+    if (text.split("\n").some((ln) => (ln.split(" - ")[1] ?? "").split(" ")[1] === `/dev/${dev}`)) return true;
   }
   return false;
 }
