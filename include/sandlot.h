@@ -207,6 +207,29 @@ typedef struct sandlot_usage {
 
 SANDLOT_API int sandlot_usage(sandlot_t *sb, sandlot_usage_t *out, sandlot_error_t **err);
 
+/* ---- ports: connections to servers inside the sandbox ------------------ */
+
+/* Open a TCP connection to `port` (1 to 65535) on the sandbox's own
+ * loopback interface, where a server inside listening on 0.0.0.0,
+ * 127.0.0.1, [::] or [::1] accepts it: the one way in from the host.  The
+ * sandbox itself has no route to anything, and nothing else on the host can
+ * connect to it; callers that expose a port (sandlotd) relay bytes between
+ * their own listener and such connections.
+ *
+ * 127.0.0.1 is tried first, then [::1] if that is refused (a server bound
+ * to ::1 only, as development servers are where "localhost" means ::1).
+ * Each attempt waits up to timeout_ms (0: 5000) for the server's kernel to
+ * accept; on loopback that takes microseconds unless the server's accept
+ * queue is full.
+ *
+ * Returns a connected, blocking socket the caller owns (O_CLOEXEC), or -1:
+ * EINVAL (port out of range), ECONNREFUSED (nothing listens on the port
+ * inside), ETIMEDOUT (not accepted in time), EPIPE (the sandbox has ended).
+ * It never waits on the sandbox's init, but it does block: not from
+ * library callbacks. */
+SANDLOT_API int sandlot_port_connect(sandlot_t *sb, unsigned port, unsigned timeout_ms,
+				     sandlot_error_t **err);
+
 /* ---- processes --------------------------------------------------------- */
 
 typedef enum { SANDLOT_STDOUT = 1, SANDLOT_STDERR = 2 } sandlot_stream_t;

@@ -48,6 +48,13 @@ struct sandlot_backend_ops {
 	 * so cheaper than usage).  0, or -1 when they cannot be read. */
 	int (*events)(struct sandlot *sb, uint64_t *oom_kills, uint64_t *pids_limit_hits);
 	pid_t (*init_pid)(const struct sandlot *sb);
+	/* Open a TCP connection to `port` on the sandbox's own loopback, as
+	 * sandlot_port_connect() describes (port and liveness already checked).
+	 * The ns backend makes the socket in the sandbox's network namespace;
+	 * a VM backend would ask init over its channel and hand back one end
+	 * of a relayed pair.  Returns the socket or -1 with err. */
+	int (*port_connect)(struct sandlot *sb, uint16_t port, unsigned timeout_ms,
+			    sandlot_error_t **err);
 };
 
 extern const struct sandlot_backend_ops sandlot__backend_ns;

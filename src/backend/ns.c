@@ -35,6 +35,7 @@
 #include "core/internal.h"
 #include "init/init.h"
 #include "linux/cgroup.h"
+#include "linux/nsconnect.h"
 #include "linux/seccomp.h"
 #include "linux/storage.h"
 #include "linux/syscalls.h"
@@ -81,7 +82,8 @@ static void ns_release(struct ns_state *ns)
 /* Child after clone: only raw syscalls (the parent may be multi-threaded,
  * so malloc and stdio locks may be held by threads that do not exist here).
  * Reports a failure as "errno message" on the status pipe. */
-static __attribute__((noreturn)) void child_fail(int status_fd, const char *what)
+static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_fail(int status_fd,
+									  const char *what)
 {
 	char buf[160];
 	int e = errno, n = 0;
@@ -97,10 +99,10 @@ static __attribute__((noreturn)) void child_fail(int status_fd, const char *what
 	for (const char *p = what; *p && n < (int)sizeof(buf) - 2; p++)
 		buf[n++] = *p;
 	buf[n++] = '\n';
-	if (write(status_fd, buf, (size_t)n) < 0) {
+	if (sys_write(status_fd, buf, (size_t)n) < 0) {
 		/* nothing more we can do */
 	}
-	_exit(127);
+	sys_exit_group(127);
 }
 
 struct child_args {
@@ -110,7 +112,7 @@ struct child_args {
 	char *const *argv;
 };
 
-static __attribute__((noreturn)) void child_main(const struct child_args *a)
+static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struct child_args *a)
 {
 	char c;
 	/* Into the sandbox's cgroup before anything else (v1; on v2 the
@@ -121,10 +123,10 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	 * parent gave up on us. */
 	ssize_t n;
 	do
-		n = read(a->sync_rd, &c, 1);
+		n = sys_read(a->sync_rd, &c, 1);
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
-		_exit(1);
+		sys_exit_group(1);
 	/* Raw syscalls: see sys_setgroups0() (glibc's wrappers can deadlock
 	 * here when the parent is multi-threaded, as sandlotd is). */
 	if (sys_setgroups0() < 0)
@@ -139,21 +141,22 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	int hi[6];
 	for (int i = 0; i < 6; i++) {
 		hi[i] = -1;
-		if (src[i] >= 0 && (hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 100)) < 0)
+		if (src[i] >= 0 && (hi[i] = sys_dupfd_cloexec(src[i], 100)) < 0)
 			child_fail(a->status_wr, "dup");
 	}
 	int status_fd = hi[1];
 	for (int i = 0; i < 6; i++)
-		if (hi[i] >= 0 && dup2(hi[i], INIT_FD_PROTO + i) < 0)
+		if (hi[i] >= 0 && sys_dup2(hi[i], INIT_FD_PROTO + i) < 0)
 			child_fail(status_fd, "dup2");
-	if (dup2(a->devnull, 0) < 0 || dup2(a->devnull, 1) < 0 || dup2(a->devnull, 2) < 0)
+	if (sys_dup2(a->devnull, 0) < 0 || sys_dup2(a->devnull, 1) < 0 ||
+	    sys_dup2(a->devnull, 2) < 0)
 		child_fail(status_fd, "dup2 stdio");
 	if (sys_close_range(INIT_FD_LOCK + 1, ~0U, 0) < 0) {
 		for (int fd = INIT_FD_LOCK + 1; fd < 1024; fd++)
-			close(fd);
+			sys_close(fd);
 	}
 	char *const envp[] = { NULL };
-	execve(a->init_path, a->argv, envp);
+	sys_execve(a->init_path, a->argv, envp);
 	child_fail(INIT_FD_STATUS, "exec sandlot-init");
 }
 
@@ -440,6 +443,37 @@ static pid_t ns_init_pid(const struct sandlot *sb)
 	return ns ? ns->pid : 0;
 }
 
+/* The sandbox's network namespace is its init's: entered through the
+ * pidfd (Linux 5.8+; the pid is our unreaped child, so it cannot have been
+ * reused), or through /proc/PID/ns/net where setns() takes no pidfd. */
+static int ns_port_connect(struct sandlot *sb, uint16_t port, unsigned timeout_ms,
+			   sandlot_error_t **err)
+{
+	struct ns_state *ns = sb->backend;
+	if (!ns || ns->pid <= 0)
+		return sandlot__error(err, EPIPE, "the sandbox is gone");
+	if (ns->pidfd >= 0) {
+		sandlot_error_t *e = NULL;
+		int fd = sandlot__netns_connect_loopback(ns->pidfd, port, (int)timeout_ms, &e);
+		if (fd >= 0 || sandlot_error_status(e) != EINVAL) {
+			if (fd < 0) {
+				if (err)
+					*err = e;
+				else
+					sandlot_error_free(e);
+			}
+			return fd;
+		}
+		sandlot_error_free(e);
+	}
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)ns->pid);
+	cleanup_close int nsfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (nsfd < 0)
+		return sandlot__error_errno(err, errno, "open the sandbox's network namespace");
+	return sandlot__netns_connect_loopback(nsfd, port, (int)timeout_ms, err);
+}
+
 const struct sandlot_backend_ops sandlot__backend_ns = {
 	.name = "ns",
 	.start = ns_start,
@@ -448,4 +482,5 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.usage = ns_usage,
 	.events = ns_events,
 	.init_pid = ns_init_pid,
+	.port_connect = ns_port_connect,
 };

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "sandlot.h"
+#include "common/lines.h"
 
 /* Exit statuses of our own (the command's status is passed through). */
 #define EXIT_USAGE 2        /* bad arguments: sizes, durations, paths, options */
@@ -21,7 +22,7 @@ int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((forma
 int cli_option_error(const char *verb, int c, char **argv);
 
 /* Read all of fd (a FILE or stdin; `what` names it in messages), at most
- * max bytes, into a malloc'd *out.  0, or an exit status after printing
+ * max bytes, into a malloc'd *out, NUL-terminated (*outlen bytes before the NUL).  0, or an exit status after printing
  * why (2 for an unreadable or too large input). */
 int cli_read_all(const char *verb, int fd, const char *what, size_t max, char **out, size_t *outlen);
 
@@ -35,7 +36,8 @@ enum { OPT_HOST = 1000, OPT_TOKEN_FILE };
 	{ "host", required_argument, NULL, 'H' },                       \
 	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE }
 /* The sandbox options of `create` and `mcp` (create.c): --memory (-m),
- * --cpus, --pids, --disk, --env (-e), --ttl, --idle-timeout, --image. */
+ * --cpus, --pids, --disk, --env (-e), --ttl, --idle-timeout, --image,
+ * --port (-p, repeatable). */
 enum { OPT_CPUS = 1100, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE };
 #define CLI_SANDBOX_OPTIONS                                             \
 	{ "memory", required_argument, NULL, 'm' },                     \
@@ -45,7 +47,8 @@ enum { OPT_CPUS = 1100, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE };
 	{ "env", required_argument, NULL, 'e' },                        \
 	{ "ttl", required_argument, NULL, OPT_TTL },                    \
 	{ "idle-timeout", required_argument, NULL, OPT_IDLE },          \
-	{ "image", required_argument, NULL, OPT_IMAGE }
+	{ "image", required_argument, NULL, OPT_IMAGE },                \
+	{ "port", required_argument, NULL, 'p' }
 struct json_t;
 /* Put sandbox option c (getopt's code) with value arg into a create
  * request's body (--env pairs into env).  0 when stored; 1 when c is not a
@@ -80,18 +83,15 @@ int cmd_changes(int argc, char **argv);
 int cmd_code(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
 int cmd_image(int argc, char **argv);
+int cmd_port(int argc, char **argv);
+/* "8000" → 8000: a whole number from 1 to 65535, else 0. */
+unsigned cli_parse_port(const char *s);
 
 /* NDJSON exec event stream (exec.c; also used by logs.c): writes stdout and
  * stderr data to fds 1 and 2 as they arrive and keeps the exit event. */
-/* A partial line of an NDJSON stream (client_lines_feed() in client.h). */
-struct client_lines {
-	char *buf;               /* a partial line (no '\n' yet) */
-	size_t len, cap;
-};
-
 struct exec_stream {
 	const char *verb;
-	struct client_lines lines;
+	struct sl_lines lines;   /* a partial NDJSON line */
 	int base64;              /* data fields are base64 (we asked for it) */
 	int broken_pipe;         /* our stdout or stderr is gone */
 	int bad;                 /* a line that is not an event: message printed */

@@ -40,6 +40,10 @@ static const char create_help[] =
 	"        --image NAME        root filesystem image: host, or one built with\n"
 	"                            sandlot image build in sandlotd's data directory\n"
 	"                            (default: sandlotd's --default-image, else host)\n"
+	"    -p, --port PORT         expose PORT: a server listening on it inside is\n"
+	"                            reachable at a URL on the host's 127.0.0.1 and\n"
+	"                            through sandlotd's API (repeatable; at most 32;\n"
+	"                            see sandlot port)\n"
 	"        --json              print the whole sandbox object as JSON (one line)\n"
 	"                            instead of its id\n"
 	CLI_CLIENT_OPTIONS_HELP
@@ -51,7 +55,10 @@ static const char create_help[] =
 	"\n"
 	"EXAMPLES\n"
 	"    id=$(sandlot create --memory 1G --ttl 1h --label owner=alice)\n"
-	"    sandlot exec \"$id\" -- python3 -c 'print(1)'\n";
+	"    sandlot exec \"$id\" -- python3 -c 'print(1)'\n"
+	"    id=$(sandlot create --port 8000)\n"
+	"    sandlot exec \"$id\" -- sh -c 'python3 -m http.server 8000 >log 2>&1 &'\n"
+	"    sandlot port \"$id\"            # 8000  http://127.0.0.1:40123\n";
 
 enum { OPT_JSON = 256 };
 
@@ -117,6 +124,24 @@ int cli_sandbox_option(const char *verb, int c, const char *arg, json_t *body, j
 	case OPT_IMAGE:
 		json_object_set_new(body, "image", json_string(arg));
 		break;
+	case 'p': {
+		unsigned port = cli_parse_port(arg);
+		if (!port)
+			return cli_usage_error(verb, "invalid --port \"%s\": expected a port number "
+					       "from 1 to 65535", arg);
+		json_t *ports = json_object_get(body, "ports");
+		if (!ports) {
+			ports = json_array();
+			json_object_set_new(body, "ports", ports);
+		}
+		size_t i;
+		json_t *e;
+		json_array_foreach(ports, i, e)
+			if (json_integer_value(e) == (json_int_t)port)
+				return cli_usage_error(verb, "--port %u is given twice", port);
+		json_array_append_new(ports, json_integer(port));
+		break;
+	}
 	default:
 		return 1;
 	}
@@ -168,7 +193,7 @@ int cmd_create(int argc, char **argv)
 	optind = 1;
 	opterr = 0;
 	int c;
-	while ((c = getopt_long(argc, argv, "+:m:e:l:H:h", create_opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:m:e:l:p:H:h", create_opts, NULL)) != -1) {
 		if (optarg && strcmp(optarg, "--") == 0)
 			c = ':';
 		switch (c) {
@@ -207,4 +232,13 @@ out:
 	json_decref(env);
 	json_decref(labels);
 	return rc;
+}
+
+unsigned cli_parse_port(const char *s)
+{
+	unsigned long v = 0;
+	const char *p = s;
+	for (; *p >= '0' && *p <= '9' && v <= 65535; p++)
+		v = v * 10 + (unsigned long)(*p - '0');
+	return p == s || *p || v < 1 || v > 65535 ? 0 : (unsigned)v;
 }

@@ -14,7 +14,8 @@ static const char main_help[] =
 	"\n"
 	"SYNOPSIS\n"
 	"    sandlot run [OPTIONS] -- COMMAND [ARG...]\n"
-	"    sandlot [-H HOST] create | exec | code | cp | ls | rm | logs | changes [OPTIONS] ...\n"
+	"    sandlot [-H HOST] create | exec | code | cp | ls | rm | logs | changes | port\n"
+	"            [OPTIONS] ...\n"
 	"    sandlot [-H HOST] mcp [OPTIONS]\n"
 	"    sandlot image build | ls | inspect | rm [OPTIONS] ...\n"
 	"    sandlot COMMAND --help\n"
@@ -45,6 +46,8 @@ static const char main_help[] =
 	"    rm        Destroy sandboxes.\n"
 	"    logs      Output of a background exec (--follow to stream it).\n"
 	"    changes   Files created, modified and deleted in a sandbox.\n"
+	"    port      List, add and remove a sandbox's exposed ports: servers\n"
+	"              inside reachable at a URL on the host (create --port).\n"
 	"    mcp       Serve the Model Context Protocol on stdin/stdout for MCP\n"
 	"              hosts: tools to run commands and code and move files in\n"
 	"              one sandbox per session (docs/mcp.md).\n"
@@ -136,6 +139,7 @@ static const struct {
 	{ "code", cmd_code },
 	{ "mcp", cmd_mcp },
 	{ "image", cmd_image },
+	{ "port", cmd_port },
 #else
 	{ "run", cmd_run },
 	{ "create", NULL },
@@ -148,6 +152,7 @@ static const struct {
 	{ "code", NULL },
 	{ "mcp", NULL },
 	{ "image", NULL },
+	{ "port", NULL },
 #endif
 };
 

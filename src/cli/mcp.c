@@ -42,6 +42,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "common/base64.h"
 #include "common/cleanup.h"
 #include "common/json.h"
 
@@ -83,6 +84,8 @@ static const char mcp_help[] =
 	"        list_files       the entries of a directory\n"
 	"        generated_files  files created, modified or deleted in /home/user\n"
 	"                         since the session began, optionally with contents\n"
+	"        expose_port      make a server listening on a port inside reachable\n"
+	"                         at a URL on this machine\n"
 	"    Log lines go to standard error.  sandlotd must be running: if it\n"
 	"    cannot be reached at start, sandlot mcp says so and exits 125.\n"
 	"    docs/mcp.md describes the tools, their arguments and results.\n"
@@ -95,6 +98,9 @@ static const char mcp_help[] =
 	"        --disk SIZE         size of /home/user + /tmp (default 1G)\n"
 	"    -e, --env KEY=VALUE     environment variable of every command (repeatable)\n"
 	"        --image NAME        root filesystem image (default host)\n"
+	"    -p, --port PORT         expose PORT of the sandbox (repeatable): a server\n"
+	"                            listening on it inside is reachable at a URL on\n"
+	"                            the host's 127.0.0.1 (also: the expose_port tool)\n"
 	"        --ttl DURATION      delete the sandbox DURATION after its creation\n"
 	"                            (the next tool call then starts a new one;\n"
 	"                            default: the daemon's)\n"
@@ -444,29 +450,9 @@ static int abandoned(const struct call *k)
 
 static json_t *base64_json(const unsigned char *in, size_t len)
 {
-	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	size_t olen = (len + 2) / 3 * 4;
-	char *out = malloc(olen + 1);
-	if (!out)
-		return NULL;
-	size_t o = 0, i = 0;
-	for (; i + 3 <= len; i += 3) {
-		uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-		out[o++] = tab[v >> 18];
-		out[o++] = tab[(v >> 12) & 63];
-		out[o++] = tab[(v >> 6) & 63];
-		out[o++] = tab[v & 63];
-	}
-	if (i < len) {
-		uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < len ? (uint32_t)in[i + 1] << 8 : 0);
-		out[o++] = tab[v >> 18];
-		out[o++] = tab[(v >> 12) & 63];
-		out[o++] = i + 1 < len ? tab[(v >> 6) & 63] : '=';
-		out[o++] = '=';
-	}
-	json_t *s = json_stringn_nocheck(out, o);
-	free(out);
-	return s;
+	size_t olen;
+	cleanup_free char *out = sandlot__base64_encode_alloc(in, len, &olen);
+	return out ? json_stringn_nocheck(out, olen) : NULL;
 }
 
 /* "sandlot://sb-.../home/user/a%20b.bin": where a binary file came from. */
@@ -1240,12 +1226,12 @@ static void tool_write_file(struct call *k)
 	size_t len = json_string_length(content);
 	cleanup_free unsigned char *decoded = NULL;
 	if (enc && !strcmp(enc, "base64")) {
-		decoded = malloc(len / 4 * 3 + 3);
+		decoded = malloc(sandlot__base64_decoded_max(len));
 		if (!decoded) {
 			fail(k, "out of memory");
 			return;
 		}
-		ssize_t n = client_base64_decode(data, len, decoded);
+		ssize_t n = sandlot__base64_decode(data, len, decoded);
 		if (n < 0) {
 			fail(k, "content is not valid base64 (encoding is \"base64\")");
 			return;
@@ -1298,6 +1284,44 @@ static void tool_list_files(struct call *k)
 		}
 	}
 	client_req_free(&r);
+}
+
+/* ---- expose_port ----------------------------------------------------------------- */
+
+static void tool_expose_port(struct call *k)
+{
+	json_int_t port = json_integer_value(json_object_get(k->args, "port"));
+	struct client_req g = { .method = "GET" };
+	if (sb_request(k, &g, NULL, "/ports") < 0) {
+		client_req_free(&g);
+		return;
+	}
+	const char *url = NULL;
+	size_t i;
+	json_t *p;
+	json_array_foreach(json_object_get(g.reply, "ports"), i, p)
+		if (json_integer_value(json_object_get(p, "port")) == port)
+			url = client_str(p, "url");
+	cleanup_free char *have = url && *url ? strdup(url) : NULL;
+	client_req_free(&g);
+	if (!have) {
+		json_t *body = json_pack("{s:I}", "port", port);
+		struct client_req r = { .method = "POST", .json = body };
+		cleanup_free char *what = NULL;
+		if (asprintf(&what, "port %lld", (long long)port) < 0)
+			what = NULL;
+		int rc = sb_request(k, &r, what, "/ports");
+		if (rc == 0)
+			have = strdup(client_str(r.reply, "url"));
+		client_req_free(&r);
+		json_decref(body);
+		if (rc < 0)
+			return;
+	}
+	say(k, "Port %lld of the sandbox is exposed: a server listening on it inside (on 0.0.0.0 or "
+	    "127.0.0.1) is reachable from this machine at %s (start the server in the background, "
+	    "e.g. with run_command \"nohup python3 -m http.server %lld >/dev/null 2>&1 &\").",
+	    (long long)port, have ? have : "(unknown)", (long long)port);
 }
 
 /* ---- generated_files ---------------------------------------------------------- */
@@ -1487,6 +1511,11 @@ static const struct arg_spec run_code_args[] = {
 	{ 0 },
 };
 
+static const struct arg_spec expose_port_args[] = {
+	{ "port", ARG_INTEGER, 1, "the TCP port a server in the sandbox listens on", NULL, 1, 65535 },
+	{ 0 },
+};
+
 static const struct arg_spec read_file_args[] = {
 	{ "path", ARG_STRING, 1, "the file (absolute, or relative to /home/user)", NULL, 0, 0 },
 	{ 0 },
@@ -1545,6 +1574,11 @@ static const struct tool tools[] = {
 	  "List the files created, modified or deleted under /home/user since the session began (or since "
 	  "the last call), optionally with their contents: the way to collect what the code produced.",
 	  generated_files_args, 1, tool_generated_files },
+	{ "expose_port", "Expose a port to the user",
+	  "Make a server that listens on a TCP port inside the sandbox (a web app, a notebook, an API "
+	  "being developed) reachable by the user: returns the URL on this machine where it answers. "
+	  "The sandbox itself still has no network; only this port is reachable, from the host.",
+	  expose_port_args, 0, tool_expose_port },
 };
 
 static json_t *tools_list(void)
@@ -1755,7 +1789,7 @@ static int parse_options(struct mcp *m, int argc, char **argv, const char **host
 	int rc = 0, c;
 	optind = 1;
 	opterr = 0;
-	while (rc == 0 && (c = getopt_long(argc, argv, "+:m:e:t:H:h", mcp_opts, NULL)) != -1) {
+	while (rc == 0 && (c = getopt_long(argc, argv, "+:m:e:t:p:H:h", mcp_opts, NULL)) != -1) {
 		if (optarg && strcmp(optarg, "--") == 0)
 			c = ':';
 		switch (c) {

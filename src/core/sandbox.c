@@ -416,3 +416,21 @@ int sandlot_usage(sandlot_t *sb, sandlot_usage_t *out, sandlot_error_t **err)
 	memset(out, 0, sizeof(*out));
 	return sb->ops->usage(sb, out, err);
 }
+
+#define DEFAULT_CONNECT_TIMEOUT_MS 5000
+
+int sandlot_port_connect(sandlot_t *sb, unsigned port, unsigned timeout_ms, sandlot_error_t **err)
+{
+	if (port == 0 || port > 65535)
+		return sandlot__error(err, EINVAL, "invalid port %u: expected 1 to 65535", port);
+	if (timeout_ms == 0)
+		timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
+	if (timeout_ms > INT_MAX)
+		timeout_ms = INT_MAX;
+	if (!sb->ops || !sb->ops->port_connect)
+		return sandlot__error(err, ENOTSUP, "the %s backend cannot connect to ports",
+				      sb->ops ? sb->ops->name : "(none)");
+	if (!sandlot_alive(sb))
+		return sandlot__error(err, EPIPE, "sandbox %s has ended", sb->id);
+	return sb->ops->port_connect(sb, (uint16_t)port, timeout_ms, err);
+}

@@ -9,6 +9,8 @@
  *   misc.c        health, metrics, request log
  *   workspaces.c  kept workspaces: pause, resume, snapshots, retention
  *   pool.c        the warm pool (--pool) and its refill thread
+ *   ports.c       exposed ports: host listeners, the relay thread, routes
+ *   proxy.c       the HTTP (and WebSocket) proxy to exposed ports
  *
  * Locking: d->lock guards the table of sandboxes; each dsb has its own lock
  * for its fields.  Order: d->lock → dsb->lock → d->db_lock.  Never call
@@ -29,6 +31,16 @@
 
 struct dexec;
 struct pools;
+struct psb;
+
+#define PORTS_MAX 32 /* exposed ports per sandbox */
+
+/* An exposed port (ports.c). */
+struct dport {
+	uint16_t port;              /* inside the sandbox */
+	uint16_t host_port;         /* its listener on the host's 127.0.0.1; 0 when none */
+	uint16_t hint;              /* the last host_port, tried first on resume */
+};
 
 enum dsb_state {
 	DSB_STARTING,  /* being created */
@@ -89,6 +101,11 @@ struct dsb {
 	int64_t paused_ms;          /* when it was paused (state paused) */
 	int transition;             /* pause or resume in progress; s->cond on change */
 	int copying;                /* from_snapshot copies of its image in progress */
+	/* exposed ports (ports.c): the list under s->lock (also in
+	 * options.ports), the runtime under ports.c's lock */
+	struct dport ports[PORTS_MAX];
+	unsigned nports;
+	struct psb *psb;
 };
 
 struct daemon_config {
@@ -134,6 +151,23 @@ struct daemon {
 };
 
 int64_t daemon_now_ms(void);    /* wall clock */
+
+/* Fault-injection points, for tests that must reach both sides of a race
+ * (tests/README.md).  Only a build configured with -Dfault_injection=true
+ * has them; in any other (the default, the Makefile's build/, a package)
+ * daemon_fault() is an empty inline function and no environment can reach
+ * it.  Where compiled in, SANDLOT_FAULT=NAME in sandlotd's environment makes
+ * the point NAME log "fault_point point=NAME" and stop the whole daemon
+ * (SIGSTOP), so that a test can kill -9 it exactly there; sandlotd logs
+ * "fault_injection point=NAME" at start when one is armed. */
+#ifdef SANDLOT_FAULT_INJECTION
+void daemon_fault(const char *name);
+#else
+static inline void daemon_fault(const char *name)
+{
+	(void)name;
+}
+#endif
 
 /* ---- sandboxes.c -------------------------------------------------------- */
 
@@ -219,6 +253,10 @@ void execs_release(struct dsb *s);
 /* ---- files.c ------------------------------------------------------------ */
 
 extern const struct http_route file_routes[];
+/* The query parameters the file routes check (path, mode, recursive), on
+ * their own: 0, or -1 having answered 400.  The routes check them once they
+ * hold the sandbox; tests/fuzz/fuzz_requests.c, which has none, here. */
+int files_check_query(struct http_req *req);
 
 /* ---- registry.c --------------------------------------------------------- */
 
@@ -309,6 +347,51 @@ void workspace_recover(struct daemon *d);
 
 /* GET .../files/archive: the tree at ?path= (default /home/user) as tar. */
 int files_archive_get(struct http_req *req);
+
+/* ---- ports.c ------------------------------------------------------------ */
+
+extern const struct http_route port_routes[];
+/* Start and stop the relay thread (before serving; after the sandboxes
+ * were ended).  0, or -1 with err. */
+int ports_start(struct daemon *d, sandlot_error_t **err);
+void ports_stop(void);
+/* A "ports" value: a JSON array of distinct ports 1-65535, at most
+ * PORTS_MAX.  0, or -1 with a message for the user in msg. */
+int ports_parse(json_t *v, uint16_t *out, unsigned *count, char *msg, size_t n);
+int ports_parse_one(json_t *v, uint16_t *out, char *msg, size_t n);
+/* s->ports from a list / from options.ports (registry load); s->lock held. */
+void ports_set_locked(struct dsb *s, const uint16_t *list, unsigned n);
+void ports_load_locked(struct dsb *s);
+/* s runs (create, resume): listen on the host for each exposed port that
+ * has no listener yet.  0, or -1 with err (the ports opened stay open). */
+int ports_open(struct dsb *s, sandlot_error_t **err);
+/* s stops (pause, end): close its listeners and every connection into it.
+ * Takes s->lock: call without it. */
+void ports_close(struct dsb *s);
+/* The record's "ports": [{"port": 8000, "url": "http://127.0.0.1:N"}]
+ * (url null while nothing listens: paused, ended).  s->lock held. */
+json_t *ports_json_locked(struct dsb *s);
+/* Whether `port` is exposed in s. */
+int ports_exposed(struct dsb *s, unsigned port);
+/* Proxied requests (proxy.c): register the upstream socket fd of a request
+ * to `port`, so that removing the port or ending s cuts it (shutdown; the
+ * owner closes it, after ports_untrack()).  A handle, or NULL if the port
+ * is not exposed (or s not running). */
+struct ptrack;
+struct ptrack *ports_track(struct dsb *s, unsigned port, int fd);
+void ports_untrack(struct ptrack *t);
+/* Relay an upgraded HTTP connection (a WebSocket): client_fd is closed with
+ * close_client(close_ud), sb_fd with close(); the bytes given are sent
+ * first each way.  Both are closed on failure too.  0 or -1. */
+int ports_adopt(struct dsb *s, unsigned port, int client_fd, void (*close_client)(void *),
+		void *close_ud, const void *to_sandbox, size_t to_sandbox_len, int sb_fd,
+		const void *to_client, size_t to_client_len);
+/* The relay's Prometheus lines, to be freed. */
+char *ports_metrics(void);
+
+/* ---- proxy.c ------------------------------------------------------------ */
+
+extern const struct http_route proxy_routes[];
 
 /* ---- misc.c ------------------------------------------------------------- */
 

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/percent.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
 
@@ -87,6 +88,14 @@ struct req {
 	int raw_begun, raw_ended, raw_stopped;
 	char *param_buf[4];
 	char *path;             /* pub->path */
+	struct upgrade_ctx *upgrade; /* an upgrade response was sent */
+};
+
+struct upgrade_ctx {
+	http_upgrade_fn upgraded;
+	void (*dropped)(void *ud);
+	void *ud;
+	int ran;
 };
 
 static const char *status_code_name(int status)
@@ -102,7 +111,9 @@ static const char *status_code_name(int status)
 	case 413: return "payload_too_large";
 	case 414: return "uri_too_long";
 	case 429: return "too_many_sandboxes";
+	case 502: return "bad_gateway";
 	case 503: return "shutting_down";
+	case 504: return "gateway_timeout";
 	case 507: return "insufficient_storage";
 	default: return status >= 500 ? "internal" : "bad_request";
 	}
@@ -301,6 +312,104 @@ int http_stream(struct http_req *req, int status, const char *content_type,
 	return deliver(req, (unsigned)status, resp);
 }
 
+/* What http_resp_* hand around: the libmicrohttpd response, and for an
+ * upgrade its context. */
+struct http_resp {
+	struct MHD_Response *resp;
+	struct upgrade_ctx *upgrade;
+};
+
+struct http_resp *http_resp_stream(uint64_t size, http_stream_read_fn read,
+				   http_stream_free_fn free_fn, void *ud)
+{
+	struct http_resp *r = calloc(1, sizeof(*r));
+	struct stream_ctx *sc = r ? calloc(1, sizeof(*sc)) : NULL;
+	if (!sc) {
+		free(r);
+		if (free_fn)
+			free_fn(ud, 0);
+		return NULL;
+	}
+	sc->read = read;
+	sc->free_fn = free_fn;
+	sc->ud = ud;
+	r->resp = MHD_create_response_from_callback(
+		size == HTTP_SIZE_UNKNOWN ? MHD_SIZE_UNKNOWN : size, 64 * 1024, stream_reader, sc,
+		stream_free);
+	if (!r->resp) {
+		stream_free(sc);
+		free(r);
+		return NULL;
+	}
+	return r;
+}
+
+static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *con_cls, const char *extra,
+		       size_t extra_len, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+	struct upgrade_ctx *u = cls;
+	u->ran = 1;
+	u->upgraded(u->ud, sock, extra, extra_len, urh);
+}
+
+struct http_resp *http_resp_upgrade(http_upgrade_fn upgraded, void (*dropped)(void *ud),
+				    void *ud)
+{
+	struct http_resp *r = calloc(1, sizeof(*r));
+	struct upgrade_ctx *u = r ? calloc(1, sizeof(*u)) : NULL;
+	if (u) {
+		u->upgraded = upgraded;
+		u->dropped = dropped;
+		u->ud = ud;
+		r->upgrade = u;
+		r->resp = MHD_create_response_for_upgrade(upgrade_cb, u);
+	}
+	if (!u || !r->resp) {
+		free(u);
+		free(r);
+		dropped(ud);
+		return NULL;
+	}
+	return r;
+}
+
+void http_upgrade_close(void *handle)
+{
+	MHD_upgrade_action(handle, MHD_UPGRADE_ACTION_CLOSE);
+}
+
+int http_resp_header(struct http_resp *r, const char *name, const char *value)
+{
+	return MHD_add_response_header(r->resp, name, value) == MHD_YES ? 0 : -1;
+}
+
+int http_resp_send(struct http_req *req, int status, struct http_resp *r)
+{
+	struct req *rq = (struct req *)req;
+	struct MHD_Response *resp = r->resp;
+	r->resp = NULL; /* deliver() takes it */
+	if (r->upgrade && !req->answered) {
+		/* completed() tells the handler if the upgrade never happened. */
+		rq->upgrade = r->upgrade;
+		r->upgrade = NULL;
+	}
+	http_resp_free(r); /* an upgrade context not taken: dropped now */
+	return deliver(req, (unsigned)status, resp);
+}
+
+void http_resp_free(struct http_resp *r)
+{
+	if (!r)
+		return;
+	if (r->resp)
+		MHD_destroy_response(r->resp);
+	if (r->upgrade) {
+		r->upgrade->dropped(r->upgrade->ud);
+		free(r->upgrade);
+	}
+	free(r);
+}
+
 int http_wait(int client_fd, int wake_fd, int timeout_ms)
 {
 	struct pollfd p[2] = {
@@ -368,6 +477,25 @@ size_t http_query_all(struct http_req *req, const char *name, const char **out, 
 	return q.n;
 }
 
+struct headers_each {
+	int (*fn)(void *ud, const char *name, const char *value);
+	void *ud;
+};
+
+static enum MHD_Result headers_each_it(void *cls, enum MHD_ValueKind kind, const char *key,
+				       const char *value)
+{
+	struct headers_each *h = cls;
+	return h->fn(h->ud, key, value ? value : "") ? MHD_NO : MHD_YES;
+}
+
+void http_headers_each(struct http_req *req, int (*fn)(void *ud, const char *name,
+						      const char *value), void *ud)
+{
+	struct headers_each h = { fn, ud };
+	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, headers_each_it, &h);
+}
+
 int http_wants_ndjson(struct http_req *req)
 {
 	const char *a = http_header(req, "Accept");
@@ -376,50 +504,9 @@ int http_wants_ndjson(struct http_req *req)
 
 /* ---- routing ------------------------------------------------------------ */
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-/* Percent-decode [s, s+n) into a new string.  NULL (errno EINVAL) on a bad
- * escape or an encoded NUL. */
-static char *pct_decode(const char *s, size_t n)
-{
-	char *out = malloc(n + 1);
-	if (!out)
-		return NULL;
-	size_t o = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (s[i] == '%') {
-			if (i + 2 >= n) {
-				free(out);
-				errno = EINVAL;
-				return NULL;
-			}
-			int a = hexval(s[i + 1]), b = hexval(s[i + 2]);
-			if (a < 0 || b < 0 || (a == 0 && b == 0)) {
-				free(out);
-				errno = EINVAL;
-				return NULL;
-			}
-			out[o++] = (char)(a * 16 + b);
-			i += 2;
-		} else {
-			out[o++] = s[i];
-		}
-	}
-	out[o] = '\0';
-	return out;
-}
-
 /* Match the raw path against a pattern.  Returns 1 on a match (captures
- * stored as [start, len) pairs), 0 otherwise. */
+ * stored as [start, len) pairs), 0 otherwise.  A final '*' matches any
+ * rest, empty included. */
 static int match(const char *pattern, const char *path, size_t path_len, size_t cap[][2],
 		 int *ncap)
 {
@@ -427,6 +514,8 @@ static int match(const char *pattern, const char *path, size_t path_len, size_t 
 	size_t i = 0;
 	*ncap = 0;
 	while (*p) {
+		if (p[0] == '*' && p[1] == '\0')
+			return 1; /* any rest of the path */
 		if (p[0] == '{' && p[1] == '}') {
 			size_t start = i;
 			while (i < path_len && path[i] != '/')
@@ -518,6 +607,7 @@ static void first_call(struct req *r, const char *method)
 	size_t plen = q ? (size_t)(q - r->raw_uri) : strlen(r->raw_uri);
 	r->path = strndup(r->raw_uri, plen);
 	pub->path = r->path ? r->path : "";
+	pub->uri = r->raw_uri;
 
 	if (strlen(r->raw_uri) > HTTP_MAX_URI) {
 		early_error(r, 414, "uri_too_long", "request URI longer than %u bytes", HTTP_MAX_URI);
@@ -532,6 +622,7 @@ static void first_call(struct req *r, const char *method)
 			MHD_add_response_header(r->pending, "WWW-Authenticate", "Bearer");
 		return;
 	}
+	pub->token_auth = srv->token != NULL;
 
 	const struct http_route *found = NULL;
 	int path_known = 0;
@@ -544,7 +635,7 @@ static void first_call(struct req *r, const char *method)
 		if (!match(rt->pattern, pub->path, plen, c, &n))
 			continue;
 		path_known = 1;
-		if (strcmp(rt->method, method) == 0) {
+		if (strcmp(rt->method, method) == 0 || strcmp(rt->method, "*") == 0) {
 			found = rt;
 			memcpy(cap, c, sizeof(cap));
 			ncap = n;
@@ -570,7 +661,7 @@ static void first_call(struct req *r, const char *method)
 	pub->route = found->pattern;
 	r->rt = found;
 	for (int i = 0; i < ncap; i++) {
-		char *v = pct_decode(pub->path + cap[i][0], cap[i][1]);
+		char *v = sandlot__percent_decode(pub->path + cap[i][0], cap[i][1]);
 		if (!v) {
 			early_error(r, 400, "bad_request", "bad percent-encoding in the request path");
 			return;
@@ -762,6 +853,11 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 			   sid ? " sandbox=" : "", sid ? sid : "",
 			   toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
 	}
+	if (r->upgrade) {
+		if (!r->upgrade->ran)
+			r->upgrade->dropped(r->upgrade->ud);
+		free(r->upgrade);
+	}
 	if (r->pending)
 		MHD_destroy_response(r->pending);
 	json_decref(pub->json);
@@ -938,8 +1034,9 @@ struct http_server *http_start(struct daemon *d, const char *listen, const char 
 	if (fd < 0)
 		goto fail;
 	srv->listen_fd = fd;
+	/* MHD_ALLOW_UPGRADE: WebSockets through the port proxy (proxy.c). */
 	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC |
-			 MHD_USE_ERROR_LOG;
+			 MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE;
 	srv->mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, access_cb, srv,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, srv,

@@ -24,6 +24,10 @@
  *             connection is closed after the answer instead.
  *   NOBODY    GET/DELETE style; a body, if sent, is ignored.
  *
+ * A route's method "*" matches every method, and a pattern ending in "*"
+ * matches any rest of the path (the proxy: "/v1/sandboxes/{}/ports/{}/" then
+ * a star).
+ *
  * Every handler answers exactly once with one of the http_* response
  * functions.  Answers are JSON (application/json) except raw file bytes,
  * tar archives, NDJSON streams and /metrics.
@@ -77,6 +81,9 @@ struct http_req {
 	char log_sandbox[32];        /* sandbox id for the request's log line,
 	                              * when not the first {} capture (create) */
 	const char *extra_header[2]; /* name, value: see http_set_header() */
+	const char *uri;             /* the request target as sent: raw path
+	                              * (percent-encoded) and query */
+	int token_auth;              /* it carried the server's bearer token */
 };
 
 /* Query parameter or request header (NULL if absent). */
@@ -86,6 +93,10 @@ const char *http_header(struct http_req *req, const char *name);
  * up to max pointers (owned by the request) in out and returns how many
  * there are in all (which may exceed max). */
 size_t http_query_all(struct http_req *req, const char *name, const char **out, size_t max);
+/* Call fn for every request header, in the order received; stops early when
+ * fn returns nonzero. */
+void http_headers_each(struct http_req *req, int (*fn)(void *ud, const char *name,
+						      const char *value), void *ud);
 /* Whether the client asked for NDJSON (Accept: application/x-ndjson). */
 int http_wants_ndjson(struct http_req *req);
 
@@ -118,6 +129,35 @@ typedef ssize_t (*http_stream_read_fn)(void *ud, char *buf, size_t max);
 typedef void (*http_stream_free_fn)(void *ud, int completed);
 int http_stream(struct http_req *req, int status, const char *content_type,
 		http_stream_read_fn read, http_stream_free_fn free_fn, void *ud);
+
+/* A streamed response put together piecewise (the proxy): its body comes
+ * from `read` as for http_stream(), `size` bytes long, or of unknown length
+ * (HTTP_SIZE_UNKNOWN: chunked).  Add headers, then send it with
+ * http_resp_send(), which answers the request (and frees r); on any
+ * failure before that, http_resp_free().  free_fn runs once either way. */
+#define HTTP_SIZE_UNKNOWN UINT64_MAX
+struct http_resp;
+struct http_resp *http_resp_stream(uint64_t size, http_stream_read_fn read,
+				   http_stream_free_fn free_fn, void *ud);
+/* 0, or -1 if libmicrohttpd refuses the header (it sets Content-Length,
+ * Transfer-Encoding, Connection and Date itself). */
+int http_resp_header(struct http_resp *r, const char *name, const char *value);
+int http_resp_send(struct http_req *req, int status, struct http_resp *r);
+void http_resp_free(struct http_resp *r);
+
+/* Switching protocols (101, a WebSocket): send the response r made with
+ * http_resp_upgrade(), after which the connection is the handler's:
+ * `upgraded` is called once with the client's socket (non-blocking use is
+ * fine; never close it), the bytes the server had already read past the
+ * request, and a handle that http_upgrade_close() takes when the handler is
+ * done with the socket (exactly once, from any thread).  If the upgrade
+ * never happens (the client went away first), `dropped` is called instead,
+ * once, when the request ends. */
+typedef void (*http_upgrade_fn)(void *ud, int sock, const char *extra, size_t extra_len,
+				void *handle);
+struct http_resp *http_resp_upgrade(http_upgrade_fn upgraded, void (*dropped)(void *ud),
+				    void *ud);
+void http_upgrade_close(void *handle);
 
 /* While streaming: wait up to timeout_ms for `wake_fd` (an eventfd or pipe,
  * may be -1) to become readable or for the client to hang up.  Returns 1 if

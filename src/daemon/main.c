@@ -184,7 +184,8 @@ extern const struct http_route code_routes[]; /* code.c */
 static struct http_route *all_routes(void)
 {
 	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
-					      file_routes, workspace_routes, code_routes };
+					      file_routes, workspace_routes, code_routes, port_routes,
+					      proxy_routes };
 	size_t n = 0;
 	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
 		for (const struct http_route *r = tables[t]; r->method; r++)
@@ -365,6 +366,10 @@ int main(int argc, char **argv)
 	}
 	if (registry_open(&d, &err) < 0 || registry_load(&d, &err) < 0) {
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		sandlot_error_free(err);
+		sandboxes_free(&d);
+		registry_close(&d);
+		free(token);
 		return 1;
 	}
 	if (d.cfg.storage_size) {
@@ -382,14 +387,21 @@ int main(int argc, char **argv)
 	 * registry does not own — as those of pooled sandboxes are not. */
 	if (pool_start(&d, &err) < 0) {
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		sandlot_error_free(err);
+		goto fail;
+	}
+
+	if (ports_start(&d, &err) < 0) {
+		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		pool_stop(&d);
 		registry_close(&d);
 		return 1;
 	}
-
 	struct http_route *routes = all_routes();
 	if (!routes) {
 		fputs("sandlotd: out of memory\n", stderr);
-		return 1;
+		pool_stop(&d);
+		goto fail;
 	}
 	struct http_server *servers[MAX_LISTEN];
 	int nservers = 0;
@@ -398,11 +410,12 @@ int main(int argc, char **argv)
 		servers[nservers] = http_start(&d, listens[i], tcp ? token : NULL, routes, &err);
 		if (!servers[nservers]) {
 			fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+			sandlot_error_free(err);
 			for (int k = 0; k < nservers; k++)
 				http_stop(servers[k], 0);
 			pool_stop(&d);
-			registry_close(&d);
-			return 1;
+			free(routes);
+			goto fail;
 		}
 		nservers++;
 	}
@@ -437,6 +450,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nservers; i++)
 		http_stop(servers[i], 5000);
 	sandboxes_free(&d);
+	ports_stop();
 	pool_free(&d);
 	registry_close(&d);
 	/* Paused workspaces stay in the pool file; nothing stays mounted
@@ -452,4 +466,13 @@ int main(int argc, char **argv)
 	free(token);
 	daemon_log("stopped", "ms=%llu", (unsigned long long)(sandlot__now_ms() - t0));
 	return 0;
+
+fail:
+	/* Start-up failed after recovery: nothing runs yet; free what recovery
+	 * and the pool loaded. */
+	sandboxes_free(&d);
+	pool_free(&d);
+	registry_close(&d);
+	free(token);
+	return 1;
 }

@@ -54,7 +54,14 @@
 #define SHUTDOWN_WORKERS 16
 
 static struct daemon *g_daemon;   /* for dsb_busy/dsb_put wake-ups */
+/* Set once by sandboxes_shutdown(); the reaper reads it between sandboxes,
+ * outside d->lock, hence atomic. */
 static int reaper_quit;
+
+static int reaper_quitting(void)
+{
+	return __atomic_load_n(&reaper_quit, __ATOMIC_ACQUIRE);
+}
 
 static const char *const state_names[DSB_NSTATES] = {
 	[DSB_STARTING] = "starting", [DSB_RUNNING] = "running", [DSB_EXPIRED] = "expired",
@@ -319,6 +326,7 @@ static json_t *to_json_locked(struct dsb *s)
 	json_object_set_new(o, "idle_timeout_seconds", json_integer(s->idle_timeout_seconds));
 	json_object_set_new(o, "options", json_deep_copy(s->options));
 	json_object_set_new(o, "metadata", json_deep_copy(s->metadata));
+	json_object_set_new(o, "ports", ports_json_locked(s));
 	json_object_set_new(o, "cursor", json_integer((json_int_t)(s->next_cursor - 1)));
 	/* Kept workspace: while paused, or after expiry until retention ends. */
 	json_object_set_new(o, "auto_resume", json_boolean(s->auto_resume));
@@ -535,6 +543,7 @@ void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *
 
 void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid)
 {
+	ports_close(s);
 	if (execs_release)
 		execs_release(s);
 	/* Our child, not reaped before sandlot_destroy(): the pid cannot have
@@ -596,6 +605,8 @@ struct create_req {
 	int auto_resume, disk_given;
 	uint32_t retention;      /* paused_retention_seconds */
 	const char *from_snapshot; /* id, in the request's JSON */
+	uint16_t ports[PORTS_MAX]; /* exposed ports */
+	unsigned nports;
 };
 
 static void create_req_free(struct create_req *c)
@@ -789,6 +800,12 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 				    "not \"%.64s\"", json_string_value(v));
 				goto fail;
 			}
+		} else if (strcmp(key, "ports") == 0) {
+			char msg[256];
+			if (ports_parse(v, c->ports, &c->nports, msg, sizeof(msg)) < 0) {
+				bad(req, "field \"ports\": %s", msg);
+				goto fail;
+			}
 		} else if (strcmp(key, "ttl_seconds") == 0) {
 			if (parse_seconds(req, key, v, &c->ttl) < 0)
 				goto fail;
@@ -847,7 +864,7 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 			c->metadata = json_deep_copy(v);
 		} else {
 			bad(req, "unknown field \"%.64s\" (known: image, memory, cpus, pids, disk, env, "
-			    "network, ttl_seconds, idle_timeout_seconds, metadata, auto_resume, "
+			    "network, ports, ttl_seconds, idle_timeout_seconds, metadata, auto_resume, "
 			    "paused_retention_seconds, from_snapshot)", key);
 			goto fail;
 		}
@@ -968,7 +985,6 @@ static int create_sandbox(struct http_req *req)
 	int64_t now = daemon_now_ms();
 	s->sb = sb;
 	s->init_pid = sandlot_init_pid(sb);
-	s->state = DSB_RUNNING;
 	s->created_ms = now;
 	s->last_active_ms = now;
 	s->ttl_seconds = c.ttl;
@@ -985,11 +1001,37 @@ static int create_sandbox(struct http_req *req)
 	json_decref(s->metadata);
 	s->metadata = c.metadata;
 	c.metadata = NULL;
+	pthread_mutex_lock(&s->lock);
+	ports_set_locked(s, c.ports, c.nports);
+	pthread_mutex_unlock(&s->lock);
 	create_req_free(&c);
+	if (s->nports && ports_open(s, &err) < 0) {
+		/* Not published, not running: nobody used it. */
+		ports_close(s);
+		sandlot_destroy(s->sb);
+		s->sb = NULL;
+		workspace_remove(d, s->id);
+		dsb_release(d, s);
+		pthread_mutex_lock(&d->lock);
+		d->ncreating--;
+		pthread_mutex_unlock(&d->lock);
+		__atomic_add_fetch(&d->m.create_failures, 1, __ATOMIC_RELAXED);
+		sandlot__error_wrap(&err, "expose ports");
+		http_error_from(req, err);
+		sandlot_error_free(err);
+		return 0;
+	}
 
 	pthread_mutex_lock(&s->lock);
+	/* Running only now: until here the port relay hands out no
+	 * connection to it (its connectors want a running sandbox). */
+	s->state = DSB_RUNNING;
 	registry_save(d, s);
 	json_t *body = to_json_locked(s);
+	/* What the log line says, read before the table makes s visible: from
+	 * then on a DELETE, the reaper or the shutdown may change it. */
+	int init_pid = (int)s->init_pid;
+	unsigned ttl = s->ttl_seconds, idle = s->idle_timeout_seconds;
 	pthread_mutex_unlock(&s->lock);
 
 	pthread_mutex_lock(&d->lock);
@@ -1002,8 +1044,7 @@ static int create_sandbox(struct http_req *req)
 	pthread_mutex_unlock(&d->lock);
 	__atomic_add_fetch(&d->m.sandboxes_created, 1, __ATOMIC_RELAXED);
 	daemon_log("created", "sandbox=%s ms=%.1f init_pid=%d ttl=%u idle=%u%s%s", s->id, ms,
-		   (int)s->init_pid, s->ttl_seconds, s->idle_timeout_seconds,
-		   pooled ? " pool=" : "", pooled ? pooled : "");
+		   init_pid, ttl, idle, pooled ? " pool=" : "", pooled ? pooled : "");
 	if (stopping) {
 		/* Shutdown began while we created it: it must not outlive us. */
 		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
@@ -1249,7 +1290,7 @@ static void reap_once(struct daemon *d)
 		return;
 	int64_t now = daemon_now_ms();
 	size_t nended = 0;
-	for (size_t i = 0; i < n && !reaper_quit; i++) {
+	for (size_t i = 0; i < n && !reaper_quitting(); i++) {
 		struct dsb *s = v[i];
 		enum dsb_state end_as = DSB_RUNNING;
 		const char *reason = NULL;
@@ -1289,7 +1330,7 @@ static void reap_once(struct daemon *d)
 	}
 	cgroup_retry_run();
 	/* Forget ended sandboxes after an hour, and the oldest beyond MAX_ENDED. */
-	if (!reaper_quit) {
+	if (!reaper_quitting()) {
 		qsort(v, n, sizeof(*v), by_ended);
 		size_t excess = nended > MAX_ENDED ? nended - MAX_ENDED : 0;
 		for (size_t i = 0; i < n; i++) {
@@ -1315,11 +1356,11 @@ static void *reaper_main(void *arg)
 {
 	struct daemon *d = arg;
 	pthread_mutex_lock(&d->lock);
-	while (!reaper_quit) {
+	while (!reaper_quitting()) {
 		pthread_mutex_unlock(&d->lock);
 		reap_once(d);
 		pthread_mutex_lock(&d->lock);
-		if (reaper_quit)
+		if (reaper_quitting())
 			break;
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
@@ -1383,6 +1424,9 @@ void sandboxes_recover(struct daemon *d)
 	size_t nlost = 0, npaused = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct dsb *s = v[i];
+		pthread_mutex_lock(&s->lock);
+		ports_load_locked(s);
+		pthread_mutex_unlock(&s->lock);
 		npaused += s->state == DSB_PAUSED;
 		if (!is_live(s->state))
 			continue;
@@ -1450,7 +1494,7 @@ void sandboxes_shutdown(struct daemon *d)
 {
 	pthread_mutex_lock(&d->lock);
 	d->stopping = 1;
-	reaper_quit = 1;
+	__atomic_store_n(&reaper_quit, 1, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&d->reaper_cond);
 	pthread_mutex_unlock(&d->lock);
 	if (d->reaper_started) {

@@ -197,6 +197,7 @@ static int do_pause(struct daemon *d, struct dsb *s, struct outcome *o)
 			    "sandbox %s has no kept workspace (it was made without one), so it cannot "
 			    "be paused", s->id);
 	}
+	daemon_fault("pause-before-registry");
 	uint64_t t0 = sandlot__now_ns();
 	s->state = DSB_PAUSED;
 	s->transition = 1;
@@ -205,6 +206,7 @@ static int do_pause(struct daemon *d, struct dsb *s, struct outcome *o)
 	pid_t pid = s->init_pid;
 	registry_save(d, s);
 	pthread_mutex_unlock(&s->lock);
+	daemon_fault("pause-after-registry");
 	__atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
 	/* Kills its commands and init, destroys the handle (or leaves that to
 	 * the reaper while a request still holds it), then workspace_destroyed()
@@ -432,6 +434,16 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struc
 		return -1;
 	}
 	daemon_log("resumed", "sandbox=%s ms=%.1f init_pid=%d", s->id, ms, (int)sandlot_init_pid(sb));
+	/* Its exposed ports listen again (the same host ports when free). */
+	if (ports_open(s, &err) < 0) {
+		char msg[sizeof(o->msg)];
+		snprintf(msg, sizeof(msg), "%s", sandlot_error_message(err));
+		for (char *c = msg; *c; c++)
+			if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+				*c = '\'';
+		daemon_log("ports_failed", "level=warn sandbox=%s error=\"%s\"", s->id, msg);
+		sandlot_error_free(err);
+	}
 	return 0;
 }
 

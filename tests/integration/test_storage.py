@@ -213,7 +213,7 @@ def test_workspaces_of_the_former_layout_are_brought_in(own_daemon, tmp_path):
                     str(ws / f"{sid}.img"), "48M"], check=True)
 
     d.start()
-    assert "workspace_imported" in d.logs(), d.logs()
+    assert "workspace_imported" in d.log_text(), d.logs()
     assert not ws.exists()
     r = d.get(f"/v1/sandboxes/{sid}")
     assert r.json()["state"] == "paused", r

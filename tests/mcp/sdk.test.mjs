@@ -47,11 +47,12 @@ describe('sandlot mcp with the MCP SDK client', { skip: skipReason }, () => {
     assert.match(s.client.getInstructions(), /\/home\/user/);
   });
 
-  test('tools/list: six tools, each with a description and an object inputSchema', async () => {
+  test('tools/list: seven tools, each with a description and an object inputSchema', async () => {
     const { tools } = await s.client.listTools();
     const names = tools.map((t) => t.name).sort();
     assert.deepEqual(names, [
-      'generated_files', 'list_files', 'read_file', 'run_code', 'run_command', 'write_file',
+      'expose_port', 'generated_files', 'list_files', 'read_file', 'run_code', 'run_command',
+      'write_file',
     ]);
     for (const t of tools) {
       assert.ok(t.description.length > 20, t.name);
@@ -63,6 +64,8 @@ describe('sandlot mcp with the MCP SDK client', { skip: skipReason }, () => {
     assert.deepEqual(byName.run_code.inputSchema.properties.language.enum, ['python', 'javascript', 'bash']);
     assert.deepEqual(byName.write_file.inputSchema.required, ['path', 'content']);
     assert.equal(byName.read_file.annotations.readOnlyHint, true);
+    assert.deepEqual(byName.expose_port.inputSchema.required, ['port']);
+    assert.equal(byName.expose_port.inputSchema.properties.port.maximum, 65535);
     assert.equal(byName.run_command.annotations.readOnlyHint, false);
   });
 
@@ -281,6 +284,38 @@ describe('sandlot mcp with the MCP SDK client', { skip: skipReason }, () => {
     });
     assert.equal(b64.isError, true);
     assert.match(textOf(b64), /not valid base64/);
+  });
+
+  test('expose_port: a server inside reached at the URL it returns', async () => {
+    await s.client.callTool({
+      name: 'write_file', arguments: { path: 'site/hello.txt', content: 'served from the sandbox' },
+    });
+    const start = await s.client.callTool({
+      name: 'run_command',
+      arguments: { command: 'cd site && (nohup python3 -m http.server 8765 >/dev/null 2>&1 &)' },
+    });
+    assert.equal(start.isError, false, textOf(start));
+    const r = await s.client.callTool({ name: 'expose_port', arguments: { port: 8765 } });
+    assert.equal(r.isError, false, textOf(r));
+    const url = textOf(r).match(/http:\/\/127\.0\.0\.1:\d+/)?.[0];
+    assert.ok(url, textOf(r));
+    let body = '';
+    assert.ok(await waitFor(async () => {
+      try {
+        const res = await fetch(`${url}/hello.txt`);
+        body = await res.text();
+        return res.status === 200;
+      } catch {
+        return false;
+      }
+    }, 10000), 'the server inside never answered');
+    assert.equal(body, 'served from the sandbox');
+    // again: the same URL, no error
+    const again = await s.client.callTool({ name: 'expose_port', arguments: { port: 8765 } });
+    assert.ok(textOf(again).includes(url), textOf(again));
+    const bad = await s.client.callTool({ name: 'expose_port', arguments: { port: 0 } });
+    assert.equal(bad.isError, true);
+    assert.match(textOf(bad), /port/);
   });
 
   test('list_files: entries with type, size and name', async () => {

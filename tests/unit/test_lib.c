@@ -40,7 +40,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -2750,6 +2754,125 @@ static void test_nothing_left(void)
 static void (*case_fn)(void);
 
 /* Runs in the case's process: the case, then the per-case checks. */
+
+/* ---- ports ------------------------------------------------------------------- */
+
+/* A TCP listener on the host's 127.0.0.1, on an ephemeral port (*port). */
+static int host_listener(unsigned *port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	REQUIRE(fd >= 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	REQUIRE(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 8) == 0);
+	REQUIRE(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* Send `msg`, read until EOF; 1 if the answer is `want`. */
+static int exchange(int fd, const char *msg, const char *want)
+{
+	if (write(fd, msg, strlen(msg)) != (ssize_t)strlen(msg))
+		return 0;
+	shutdown(fd, SHUT_WR);
+	char buf[256];
+	size_t got = 0;
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 5000) != 1)
+			break;
+		ssize_t n = read(fd, buf + got, sizeof(buf) - 1 - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	buf[got] = '\0';
+	if (strcmp(buf, want) != 0)
+		printf("#   answer \"%s\", want \"%s\"\n", buf, want);
+	return strcmp(buf, want) == 0;
+}
+
+/* A server inside the sandbox, started by the case: answers each
+ * connection with "<tag>:" + what the client sent, then closes. */
+static const char port_server_py[] =
+	"import socket, sys\n"
+	"fam = socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET\n"
+	"s = socket.socket(fam); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+	"s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(8)\n"
+	"print('ready', flush=True)\n"
+	"while True:\n"
+	"    c, _ = s.accept(); data = b''\n"
+	"    while True:\n"
+	"        d = c.recv(4096)\n"
+	"        if not d: break\n"
+	"        data += d\n"
+	"    c.sendall(sys.argv[3].encode() + b':' + data); c.close()\n";
+
+/* sandlot_port_connect() reaches a server inside the sandbox — not the
+ * host's own loopback, where a listener of the test waits on the same port
+ * number — whether it listens on 127.0.0.1, 0.0.0.0 or [::1] only; nothing
+ * listening is ECONNREFUSED, a bad port EINVAL, an ended sandbox EPIPE. */
+static void test_port_connect(void)
+{
+	sandlot_t *sb = new_sandbox();
+	unsigned port;
+	int host_fd = host_listener(&port);
+	char pstr[16];
+	snprintf(pstr, sizeof(pstr), "%u", port);
+
+	MUST_FAIL(sandlot_port_connect(sb, port, 0, E), ECONNREFUSED, "nothing is listening on port");
+	MUST_FAIL(sandlot_port_connect(sb, 0, 0, E), EINVAL, "invalid port 0");
+	MUST_FAIL(sandlot_port_connect(sb, 65536, 0, E), EINVAL, "invalid port 65536");
+
+	static const char *const binds[] = { "127.0.0.1", "0.0.0.0", "::1" };
+	for (size_t i = 0; i < 3; i++) {
+		char tag[16];
+		snprintf(tag, sizeof(tag), "in%zu", i);
+		const char *argv[] = { "python3", "-c", port_server_py, binds[i], pstr, tag, NULL };
+		sandlot_exec_spec_t spec = { .argv = argv };
+		struct run r;
+		run_init(&r);
+		sandlot_proc_t *p = start(sb, &spec, &r);
+		if (!wait_output(&r, "ready", 10000)) {
+			show_buf("server stderr", &r.err);
+			bail("the server inside did not start", __LINE__);
+		}
+		char want[32];
+		snprintf(want, sizeof(want), "%s:hello", tag);
+		int fd;
+		MUST(fd = sandlot_port_connect(sb, port, 0, E));
+		CHECK((fcntl(fd, F_GETFL) & O_NONBLOCK) == 0);
+		CHECK((fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
+		CHECK(exchange(fd, "hello", want));
+		close(fd);
+
+		/* A second connection: the server serves each in turn. */
+		snprintf(want, sizeof(want), "%s:again", tag);
+		MUST(fd = sandlot_port_connect(sb, port, 2000, E));
+		CHECK(exchange(fd, "again", want));
+		close(fd);
+		MUST(sandlot_proc_kill(p, SIGKILL, E));
+		finish_proc(p, &r);
+		run_fini(&r);
+	}
+	/* The host's listener never saw a connection. */
+	int fl = fcntl(host_fd, F_GETFL);
+	fcntl(host_fd, F_SETFL, fl | O_NONBLOCK);
+	int c = accept(host_fd, NULL, NULL);
+	CHECK(c < 0 && errno == EAGAIN);
+	if (c >= 0)
+		close(c);
+	close(host_fd);
+
+	CHECK(kill(sandlot_init_pid(sb), SIGKILL) == 0);
+	uint64_t t0 = now_ms();
+	while (sandlot_alive(sb) && now_ms() - t0 < 5000)
+		sleep_ms(5);
+	MUST_FAIL(sandlot_port_connect(sb, port, 0, E), EPIPE, "ended");
+	sandlot_destroy(sb);
+}
+
 static void case_main(void)
 {
 	case_fn();
@@ -2884,6 +3007,7 @@ int main(void)
 	RUN(test_create_destroy);
 	RUN(test_create_concurrent);
 	RUN(test_alive_after_init_killed);
+	RUN(test_port_connect);
 	RUN(test_exec_basic);
 	RUN(test_set_env);
 	RUN(test_exec_output_order);

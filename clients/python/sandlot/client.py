@@ -31,7 +31,8 @@ import tempfile
 import urllib.parse
 
 from .errors import (
-    ConfigError, ConnectionLostError, DaemonUnreachableError, NotFoundError, ProtocolError,
+    ConfigError, ConflictError, ConnectionLostError, DaemonUnreachableError, NotFoundError,
+    ProtocolError,
     RequestTimeoutError, SandboxEndedError, error_from_response,
 )
 
@@ -543,18 +544,21 @@ class Client:
     # -- sandboxes -------------------------------------------------------
     def create(self, *, image=None, memory=None, cpus=None, pids=None, disk=None, env=None,
                network=None, ttl_seconds=None, idle_timeout_seconds=None, metadata=None,
-               auto_resume=None, paused_retention_seconds=None, from_snapshot=None, **extra):
+               auto_resume=None, paused_retention_seconds=None, from_snapshot=None, ports=None,
+               **extra):
         """Create a sandbox (POST /v1/sandboxes); returns its Sandbox.
 
         Sizes are bytes or strings like "512M"; ``metadata`` are labels
         (str -> str); ``from_snapshot`` the id of a paused or expired
-        sandbox whose files the new one starts with.  Options the daemon does
-        not know are refused by it (BadRequestError naming the field)."""
+        sandbox whose files the new one starts with; ``ports`` the ports to
+        expose (see Sandbox.ports).  Options the daemon does not know are
+        refused by it (BadRequestError naming the field)."""
         body = {k: v for k, v in dict(
             image=image, memory=memory, cpus=cpus, pids=pids, disk=disk, env=env, network=network,
             ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds, metadata=metadata,
             auto_resume=auto_resume, paused_retention_seconds=paused_retention_seconds,
-            from_snapshot=from_snapshot, **extra).items() if v is not None}
+            from_snapshot=from_snapshot, ports=list(ports) if ports is not None else None,
+            **extra).items() if v is not None}
         info = self._call("POST", "/v1/sandboxes", json_body=body)
         return Sandbox(self, info["id"], info)
 
@@ -714,6 +718,72 @@ class Sandbox:
         """Reset the idle clock; optionally a new TTL counted from now."""
         body = {} if ttl_seconds is None else {"ttl_seconds": ttl_seconds}
         return self._set(self._call("POST", "/keepalive", json_body=body))
+
+    # -- ports -----------------------------------------------------------
+    # A server listening inside on an exposed port (on 0.0.0.0 or
+    # 127.0.0.1) is reachable from the host at the port's "url" (a port of
+    # the host's 127.0.0.1 that sandlotd relays; None while the sandbox is
+    # paused or has ended) and through the API at
+    # /v1/sandboxes/ID/ports/PORT/ (HTTP and WebSocket, with the token).
+
+    def _set_ports(self, ports):
+        if self.info:
+            self.info = dict(self.info, ports=ports)
+        return ports
+
+    def ports(self):
+        """The exposed ports: [{"port": 8000, "url": "http://127.0.0.1:N"}]."""
+        return self._set_ports(self._call("GET", "/ports")["ports"])
+
+    def expose_port(self, port):
+        """Expose one more port; returns {"port", "url"}.  ConflictError if
+        it already is; BadRequestError for a bad number or past 32 ports."""
+        p = self._call("POST", "/ports", json_body={"port": port})
+        if self.info:
+            self._set_ports([x for x in self.info.get("ports", []) if x["port"] != port] + [p])
+        return p
+
+    def set_ports(self, ports):
+        """Make ``ports`` the exposed ports: the others close (with every
+        connection through them); those that stay keep their URL."""
+        return self._set_ports(self._call("PUT", "/ports", json_body={"ports": list(ports)})["ports"])
+
+    def remove_port(self, port):
+        """Stop exposing ``port``: its listener and connections close."""
+        self._call("DELETE", f"/ports/{int(port)}", expect_json=False)
+        if self.info:
+            self._set_ports([x for x in self.info.get("ports", []) if x["port"] != port])
+
+    def port_url(self, port, *, via=None):
+        """Where to reach exposed ``port``, and the headers to send:
+        ``(url, headers)``.  ``via="url"``: the port's own URL on the host's
+        127.0.0.1 (the default on a unix socket); ``via="proxy"``: the API's
+        proxy, with the token (the default over TCP: it works from wherever
+        the API does).  NotFoundError if the port is not exposed."""
+        ports = self.ports()
+        entry = next((p for p in ports if p["port"] == port), None)
+        if entry is None:
+            exposed = ", ".join(str(p["port"]) for p in ports) or "none"
+            raise NotFoundError(404, "port_not_exposed",
+                                f"port {port} is not exposed in sandbox {self.id} "
+                                f"(exposed: {exposed})")
+        ep = self.client._ep
+        if via is None:
+            via = "url" if ep.kind == "unix" else "proxy"
+        if via == "url":
+            if not entry["url"]:
+                raise ConflictError(409, "port_not_listening",
+                                    f"port {port} of sandbox {self.id} has no URL now (the "
+                                    f"sandbox is not running)")
+            return entry["url"] + "/", {}
+        if via != "proxy":
+            raise ValueError(f'via must be "url" or "proxy", not {via!r}')
+        if ep.kind == "unix":
+            raise ConfigError("the port proxy has no URL on a unix-socket sandlotd: use via=\"url\"")
+        scheme = "https" if ep.kind == "https" else "http"
+        host = f"[{ep.host}]" if ":" in ep.host else ep.host
+        headers = {"Authorization": f"Bearer {self.client._token}"} if self.client._token else {}
+        return f"{scheme}://{host}:{ep.port}{self._path(f'/ports/{int(port)}/')}", headers
 
     # -- exec ------------------------------------------------------------
     def _exec_body(self, command, argv, cwd, env, stdin, timeout, output, output_limit):

@@ -122,8 +122,13 @@ def test_exec_stream_wait_and_close_kills(sb):
     first = [next(s) for _ in range(2)]
     assert first[1] == {"type": "stdout", "data": "started\n"}
     s.close()
-    time.sleep(2.5)
-    assert not sb.exists("after.txt")   # the command was killed with the stream
+    # the command was killed with the stream (not left to end by itself)
+    deadline = time.monotonic() + 10
+    while sb.exec_status(s.exec_id)["state"] != "exited":
+        assert time.monotonic() < deadline, sb.exec_status(s.exec_id)
+        time.sleep(0.02)
+    assert sb.exec_status(s.exec_id)["result"]["signal"] is not None
+    assert not sb.exists("after.txt")
 
 
 def test_background_exec_status_kill(sb):
@@ -325,6 +330,93 @@ def test_pause_resume_keeps_files(client):
         sb.pause()
         assert sb.exec("echo back").stdout == "back\n"
         assert sb.refresh().state == "running"
+
+
+# ---- ports -----------------------------------------------------------------------
+
+def _get(url, headers=None, timeout=10):
+    import urllib.request
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}),
+                                timeout=timeout) as r:
+        return r.status, r.read()
+
+
+def _wait_served(url, headers=None):
+    """The server started in the background answers (or the test fails)."""
+    import urllib.error
+    end = time.monotonic() + 15
+    while True:
+        try:
+            return _get(url, headers)
+        except (urllib.error.URLError, ConnectionError):
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.05)
+
+
+def test_ports(client):
+    with client.create(ports=[8000]) as sb:
+        assert [p["port"] for p in sb.info["ports"]] == [8000]
+        assert sb.info["options"]["ports"] == [8000]
+        sb.write_file("site/index.html", b"<b>inside</b>")
+        sb.exec("cd site && (python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &)")
+        url, headers = sb.port_url(8000)
+        assert url == sb.info["ports"][0]["url"] + "/" and headers == {}
+        assert _wait_served(url + "index.html") == (200, b"<b>inside</b>")
+        added = sb.expose_port(9000)
+        assert added["port"] == 9000 and added["url"].startswith("http://127.0.0.1:")
+        with pytest.raises(sandlot.ConflictError):
+            sb.expose_port(9000)
+        with pytest.raises(sandlot.BadRequestError) as ei:
+            sb.expose_port(0)
+        assert "invalid port 0" in ei.value.message
+        kept = sb.set_ports([9000, 8000])
+        assert [p["port"] for p in kept] == [9000, 8000]
+        assert dict((p["port"], p["url"]) for p in kept)[8000] + "/" == url
+        sb.remove_port(8000)
+        assert [p["port"] for p in sb.ports()] == [9000]
+        with pytest.raises(sandlot.NotFoundError) as ei:
+            sb.port_url(8000)
+        assert ei.value.code == "port_not_exposed"
+        with pytest.raises(sandlot.NotFoundError):
+            sb.remove_port(8000)
+        with pytest.raises(OSError):
+            _get(url + "index.html")
+        with pytest.raises(sandlot.ConfigError):
+            sb.port_url(9000, via="proxy")   # a unix socket has no URL
+        sb.pause()
+        assert sb.info["ports"] == [{"port": 9000, "url": None}]
+        with pytest.raises(sandlot.ConflictError):
+            sb.port_url(9000)
+    with pytest.raises(sandlot.BadRequestError) as ei:
+        client.create(ports=[8000, 8000])
+    assert "listed twice" in ei.value.message
+
+
+def test_ports_proxy_over_tcp(base_dir, tmp_path):
+    token = "py-ports-token-" + os.urandom(8).hex()
+    tf = tmp_path / "token"
+    tf.write_text(token + "\n")
+    port = free_port()
+    d = Daemon(base_dir / "tcp-ports", ["--listen", f"tcp:127.0.0.1:{port}", "--token-file", tf]).start()
+    try:
+        c = sandlot.Client(f"tcp:127.0.0.1:{port}", token=token)
+        with c.create(ports=[8000]) as sb:
+            sb.write_file("site/index.html", b"proxied")
+            sb.exec("cd site && (python3 -m http.server 8000 >/dev/null 2>&1 &)")
+            url, headers = sb.port_url(8000)
+            assert url == f"http://127.0.0.1:{port}/v1/sandboxes/{sb.id}/ports/8000/"
+            assert headers == {"Authorization": f"Bearer {token}"}
+            assert _wait_served(url + "index.html", headers) == (200, b"proxied")
+            import urllib.error
+            with pytest.raises(urllib.error.HTTPError) as ei:
+                _get(url + "index.html")
+            assert ei.value.code == 401
+            direct, h = sb.port_url(8000, via="url")
+            assert h == {} and _get(direct + "index.html") == (200, b"proxied")
+    finally:
+        rc = d.stop()
+    assert rc == 0 and not d.leftovers()
 
 
 # ---- errors ----------------------------------------------------------------------

@@ -18,7 +18,7 @@ import type {
   Experimental_SandboxProcess as SandboxProcess,
   Experimental_SandboxSession as SandboxSession,
 } from "ai";
-import type { HarnessV1NetworkSandboxSession, HarnessV1SandboxProvider } from "@ai-sdk/harness";
+import type { HarnessV1NetworkSandboxSession, HarnessV1PortEndpoint, HarnessV1SandboxProvider } from "@ai-sdk/harness";
 import { Sandlot, type Sandbox, type Exec } from "./client.js";
 import { SandlotError, isMissingPath } from "./errors.js";
 import { abortError } from "./http.js";
@@ -387,13 +387,24 @@ export class SandlotHarnessSession extends SandlotSandboxSession implements Harn
   get defaultWorkingDirectory(): string {
     return this.workingDirectory;
   }
-  /** sandlot sandboxes have no network (only loopback): no port is exposed. */
-  readonly ports: ReadonlyArray<number> = [];
-  readonly getPortEndpoint = async (o: { port: number }): Promise<never> => {
-    throw new SandlotError(`sandlot sandboxes expose no ports (asked for port ${o.port}): they have no network`,
-      { code: "unsupported" });
+  /** The exposed ports (create.ports, setPorts), as of the last call that returned them. */
+  get ports(): ReadonlyArray<number> {
+    return (this.sandbox.info?.ports ?? []).map((p) => p.port);
+  }
+  /**
+   * Where to reach an exposed port: through sandlotd's proxy (URL and token
+   * header) on a TCP sandlotd, the port's own URL on the host on a unix
+   * socket.  Fails for a port that is not exposed.
+   */
+  readonly getPortEndpoint = async (o: { port: number; protocol?: "http" | "https" | "ws" }): Promise<HarnessV1PortEndpoint> => {
+    return this.sandbox.portEndpoint(o.port, { protocol: o.protocol });
   };
-  readonly getPortUrl = async (o: { port: number }): Promise<never> => this.getPortEndpoint(o);
+  readonly getPortUrl = async (o: { port: number; protocol?: "http" | "https" | "ws" }): Promise<string> =>
+    (await this.getPortEndpoint(o)).url;
+  /** Replaces the exposed ports (those left out close; those kept keep their URL). */
+  readonly setPorts = async (ports: ReadonlyArray<number>, o: { abortSignal?: AbortSignal } = {}): Promise<void> => {
+    await this.sandbox.setPorts([...ports], { signal: o.abortSignal });
+  };
   /** Pauses the sandbox: processes stop, files stay; resumeSession brings it back. */
   readonly stop = async (): Promise<void> => {
     try {
@@ -471,6 +482,7 @@ export function sandlotHarnessProvider(opts: SandlotHarnessProviderOptions = {})
           "(none running or paused, and no expired one with its workspace kept)", { code: "not_found", status: 404 });
       let sb = c.sandbox(last.id);
       if (last.state === "paused") await sb.resume({ signal: o.abortSignal });
+      else if (last.state === "running") await sb.refresh({ signal: o.abortSignal });
       else if (last.state === "expired") {
         sb = await c.create({ auto_resume: true, ...(opts.create ?? {}), disk: undefined, from_snapshot: last.id,
           metadata: last.metadata }, { signal: o.abortSignal });

@@ -8,7 +8,8 @@ import { SandlotError } from "./errors.js";
 import { Transport, type Body, type ConnectionOptions } from "./http.js";
 import type {
   ArchiveResult, ChangesPage, CodeContext, CodeEvent, CodeOptions, CodeResult, CreateSandboxOptions, ExecEvent,
-  ExecOptions, ExecResult, ExecStatus, FileInfo, Health, Language, SandboxInfo, SandboxState,
+  ExecOptions, ExecResult, ExecStatus, FileInfo, Health, Language, PortEndpoint, PortInfo, SandboxInfo,
+  SandboxState,
 } from "./types.js";
 
 export interface SignalOption {
@@ -166,6 +167,69 @@ export class Sandbox {
   async keepalive(o: SignalOption & { ttl_seconds?: number } = {}): Promise<SandboxInfo> {
     const json = o.ttl_seconds === undefined ? {} : { ttl_seconds: o.ttl_seconds };
     return (this.info = await this.t.json({ method: "POST", path: `${this.path}/keepalive`, json, signal: o.signal }));
+  }
+
+  // ---- ports -------------------------------------------------------------
+
+  /** The exposed ports and their URLs (also updates `info.ports`). */
+  async ports(o: SignalOption = {}): Promise<PortInfo[]> {
+    const r = await this.t.json<{ ports: PortInfo[] }>({ method: "GET", path: `${this.path}/ports`, signal: o.signal });
+    if (this.info) this.info = { ...this.info, ports: r.ports };
+    return r.ports;
+  }
+
+  /** Exposes one more port (409 if it already is, 400 past 32). */
+  async exposePort(port: number, o: SignalOption = {}): Promise<PortInfo> {
+    const p = await this.t.json<PortInfo>({ method: "POST", path: `${this.path}/ports`, json: { port }, signal: o.signal });
+    if (this.info) this.info = { ...this.info, ports: [...this.info.ports.filter((x) => x.port !== port), p] };
+    return p;
+  }
+
+  /**
+   * Makes `ports` the exposed ports: the others are closed (with every
+   * connection through them), the ones that stay keep their URL.
+   */
+  async setPorts(ports: number[], o: SignalOption = {}): Promise<PortInfo[]> {
+    const r = await this.t.json<{ ports: PortInfo[] }>({ method: "PUT", path: `${this.path}/ports`, json: { ports }, signal: o.signal });
+    if (this.info) this.info = { ...this.info, ports: r.ports };
+    return r.ports;
+  }
+
+  /** Stops exposing a port: its listener and its connections close. */
+  async removePort(port: number, o: SignalOption = {}): Promise<void> {
+    await this.t.json({ method: "DELETE", path: `${this.path}/ports/${port}`, signal: o.signal });
+    if (this.info) this.info = { ...this.info, ports: this.info.ports.filter((x) => x.port !== port) };
+  }
+
+  /**
+   * Where to reach exposed `port`.  On a TCP sandlotd: through its proxy
+   * (`/v1/sandboxes/{id}/ports/{port}/`, with the token in `headers`), which
+   * works from anywhere that reaches the API.  On a unix socket: the port's
+   * own URL on the host's 127.0.0.1.  `via` picks one; `protocol: "ws"`
+   * gives a ws:// URL.  Fails (code port_not_exposed) for a port that is
+   * not exposed, and when the sandbox is paused (its URL is null then).
+   */
+  async portEndpoint(port: number, o: SignalOption & { protocol?: "http" | "https" | "ws"; via?: "url" | "proxy" } = {}): Promise<PortEndpoint> {
+    const ports = await this.ports(o);
+    const p = ports.find((x) => x.port === port);
+    if (!p)
+      throw new SandlotError(`port ${port} is not exposed in sandbox ${this.id} (exposed: ${ports.map((x) => x.port).join(", ") || "none"})`,
+        { code: "port_not_exposed", status: 404 });
+    const proxy = this.t.publicUrl(`${this.path}/ports/${port}/`);
+    const via = o.via ?? (proxy ? "proxy" : "url");
+    let ep: PortEndpoint;
+    if (via === "proxy") {
+      if (!proxy)
+        throw new SandlotError("the port proxy has no URL on a unix-socket sandlotd: use via \"url\"", { code: "bad_option" });
+      ep = proxy;
+    } else {
+      if (!p.url)
+        throw new SandlotError(`port ${port} of sandbox ${this.id} has no URL now (the sandbox is not running)`,
+          { code: "port_not_listening", status: 409 });
+      ep = { url: p.url + "/" };
+    }
+    if (o.protocol === "ws") ep = { ...ep, url: ep.url.replace(/^http:/, "ws:") };
+    return ep;
   }
 
   // ---- commands ----------------------------------------------------------

@@ -82,6 +82,18 @@ export class Transport {
     }
   }
 
+  /**
+   * The URL of `path` on sandlotd and the headers it needs (the bearer
+   * token), for clients other than this one (a browser, a WebSocket
+   * library) — or undefined on a unix socket, which has no URL.
+   */
+  publicUrl(path: string): { url: string; headers?: Record<string, string> } | undefined {
+    if (this.socketPath) return undefined;
+    const host = this.host.includes(":") ? `[${this.host}]` : this.host;
+    const url = `http://${host}:${this.port}${path}`;
+    return this.token ? { url, headers: { Authorization: `Bearer ${this.token}` } } : { url };
+  }
+
   /** Closes idle keep-alive connections.  The transport stays usable. */
   close(): void {
     this.agent.destroy();

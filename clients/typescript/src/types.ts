@@ -17,6 +17,8 @@ export interface CreateSandboxOptions {
   disk?: Size;
   env?: Record<string, string>;
   network?: "none";
+  /** Ports to expose (1-65535, at most 32): see `PortInfo`. */
+  ports?: number[];
   ttl_seconds?: number;
   idle_timeout_seconds?: number;
   metadata?: Record<string, string>;
@@ -43,15 +45,37 @@ export interface SandboxInfo {
     disk: number;
     env: Record<string, string>;
     network: string;
+    /** The ports exposed now (changed by the ports routes). */
+    ports: number[];
     from_snapshot?: string;
   };
   metadata: Record<string, string>;
+  /** The exposed ports and where the host reaches them. */
+  ports: PortInfo[];
   cursor: number;
   auto_resume: boolean;
   paused_retention_seconds: number;
   paused_at: string | null;
   workspace_kept: boolean;
   workspace_expires_at: string | null;
+}
+
+/**
+ * An exposed port.  A server listening on it inside the sandbox (on 0.0.0.0
+ * or 127.0.0.1) is reachable from the host at `url` (a port of the host's
+ * 127.0.0.1 that sandlotd relays; null while the sandbox is paused or has
+ * ended), and through the API at /v1/sandboxes/{id}/ports/{port}/ (HTTP and
+ * WebSocket, with the API's token: the way in for remote clients).
+ */
+export interface PortInfo {
+  port: number;
+  url: string | null;
+}
+
+/** Where to reach an exposed port: a URL and the headers to send with it. */
+export interface PortEndpoint {
+  url: string;
+  headers?: Record<string, string>;
 }
 
 export interface Health {

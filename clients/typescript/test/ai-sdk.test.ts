@@ -1,15 +1,30 @@
 /** The AI SDK sandbox session and harness provider against a real sandlotd. */
+import * as fs from "node:fs";
 import { after, before, describe, test } from "node:test";
 import * as assert from "node:assert/strict";
 import { ToolLoopAgent, tool, type Experimental_SandboxSession } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 import type { LanguageModelV4GenerateResult } from "@ai-sdk/provider";
 import { z } from "zod";
-import { SandlotError, type Sandbox } from "sandlot";
+import * as fs from "node:fs";
+import * as net from "node:net";
+import * as path from "node:path";
+import { Sandlot, SandlotError, type Sandbox } from "sandlot";
 import { SandlotSandboxSession, sandlotHarnessProvider, HARNESS_SESSION_LABEL } from "sandlot/ai-sdk";
 import { Daemon, readStream, skipReason, sleep, waitFor } from "./daemon.js";
 
 const skip = skipReason();
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
 const text = (b: Uint8Array) => Buffer.from(b).toString("utf8");
 
 describe("AI SDK sandbox session", { skip }, () => {
@@ -52,9 +67,12 @@ describe("AI SDK sandbox session", { skip }, () => {
 
   test("run honours abortSignal", async () => {
     const ctl = new AbortController();
-    setTimeout(() => ctl.abort(new Error("user cancelled")), 150);
     const t0 = Date.now();
-    await assert.rejects(s.run({ command: "sleep 30", abortSignal: ctl.signal }), /user cancelled/);
+    const run = s.run({ command: "sleep 30", abortSignal: ctl.signal });
+    // Aborted while the command runs.
+    assert.ok(await waitFor(async () => (await sb.execs()).some((e) => e.state === "running"), 10_000));
+    ctl.abort(new Error("user cancelled"));
+    await assert.rejects(run, /user cancelled/);
     assert.ok(Date.now() - t0 < 5000);
     // The abort closes the stream; sandlotd notices and kills the command.
     assert.ok(
@@ -180,11 +198,22 @@ describe("AI SDK sandbox session", { skip }, () => {
     ])
       await assert.rejects(call(), /aborted early/);
     // A stream that never ends, aborted mid-upload: no file appears.
+    // Aborted once the upload is under way (50 KiB taken from the stream); then, once sandlotd
+    // has ended the request (its log says so), the file is not there.
+    const puts = () => fs.readFileSync(d.logPath, "utf8").split("\n")
+      .filter((l) => l.includes(`method=PUT path="/v1/sandboxes/${sb.id}/files"`)).length;
+    const putsBefore = puts();
     const ctl2 = new AbortController();
-    const endless = new ReadableStream<Uint8Array>({ pull: async (c) => { await sleep(20); c.enqueue(new Uint8Array(1024)); } });
-    setTimeout(() => ctl2.abort(new Error("upload cancelled")), 200);
+    let pulled = 0;
+    const endless = new ReadableStream<Uint8Array>({
+      pull: async (c) => {
+        await sleep(20); // the stream's own pace
+        c.enqueue(new Uint8Array(1024));
+        if (++pulled === 50) ctl2.abort(new Error("upload cancelled"));
+      },
+    });
     await assert.rejects(s.writeFile({ path: "endless.bin", content: endless, abortSignal: ctl2.signal }), /upload cancelled/);
-    await sleep(100);
+    assert.ok(await waitFor(async () => puts() > putsBefore, 10_000), "sandlotd never ended the upload");
     assert.equal(await s.stat({ path: "endless.bin" }), null);
   });
 
@@ -269,7 +298,8 @@ describe("AI SDK harness sandbox provider", { skip }, () => {
     assert.match(session.id, /^sb-/);
     assert.equal(session.defaultWorkingDirectory, "/home/user");
     assert.deepEqual(session.ports, []);
-    await assert.rejects(async () => session.getPortEndpoint({ port: 3000 }), /no ports/);
+    await assert.rejects(async () => session.getPortEndpoint({ port: 3000 }),
+      (e: unknown) => e instanceof SandlotError && e.code === "port_not_exposed" && /port 3000/.test(e.message));
     const info = await d.client.info(session.id);
     assert.equal(info.metadata[HARNESS_SESSION_LABEL], "chat-42");
     assert.equal(info.auto_resume, true);
@@ -307,6 +337,72 @@ describe("AI SDK harness sandbox provider", { skip }, () => {
     assert.equal((await d.client.info(back.id)).metadata[HARNESS_SESSION_LABEL], "chat-exp");
     await back.destroy();
     await d.client.sandbox(session.id).delete(); // drop the kept workspace
+  });
+
+  test("ports, getPortEndpoint, setPorts: a server inside reached from here", async () => {
+    const provider = sandlotHarnessProvider({ client: d.client, create: { memory: "256M", ports: [8000] } });
+    const session = await provider.createSession({ sessionId: "chat-ports" });
+    assert.deepEqual(session.ports, [8000]);
+    await session.writeTextFile({ path: "site/index.html", content: "<p>from inside</p>" });
+    await session.run({ command: "cd site && (python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &)" });
+    // A unix-socket client gets the port's own URL on the host.
+    const ep = await session.getPortEndpoint({ port: 8000 });
+    assert.match(ep.url, /^http:\/\/127\.0\.0\.1:\d+\/$/);
+    assert.equal(ep.headers, undefined);
+    let body = "";
+    assert.ok(await waitFor(async () => {
+      try {
+        const r = await fetch(ep.url + "index.html");
+        body = await r.text();
+        return r.status === 200;
+      } catch {
+        return false;
+      }
+    }, 10_000), "the server inside never answered");
+    assert.equal(body, "<p>from inside</p>");
+    assert.equal(await session.getPortUrl({ port: 8000 }), ep.url);
+    assert.match((await session.getPortEndpoint({ port: 8000, protocol: "ws" })).url, /^ws:\/\/127\.0\.0\.1:/);
+    // setPorts replaces the set: kept ports keep their URL, dropped ones close.
+    await session.setPorts!([9000, 8000]);
+    assert.deepEqual([...session.ports].sort(), [8000, 9000]);
+    assert.equal((await session.getPortEndpoint({ port: 8000 })).url, ep.url);
+    await session.setPorts!([9000]);
+    assert.deepEqual(session.ports, [9000]);
+    await assert.rejects(fetch(ep.url + "index.html"));
+    await assert.rejects(async () => session.getPortEndpoint({ port: 8000 }), /port 8000 is not exposed/);
+    await assert.rejects(async () => session.setPorts!([0]), (e: unknown) => e instanceof SandlotError && e.status === 400);
+    await session.destroy();
+  });
+
+  test("over TCP, getPortEndpoint is the API's proxy with the token header", async () => {
+    const token = "ts-ports-" + Math.random().toString(36).slice(2) + "-token";
+    const tokenFile = path.join(d.base, "token");
+    fs.writeFileSync(tokenFile, token + "\n");
+    const port = await freePort();
+    const tcp = await new Daemon(["--listen", `tcp:127.0.0.1:${port}`, "--token-file", tokenFile]).start();
+    try {
+      const client = new Sandlot({ url: `http://127.0.0.1:${port}`, token });
+      const provider = sandlotHarnessProvider({ client, create: { memory: "256M", ports: [8000] } });
+      const session = await provider.createSession({ sessionId: "chat-tcp" });
+      await session.writeTextFile({ path: "site/index.html", content: "via the proxy" });
+      await session.run({ command: "cd site && (python3 -m http.server 8000 >/dev/null 2>&1 &)" });
+      const ep = await session.getPortEndpoint({ port: 8000 });
+      assert.equal(ep.url, `http://127.0.0.1:${port}/v1/sandboxes/${session.id}/ports/8000/`);
+      assert.deepEqual(ep.headers, { Authorization: `Bearer ${token}` });
+      let body = "";
+      assert.ok(await waitFor(async () => {
+        const r = await fetch(ep.url + "index.html", { headers: ep.headers });
+        body = await r.text();
+        return r.status === 200;
+      }, 10_000), `the proxy never reached the server: ${body}`);
+      assert.equal(body, "via the proxy");
+      assert.equal((await fetch(ep.url + "index.html")).status, 401); // no token, no way in
+      assert.match((await session.getPortEndpoint({ port: 8000, protocol: "ws" })).url, /^ws:\/\/127\.0\.0\.1:/);
+      await session.destroy();
+    } finally {
+      const problems = await tcp.stop();
+      assert.deepEqual(problems, [], problems.join("\n"));
+    }
   });
 
   test("a failing onFirstCreate deletes the new sandbox", async () => {

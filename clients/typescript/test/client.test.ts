@@ -95,8 +95,12 @@ describe("Sandlot client", { skip }, () => {
     await assert.rejects(sb.exec("true", { signal: ctl.signal }), /stop now/);
     const ctl2 = new AbortController();
     const t0 = Date.now();
-    setTimeout(() => ctl2.abort(), 200);
-    await assert.rejects(sb.exec("sleep 30", { signal: ctl2.signal }), (e: unknown) => (e as Error).name === "AbortError");
+    const ex = sb.exec("sleep 30", { signal: ctl2.signal });
+    // Aborted while the command runs.
+    for (let i = 0; i < 200 && !(await sb.execs()).some((e) => e.state === "running"); i++) await sleep(50);
+    assert.ok((await sb.execs()).some((e) => e.state === "running"), "the exec never ran");
+    ctl2.abort();
+    await assert.rejects(ex, (e: unknown) => (e as Error).name === "AbortError");
     assert.ok(Date.now() - t0 < 5000);
   });
 
@@ -174,6 +178,36 @@ describe("Sandlot client", { skip }, () => {
     } finally {
       await other.delete();
     }
+  });
+
+  test("ports: create, expose, set, remove, and the errors", async () => {
+    const p = await d.client.create({ memory: "128M", ports: [8000] });
+    try {
+      assert.deepEqual(p.info!.ports.map((x) => x.port), [8000]);
+      assert.deepEqual(p.info!.options.ports, [8000]);
+      assert.match(p.info!.ports[0]!.url!, /^http:\/\/127\.0\.0\.1:\d+$/);
+      const added = await p.exposePort(9000);
+      assert.equal(added.port, 9000);
+      assert.deepEqual((await p.ports()).map((x) => x.port), [8000, 9000]);
+      await assert.rejects(p.exposePort(9000), (e: unknown) => e instanceof SandlotError && e.status === 409);
+      await assert.rejects(p.exposePort(0), (e: unknown) => e instanceof SandlotError && e.status === 400);
+      const set = await p.setPorts([9000, 9001]);
+      assert.deepEqual(set.map((x) => x.port), [9000, 9001]);
+      assert.equal(set[0]!.url, added.url);
+      await p.removePort(9001);
+      await assert.rejects(p.removePort(9001),
+        (e: unknown) => e instanceof SandlotError && e.status === 404 && e.code === "port_not_exposed");
+      assert.deepEqual(p.info!.ports.map((x) => x.port), [9000]);
+      const ep = await p.portEndpoint(9000);
+      assert.equal(ep.url, added.url + "/");
+      await assert.rejects(p.portEndpoint(9000, { via: "proxy" }), /unix-socket/);
+      await p.pause();
+      assert.deepEqual(p.info!.ports, [{ port: 9000, url: null }]);
+      await assert.rejects(p.portEndpoint(9000), /no URL now/);
+    } finally {
+      await p.delete();
+    }
+    await assert.rejects(d.client.create({ ports: [8000, 8000] }), /listed twice/);
   });
 
   test("changes report what commands and file calls did", async () => {
