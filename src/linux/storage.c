@@ -811,7 +811,8 @@ static int storage_pool(const char *data_dir, const char *id, uint64_t bytes, co
 			cleanup_close int lk = lock_pool(&p, NULL);
 			close(lock), lock = -1;
 			subvol_delete(dir, name);
-			unreserve_locked(root, bytes);
+			if (lk >= 0) /* else the next sweep recounts the ledger */
+				unreserve_locked(root, bytes);
 		}
 		return -1;
 	}
