@@ -103,8 +103,11 @@ export class Daemon {
       proc.kill("SIGTERM");
     });
     if (code !== 0) problems.push(`sandlotd exited with ${code} on SIGTERM:\n${this.logs()}`);
-    // Inits are reaped and loop devices detached asynchronously.
-    const deadline = Date.now() + 5000;
+    // Inits are reaped and loop devices detached asynchronously; the
+    // storage pool's device once nothing holds its filesystem any more,
+    // which on a loaded shared host took over 5 s once (the integration
+    // suite's checks wait 10 s too).
+    const deadline = Date.now() + 10_000;
     let found = hostLeftovers(this.dataDir, this.createdIds());
     while (found.length && Date.now() < deadline) {
       await sleep(100);
