@@ -74,7 +74,8 @@ static void ns_release(struct ns_state *ns)
 	sandlot__cgroup_destroy(ns->cg);
 	ns->cg = NULL;
 	sandlot__trace("destroy: cgroup");
-	sandlot__storage_release(&ns->storage);
+	/* init is reaped: nothing of the sandbox uses its workspace any more. */
+	sandlot__storage_destroy(&ns->storage);
 	sandlot__uid_slot_release(&ns->slot);
 }
 
@@ -106,7 +107,7 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_fail(int status_
 
 struct child_args {
 	const struct sandlot_cgroup_join *join;
-	int sync_rd, status_wr, sock, seccomp_fd, storage_fd, image_fd, devnull;
+	int sync_rd, status_wr, sock, seccomp_fd, storage_fd, image_fd, lock_fd, devnull;
 	const char *init_path;
 	char *const *argv;
 };
@@ -133,24 +134,25 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	if (sys_setresgid(0, 0, 0) < 0 || sys_setresuid(0, 0, 0) < 0)
 		child_fail(a->status_wr, "become root of the user namespace");
 
-	/* Move the descriptors init expects to 3..7, going through high
+	/* Move the descriptors init expects to 3..8, going through high
 	 * numbers first so no dup2 clobbers a source. */
-	int src[5] = { a->sock, a->status_wr, a->seccomp_fd, a->storage_fd, a->image_fd };
-	int hi[5];
-	for (int i = 0; i < 5; i++) {
+	int src[6] = { a->sock, a->status_wr, a->seccomp_fd, a->storage_fd, a->image_fd,
+		       a->lock_fd };
+	int hi[6];
+	for (int i = 0; i < 6; i++) {
 		hi[i] = -1;
 		if (src[i] >= 0 && (hi[i] = sys_dupfd_cloexec(src[i], 100)) < 0)
 			child_fail(a->status_wr, "dup");
 	}
 	int status_fd = hi[1];
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 6; i++)
 		if (hi[i] >= 0 && sys_dup2(hi[i], INIT_FD_PROTO + i) < 0)
 			child_fail(status_fd, "dup2");
 	if (sys_dup2(a->devnull, 0) < 0 || sys_dup2(a->devnull, 1) < 0 ||
 	    sys_dup2(a->devnull, 2) < 0)
 		child_fail(status_fd, "dup2 stdio");
-	if (sys_close_range(INIT_FD_IMAGE + 1, ~0U, 0) < 0) {
-		for (int fd = INIT_FD_IMAGE + 1; fd < 1024; fd++)
+	if (sys_close_range(INIT_FD_LOCK + 1, ~0U, 0) < 0) {
+		for (int fd = INIT_FD_LOCK + 1; fd < 1024; fd++)
 			sys_close(fd);
 	}
 	char *const envp[] = { NULL };
@@ -202,10 +204,11 @@ static int read_status(int fd, sandlot_error_t **err)
 	return sandlot__error(err, (int)e, "sandbox setup failed: %s", *end ? end : buf);
 }
 
-/* Remove cgroups that a killed sandlot process could not (SIGKILL leaves
- * nothing else behind: the sandbox's processes, mounts, loop device and
- * storage die with its init).  At most once a minute per data directory,
- * and only cgroups that are empty and older than 30 s. */
+/* Remove cgroups and ephemeral workspaces that a killed sandlot process
+ * could not (SIGKILL leaves nothing else behind: the sandbox's processes
+ * and mounts die with its init).  At most once a minute per data
+ * directory, and only cgroups that are empty and older than 30 s and
+ * workspaces that no process holds. */
 static void collect_stale(const char *data_dir)
 {
 	char path[4200];
@@ -218,6 +221,7 @@ static void collect_stale(const char *data_dir)
 		return;
 	futimens(fd, NULL);
 	sandlot__cgroup_cleanup_stale("sb-", 30);
+	sandlot__pool_sweep(data_dir);
 }
 
 static int ns_start(struct sandlot *sb, sandlot_error_t **err)
@@ -227,7 +231,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		return sandlot__error(err, ENOMEM, "out of memory");
 	ns->pidfd = -1;
 	ns->slot.lock_fd = -1;
-	ns->storage.mount_fd = -1;
+	ns->storage.mount_fd = ns->storage.lock_fd = -1;
 
 	cleanup_close int sync_rd = -1, sync_wr = -1, status_rd = -1, status_wr = -1;
 	cleanup_close int sock_host = -1, sock_child = -1, devnull = -1;
@@ -247,8 +251,8 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	if (!ns->cg)
 		goto fail;
 	sandlot__trace("cgroup");
-	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, ns->slot.base,
-				    (int)sb->opts.storage, sb->opts.workspace_image, &ns->storage,
+	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, (int)sb->opts.storage,
+				    sb->opts.workspace, sb->opts.disk_overcommit, &ns->storage,
 				    err) < 0)
 		goto fail;
 	sandlot__trace("storage");
@@ -321,7 +325,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		.join = &join,
 		.sync_rd = sync_rd, .status_wr = status_wr, .sock = sock_child,
 		.seccomp_fd = seccomp_fd, .storage_fd = ns->storage.mount_fd,
-		.image_fd = sb->img.root_fd, .devnull = devnull,
+		.image_fd = sb->img.root_fd, .lock_fd = ns->storage.lock_fd, .devnull = devnull,
 		.init_path = sb->init_path, .argv = argv,
 	};
 
@@ -360,7 +364,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	if (sandlot__userns_write_maps(pid, ns->slot.base, err) < 0)
 		goto fail;
 	sandlot__trace("uid map");
-	/* A kept workspace stores sandbox uids: show it through the new
+	/* The workspace stores sandbox uids: show it through the new
 	 * namespace's mapping, before init attaches it. */
 	if (sandlot__storage_idmap(&ns->storage, pid, err) < 0)
 		goto fail;

@@ -90,6 +90,14 @@ static const char help[] =
 	"                               every sandbox's log and the scans in progress\n"
 	"                               together (default 256M); when full, the largest\n"
 	"                               logs lose their oldest entries first\n"
+	"        --disk-overcommit RATIO\n"
+	"                               let the sandboxes' disk quotas add up to\n"
+	"                               RATIO times the storage pool's space (default\n"
+	"                               1: every quota is reserved for real; a create\n"
+	"                               that cannot be reserved gets 507)\n"
+	"        --storage-size SIZE    grow the data dir's storage pool to at least\n"
+	"                               SIZE at start-up (it also grows by itself, as\n"
+	"                               far as the data filesystem has room)\n"
 	"    -h, --help                 show this help\n"
 	"\n"
 	"SIGNALS\n"
@@ -102,7 +110,8 @@ static const char help[] =
 
 enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MAX, OPT_POOL,
        OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE, OPT_MAX_DOWNLOAD, OPT_CHANGES_SCAN,
-       OPT_CHANGES_ANSWER, OPT_CHANGES_LOG, OPT_CHANGES_TOTAL };
+       OPT_CHANGES_ANSWER, OPT_CHANGES_LOG, OPT_CHANGES_TOTAL, OPT_OVERCOMMIT,
+       OPT_STORAGE_SIZE };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -119,6 +128,8 @@ static const struct option opts[] = {
 	{ "changes-answer-bytes", required_argument, NULL, OPT_CHANGES_ANSWER },
 	{ "changes-log-bytes", required_argument, NULL, OPT_CHANGES_LOG },
 	{ "changes-total-bytes", required_argument, NULL, OPT_CHANGES_TOTAL },
+	{ "disk-overcommit", required_argument, NULL, OPT_OVERCOMMIT },
+	{ "storage-size", required_argument, NULL, OPT_STORAGE_SIZE },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -265,6 +276,7 @@ int main(int argc, char **argv)
 	d.cfg.changes_answer_bytes = (uint64_t)8 << 20;
 	d.cfg.changes_log_bytes = (uint64_t)16 << 20;
 	d.cfg.changes_total_bytes = (uint64_t)256 << 20;
+	d.cfg.disk_overcommit = 1;
 
 	int c;
 	opterr = 0;
@@ -313,6 +325,25 @@ int main(int argc, char **argv)
 		case OPT_DEFAULT_IMAGE:
 			d.cfg.default_image = optarg;
 			break;
+		case OPT_OVERCOMMIT: {
+			char *end;
+			errno = 0;
+			double r = strtod(optarg, &end);
+			if (!*optarg || *end || errno || !(r >= 1 && r <= 1000))
+				return usage_error("invalid --disk-overcommit \"%s\": expected a ratio "
+						   "from 1 to 1000, e.g. 1.5", optarg);
+			d.cfg.disk_overcommit = r;
+			break;
+		}
+		case OPT_STORAGE_SIZE: {
+			sandlot_error_t *e = NULL;
+			if (sandlot_parse_size(optarg, 0, &d.cfg.storage_size, &e) < 0) {
+				usage_error("invalid --storage-size: %s", sandlot_error_message(e));
+				sandlot_error_free(e);
+				return 2;
+			}
+			break;
+		}
 		case OPT_PAUSED_RETENTION:
 			if (parse_uint("--paused-retention", optarg, 315360000,
 				       &d.cfg.paused_retention_s) < 0)
@@ -429,10 +460,20 @@ int main(int argc, char **argv)
 		free(token);
 		return 1;
 	}
+	if (d.cfg.storage_size) {
+		sandlot_options_t so;
+		sandlot_options_init(&so);
+		so.data_dir = d.cfg.data_dir;
+		if (sandlot_storage_grow(&so, d.cfg.storage_size, &err) < 0) {
+			fprintf(stderr, "sandlotd: --storage-size: %s\n", sandlot_error_message(err));
+			registry_close(&d);
+			return 1;
+		}
+	}
 	changes_budget_enforce(&d);
 	registry_reclaim(&d);
 	sandboxes_recover(&d);
-	/* Only after recovery, which removes every workspace image that the
+	/* Only after recovery, which removes every workspace that the
 	 * registry does not own — as those of pooled sandboxes are not. */
 	if (pool_start(&d, &err) < 0) {
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
@@ -502,6 +543,15 @@ int main(int argc, char **argv)
 	ports_stop();
 	pool_free(&d);
 	registry_close(&d);
+	/* Paused workspaces stay in the pool file; nothing stays mounted
+	 * (unless a `sandlot run` on the same data dir is using the pool). */
+	sandlot_options_t so;
+	sandlot_options_init(&so);
+	so.data_dir = d.cfg.data_dir;
+	if (sandlot_storage_unmount(&so, &err) < 0) {
+		daemon_log("storage_unmount", "level=warn error=\"%s\"", sandlot_error_message(err));
+		sandlot_error_free(err);
+	}
 	free(routes);
 	free(token);
 	daemon_log("stopped", "ms=%llu", (unsigned long long)(sandlot__now_ms() - t0));

@@ -16,6 +16,10 @@
  *      becomes the sandbox's writable storage, or absent with --tmpfs-storage
  *   7  with --image: a detached read-only mount of a built image's root
  *      filesystem (open_tree clone), which replaces the host's /usr, /etc...
+ *   8  the workspace's lock (a locked file of the host's storage pool), or
+ *      absent: init never reads it, only keeps it open for as long as it
+ *      lives, so the host knows the workspace is in use until the last
+ *      process of the sandbox is gone (commands never inherit it)
  *
  * Options (all numbers decimal):
  *   --uid N --gid N        sandbox user (default 1000/1000)
@@ -50,6 +54,7 @@
 #define INIT_FD_SECCOMP 5
 #define INIT_FD_STORAGE 6
 #define INIT_FD_IMAGE 7
+#define INIT_FD_LOCK 8
 
 #define INIT_HOME "/home/user"
 #define INIT_SCAN_LIMIT 100000

@@ -403,16 +403,21 @@ def test_cli_killed_with_sigkill_leaves_no_process(sandlot):
         cg_text = hostscan.read(f"/proc/{init}/cgroup") or ""
         names = set(re.findall(r"/sandlot/(sb-[a-z0-9]+)", cg_text))
         cgroups = [c for c in hostscan.sandbox_cgroups() if os.path.basename(c) in names]
+        ws = sandlot.data_dir / "storage" / "mnt" / "ws"
+        workspaces = [ws / n for n in names]
+        assert all(w.is_dir() for w in workspaces), (names, list(ws.iterdir()))
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=5)
         assert wait_until(lambda: not hostscan.find_pids(["sleep", tag]), 5), \
             "sandbox processes survived the death of sandlot"
         assert wait_until(lambda: not hostscan.is_sandlot_init(init), 5), \
             "sandlot-init survived the death of sandlot"
-        # Only the (empty) cgroup directories remain: nothing could remove
-        # them.  The next start-up collects empty ones older than 30 s, at
-        # most once a minute; make these and the last collection look old
-        # instead of waiting.
+        # Only the (empty) cgroup directories and the workspace in the
+        # storage pool remain: nothing could remove them.  The next start-up
+        # collects empty cgroups older than 30 s and workspaces no process
+        # holds, at most once a minute; make these and the last collection
+        # look old instead of waiting.
+        assert all(w.is_dir() for w in workspaces)
         for c in cgroups:
             # The kernel tears the pid namespace down asynchronously.
             assert wait_until(lambda: not hostscan.cgroup_procs(c), 5), f"processes left in {c}"
@@ -425,6 +430,8 @@ def test_cli_killed_with_sigkill_leaves_no_process(sandlot):
         assert r.rc == 0, r
         left = [c for c in cgroups if os.path.isdir(c)]
         assert not left, f"cgroups of the killed run were never removed: {left}"
+        left = [w for w in workspaces if w.exists()]
+        assert not left, f"the workspace of the killed run was never removed: {left}"
     finally:
         stop(p)
         # Do not let this test's (reported) leak fail every later check.
