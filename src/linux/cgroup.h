@@ -124,6 +124,10 @@ int sandlot__cgroup_kill(sandlot_cgroup_t *cg, sandlot_error_t **err);
  * removed is left for sandlot__cgroup_cleanup_stale(). */
 void sandlot__cgroup_destroy(sandlot_cgroup_t *cg);
 
+/* Free the handle and leave the cgroup as it is (another process — the
+ * cleanup helper — removes it).  NULL is a no-op. */
+void sandlot__cgroup_close(sandlot_cgroup_t *cg);
+
 /* Remove leftover cgroups under the "sandlot" parent(s) whose names start
  * with `prefix`, that hold no process and that are at least min_age_s
  * seconds old, e.g. after a SIGKILLed `sandlot run`.  A cgroup holding any
@@ -140,6 +144,57 @@ int sandlot__cgroup_cleanup_stale(const char *prefix, unsigned min_age_s);
  * kernel is still finishing with its processes: try again later), 0 when
  * none does.  Only for names the caller knows to be its own. */
 int sandlot__cgroup_remove_named(const char *name, int kill);
+
+/* ---- prepared cgroups (cgroup-pool.c) -------------------------------------
+ *
+ * Making a cgroup costs a mkdir per hierarchy (five on a v1 host) and a
+ * write per limit — about 0.3 ms on the 2-CPU test host, on the critical
+ * path of every sandbox — and removing it another 0.2 ms.  So a small
+ * host-wide set is prepared ahead of time, off that path, with the limits
+ * the next sandboxes are likely to ask for: each is an ordinary sandbox
+ * cgroup "sb-<id>" under sandlot/ in every hierarchy, plus a marker file
+ * "<pool dir>/<name>.<memory>.<pids>.<cpus_milli>" saying that it is free
+ * and which limits it holds.  Taking one is atomic across threads and
+ * processes: whoever unlinks its marker owns it.  The taker uses the name
+ * as the new sandbox's id and reserves it in this process, so that
+ * sandlot__cgroup_create() with that name adopts the directories instead
+ * of making them and writes only the limits that differ.  A taken cgroup
+ * is used once and removed with its sandbox like any other: a sandbox never
+ * inherits another's counters or charged memory.
+ *
+ * The pool directory is /run/sandlot/cgroup-pool/<mode>-<hash of the
+ * roots in use> (SANDLOT_CGROUP_POOL_DIR overrides it, for tests); in
+ * "none" mode there is no pool.  sandlot__cgroup_cleanup_stale() leaves
+ * prepared cgroups alone; a taker touches the cgroup's directory before it
+ * unlinks the marker, so the age guard protects a taken one until its
+ * sandbox populates it. */
+
+/* Take a prepared cgroup whose marker says `lim` if there is one, else any
+ * (its limits are rewritten on adoption); write its name ("sb-" and 26
+ * characters, 30 bytes with the NUL) to name.  1 when one was taken, 0
+ * when the pool is empty or unusable (the caller makes a name itself). */
+int sandlot__cgroup_pool_take(const struct sandlot_cgroup_limits *lim, char name[32]);
+
+/* Give back a name taken with sandlot__cgroup_pool_take() that no
+ * sandlot__cgroup_create() will use after all (its marker is made again).
+ * Names not reserved by this process are ignored. */
+void sandlot__cgroup_pool_return(const char *name);
+
+/* Prepare cgroups with limits `lim` until `target` are free in the pool
+ * (host-wide).  Returns how many were made; never fails (a cgroup that
+ * cannot be made is simply not there).  Meant for off the critical path:
+ * the run's cleanup helper, a daemon thread. */
+unsigned sandlot__cgroup_pool_fill(const struct sandlot_cgroup_limits *lim, unsigned target);
+
+/* Free cgroups in the pool now (host-wide). */
+unsigned sandlot__cgroup_pool_count(void);
+
+/* Remove every free prepared cgroup and its marker; returns how many.  For
+ * tests and an operator who wants the host bare. */
+unsigned sandlot__cgroup_pool_drain(void);
+
+/* Whether `name` has a marker in the pool (a free prepared cgroup). */
+bool sandlot__cgroup_pool_has(const char *name);
 
 /* Directory of the cgroup for `controller` ("memory", "pids", "cpu",
  * "cpuacct", "freezer"), for tests and diagnostics.  v2 has one directory
@@ -179,6 +234,12 @@ struct sandlot_cgroup_ops {
 	 * On failure remove what was made (sandlot__cgroup_rmdirs). */
 	int (*create)(sandlot_cgroup_t *cg, const struct sandlot_cgroup_limits *lim,
 		      sandlot_error_t **err);
+	/* The same for a prepared cgroup that exists already with limits
+	 * `preset`: fill dirs (owned), change only the limits that differ.
+	 * On failure the directories are left to the caller (cg->owned set
+	 * for those found). */
+	int (*adopt)(sandlot_cgroup_t *cg, const struct sandlot_cgroup_limits *preset,
+		     const struct sandlot_cgroup_limits *lim, sandlot_error_t **err);
 	int (*add_pid)(sandlot_cgroup_t *cg, pid_t pid, sandlot_error_t **err);
 	int (*usage)(sandlot_cgroup_t *cg, sandlot_usage_t *out, sandlot_error_t **err);
 	int (*kill)(sandlot_cgroup_t *cg, sandlot_error_t **err);
@@ -192,6 +253,13 @@ extern const struct sandlot_cgroup_ops sandlot__cgroup_v2_ops;
 /* Roots chosen at first use (environment overrides applied). */
 const char *sandlot__cgroup_v1_root(void);
 const char *sandlot__cgroup_v2_root(void);
+/* The implementation in use (chosen at first use). */
+const struct sandlot_cgroup_ops *sandlot__cgroup_ops(void);
+
+/* If `name` was taken from the pool by this process and not yet adopted:
+ * forget the reservation, store the limits its marker named in *preset
+ * and return 1; else 0.  (cgroup-pool.c, for sandlot__cgroup_create.) */
+int sandlot__cg_pool_claimed(const char *name, struct sandlot_cgroup_limits *preset);
 
 /* Shared helpers (cgroup.c). */
 

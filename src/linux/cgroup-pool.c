@@ -1,0 +1,304 @@
+/* Prepared cgroups: see "prepared cgroups" in cgroup.h for the design. */
+#include "cgroup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+
+#define POOL_BASE "/run/sandlot/cgroup-pool"
+/* Never more than this many free ones, whatever fill is asked for. */
+#define POOL_MAX 64
+/* Markers looked at per take (the pool is small). */
+#define TAKE_CANDIDATES 32
+/* "sb-" + 26 base32 characters, the shape of a sandbox id. */
+#define NAME_LEN 29
+
+static char pool_dir[PATH_MAX];
+static bool pool_ok;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+/* Names this process took and has not adopted or returned yet. */
+struct reservation {
+	char name[NAME_LEN + 1];
+	struct sandlot_cgroup_limits preset;
+};
+static pthread_mutex_t reserved_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct reservation reserved[64];
+static size_t nreserved;
+
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+static void pool_init(void)
+{
+	const struct sandlot_cgroup_ops *o = sandlot__cgroup_ops();
+	if (!o->adopt)
+		return; /* "none": nothing to prepare */
+	const char *env = getenv("SANDLOT_CGROUP_POOL_DIR");
+	if (env && *env) {
+		pool_ok = sandlot__cg_pathf(pool_dir, "%s", env) == 0;
+		return;
+	}
+	/* One pool per set of hierarchies: prepared cgroups of a v1 host
+	 * mean nothing to a process told to use another root. */
+	uint64_t h = 0xcbf29ce484222325ull;
+	h = fnv1a(h, o->mode);
+	h = fnv1a(h, sandlot__cgroup_v1_root());
+	h = fnv1a(h, "\n");
+	h = fnv1a(h, sandlot__cgroup_v2_root());
+	pool_ok = sandlot__cg_pathf(pool_dir, POOL_BASE "/%s-%016llx", o->mode,
+				    (unsigned long long)h) == 0;
+}
+
+static bool pool_usable(void)
+{
+	pthread_once(&pool_once, pool_init);
+	return pool_ok;
+}
+
+/* Parse a marker name "<name>.<memory>.<pids>.<cpus_milli>". */
+static bool parse_marker(const char *m, char name[NAME_LEN + 1], struct sandlot_cgroup_limits *lim)
+{
+	if (strncmp(m, "sb-", 3) != 0 || strlen(m) < NAME_LEN + 6 || m[NAME_LEN] != '.')
+		return false;
+	memcpy(name, m, NAME_LEN);
+	name[NAME_LEN] = '\0';
+	unsigned long long mem, pids, cpu;
+	char tail;
+	if (sscanf(m + NAME_LEN, ".%llu.%llu.%llu%c", &mem, &pids, &cpu, &tail) != 3 ||
+	    pids > UINT32_MAX || cpu > UINT32_MAX)
+		return false;
+	lim->memory_bytes = mem;
+	lim->pids = (uint32_t)pids;
+	lim->cpus_milli = (uint32_t)cpu;
+	return true;
+}
+
+static int marker_path(char *buf, const char *name, const struct sandlot_cgroup_limits *lim)
+{
+	return sandlot__cg_pathf(buf, "%s/%s.%llu.%u.%u", pool_dir, name,
+				 (unsigned long long)lim->memory_bytes, lim->pids, lim->cpus_milli);
+}
+
+static bool same_limits(const struct sandlot_cgroup_limits *a, const struct sandlot_cgroup_limits *b)
+{
+	return a->memory_bytes == b->memory_bytes && a->pids == b->pids &&
+	       a->cpus_milli == b->cpus_milli;
+}
+
+/* One directory of the cgroup `name` (v1: the memory hierarchy's), whose
+ * age the stale collector looks at. */
+static int age_dir(char *buf, const char *name)
+{
+	if (strcmp(sandlot__cgroup_mode(), "v1") == 0)
+		return sandlot__cg_pathf(buf, "%s/memory/sandlot/%s", sandlot__cgroup_v1_root(), name);
+	return sandlot__cg_pathf(buf, "%s/sandlot/%s", sandlot__cgroup_v2_root(), name);
+}
+
+static bool reserve(const char *name, const struct sandlot_cgroup_limits *preset)
+{
+	pthread_mutex_lock(&reserved_lock);
+	bool ok = nreserved < SANDLOT_ARRAY_SIZE(reserved);
+	if (ok) {
+		snprintf(reserved[nreserved].name, sizeof(reserved[0].name), "%s", name);
+		reserved[nreserved].preset = *preset;
+		nreserved++;
+	}
+	pthread_mutex_unlock(&reserved_lock);
+	return ok;
+}
+
+int sandlot__cg_pool_claimed(const char *name, struct sandlot_cgroup_limits *preset)
+{
+	int found = 0;
+	pthread_mutex_lock(&reserved_lock);
+	for (size_t i = 0; i < nreserved; i++) {
+		if (strcmp(reserved[i].name, name) == 0) {
+			*preset = reserved[i].preset;
+			reserved[i] = reserved[--nreserved];
+			found = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&reserved_lock);
+	return found;
+}
+
+/* Put the marker back: the cgroup is free again. */
+static void unclaim(const char *name, const struct sandlot_cgroup_limits *preset)
+{
+	char path[PATH_MAX];
+	if (marker_path(path, name, preset) < 0)
+		return;
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+}
+
+int sandlot__cgroup_pool_take(const struct sandlot_cgroup_limits *lim, char name[32])
+{
+	static const struct sandlot_cgroup_limits none = { 0, 0, 0 };
+	if (!lim)
+		lim = &none;
+	if (!pool_usable())
+		return 0;
+	cleanup_closedir DIR *d = opendir(pool_dir);
+	if (!d)
+		return 0;
+	struct cand {
+		char marker[NAME_MAX + 1];
+		char name[NAME_LEN + 1];
+		struct sandlot_cgroup_limits preset;
+	} c[TAKE_CANDIDATES];
+	size_t n = 0;
+	struct dirent *de;
+	while (n < TAKE_CANDIDATES && (de = readdir(d))) {
+		if (!parse_marker(de->d_name, c[n].name, &c[n].preset))
+			continue;
+		snprintf(c[n].marker, sizeof(c[n].marker), "%s", de->d_name);
+		/* Matching limits first: nothing to rewrite. */
+		if (n > 0 && same_limits(&c[n].preset, lim) && !same_limits(&c[0].preset, lim)) {
+			struct cand t = c[0];
+			c[0] = c[n];
+			c[n] = t;
+		}
+		n++;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char path[PATH_MAX], dir[PATH_MAX];
+		if (sandlot__cg_pathf(path, "%s/%s", pool_dir, c[i].marker) < 0 ||
+		    age_dir(dir, c[i].name) < 0)
+			continue;
+		/* Young before it is unmarked: the stale collector looks at the
+		 * marker first and the age second, so it never removes a
+		 * cgroup taken a moment ago and not yet populated. */
+		if (utimensat(AT_FDCWD, dir, NULL, 0) < 0)
+			continue; /* gone (someone removed it by hand): skip */
+		if (unlink(path) < 0)
+			continue; /* another taker was first */
+		if (!reserve(c[i].name, &c[i].preset)) {
+			unclaim(c[i].name, &c[i].preset);
+			return 0;
+		}
+		memcpy(name, c[i].name, NAME_LEN + 1);
+		return 1;
+	}
+	return 0;
+}
+
+void sandlot__cgroup_pool_return(const char *name)
+{
+	struct sandlot_cgroup_limits preset;
+	if (name && sandlot__cg_pool_claimed(name, &preset))
+		unclaim(name, &preset);
+}
+
+/* Free markers in the pool directory. */
+static unsigned count_markers(void)
+{
+	cleanup_closedir DIR *d = opendir(pool_dir);
+	if (!d)
+		return 0;
+	unsigned n = 0;
+	struct dirent *de;
+	char name[NAME_LEN + 1];
+	struct sandlot_cgroup_limits lim;
+	while ((de = readdir(d)))
+		n += parse_marker(de->d_name, name, &lim);
+	return n;
+}
+
+unsigned sandlot__cgroup_pool_count(void)
+{
+	return pool_usable() ? count_markers() : 0;
+}
+
+unsigned sandlot__cgroup_pool_fill(const struct sandlot_cgroup_limits *lim, unsigned target)
+{
+	static const struct sandlot_cgroup_limits none = { 0, 0, 0 };
+	if (!lim)
+		lim = &none;
+	if (!pool_usable())
+		return 0;
+	if (target > POOL_MAX)
+		target = POOL_MAX;
+	unsigned have = count_markers();
+	if (have >= target)
+		return 0;
+	if (sandlot__mkdir_p(pool_dir, 0700) < 0)
+		return 0;
+	unsigned made = 0;
+	while (have + made < target) {
+		char name[32], path[PATH_MAX];
+		sandlot__new_id("sb-", name);
+		if (marker_path(path, name, lim) < 0)
+			break;
+		sandlot_cgroup_t *cg = sandlot__cgroup_create(name, lim, NULL);
+		if (!cg)
+			break;
+		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			sandlot__cgroup_destroy(cg);
+			break;
+		}
+		close(fd);
+		sandlot__cgroup_close(cg);
+		made++;
+	}
+	return made;
+}
+
+unsigned sandlot__cgroup_pool_drain(void)
+{
+	if (!pool_usable())
+		return 0;
+	cleanup_closedir DIR *d = opendir(pool_dir);
+	if (!d)
+		return 0;
+	unsigned n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char name[NAME_LEN + 1], path[PATH_MAX];
+		struct sandlot_cgroup_limits lim;
+		if (!parse_marker(de->d_name, name, &lim) ||
+		    sandlot__cg_pathf(path, "%s/%s", pool_dir, de->d_name) < 0)
+			continue;
+		/* Taken by us, then removed as an unused cgroup. */
+		if (unlink(path) < 0)
+			continue;
+		sandlot__cgroup_remove_named(name, 0);
+		n++;
+	}
+	return n;
+}
+
+bool sandlot__cgroup_pool_has(const char *name)
+{
+	if (!pool_usable())
+		return false;
+	cleanup_closedir DIR *d = opendir(pool_dir);
+	if (!d)
+		return false;
+	size_t l = strlen(name);
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (strncmp(de->d_name, name, l) == 0 && de->d_name[l] == '.')
+			return true;
+	return false;
+}
