@@ -89,6 +89,16 @@ typedef struct sandlot_options {
 	 * one, e.g. to bring a paused sandbox back under its own id.  The caller
 	 * guarantees that no other live sandbox has it.  NULL: a new id. */
 	const char *id;
+	/* 1: a helper process, forked at creation, finishes the sandbox's
+	 * teardown — waits for its processes to end, removes its cgroup, gives
+	 * back its storage and uid range — when this process dies without
+	 * destroying it (even by SIGKILL) and after sandlot_destroy_nowait().
+	 * The helper ("sandlot-cleanup") is a fork of the caller: create such
+	 * sandboxes while no other thread of the caller holds a lock (a
+	 * single-threaded program, like `sandlot run`).  While it works it
+	 * holds a shared flock on <data_dir>/cleanup.lock: an exclusive flock
+	 * on that file waits for every helper of the data dir to finish. */
+	int cleanup_helper;
 } sandlot_options_t;
 
 /* Fill opts with the defaults above. */
@@ -113,6 +123,15 @@ SANDLOT_API sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_err
  * range, and free the handle.  Safe to call at any time, including while
  * commands run (they are reported as killed).  Never fails; NULL is a no-op. */
 SANDLOT_API void sandlot_destroy(sandlot_t *sb);
+
+/* For a process about to exit (as `sandlot run` after its command): kill
+ * the sandbox and free the handle without waiting for the sandbox to be
+ * gone; its cleanup helper (sandlot_options_t.cleanup_helper) removes the
+ * rest in the background.  The sandbox's init, a child of the caller, is
+ * reaped by whoever reaps the caller's orphans once it exits; a caller that
+ * lives on must reap it itself (or use sandlot_destroy()).  Without a
+ * helper this is sandlot_destroy().  NULL is a no-op. */
+SANDLOT_API void sandlot_destroy_nowait(sandlot_t *sb);
 
 /* Globally unique id ("sb-" followed by 26 lowercase base32 characters). */
 SANDLOT_API const char *sandlot_id(const sandlot_t *sb);

@@ -17,14 +17,24 @@ struct sandlot_backend_ops {
 	const char *name;
 	/* Start the sandbox described by sb->opts.  On success sets sb->conn_fd
 	 * (the protocol stream) and sb->backend (private state); on failure
-	 * leaves nothing behind. */
+	 * leaves nothing behind.  The sandbox may still be setting itself up
+	 * when this returns: the caller opens the connection meanwhile (so
+	 * nothing waits on the other), then calls ready. */
 	int (*start)(struct sandlot *sb, sandlot_error_t **err);
+	/* Wait until the sandbox has finished setting up.  On failure (with
+	 * the reason) the caller kills and releases it. */
+	int (*ready)(struct sandlot *sb, sandlot_error_t **err);
 	/* Kill every process of the sandbox and wait until they are gone (the
 	 * connection then reads EOF).  Never fails; idempotent. */
 	void (*kill)(struct sandlot *sb);
+	/* Start killing the sandbox and hand the rest of its teardown to a
+	 * helper process without waiting (sandlot_destroy_nowait()); release
+	 * then only frees this process's state.  -1 (nothing done) when the
+	 * sandbox has no helper.  NULL: the backend has none. */
+	int (*detach)(struct sandlot *sb);
 	/* Release everything else (cgroup, storage, uid range) and the private
-	 * state.  Called after kill and after the connection was shut down, so
-	 * nothing uses the backend any more.  Never fails. */
+	 * state.  Called after kill (or detach) and after the connection was
+	 * shut down, so nothing uses the backend any more.  Never fails. */
 	void (*release)(struct sandlot *sb);
 	int (*usage)(struct sandlot *sb, sandlot_usage_t *out, sandlot_error_t **err);
 	/* Just the OOM-kill and refused-fork counters (read around every exec,

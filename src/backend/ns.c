@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "ns.h"
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "core/internal.h"
@@ -41,13 +42,6 @@
 #include "linux/syscalls.h"
 #include "linux/userns.h"
 
-struct ns_state {
-	pid_t pid;
-	int pidfd;
-	struct sandlot_uid_slot slot;
-	sandlot_cgroup_t *cg;
-	struct sandlot_storage storage;
-};
 
 static void ns_kill_init(struct ns_state *ns)
 {
@@ -67,15 +61,30 @@ static void ns_kill_init(struct ns_state *ns)
 
 static void ns_release(struct ns_state *ns)
 {
-	ns_kill_init(ns);
+	if (ns->detached) {
+		/* The cleanup helper has its own copy of all of this and does
+		 * the teardown: only let go of ours. */
+		sandlot__cgroup_close(ns->cg);
+	} else {
+		ns_kill_init(ns);
+		sandlot__cgroup_destroy(ns->cg);
+		sandlot__trace("destroy: cgroup");
+	}
+	ns->cg = NULL;
 	if (ns->pidfd >= 0)
 		close(ns->pidfd);
 	ns->pidfd = -1;
-	sandlot__cgroup_destroy(ns->cg);
-	ns->cg = NULL;
-	sandlot__trace("destroy: cgroup");
 	sandlot__storage_release(&ns->storage);
 	sandlot__uid_slot_release(&ns->slot);
+	if (ns->cleanup_lock_fd >= 0)
+		close(ns->cleanup_lock_fd);
+	ns->cleanup_lock_fd = -1;
+	if (ns->status_fd >= 0)
+		close(ns->status_fd);
+	ns->status_fd = -1;
+	/* After our own teardown, so the helper's copies of the locks go
+	 * last. */
+	sandlot__ns_helper_stop(ns);
 }
 
 /* Child after clone: only raw syscalls (the parent may be multi-threaded,
@@ -204,7 +213,7 @@ static int read_status(int fd, sandlot_error_t **err)
  * nothing else behind: the sandbox's processes, mounts, loop device and
  * storage die with its init).  At most once a minute per data directory,
  * and only cgroups that are empty and older than 30 s. */
-static void collect_stale(const char *data_dir)
+void sandlot__ns_collect_stale(const char *data_dir)
 {
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/gc.stamp", data_dir);
@@ -226,13 +235,20 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	ns->pidfd = -1;
 	ns->slot.lock_fd = -1;
 	ns->storage.mount_fd = -1;
+	ns->helper_fd = -1;
+	ns->cleanup_lock_fd = -1;
+	ns->status_fd = -1;
 
 	cleanup_close int sync_rd = -1, sync_wr = -1, status_rd = -1, status_wr = -1;
 	cleanup_close int sock_host = -1, sock_child = -1, devnull = -1;
 	int fds[2];
 
 	sandlot__trace(NULL);
-	collect_stale(sb->data_dir);
+	/* With a helper, the helper collects, off the critical path. */
+	if (!sb->opts.cleanup_helper)
+		sandlot__ns_collect_stale(sb->data_dir);
+	else if ((ns->cleanup_lock_fd = sandlot__ns_cleanup_lock(sb->data_dir, err)) < 0)
+		goto fail;
 	if (sandlot__uid_slot_acquire(sb->data_dir, &ns->slot, err) < 0)
 		goto fail;
 	sandlot__trace("uid slot");
@@ -241,6 +257,12 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		.cpus_milli = sb->opts.cpus_milli,
 		.pids = sb->opts.pids,
 	};
+	/* A prepared cgroup when there is one (its name becomes the sandbox's
+	 * id); a new one otherwise. */
+	ns->limits = lim;
+	char pooled[32];
+	if (!sb->id_given && sandlot__cgroup_pool_take(&lim, pooled))
+		memcpy(sb->id, pooled, sizeof(pooled));
 	ns->cg = sandlot__cgroup_create(sb->id, &lim, err);
 	if (!ns->cg)
 		goto fail;
@@ -378,15 +400,15 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	if (write(sync_wr, "g", 1) != 1)
 		goto fail_errno;
 	close(sync_wr), sync_wr = -1;
+	/* Forked while init sets itself up (on another CPU, where there is
+	 * one), before this process has any other thread. */
+	if (sb->opts.cleanup_helper) {
+		if (sandlot__ns_helper_start(ns, sb->id, sb->data_dir, sb->img.lock_fd, err) < 0)
+			goto fail;
+		sandlot__trace("helper");
+	}
 
-	if (read_status(status_rd, err) < 0)
-		goto fail;
-	sandlot__trace("init setup");
-	/* Init has attached the storage in its own namespace; the host's
-	 * handle is no longer needed and must not keep it alive. */
-	sandlot__storage_release(&ns->storage);
-	sandlot__image_close_mount(&sb->img);
-
+	ns->status_fd = steal_fd(&status_rd);
 	sb->conn_fd = steal_fd(&sock_host);
 	sb->backend = ns;
 	return 0;
@@ -400,10 +422,35 @@ fail:
 	return -1;
 }
 
+static int ns_ready(struct sandlot *sb, sandlot_error_t **err)
+{
+	struct ns_state *ns = sb->backend;
+	int rc = read_status(ns->status_fd, err);
+	close(ns->status_fd);
+	ns->status_fd = -1;
+	sandlot__trace("init setup");
+	/* Init has attached the storage in its own namespace (or failed): the
+	 * host's handles are no longer needed and must not keep them alive. */
+	sandlot__storage_release(&ns->storage);
+	sandlot__image_close_mount(&sb->img);
+	return rc;
+}
+
 static void ns_kill(struct sandlot *sb)
 {
 	if (sb->backend)
 		ns_kill_init(sb->backend);
+}
+
+static int ns_detach(struct sandlot *sb)
+{
+	struct ns_state *ns = sb->backend;
+	if (!ns || ns->helper_pid <= 0)
+		return -1;
+	/* Dying starts now; the helper waits for the end of it. */
+	if (ns->pidfd >= 0)
+		sys_pidfd_send_signal(ns->pidfd, SIGKILL, NULL, 0);
+	return sandlot__ns_helper_detach(ns);
 }
 
 static void ns_release_sb(struct sandlot *sb)
@@ -471,7 +518,9 @@ static int ns_port_connect(struct sandlot *sb, uint16_t port, unsigned timeout_m
 const struct sandlot_backend_ops sandlot__backend_ns = {
 	.name = "ns",
 	.start = ns_start,
+	.ready = ns_ready,
 	.kill = ns_kill,
+	.detach = ns_detach,
 	.release = ns_release_sb,
 	.usage = ns_usage,
 	.events = ns_events,

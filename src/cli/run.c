@@ -577,6 +577,9 @@ int cmd_run(int argc, char **argv)
 		}
 	}
 	opts.env = env;
+	/* Exit as soon as the command is done: a helper process finishes the
+	 * teardown (and does it too if we are killed). */
+	opts.cleanup_helper = 1;
 	if (sandlot_options_validate(&opts, &err) < 0) {
 		rc = cli_usage_error("run", "%s", sandlot_error_message(err));
 		sandlot_error_free(err);
@@ -607,7 +610,7 @@ int cmd_run(int argc, char **argv)
 		if (transfer_upload(sb, &up[i], &err) < 0) {
 			cli_err("--upload %s: %s", up[i].local, sandlot_error_message(err));
 			sandlot_error_free(err);
-			sandlot_destroy(sb);
+			sandlot_destroy_nowait(sb);
 			rc = EXIT_SANDLOT;
 			goto out;
 		}
@@ -616,7 +619,7 @@ int cmd_run(int argc, char **argv)
 	    sandlot_file_write_fd(sb, code_remote, 0644, SANDLOT_WRITE_MKDIRS, code_fd, &err) < 0) {
 		cli_err("writing the code to %s: %s", code_remote, sandlot_error_message(err));
 		sandlot_error_free(err);
-		sandlot_destroy(sb);
+		sandlot_destroy_nowait(sb);
 		rc = EXIT_SANDLOT;
 		goto out;
 	}
@@ -629,7 +632,7 @@ int cmd_run(int argc, char **argv)
 	st.out.limit = st.err.limit = output_limit;
 	if (pipe2(st.exit_pipe, O_CLOEXEC) < 0) {
 		cli_err("pipe: %s", strerror(errno));
-		sandlot_destroy(sb);
+		sandlot_destroy_nowait(sb);
 		goto out;
 	}
 	sandlot_exec_spec_t spec = {
@@ -644,7 +647,7 @@ int cmd_run(int argc, char **argv)
 	if (!p) {
 		cli_err("%s", sandlot_error_message(err));
 		sandlot_error_free(err);
-		sandlot_destroy(sb);
+		sandlot_destroy_nowait(sb);
 		goto out_pipe;
 	}
 	sandlot__trace("exec start");
@@ -675,7 +678,7 @@ int cmd_run(int argc, char **argv)
 		print_json(sandlot_id(sb), &ex, &st, &ch, errors);
 	json_decref(errors);
 	sandlot_changes_free(&ch);
-	sandlot_destroy(sb);
+	sandlot_destroy_nowait(sb);
 
 	if (ex.start_error) {
 		if (!json)

@@ -88,6 +88,7 @@ int sandlot__error_from_frame(sandlot_error_t **err, const uint8_t *payload, uin
 
 struct sandlot {
 	char id[32];
+	int id_given;               /* the caller chose the id (opts->id) */
 	sandlot_options_t opts;     /* strings below are owned copies */
 	char *image, *hostname, *data_dir, *init_path;
 	char *workspace_image;      /* kept storage image, or NULL */

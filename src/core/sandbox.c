@@ -258,6 +258,9 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		sb->opts.pids = DEFAULT_PIDS;
 	if (!sb->opts.nofile)
 		sb->opts.nofile = DEFAULT_NOFILE;
+	/* Without an id of the caller's, the backend may still choose one
+	 * (the ns backend names a sandbox after the prepared cgroup it takes). */
+	sb->id_given = opts->id != NULL;
 	if (opts->id)
 		snprintf(sb->id, sizeof(sb->id), "%s", opts->id);
 	else
@@ -310,6 +313,8 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sb->ops = ops;
 	if (ops->start(sb, err) < 0)
 		goto fail;
+	/* The connection (and the I/O thread, the first time) is set up
+	 * while the sandbox sets itself up, so HELLO is read as it comes. */
 	if (sandlot__conn_open(&sb->conn, sb->conn_fd, err) < 0) {
 		close(sb->conn_fd);
 		ops->kill(sb);
@@ -317,12 +322,12 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		goto fail;
 	}
 	sb->conn_open = 1;
+	if (ops->ready(sb, err) < 0)
+		goto fail_started;
 	if (sandlot__conn_wait_hello(&sb->conn, 10000, err) < 0)
 		goto fail_started;
 	sandlot__trace("hello");
-	if (sandlot__changes_baseline(sb, err) < 0)
-		goto fail_started;
-	sandlot__trace("baseline scan");
+	/* No baseline scan to ask for: init takes it itself (protocol.md). */
 	return sb;
 
 fail_started:
@@ -364,6 +369,25 @@ void sandlot_destroy(sandlot_t *sb)
 	/* No longer in use: `sandlot image rm` may take it from here. */
 	sandlot__image_release(&sb->img);
 	sandlot__trace("destroy: release");
+	sandlot__unref(sb);
+}
+
+void sandlot_destroy_nowait(sandlot_t *sb)
+{
+	if (!sb)
+		return;
+	if (!sb->ops || !sb->ops->detach || sb->ops->detach(sb) < 0) {
+		sandlot_destroy(sb);
+		return;
+	}
+	/* Open streams see on_lost (commands end as killed), as with
+	 * sandlot_destroy(); the helper does everything else. */
+	if (sb->conn_open)
+		sandlot__conn_shutdown(&sb->conn);
+	sb->ops->release(sb);
+	/* Our reference to a built image; the helper holds the in-use lock
+	 * until the sandbox is gone. */
+	sandlot__image_release(&sb->img);
 	sandlot__unref(sb);
 }
 

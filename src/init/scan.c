@@ -366,6 +366,15 @@ static const struct stream_ops scan_ops = {
 	.destroy = scan_destroy,
 };
 
+void init__scan_baseline(struct loop *l)
+{
+	struct snapshot *snap = take_snapshot(l);
+	if (!snap)
+		return; /* the first SCAN then reports everything as created */
+	init__snapshot_free(l->baseline);
+	l->baseline = snap;
+}
+
 void init__scan_request(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload)
 {
 	uint32_t flags = 0;

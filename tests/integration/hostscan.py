@@ -110,11 +110,34 @@ def init_pids():
     return {p for p in pids() if is_sandlot_init(p)}
 
 
+def is_cleanup_helper(pid):
+    """A live (not zombie) cleanup helper of a `sandlot run`."""
+    st = status(pid)
+    return st.get("Name") == "sandlot-cleanup" and not st.get("State", "").startswith("Z")
+
+
+def helper_pids():
+    return {p for p in pids() if is_cleanup_helper(p)}
+
+
+# Prepared cgroups (src/linux/cgroup.h): free ones have a marker file
+# "<name>.<memory>.<pids>.<cpus>" in a directory here.
+CGROUP_POOL_GLOB = "/run/sandlot/cgroup-pool/*/sb-*"
+
+
+def prepared_cgroup_names():
+    """Names of the free prepared cgroups (made ahead for the next
+    sandboxes, not anybody's leftovers)."""
+    return {os.path.basename(m).split(".")[0] for m in glob.glob(CGROUP_POOL_GLOB)}
+
+
 def sandbox_cgroups():
+    """Sandbox cgroup directories, without the free prepared ones."""
     out = set()
     for g in CGROUP_GLOBS:
         out.update(glob.glob(g))
-    return out
+    prepared = prepared_cgroup_names()
+    return {c for c in out if os.path.basename(c) not in prepared}
 
 
 def cgroup_procs(path):
@@ -150,6 +173,7 @@ def netns_names():
 def snapshot():
     return {
         "inits": init_pids(),
+        "helpers": helper_pids(),
         "cgroups": sandbox_cgroups(),
         "mounts": sandlot_mounts(),
         "netns": netns_names(),
@@ -163,6 +187,7 @@ def leftovers(before, data_dir, me=None):
     - a storage image left in <data_dir>/storage;
     - a sandlot-init that appeared since `before` and is ours (a
       descendant of this process) or an orphan (parent is PID 1);
+    - a cleanup helper of a `sandlot run` still at work, the same way;
     - a sandbox cgroup that appeared since `before` and holds no process
       (a live sandbox of someone else always holds its init);
     - a new mount mentioning sandlot in our mount namespace;
@@ -183,6 +208,10 @@ def leftovers(before, data_dir, me=None):
         if is_descendant(p, me) or parent in (0, 1):
             who = "orphaned (parent is PID 1)" if parent in (0, 1) else f"parent {parent}"
             problems.append(f"sandlot-init pid {p} still running, {who}, host uids {uids(p)}")
+    for p in sorted(helper_pids() - before["helpers"]):
+        parent = ppid(p)
+        if is_descendant(p, me) or parent in (0, 1):
+            problems.append(f"sandlot-cleanup pid {p} still running ({' '.join(map(bytes.decode, cmdline(p)))})")
     for cg in sorted(sandbox_cgroups() - before["cgroups"]):
         procs = cgroup_procs(cg)
         if procs is not None and not procs:

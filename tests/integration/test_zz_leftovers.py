@@ -1,13 +1,14 @@
 """Runs last (files are collected in name order): after the whole session,
 nothing of ours is left on the host — processes, mounts, cgroups, loop
 devices, storage images, network namespaces."""
+import glob
 import os
 import shutil
 import subprocess
 
 import pytest
 
-from conftest import session_baseline, wait_until
+from conftest import session_baseline, wait_cleanup, wait_until
 import hostscan
 
 
@@ -18,6 +19,7 @@ def test_nothing_left_behind(session_dirs, sandlot):
     assert r.rc == 0, r
     data_dir = session_dirs["data_dir"]
     before = session_baseline()
+    wait_cleanup(data_dir)
     wait_until(lambda: not hostscan.leftovers(before, data_dir), 10)
     problems = hostscan.leftovers(before, data_dir)
 
@@ -44,6 +46,15 @@ def test_nothing_left_behind(session_dirs, sandlot):
         procs = hostscan.cgroup_procs(cg) or []
         if not procs or all(hostscan.ppid(p) in (0, 1) or not os.path.exists(f"/proc/{p}") for p in procs):
             problems.append(f"cgroup left: {cg} (procs {procs})")
+    # Prepared cgroups are a small, bounded set, each complete and free.
+    prepared = hostscan.prepared_cgroup_names()
+    if len(prepared) > 64:
+        problems.append(f"{len(prepared)} prepared cgroups (at most 64 are kept)")
+    for name in prepared:
+        for g in hostscan.CGROUP_GLOBS:
+            for c in glob.glob(g.replace("sb-*", name)):
+                if hostscan.cgroup_procs(c):
+                    problems.append(f"prepared cgroup {c} holds processes")
     storage = data_dir / "storage"
     if storage.is_dir() and list(storage.iterdir()):
         problems.append(f"storage images left: {sorted(os.listdir(storage))}")

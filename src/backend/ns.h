@@ -1,0 +1,71 @@
+/* Internals of the `ns` backend shared by ns.c (start, kill, release) and
+ * ns-helper.c (the cleanup helper). */
+#ifndef SANDLOT_BACKEND_NS_H
+#define SANDLOT_BACKEND_NS_H
+
+#include <sys/types.h>
+
+#include "common/error.h"
+#include "linux/cgroup.h"
+#include "linux/storage.h"
+#include "linux/userns.h"
+
+/* Everything the host holds for one sandbox.  Released by ns.c's release
+ * in the creating process or — after a detach — by the cleanup helper,
+ * which owns a copy of it (it is a fork of the creating process). */
+struct ns_state {
+	pid_t pid;                  /* init, a child of the creating process */
+	int pidfd;
+	struct sandlot_uid_slot slot;
+	sandlot_cgroup_t *cg;
+	struct sandlot_storage storage;
+	/* The cleanup helper (sandlot_options_t.cleanup_helper), or 0. */
+	pid_t helper_pid;
+	int helper_fd;              /* the helper's lifeline: our write end, -1 if none */
+	int cleanup_lock_fd;        /* shared flock on <data_dir>/cleanup.lock, or -1 */
+	int status_fd;              /* init's set-up report, until ready() read it */
+	int detached;               /* the helper owns the teardown: release only frees */
+	struct sandlot_cgroup_limits limits; /* the cgroup's, for the pool's refill */
+};
+
+/* How many prepared cgroups the cleanup helper keeps ready after a
+ * sandbox (each `sandlot run` takes one). */
+#define NS_HELPER_POOL_TARGET 2
+
+/* Remove cgroups that a killed sandlot process left, at most once a
+ * minute per data directory (ns.c). */
+void sandlot__ns_collect_stale(const char *data_dir);
+
+/* Open <data_dir>/cleanup.lock and take a shared flock on it (see
+ * sandlot_options_t.cleanup_helper).  The fd, or -1 with an error. */
+int sandlot__ns_cleanup_lock(const char *data_dir, sandlot_error_t **err);
+
+/* Fork the cleanup helper of `ns`: a process of its own (own session,
+ * stdio on /dev/null, every descriptor closed but the ones it needs:
+ * init's pidfd, the uid slot lock, the cleanup lock and image_lock_fd, the
+ * built image's in-use lock or -1), shown as "sandlot-cleanup ID" by ps,
+ * that waits on a lifeline pipe.  EOF on
+ * the pipe — this process exited, was killed, or detached the sandbox —
+ * makes it kill init, wait until every process of the sandbox is gone and
+ * release the cgroup, the uid range and the locks; then it prepares
+ * cgroups for the next sandboxes (NS_HELPER_POOL_TARGET) and collects
+ * stale ones.  A byte instead tells it that this process did the teardown
+ * itself, and it just exits.
+ *
+ * Call it while no other thread of this process holds a lock the helper's
+ * code takes (a single-threaded caller is safe; libc's malloc is
+ * fork-safe).  Sets ns->helper_pid and ns->helper_fd; 0, or -1 with an
+ * error (nothing started). */
+int sandlot__ns_helper_start(struct ns_state *ns, const char *id, const char *data_dir,
+			     int image_lock_fd, sandlot_error_t **err);
+
+/* Tell the helper that the teardown is done and reap it.  No-op without a
+ * helper. */
+void sandlot__ns_helper_stop(struct ns_state *ns);
+
+/* Hand the teardown to the helper: close the lifeline without the byte
+ * (the helper is not reaped here: it outlives this call by design).
+ * Returns 0, or -1 without a helper. */
+int sandlot__ns_helper_detach(struct ns_state *ns);
+
+#endif
