@@ -7,8 +7,9 @@
  * milliseconds to every run (tens with a loop-mounted workspace).  So a
  * sandbox created with cleanup_helper gets a helper process, forked right
  * after its init (while init sets itself up on another CPU), that holds
- * the sandbox's pidfd, uid slot lock and a shared lock on
- * <data_dir>/cleanup.lock, and waits on a lifeline pipe.  The lifeline
+ * the sandbox's pidfd, uid slot lock and (with the caller, from creation
+ * on) a shared lock on <data_dir>/cleanup.lock, and waits on a lifeline
+ * pipe.  The lifeline
  * reads EOF when the caller detaches the sandbox (sandlot_destroy_nowait)
  * or dies — even by SIGKILL — and the helper then does the teardown.  Tools
  * that need everything cleaned up (tests, scripts) take the cleanup lock
@@ -133,8 +134,7 @@ out:
 }
 
 static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifeline,
-						   int image_lock_fd, const char *id,
-						   const char *data_dir)
+						   const char *id, const char *data_dir)
 {
 	/* Out of the caller's session and process group: a terminal's ^C or
 	 * a kill of the caller's group must not stop the cleanup. */
@@ -145,6 +145,16 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 		signal(quiet[i], SIG_IGN);
 	prctl(PR_SET_NAME, "sandlot-cleanup", 0, 0, 0);
 	set_cmdline(id);
+	/* A caller started with stdin (or stdout, stderr) closed may have
+	 * been given 0..2 for these: move them out of the way of stdio. */
+	int *mine[] = { &lifeline, &ns->pidfd, &ns->slot.lock_fd, &ns->cleanup_lock_fd };
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(mine); i++)
+		if (*mine[i] >= 0 && *mine[i] <= 2) {
+			int fd = fcntl(*mine[i], F_DUPFD_CLOEXEC, 3);
+			if (fd < 0)
+				_exit(1); /* the collector removes what is left */
+			*mine[i] = fd;
+		}
 	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (devnull >= 0) {
 		/* Never hold the caller's stdout/stderr open: whoever reads them
@@ -153,8 +163,10 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 		dup2(devnull, 1);
 		dup2(devnull, 2);
 	}
-	const int keep[] = { lifeline, ns->pidfd, ns->slot.lock_fd, ns->cleanup_lock_fd,
-			     image_lock_fd };
+	/* Not the built image's in-use lock: the image is free once the
+	 * caller has let go of the sandbox (its dying processes cannot use it
+	 * any more), so `sandlot image rm` right after a run is not refused. */
+	const int keep[] = { lifeline, ns->pidfd, ns->slot.lock_fd, ns->cleanup_lock_fd };
 	close_all_but(keep, SANDLOT_ARRAY_SIZE(keep));
 	/* Closed with the rest (init has its own reference to the mount). */
 	ns->storage.mount_fd = -1;
@@ -173,10 +185,7 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 	/* Kills anything still inside (nothing, normally) and removes it. */
 	sandlot__cgroup_destroy(ns->cg);
 	sandlot__storage_release(&ns->storage);
-	/* The uid range and the image's in-use lock go with these. */
 	sandlot__uid_slot_release(&ns->slot);
-	if (image_lock_fd >= 0)
-		close(image_lock_fd);
 	/* Work for the next sandboxes, while the cleanup lock is still held:
 	 * whoever waits for the helpers also waits for this. */
 	sandlot__cgroup_pool_fill(&ns->limits, NS_HELPER_POOL_TARGET);
@@ -185,7 +194,7 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 }
 
 int sandlot__ns_helper_start(struct ns_state *ns, const char *id, const char *data_dir,
-			     int image_lock_fd, sandlot_error_t **err)
+			     sandlot_error_t **err)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
@@ -199,7 +208,7 @@ int sandlot__ns_helper_start(struct ns_state *ns, const char *id, const char *da
 	}
 	if (pid == 0) {
 		close(p[1]);
-		helper_main(ns, p[0], image_lock_fd, id, data_dir);
+		helper_main(ns, p[0], id, data_dir);
 	}
 	close(p[0]);
 	ns->helper_pid = pid;

@@ -17,6 +17,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -126,14 +127,28 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	 * child was born there). */
 	if (sandlot__cgroup_join_self(a->join) < 0)
 		child_fail(a->status_wr, "join the sandbox cgroup");
-	/* Wait until the parent wrote our uid map and cgroup; EOF means the
-	 * parent gave up on us. */
+	/* Wait until the parent wrote our uid map and cgroup: one byte on
+	 * the sync socket, with the prepared root tree attached when there
+	 * is one.  EOF means the parent gave up on us. */
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cm;
+	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf),
+	};
 	ssize_t n;
 	do
-		n = read(a->sync_rd, &c, 1);
+		n = recvmsg(a->sync_rd, &mh, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		_exit(1);
+	int root_fd = -1;
+	struct cmsghdr *ch = CMSG_FIRSTHDR(&mh);
+	if (ch && ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS &&
+	    ch->cmsg_len == CMSG_LEN(sizeof(int)))
+		memcpy(&root_fd, CMSG_DATA(ch), sizeof(int));
 	/* Raw syscalls: see sys_setgroups0() (glibc's wrappers can deadlock
 	 * here when the parent is multi-threaded, as sandlotd is). */
 	if (sys_setgroups0() < 0)
@@ -141,28 +156,111 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	if (sys_setresgid(0, 0, 0) < 0 || sys_setresuid(0, 0, 0) < 0)
 		child_fail(a->status_wr, "become root of the user namespace");
 
-	/* Move the descriptors init expects to 3..7, going through high
+	/* Move the descriptors init expects to 3..8, going through high
 	 * numbers first so no dup2 clobbers a source. */
-	int src[5] = { a->sock, a->status_wr, a->seccomp_fd, a->storage_fd, a->image_fd };
-	int hi[5];
-	for (int i = 0; i < 5; i++) {
+	enum { NFDS = INIT_FD_ROOT - INIT_FD_PROTO + 1 };
+	int src[NFDS] = { a->sock, a->status_wr, a->seccomp_fd, a->storage_fd, a->image_fd, root_fd };
+	int hi[NFDS];
+	for (int i = 0; i < NFDS; i++) {
 		hi[i] = -1;
 		if (src[i] >= 0 && (hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 100)) < 0)
 			child_fail(a->status_wr, "dup");
 	}
 	int status_fd = hi[1];
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < NFDS; i++)
 		if (hi[i] >= 0 && dup2(hi[i], INIT_FD_PROTO + i) < 0)
 			child_fail(status_fd, "dup2");
 	if (dup2(a->devnull, 0) < 0 || dup2(a->devnull, 1) < 0 || dup2(a->devnull, 2) < 0)
 		child_fail(status_fd, "dup2 stdio");
-	if (sys_close_range(INIT_FD_IMAGE + 1, ~0U, 0) < 0) {
-		for (int fd = INIT_FD_IMAGE + 1; fd < 1024; fd++)
-			close(fd);
+	/* Nothing above INIT_FD_ROOT; and no fd 8 unless a tree came, so
+	 * that init can tell. */
+	unsigned first = root_fd >= 0 ? INIT_FD_ROOT + 1 : INIT_FD_ROOT;
+	if (sys_close_range(first, ~0U, 0) < 0) {
+		for (unsigned fd = first; fd < 1024; fd++)
+			close((int)fd);
 	}
 	char *const envp[] = { NULL };
 	execve(a->init_path, a->argv, envp);
 	child_fail(INIT_FD_STATUS, "exec sandlot-init");
+}
+
+/* Preparing the root tree (ns-root.c) in a thread of its own, while this
+ * one takes the uid range, cgroup and storage and clones the child: the
+ * first time in a process that is a few hundred microseconds of mount
+ * calls, which would otherwise delay every `sandlot run`. */
+struct root_job {
+	struct ns_root_key key;
+	char rootfs[4200];
+	struct ns_root root;
+	pthread_t thread;
+	int rc;
+};
+
+static void *root_job_main(void *arg)
+{
+	struct root_job *j = arg;
+	/* A host where it cannot be done just gets the old way: init builds
+	 * the root. */
+	j->rc = sandlot__ns_root_clone(&j->key, &j->root, NULL);
+	return NULL;
+}
+
+static int root_job_start(struct root_job *j, const struct sandlot *sb)
+{
+	memset(j, 0, sizeof(*j));
+	j->root.fd = -1;
+	j->key.hostname = sb->hostname;
+	j->key.user_name = sb->img.user ? sb->img.user : "user";
+	if (sb->img.lock_fd >= 0) {
+		snprintf(j->rootfs, sizeof(j->rootfs), "%s/images/%s/rootfs", sb->data_dir,
+			 sb->img.digest);
+		j->key.rootfs = j->rootfs;
+	}
+	/* Signals stay with the caller's threads. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(&j->thread, NULL, root_job_main, j);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0) {
+		/* No thread: do it here. */
+		root_job_main(j);
+		return 0;
+	}
+	return 1;
+}
+
+static int root_job_join(struct root_job *j)
+{
+	pthread_join(j->thread, NULL);
+	return j->rc;
+}
+
+/* Release the child: one byte, with the root tree (root_fd >= 0). */
+static int send_go(int sock, int root_fd)
+{
+	char c = 'g';
+	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cm;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (root_fd >= 0) {
+		memset(&cm, 0, sizeof(cm));
+		mh.msg_control = cm.buf;
+		mh.msg_controllen = sizeof(cm.buf);
+		struct cmsghdr *ch = CMSG_FIRSTHDR(&mh);
+		ch->cmsg_level = SOL_SOCKET;
+		ch->cmsg_type = SCM_RIGHTS;
+		ch->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(ch), &root_fd, sizeof(int));
+	}
+	ssize_t n;
+	do
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n == 1 ? 0 : -1;
 }
 
 /* Read init's setup report: EOF with no data is success. */
@@ -243,7 +341,10 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	cleanup_close int sock_host = -1, sock_child = -1, devnull = -1;
 	int fds[2];
 
+	struct root_job rj;
+	int root_job_started = 0;
 	sandlot__trace(NULL);
+	root_job_started = root_job_start(&rj, sb);
 	/* With a helper, the helper collects, off the critical path. */
 	if (!sb->opts.cleanup_helper)
 		sandlot__ns_collect_stale(sb->data_dir);
@@ -284,7 +385,8 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		goto fail;
 	sandlot__trace("seccomp");
 
-	if (pipe2(fds, O_CLOEXEC) < 0)
+	/* A socket, not a pipe: the prepared root tree travels with the "go". */
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) < 0)
 		goto fail_errno;
 	sync_rd = fds[0], sync_wr = fds[1];
 	if (pipe2(fds, O_CLOEXEC) < 0)
@@ -397,13 +499,21 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		sandlot__error_errno(err, errno, "protect sandbox init from the OOM killer");
 		goto fail;
 	}
-	if (write(sync_wr, "g", 1) != 1)
+	/* The prepared root, idmapped through the new user namespace, goes
+	 * with the "go"; without one, init builds the root itself. */
+	if (root_job_started && root_job_join(&rj) == 0) {
+		sandlot__ns_root_idmap(&rj.root, pid);
+		sandlot__trace("root tree");
+	}
+	root_job_started = 0;
+	if (send_go(sync_wr, rj.root.fd) < 0)
 		goto fail_errno;
+	sandlot__ns_root_release(&rj.root);
 	close(sync_wr), sync_wr = -1;
 	/* Forked while init sets itself up (on another CPU, where there is
 	 * one), before this process has any other thread. */
 	if (sb->opts.cleanup_helper) {
-		if (sandlot__ns_helper_start(ns, sb->id, sb->data_dir, sb->img.lock_fd, err) < 0)
+		if (sandlot__ns_helper_start(ns, sb->id, sb->data_dir, err) < 0)
 			goto fail;
 		sandlot__trace("helper");
 	}
@@ -416,6 +526,9 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 fail_errno:
 	sandlot__error_errno(err, errno, "create sandbox");
 fail:
+	if (root_job_started)
+		root_job_join(&rj);
+	sandlot__ns_root_release(&rj.root);
 	sandlot__image_close_mount(&sb->img);
 	ns_release(ns);
 	free(ns);

@@ -36,15 +36,43 @@ struct ns_state {
  * minute per data directory (ns.c). */
 void sandlot__ns_collect_stale(const char *data_dir);
 
+/* ---- the prepared root tree (ns-root.c) ---- */
+
+/* What a root tree depends on. */
+struct ns_root_key {
+	const char *rootfs;     /* a built image's rootfs directory, or NULL: the host's */
+	const char *hostname;
+	const char *user_name;  /* login name of the sandbox user (uid 1000) */
+};
+
+/* A detached clone of the prepared root tree, for one sandbox. */
+struct ns_root {
+	int fd;                 /* -1: none (init builds the root itself) */
+	char *idmap[64];        /* paths in it to idmap through the sandbox's user namespace */
+	size_t nidmap;
+};
+
+/* Clone the prepared root tree for `k` into out (out->fd), preparing it
+ * first if this process has none for k yet or the host's /etc changed
+ * since.  Thread-safe.  0, or -1 with an error (out->fd is -1): the kernel
+ * cannot build such trees, or a bind failed. */
+int sandlot__ns_root_clone(const struct ns_root_key *k, struct ns_root *out, sandlot_error_t **err);
+
+/* Idmap the clone's own parts through the user namespace of `pid` (its
+ * maps written), before anything attaches it.  Best effort. */
+void sandlot__ns_root_idmap(struct ns_root *r, pid_t pid);
+
+/* Close the clone (after handing it to init) and free. */
+void sandlot__ns_root_release(struct ns_root *r);
+
 /* Open <data_dir>/cleanup.lock and take a shared flock on it (see
  * sandlot_options_t.cleanup_helper).  The fd, or -1 with an error. */
 int sandlot__ns_cleanup_lock(const char *data_dir, sandlot_error_t **err);
 
 /* Fork the cleanup helper of `ns`: a process of its own (own session,
  * stdio on /dev/null, every descriptor closed but the ones it needs:
- * init's pidfd, the uid slot lock, the cleanup lock and image_lock_fd, the
- * built image's in-use lock or -1), shown as "sandlot-cleanup ID" by ps,
- * that waits on a lifeline pipe.  EOF on
+ * init's pidfd, the uid slot lock and the cleanup lock), shown as
+ * "sandlot-cleanup ID" by ps, that waits on a lifeline pipe.  EOF on
  * the pipe — this process exited, was killed, or detached the sandbox —
  * makes it kill init, wait until every process of the sandbox is gone and
  * release the cgroup, the uid range and the locks; then it prepares
@@ -57,7 +85,7 @@ int sandlot__ns_cleanup_lock(const char *data_dir, sandlot_error_t **err);
  * fork-safe).  Sets ns->helper_pid and ns->helper_fd; 0, or -1 with an
  * error (nothing started). */
 int sandlot__ns_helper_start(struct ns_state *ns, const char *id, const char *data_dir,
-			     int image_lock_fd, sandlot_error_t **err);
+			     sandlot_error_t **err);
 
 /* Tell the helper that the teardown is done and reap it.  No-op without a
  * helper. */

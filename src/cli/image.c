@@ -294,16 +294,6 @@ static int remove_one(const char *images, const char *ref)
 		return 0;
 	}
 	char path[4400];
-	/* A `sandlot run` that just ended leaves the end of its teardown to a
-	 * helper, which holds the image until the sandbox is gone (a few ms):
-	 * that is not "in use". */
-	snprintf(path, sizeof(path), "%s/cleanup.lock", sandlot__data_dir(NULL));
-	int cl = open(path, O_RDONLY | O_CLOEXEC);
-	if (cl >= 0) {
-		while (flock(cl, LOCK_EX) < 0 && errno == EINTR)
-			;
-		close(cl);
-	}
 	snprintf(path, sizeof(path), "%s/%s/lock", images, digest);
 	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {

@@ -385,8 +385,8 @@ void sandlot_destroy_nowait(sandlot_t *sb)
 	if (sb->conn_open)
 		sandlot__conn_shutdown(&sb->conn);
 	sb->ops->release(sb);
-	/* Our reference to a built image; the helper holds the in-use lock
-	 * until the sandbox is gone. */
+	/* A built image is free from now on: nothing of the sandbox can use
+	 * it any more. */
 	sandlot__image_release(&sb->img);
 	sandlot__unref(sb);
 }

@@ -16,6 +16,9 @@
  *      becomes the sandbox's writable storage, or absent with --tmpfs-storage
  *   7  with --image: a detached read-only mount of a built image's root
  *      filesystem (open_tree clone), which replaces the host's /usr, /etc...
+ *   8  optional: the whole root tree, prepared by the host (a detached
+ *      clone of src/backend/ns-root.c's template): when it is open, init
+ *      attaches it instead of building the root (and ignores fd 7)
  *
  * Options (all numbers decimal):
  *   --uid N --gid N        sandbox user (default 1000/1000)
@@ -50,6 +53,7 @@
 #define INIT_FD_SECCOMP 5
 #define INIT_FD_STORAGE 6
 #define INIT_FD_IMAGE 7
+#define INIT_FD_ROOT 8
 
 #define INIT_HOME "/home/user"
 #define INIT_SCAN_LIMIT 100000
