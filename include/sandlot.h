@@ -104,6 +104,26 @@ typedef struct sandlot_options {
 /* Fill opts with the defaults above. */
 SANDLOT_API void sandlot_options_init(sandlot_options_t *opts);
 
+/* Prepare, in a background thread of the library, what sandboxes created
+ * with options like `likely` need, so that their creation does less: a
+ * set of `count` cgroups (with likely's limits), the root filesystem tree
+ * for likely's image and hostname.  The set is refilled as sandboxes take
+ * from it; a sandbox with other limits still takes one and rewrites its
+ * limits.  Meant for a long-running process (sandlotd); a later call
+ * replaces the earlier one, count 0 stops preparing.  0, or -1 with EINVAL
+ * for options that sandlot_options_validate() refuses. */
+SANDLOT_API int sandlot_prepare(const sandlot_options_t *likely, unsigned count,
+				sandlot_error_t **err);
+
+/* A new sandbox id ("sb-" and 26 of [a-z2-7], 30 bytes with the NUL) for
+ * sandlot_options_t.id: the name of resources prepared for a sandbox with
+ * these options (sandlot_prepare(), `sandlot run`'s cleanup helper) when
+ * there are some — they are then reserved for the sandbox created with
+ * that id by this process — else a fresh one.  For a caller that needs the
+ * id before sandlot_create() (to name files after it); without that, leave
+ * opts->id NULL and sandlot_create() does the same. */
+SANDLOT_API void sandlot_new_id(const sandlot_options_t *opts, char id[32]);
+
 /* Check options without creating anything: minimum sizes (16M memory and
  * disk), pids >= 2, KEY=VALUE environment entries, hostname syntax, known
  * image.  EINVAL/ENOENT with a message naming the bad value.

@@ -41,6 +41,10 @@ struct sandlot_backend_ops {
 	 * so cheaper than usage).  0, or -1 when they cannot be read. */
 	int (*events)(struct sandlot *sb, uint64_t *oom_kills, uint64_t *pids_limit_hits);
 	pid_t (*init_pid)(const struct sandlot *sb);
+	/* sandlot_prepare() and sandlot_new_id() for this backend (opts are
+	 * validated, defaults not yet applied). */
+	int (*prepare)(const sandlot_options_t *likely, unsigned count, sandlot_error_t **err);
+	void (*new_id)(const sandlot_options_t *opts, char id[32]);
 	/* Open a TCP connection to `port` on the sandbox's own loopback, as
 	 * sandlot_port_connect() describes (port and liveness already checked).
 	 * The ns backend makes the socket in the sandbox's network namespace;

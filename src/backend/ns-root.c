@@ -71,6 +71,9 @@ struct template {
 	int fd;                         /* the detached tree, when key is set */
 	struct timespec etc_mtime;      /* host /etc when it was made */
 	ino_t etc_ino;
+	dev_t rootfs_dev;               /* a built image's rootfs when it was made */
+	ino_t rootfs_ino;
+	char *rootfs;
 	char *idmap[MAX_IDMAP];         /* paths relative to the root; "" = the root */
 	size_t nidmap;
 	uint64_t used;                  /* for eviction */
@@ -88,7 +91,24 @@ static void template_free(struct template *t)
 	for (size_t i = 0; i < t->nidmap; i++)
 		free(t->idmap[i]);
 	t->nidmap = 0;
+	free(t->rootfs);
+	t->rootfs = NULL;
 	t->key[0] = '\0';
+}
+
+/* Drop the templates of images that were removed (`sandlot image rm`): their
+ * binds would keep the deleted files, and their disk space, for as long as
+ * this process lives.  Called with templates_lock held, on every clone. */
+static void drop_removed_images(void)
+{
+	for (size_t i = 0; i < MAX_TEMPLATES; i++) {
+		struct template *t = &templates[i];
+		struct stat st;
+		if (t->key[0] && t->rootfs &&
+		    (stat(t->rootfs, &st) < 0 || st.st_ino != t->rootfs_ino ||
+		     st.st_dev != t->rootfs_dev))
+			template_free(t);
+	}
 }
 
 static int add_idmap(struct template *t, const char *path)
@@ -375,7 +395,8 @@ static int fresh(const struct template *t, const struct ns_root_key *k, const st
 	       etc->st_mtim.tv_nsec == t->etc_mtime.tv_nsec;
 }
 
-int sandlot__ns_root_clone(const struct ns_root_key *k, struct ns_root *out, sandlot_error_t **err)
+int sandlot__ns_root_clone(const struct ns_root_key *k, struct ns_root *out, int may_build,
+			   sandlot_error_t **err)
 {
 	out->fd = -1;
 	out->nidmap = 0;
@@ -386,6 +407,7 @@ int sandlot__ns_root_clone(const struct ns_root_key *k, struct ns_root *out, san
 		return sandlot__error_errno(err, errno, "stat /etc");
 
 	pthread_mutex_lock(&templates_lock);
+	drop_removed_images();
 	struct template *t = NULL, *victim = &templates[0];
 	for (size_t i = 0; i < MAX_TEMPLATES; i++) {
 		struct template *c = &templates[i];
@@ -401,9 +423,22 @@ int sandlot__ns_root_clone(const struct ns_root_key *k, struct ns_root *out, san
 		victim = t;
 		t = NULL;
 	}
+	if (!t && !may_build) {
+		pthread_mutex_unlock(&templates_lock);
+		return sandlot__error(err, ENOENT, "no prepared root");
+	}
 	if (!t) {
 		t = victim;
 		template_free(t);
+		struct stat st;
+		if (k->rootfs && (stat(k->rootfs, &st) < 0 || !(t->rootfs = strdup(k->rootfs)))) {
+			pthread_mutex_unlock(&templates_lock);
+			return sandlot__error_errno(err, errno ? errno : ENOMEM, "image root %s", k->rootfs);
+		}
+		if (k->rootfs) {
+			t->rootfs_dev = st.st_dev;
+			t->rootfs_ino = st.st_ino;
+		}
 		if (build(t, k, err) < 0) {
 			template_free(t); /* frees the idmap list (no key: no fd) */
 			pthread_mutex_unlock(&templates_lock);

@@ -201,10 +201,11 @@ static void *root_job_main(void *arg)
 	struct root_job *j = arg;
 	/* A host where it cannot be done just gets the old way: init builds
 	 * the root. */
-	j->rc = sandlot__ns_root_clone(&j->key, &j->root, NULL);
+	j->rc = sandlot__ns_root_clone(&j->key, &j->root, 1, NULL);
 	return NULL;
 }
 
+/* 1 when a thread was started (join it), 0 when the job is done. */
 static int root_job_start(struct root_job *j, const struct sandlot *sb)
 {
 	memset(j, 0, sizeof(*j));
@@ -216,6 +217,9 @@ static int root_job_start(struct root_job *j, const struct sandlot *sb)
 			 sb->img.digest);
 		j->key.rootfs = j->rootfs;
 	}
+	/* Prepared already (a long-running process): a clone, right here. */
+	if ((j->rc = sandlot__ns_root_clone(&j->key, &j->root, 0, NULL)) == 0)
+		return 0;
 	/* Signals stay with the caller's threads. */
 	sigset_t all, old;
 	sigfillset(&all);
@@ -362,8 +366,10 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	 * id); a new one otherwise. */
 	ns->limits = lim;
 	char pooled[32];
-	if (!sb->id_given && sandlot__cgroup_pool_take(&lim, pooled))
+	if (!sb->id_given && sandlot__cgroup_pool_take(&lim, pooled)) {
 		memcpy(sb->id, pooled, sizeof(pooled));
+		sandlot__ns_prepare_taken();
+	}
 	ns->cg = sandlot__cgroup_create(sb->id, &lim, err);
 	if (!ns->cg)
 		goto fail;
@@ -501,7 +507,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	}
 	/* The prepared root, idmapped through the new user namespace, goes
 	 * with the "go"; without one, init builds the root itself. */
-	if (root_job_started && root_job_join(&rj) == 0) {
+	if ((root_job_started ? root_job_join(&rj) : rj.rc) == 0) {
 		sandlot__ns_root_idmap(&rj.root, pid);
 		sandlot__trace("root tree");
 	}
@@ -638,5 +644,7 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.usage = ns_usage,
 	.events = ns_events,
 	.init_pid = ns_init_pid,
+	.prepare = sandlot__ns_prepare,
+	.new_id = sandlot__ns_new_id,
 	.port_connect = ns_port_connect,
 };

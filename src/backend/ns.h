@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include "sandlot.h"
 #include "common/error.h"
 #include "linux/cgroup.h"
 #include "linux/storage.h"
@@ -53,10 +54,12 @@ struct ns_root {
 };
 
 /* Clone the prepared root tree for `k` into out (out->fd), preparing it
- * first if this process has none for k yet or the host's /etc changed
- * since.  Thread-safe.  0, or -1 with an error (out->fd is -1): the kernel
- * cannot build such trees, or a bind failed. */
-int sandlot__ns_root_clone(const struct ns_root_key *k, struct ns_root *out, sandlot_error_t **err);
+ * first (with may_build) if this process has none for k yet or the host's
+ * /etc changed since.  Thread-safe.  0, or -1 with an error (out->fd is
+ * -1): none prepared and !may_build (ENOENT), the kernel cannot build
+ * such trees, or a bind failed. */
+int sandlot__ns_root_clone(const struct ns_root_key *k, struct ns_root *out, int may_build,
+			   sandlot_error_t **err);
 
 /* Idmap the clone's own parts through the user namespace of `pid` (its
  * maps written), before anything attaches it.  Best effort. */
@@ -64,6 +67,14 @@ void sandlot__ns_root_idmap(struct ns_root *r, pid_t pid);
 
 /* Close the clone (after handing it to init) and free. */
 void sandlot__ns_root_release(struct ns_root *r);
+
+/* ---- prepared resources (ns-prepare.c) ---- */
+
+/* sandlot_prepare() and sandlot_new_id() (effective options). */
+int sandlot__ns_prepare(const sandlot_options_t *likely, unsigned count, sandlot_error_t **err);
+void sandlot__ns_new_id(const sandlot_options_t *opts, char id[32]);
+/* A sandbox took a prepared cgroup: wake the preparing thread, if any. */
+void sandlot__ns_prepare_taken(void);
 
 /* Open <data_dir>/cleanup.lock and take a shared flock on it (see
  * sandlot_options_t.cleanup_helper).  The fd, or -1 with an error. */

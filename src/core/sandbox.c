@@ -214,6 +214,53 @@ int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **er
 	return validate(opts, 1, err);
 }
 
+/* opts with the defaults of unset limits applied (what a sandbox gets). */
+static void effective(const sandlot_options_t *in, sandlot_options_t *out)
+{
+	*out = *in;
+	if (!out->memory_bytes)
+		out->memory_bytes = DEFAULT_MEMORY;
+	if (!out->disk_bytes)
+		out->disk_bytes = DEFAULT_DISK;
+	if (!out->pids)
+		out->pids = DEFAULT_PIDS;
+	if (!out->nofile)
+		out->nofile = DEFAULT_NOFILE;
+}
+
+int sandlot_prepare(const sandlot_options_t *likely, unsigned count, sandlot_error_t **err)
+{
+	sandlot_options_t o;
+	if (!likely) {
+		sandlot_options_init(&o);
+		likely = &o;
+	}
+	if (sandlot_options_validate(likely, err) < 0)
+		return -1;
+	const struct sandlot_backend_ops *ops = sandlot__backend_for(likely->image, err);
+	if (!ops)
+		return -1;
+	sandlot_options_t eff;
+	effective(likely, &eff);
+	return ops->prepare ? ops->prepare(&eff, count, err) : 0;
+}
+
+void sandlot_new_id(const sandlot_options_t *opts, char id[32])
+{
+	sandlot_options_t o;
+	if (!opts) {
+		sandlot_options_init(&o);
+		opts = &o;
+	}
+	const struct sandlot_backend_ops *ops = sandlot__backend_for(opts->image, NULL);
+	sandlot_options_t eff;
+	effective(opts, &eff);
+	if (ops && ops->new_id)
+		ops->new_id(&eff, id);
+	else
+		sandlot__new_id("sb-", id);
+}
+
 static void free_sandbox(sandlot_t *sb)
 {
 	if (sb->conn_open)
@@ -245,19 +292,11 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sandlot_t *sb = calloc(1, sizeof(*sb));
 	if (!sb)
 		return sandlot__error(err, ENOMEM, "out of memory"), NULL;
-	sb->opts = *opts;
 	sb->conn_fd = -1;
 	sb->img.lock_fd = sb->img.root_fd = -1;
 	sb->refs = 1;
 	pthread_mutex_init(&sb->env_lock, NULL);
-	if (!sb->opts.memory_bytes)
-		sb->opts.memory_bytes = DEFAULT_MEMORY;
-	if (!sb->opts.disk_bytes)
-		sb->opts.disk_bytes = DEFAULT_DISK;
-	if (!sb->opts.pids)
-		sb->opts.pids = DEFAULT_PIDS;
-	if (!sb->opts.nofile)
-		sb->opts.nofile = DEFAULT_NOFILE;
+	effective(opts, &sb->opts);
 	/* Without an id of the caller's, the backend may still choose one
 	 * (the ns backend names a sandbox after the prepared cgroup it takes). */
 	sb->id_given = opts->id != NULL;

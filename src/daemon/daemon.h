@@ -150,6 +150,11 @@ struct daemon {
 
 int64_t daemon_now_ms(void);    /* wall clock */
 
+/* How many sandboxes' cgroups libsandlot keeps prepared (sandlot_prepare):
+ * enough for a burst of creations, each taking one while the background
+ * refills. */
+#define PREPARED_SANDBOXES 16
+
 /* ---- sandboxes.c -------------------------------------------------------- */
 
 /* Look up a sandbox for an API call and take a reference that also marks it

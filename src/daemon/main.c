@@ -339,6 +339,21 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	sandboxes_recover(&d);
+	/* Cgroups and the root tree for the next sandboxes, prepared by
+	 * libsandlot in the background (a sandbox with other options still
+	 * takes a prepared cgroup and changes its limits). */
+	{
+		sandlot_options_t o;
+		sandlot_options_init(&o);
+		o.data_dir = d.cfg.data_dir;
+		o.image = d.cfg.default_image;
+		if (sandlot_prepare(&o, PREPARED_SANDBOXES, &err) < 0) {
+			daemon_log("prepare_failed", "level=warn error=\"%s\"",
+				   sandlot_error_message(err));
+			sandlot_error_free(err);
+			err = NULL;
+		}
+	}
 	/* Only after recovery, which removes every workspace image that the
 	 * registry does not own — as those of pooled sandboxes are not. */
 	if (pool_start(&d, &err) < 0) {

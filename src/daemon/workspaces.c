@@ -85,7 +85,9 @@ void workspace_assign(struct daemon *d, sandlot_options_t *opts, char id[32], ch
 		      size_t n)
 {
 	ensure_dir(d);
-	sandlot__new_id("sb-", id);
+	/* The name of resources prepared for such a sandbox, when there are
+	 * some (sandlot_prepare() in main.c). */
+	sandlot_new_id(opts, id);
 	workspace_path(d, id, path, n);
 	opts->id = id;
 	opts->workspace_image = path;

@@ -150,7 +150,7 @@ static int make_tree_readonly(void)
 	struct mount_attr attr = {
 		.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
 	};
-	if (mount_setattr(AT_FDCWD, NEWROOT, AT_RECURSIVE, &attr, sizeof(attr)) < 0)
+	if (sys_mount_setattr(AT_FDCWD, NEWROOT, AT_RECURSIVE, &attr, sizeof(attr)) < 0)
 		FAIL("make the root read-only");
 	return 0;
 }
@@ -224,7 +224,7 @@ static int build_image_root(const struct init_config *cfg)
 	char src[512], dst[512], link[512];
 	if (mkdir(IMAGE, 0700) < 0)
 		FAIL("mkdir %s", IMAGE);
-	if (move_mount(INIT_FD_IMAGE, "", AT_FDCWD, IMAGE, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+	if (sys_move_mount(INIT_FD_IMAGE, "", AT_FDCWD, IMAGE, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 		FAIL("attach the image");
 	close(INIT_FD_IMAGE);
 	cleanup_closedir DIR *d = opendir(IMAGE);
@@ -293,7 +293,7 @@ static int build_storage(const struct init_config *cfg)
 	} else {
 		/* The host made a detached mount of the sandbox's own filesystem,
 		 * with home/ (owned by the sandbox user) and tmp/ already in it. */
-		if (move_mount(INIT_FD_STORAGE, "", AT_FDCWD, STORAGE, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		if (sys_move_mount(INIT_FD_STORAGE, "", AT_FDCWD, STORAGE, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 			FAIL("attach workspace storage");
 		close(INIT_FD_STORAGE);
 	}
@@ -475,7 +475,7 @@ static int build_root(const struct init_config *cfg)
  * every mount point in it; attach it where the root is built. */
 static int attach_root_tree(const struct init_config *cfg)
 {
-	if (move_mount(INIT_FD_ROOT, "", AT_FDCWD, NEWROOT, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+	if (sys_move_mount(INIT_FD_ROOT, "", AT_FDCWD, NEWROOT, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 		FAIL("attach the root tree");
 	close(INIT_FD_ROOT);
 	if (cfg->image)

@@ -13,6 +13,14 @@
 #include <unistd.h>
 
 #include <linux/openat2.h>
+/* struct mount_attr, MOUNT_ATTR_* and MOVE_MOUNT_*: glibc (2.36+) has them
+ * in <sys/mount.h>, musl (which sandlot-init may be built with) only in
+ * the kernel's header, which clashes with glibc's. */
+#ifdef __GLIBC__
+#include <sys/mount.h>
+#else
+#include <linux/mount.h>
+#endif
 
 static inline int sys_pivot_root(const char *new_root, const char *put_old)
 {
@@ -38,6 +46,30 @@ static inline int sys_close_range(unsigned first, unsigned last, unsigned flags)
 {
 #ifdef __NR_close_range
 	return (int)syscall(__NR_close_range, first, last, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+/* The mount API calls sandlot-init makes: glibc wraps them since 2.36,
+ * musl not at all. */
+static inline int sys_move_mount(int from_dfd, const char *from, int to_dfd, const char *to,
+				 unsigned flags)
+{
+#ifdef __NR_move_mount
+	return (int)syscall(__NR_move_mount, from_dfd, from, to_dfd, to, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_mount_setattr(int dfd, const char *path, unsigned flags,
+				    struct mount_attr *attr, size_t size)
+{
+#ifdef __NR_mount_setattr
+	return (int)syscall(__NR_mount_setattr, dfd, path, flags, attr, size);
 #else
 	errno = ENOSYS;
 	return -1;
