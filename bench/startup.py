@@ -79,6 +79,28 @@ def bench_startup(cmds, n, warmup, env):
     return times, failures
 
 
+# ---- where the time goes ------------------------------------------------------
+
+def bench_phases(argv, n, env):
+    """Median time of each phase libsandlot reports with SANDLOT_TRACE set
+    (src/common/util.c), over n runs of argv: what bench/README.md's table
+    of where the time goes is made from."""
+    env = dict(env, SANDLOT_TRACE="1")
+    phases = {}
+    walls = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=env)
+        walls.append((time.perf_counter() - t0) * 1000)
+        for ln in r.stderr.decode(errors="replace").splitlines():
+            if ln.startswith("sandlot-trace:"):
+                name, _, rest = ln[len("sandlot-trace:"):].rpartition(" ")
+                name = name.strip().rsplit(None, 1)
+                if len(name) == 2:
+                    phases.setdefault(name[0].strip(), []).append(float(name[1]))
+    return phases, walls
+
+
 # ---- idle memory ------------------------------------------------------------
 
 def cmdline(pid):
@@ -204,6 +226,9 @@ def main():
     ap.add_argument("--sandlot", default=str(SANDLOT),
                     help="sandlot binary (default build/bin/sandlot; sandlot-init next to it)")
     ap.add_argument("--no-bwrap", action="store_true", help="skip bubblewrap")
+    ap.add_argument("--phases", type=int, default=0, metavar="N",
+                    help="also run the sandlot and sl-tmpfs rows N times with SANDLOT_TRACE "
+                         "and print the median of each phase (where the time goes)")
     ap.add_argument("--no-memory", action="store_true", help="skip the idle memory measurement")
     ap.add_argument("--no-image", action="store_true",
                     help="skip the rows on a built image (no image build)")
@@ -253,7 +278,8 @@ def main():
                 print(f"{name} fails (exit {r.returncode}): {r.stderr.decode(errors='replace').strip()}")
 
         print(f"start-up: {args.n} sequential runs each, {args.warmup} warm-up runs, "
-              f"{os.cpu_count()} CPUs, kernel {os.uname().release}")
+              f"{os.cpu_count()} CPUs, kernel {os.uname().release}, load average "
+              f"{' '.join(open('/proc/loadavg').read().split()[:3])}")
         times, failures = bench_startup(cmds, args.n, args.warmup, env)
         print(f"{'':12} {'median':>9} {'p90':>9} {'min':>9} {'mean':>9} {'failed':>7}")
         for name, ts in times.items():
@@ -267,6 +293,15 @@ def main():
                   f"({verdict} the target of <= {RATIO_TARGET})")
             tr = statistics.median(times["sl-tmpfs"]) / statistics.median(times["bwrap"])
             print(f"sandlot --storage tmpfs/bwrap: median {tr:.2f}")
+
+        if args.phases:
+            for row in ("sandlot", "sl-tmpfs"):
+                phases, walls = bench_phases(cmds[row], args.phases, env)
+                print(f"\nwhere the time goes, {row} (median of {args.phases} runs with "
+                      f"SANDLOT_TRACE; each phase since the previous one):")
+                for name, ts in phases.items():
+                    print(f"  {name:18} {statistics.median(ts):7.3f} ms")
+                print(f"  {'(wall, all)':18} {statistics.median(walls):7.3f} ms")
 
         if not args.no_memory:
             print()

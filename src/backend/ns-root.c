@@ -83,6 +83,26 @@ static pthread_mutex_t templates_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct template templates[MAX_TEMPLATES];
 static uint64_t use_clock;
 
+/* mkdirat and openat with exactly `mode`: the process's umask is not
+ * ours to rely on (sandlotd narrows it for a moment while it creates its
+ * socket, in another thread). */
+static int mkdir_exact(int dirfd, const char *path, mode_t mode)
+{
+	if (mkdirat(dirfd, path, mode) < 0)
+		return -1;
+	return fchmodat(dirfd, path, mode, 0);
+}
+
+static int touch_exact(int dirfd, const char *path, mode_t mode)
+{
+	int fd = openat(dirfd, path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+	if (fd < 0)
+		return -1;
+	int rc = fchmod(fd, mode);
+	close(fd);
+	return rc;
+}
+
 static void template_free(struct template *t)
 {
 	if (t->key[0] && t->fd >= 0)
@@ -165,13 +185,10 @@ static int bind_into(int root, const char *dst, const char *src, int recursive, 
 		return sandlot__error_errno(err, errno, "bind %s", src);
 	}
 	if (S_ISDIR(st.st_mode)) {
-		if (mkdirat(root, dst, 0755) < 0 && errno != EEXIST)
+		if (mkdir_exact(root, dst, 0755) < 0 && errno != EEXIST)
 			return sandlot__error_errno(err, errno, "mount point /%s", dst);
-	} else {
-		int fd = openat(root, dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-		if (fd < 0)
-			return sandlot__error_errno(err, errno, "mount point /%s", dst);
-		close(fd);
+	} else if (touch_exact(root, dst, 0644) < 0) {
+		return sandlot__error_errno(err, errno, "mount point /%s", dst);
 	}
 	cleanup_close int m = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
 					(recursive ? AT_RECURSIVE : 0));
@@ -200,7 +217,7 @@ static int mirror_top(int root, const char *name, sandlot_error_t **err)
 
 static int host_root(int root, const struct sandlot_etc *etc, sandlot_error_t **err)
 {
-	if (mkdirat(root, "var", 0755) < 0 || symlinkat("../tmp", root, "var/tmp") < 0)
+	if (mkdir_exact(root, "var", 0755) < 0 || symlinkat("../tmp", root, "var/tmp") < 0)
 		return sandlot__error_errno(err, errno, "prepare /var");
 	if (bind_into(root, "usr", "/usr", 1, 0, err) < 0)
 		return -1;
@@ -208,7 +225,7 @@ static int host_root(int root, const struct sandlot_etc *etc, sandlot_error_t **
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(tops); i++)
 		if (mirror_top(root, tops[i], err) < 0)
 			return -1;
-	if (mkdirat(root, "etc", 0755) < 0)
+	if (mkdir_exact(root, "etc", 0755) < 0)
 		return sandlot__error_errno(err, errno, "mkdir /etc");
 	cleanup_close int etcfd = openat(root, "etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	const char *what = "";
@@ -275,7 +292,7 @@ static int image_root(struct template *t, int root, const char *rootfs, struct s
 	if (image_etc < 0)
 		return sandlot__error_errno(err, errno, "open %s", src);
 	etc->image_etc_fd = image_etc;
-	if (mkdirat(root, ".etc", 0755) < 0)
+	if (mkdir_exact(root, ".etc", 0755) < 0)
 		return sandlot__error_errno(err, errno, "mkdir /.etc");
 	cleanup_close int gen = openat(root, ".etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	const char *what = "";
@@ -308,13 +325,11 @@ static int dev_skeleton(int root, sandlot_error_t **err)
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(dev_nodes); i++) {
 		char p[32];
 		snprintf(p, sizeof(p), "dev/%s", dev_nodes[i]);
-		int fd = openat(root, p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-		if (fd < 0)
+		if (touch_exact(root, p, 0644) < 0)
 			return sandlot__error_errno(err, errno, "mount point /%s", p);
-		close(fd);
 	}
-	if (mkdirat(root, "dev/pts", 0755) < 0 || mkdirat(root, "dev/shm", 01777) < 0 ||
-	    fchmodat(root, "dev/shm", 01777, 0) < 0 || symlinkat("pts/ptmx", root, "dev/ptmx") < 0)
+	if (mkdir_exact(root, "dev/pts", 0755) < 0 || mkdir_exact(root, "dev/shm", 01777) < 0 ||
+	    symlinkat("pts/ptmx", root, "dev/ptmx") < 0)
 		return sandlot__error_errno(err, errno, "prepare /dev");
 	static const char *const links[][2] = {
 		{ "/proc/self/fd", "dev/fd" },      { "/proc/self/fd/0", "dev/stdin" },
@@ -350,12 +365,14 @@ static int build(struct template *t, const struct ns_root_key *k, sandlot_error_
 		return -1;
 	if (add_idmap(t, "") < 0)
 		return sandlot__error(err, ENOMEM, "out of memory");
-	static const char *const dirs[] = { "home", "home/user", "tmp", "dev", "proc", "root", "run" };
+	static const struct {
+		const char *path;
+		mode_t mode;
+	} dirs[] = { { "home", 0755 }, { "home/user", 0755 }, { "tmp", 01777 }, { "dev", 0755 },
+		     { "proc", 0755 },  { "root", 0700 },      { "run", 0755 } };
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(dirs); i++)
-		if (mkdirat(root, dirs[i], 0755) < 0)
-			return sandlot__error_errno(err, errno, "mkdir /%s", dirs[i]);
-	if (fchmodat(root, "tmp", 01777, 0) < 0 || fchmodat(root, "root", 0700, 0) < 0)
-		return sandlot__error_errno(err, errno, "prepare the root skeleton");
+		if (mkdir_exact(root, dirs[i].path, dirs[i].mode) < 0)
+			return sandlot__error_errno(err, errno, "mkdir /%s", dirs[i].path);
 	struct sandlot_etc etc = {
 		.hostname = k->hostname, .user_name = k->user_name, .uid = 1000, .gid = 1000,
 		.image_etc_fd = -1,

@@ -366,14 +366,15 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	 * id); a new one otherwise. */
 	ns->limits = lim;
 	char pooled[32];
-	if (!sb->id_given && sandlot__cgroup_pool_take(&lim, pooled)) {
+	int prepared = !sb->id_given && sandlot__cgroup_pool_take(&lim, pooled);
+	if (prepared) {
 		memcpy(sb->id, pooled, sizeof(pooled));
 		sandlot__ns_prepare_taken();
 	}
 	ns->cg = sandlot__cgroup_create(sb->id, &lim, err);
 	if (!ns->cg)
 		goto fail;
-	sandlot__trace("cgroup");
+	sandlot__trace(prepared ? "cgroup (prepared)" : "cgroup");
 	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, ns->slot.base,
 				    (int)sb->opts.storage, sb->opts.workspace_image, &ns->storage,
 				    err) < 0)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 const char *const sandlot__etc_allow[] = {
@@ -73,6 +74,13 @@ static int write_at(int dirfd, const char *name, const char *text)
 	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return -1;
+	/* 0644 whatever the umask (the host's process may have any). */
+	if (fchmod(fd, 0644) < 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
 	size_t n = strlen(text);
 	ssize_t w = write(fd, text, n);
 	int e = errno;

@@ -87,6 +87,13 @@ int init_parse_args(int argc, char **argv, struct init_config *cfg);
  * caller exits 1.  (setup.c) */
 int init_setup(struct init_config *cfg);
 
+/* The last step of the setup, after HELLO went out (so that the host
+ * works meanwhile): detach the old root left stacked on the new one by
+ * pivot_root, and go to the home directory.  No request is read before it.
+ * 0, or -1 with errno (init then exits: the sandbox is not usable).
+ * (setup.c) */
+int init_setup_finish(const struct init_config *cfg);
+
 /* Serve the protocol on fd 3 until the host disconnects or sends SHUTDOWN;
  * kills every process before returning.  Sends HELLO first and closes the
  * status fd just before.  Returns the exit status for init.  (loop.c) */

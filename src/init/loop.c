@@ -574,9 +574,14 @@ int init_serve(const struct init_config *cfg)
 		 * (uploads), and take the change-tracking baseline the host
 		 * would otherwise have to ask for. */
 		queue_flush(&l);
-		init__warm_prepare(&l);
-		init__scan_baseline(&l);
-		serve(&l);
+		if (init_setup_finish(cfg) < 0) {
+			init__log("cannot finish the setup: %s", strerror(errno));
+			l.status = 1;
+		} else {
+			init__warm_prepare(&l);
+			init__scan_baseline(&l);
+			serve(&l);
+		}
 	}
 
 	init__kill_all(&l);

@@ -188,8 +188,14 @@ int sandlot__cgroup_pool_take(const struct sandlot_cgroup_limits *lim, char name
 		/* Young before it is unmarked: the stale collector looks at the
 		 * marker first and the age second, so it never removes a
 		 * cgroup taken a moment ago and not yet populated. */
-		if (utimensat(AT_FDCWD, dir, NULL, 0) < 0)
-			continue; /* gone (someone removed it by hand): skip */
+		if (utimensat(AT_FDCWD, dir, NULL, 0) < 0) {
+			/* Removed behind the pool's back (by hand, or by an older
+			 * sandlot that does not know the markers): a dead
+			 * marker. */
+			if (errno == ENOENT)
+				unlink(path);
+			continue;
+		}
 		if (unlink(path) < 0)
 			continue; /* another taker was first */
 		if (!reserve(c[i].name, &c[i].preset)) {
@@ -209,24 +215,33 @@ void sandlot__cgroup_pool_return(const char *name)
 		unclaim(name, &preset);
 }
 
-/* Free markers in the pool directory. */
-static unsigned count_markers(void)
+/* Free markers in the pool directory; with `check`, markers whose cgroup
+ * is gone are removed instead of counted (off the critical path only: a
+ * stat each). */
+static unsigned count_markers(int check)
 {
 	cleanup_closedir DIR *d = opendir(pool_dir);
 	if (!d)
 		return 0;
 	unsigned n = 0;
 	struct dirent *de;
-	char name[NAME_LEN + 1];
+	char name[NAME_LEN + 1], dir[PATH_MAX];
 	struct sandlot_cgroup_limits lim;
-	while ((de = readdir(d)))
-		n += parse_marker(de->d_name, name, &lim);
+	while ((de = readdir(d))) {
+		if (!parse_marker(de->d_name, name, &lim))
+			continue;
+		if (check && age_dir(dir, name) == 0 && access(dir, F_OK) < 0 && errno == ENOENT) {
+			unlinkat(dirfd(d), de->d_name, 0);
+			continue;
+		}
+		n++;
+	}
 	return n;
 }
 
 unsigned sandlot__cgroup_pool_count(void)
 {
-	return pool_usable() ? count_markers() : 0;
+	return pool_usable() ? count_markers(0) : 0;
 }
 
 unsigned sandlot__cgroup_pool_fill(const struct sandlot_cgroup_limits *lim, unsigned target)
@@ -238,7 +253,7 @@ unsigned sandlot__cgroup_pool_fill(const struct sandlot_cgroup_limits *lim, unsi
 		return 0;
 	if (target > POOL_MAX)
 		target = POOL_MAX;
-	unsigned have = count_markers();
+	unsigned have = count_markers(1);
 	if (have >= target)
 		return 0;
 	if (sandlot__mkdir_p(pool_dir, 0700) < 0)

@@ -65,6 +65,46 @@ static inline int sys_move_mount(int from_dfd, const char *from, int to_dfd, con
 #endif
 }
 
+static inline int sys_open_tree(int dfd, const char *path, unsigned flags)
+{
+#ifdef __NR_open_tree
+	return (int)syscall(__NR_open_tree, dfd, path, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_fsopen(const char *fsname, unsigned flags)
+{
+#ifdef __NR_fsopen
+	return (int)syscall(__NR_fsopen, fsname, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_fsconfig(int fd, unsigned cmd, const char *key, const void *value, int aux)
+{
+#ifdef __NR_fsconfig
+	return (int)syscall(__NR_fsconfig, fd, cmd, key, value, aux);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_fsmount(int fd, unsigned flags, unsigned attrs)
+{
+#ifdef __NR_fsmount
+	return (int)syscall(__NR_fsmount, fd, flags, attrs);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
 static inline int sys_mount_setattr(int dfd, const char *path, unsigned flags,
 				    struct mount_attr *attr, size_t size)
 {
