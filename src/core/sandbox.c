@@ -361,10 +361,22 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		goto fail;
 	}
 	sb->conn_open = 1;
-	if (ops->ready(sb, err) < 0)
+	/* HELLO first: init sends it right after its set-up report (EOF on
+	 * success), so one wake-up covers both.  Without HELLO, the report
+	 * says why. */
+	sandlot_error_t *hello_err = NULL;
+	int hello = sandlot__conn_wait_hello(&sb->conn, 10000, &hello_err);
+	if (ops->ready(sb, err) < 0) {
+		sandlot_error_free(hello_err);
 		goto fail_started;
-	if (sandlot__conn_wait_hello(&sb->conn, 10000, err) < 0)
+	}
+	if (hello < 0) {
+		if (err)
+			*err = hello_err;
+		else
+			sandlot_error_free(hello_err);
 		goto fail_started;
+	}
 	sandlot__trace("hello");
 	/* No baseline scan to ask for: init takes it itself (protocol.md). */
 	return sb;
