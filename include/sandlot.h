@@ -99,6 +99,13 @@ typedef struct sandlot_options {
 	 * holds a shared flock on <data_dir>/cleanup.lock: an exclusive flock
 	 * on that file waits for every helper of the data dir to finish. */
 	int cleanup_helper;
+	/* 1: sandlot_create() returns as soon as the sandbox is started, while
+	 * its init still sets itself up (a millisecond or so), so that the
+	 * caller's first requests are on their way meanwhile: init serves them
+	 * once it is ready.  sandlot_wait_ready() then tells whether the
+	 * set-up worked (with its error if not); requests made before a failed
+	 * set-up fail as if the sandbox had died (EPIPE, killed). */
+	int start_nowait;
 } sandlot_options_t;
 
 /* Fill opts with the defaults above. */
@@ -143,6 +150,12 @@ SANDLOT_API sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_err
  * range, and free the handle.  Safe to call at any time, including while
  * commands run (they are reported as killed).  Never fails; NULL is a no-op. */
 SANDLOT_API void sandlot_destroy(sandlot_t *sb);
+
+/* Wait until the sandbox (created with start_nowait) has finished setting
+ * itself up: 0, or -1 with the set-up's error (as sandlot_create() would
+ * have failed); the same answer every time.  Immediate for a sandbox
+ * created without start_nowait. */
+SANDLOT_API int sandlot_wait_ready(sandlot_t *sb, sandlot_error_t **err);
 
 /* For a process about to exit (as `sandlot run` after its command): kill
  * the sandbox and free the handle without waiting for the sandbox to be

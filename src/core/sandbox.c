@@ -261,11 +261,57 @@ void sandlot_new_id(const sandlot_options_t *opts, char id[32])
 		sandlot__new_id("sb-", id);
 }
 
+/* Wait for init's HELLO, then read its set-up report: init sends HELLO
+ * right after the report's EOF (success), so one wake-up covers both;
+ * without HELLO the report says why. */
+static int wait_ready(sandlot_t *sb, sandlot_error_t **err)
+{
+	sandlot_error_t *hello_err = NULL;
+	int hello = sandlot__conn_wait_hello(&sb->conn, 10000, &hello_err);
+	if (sb->ops->ready(sb, err) < 0) {
+		sandlot_error_free(hello_err);
+		return -1;
+	}
+	if (hello < 0) {
+		if (err)
+			*err = hello_err;
+		else
+			sandlot_error_free(hello_err);
+		return -1;
+	}
+	sandlot__trace("hello");
+	return 0;
+}
+
+int sandlot_wait_ready(sandlot_t *sb, sandlot_error_t **err)
+{
+	pthread_mutex_lock(&sb->ready_lock);
+	if (sb->ready == 0) {
+		sandlot_error_t *e = NULL;
+		if (wait_ready(sb, &e) == 0) {
+			sb->ready = 1;
+		} else {
+			sb->ready = -1;
+			sb->ready_status = sandlot_error_status(e);
+			sb->ready_msg = strdup(sandlot_error_message(e));
+			sandlot_error_free(e);
+		}
+	}
+	int rc = sb->ready;
+	if (rc < 0)
+		sandlot__error(err, sb->ready_status, "create sandbox: %s",
+			       sb->ready_msg ? sb->ready_msg : "set-up failed");
+	pthread_mutex_unlock(&sb->ready_lock);
+	return rc < 0 ? -1 : 0;
+}
+
 static void free_sandbox(sandlot_t *sb)
 {
 	if (sb->conn_open)
 		sandlot__conn_free(&sb->conn);
 	pthread_mutex_destroy(&sb->env_lock);
+	pthread_mutex_destroy(&sb->ready_lock);
+	free(sb->ready_msg);
 	sandlot__image_release(&sb->img);
 	sandlot__strv_free(sb->env);
 	free(sb->image);
@@ -296,6 +342,8 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sb->img.lock_fd = sb->img.root_fd = -1;
 	sb->refs = 1;
 	pthread_mutex_init(&sb->env_lock, NULL);
+	pthread_mutex_init(&sb->ready_lock, NULL);
+	sb->ready = opts->start_nowait ? 0 : 1;
 	effective(opts, &sb->opts);
 	/* Without an id of the caller's, the backend may still choose one
 	 * (the ns backend names a sandbox after the prepared cgroup it takes). */
@@ -361,23 +409,10 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		goto fail;
 	}
 	sb->conn_open = 1;
-	/* HELLO first: init sends it right after its set-up report (EOF on
-	 * success), so one wake-up covers both.  Without HELLO, the report
-	 * says why. */
-	sandlot_error_t *hello_err = NULL;
-	int hello = sandlot__conn_wait_hello(&sb->conn, 10000, &hello_err);
-	if (ops->ready(sb, err) < 0) {
-		sandlot_error_free(hello_err);
+	if (opts->start_nowait)
+		return sb; /* sandlot_wait_ready() does the rest */
+	if (wait_ready(sb, err) < 0)
 		goto fail_started;
-	}
-	if (hello < 0) {
-		if (err)
-			*err = hello_err;
-		else
-			sandlot_error_free(hello_err);
-		goto fail_started;
-	}
-	sandlot__trace("hello");
 	/* No baseline scan to ask for: init takes it itself (protocol.md). */
 	return sb;
 
