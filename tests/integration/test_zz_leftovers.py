@@ -1,7 +1,6 @@
 """Runs last (files are collected in name order): after the whole session,
 nothing of ours is left on the host — processes, mounts, cgroups, loop
 devices, storage images, network namespaces."""
-import glob
 import os
 import shutil
 import subprocess
@@ -23,9 +22,10 @@ def test_nothing_left_behind(session_dirs, sandlot):
     wait_until(lambda: not hostscan.leftovers(before, data_dir), 10)
     problems = hostscan.leftovers(before, data_dir)
 
-    # No sandbox init anywhere that is orphaned or ours.
+    # No sandbox init of ours orphaned (hostscan.Owner: other users' are not ours).
+    own = hostscan.owner()
     for pid in hostscan.init_pids() - before["inits"]:
-        if hostscan.ppid(pid) in (0, 1):
+        if hostscan.ppid(pid) in (0, 1) and own.is_our_init(pid):
             problems.append(f"orphaned sandlot-init {pid}")
     # losetup agrees with /sys/block.
     losetup = shutil.which("losetup") or "/usr/sbin/losetup"
@@ -40,21 +40,17 @@ def test_nothing_left_behind(session_dirs, sandlot):
     for ln in open("/proc/self/mountinfo"):
         if any(f" {dev} " in ln for dev in ours) or str(data_dir) in ln:
             problems.append(f"mount: {ln.strip()}")
-    # Every sandbox cgroup made during the session is gone (those of other
-    # users of this machine hold a live init and are left alone).
+    # Every sandbox cgroup of ours made during the session is gone.
     for cg in hostscan.sandbox_cgroups() - before["cgroups"]:
-        procs = hostscan.cgroup_procs(cg) or []
-        if not procs or all(hostscan.ppid(p) in (0, 1) or not os.path.exists(f"/proc/{p}") for p in procs):
-            problems.append(f"cgroup left: {cg} (procs {procs})")
-    # Prepared cgroups are a small, bounded set, each complete and free.
-    prepared = hostscan.prepared_cgroup_names()
-    if len(prepared) > 64:
-        problems.append(f"{len(prepared)} prepared cgroups (at most 64 are kept)")
-    for name in prepared:
-        for g in hostscan.CGROUP_GLOBS:
-            for c in glob.glob(g.replace("sb-*", name)):
-                if hostscan.cgroup_procs(c):
-                    problems.append(f"prepared cgroup {c} holds processes")
+        if own.is_ours(hostscan.sandbox_id(cg)):
+            problems.append(f"cgroup left: {cg} (procs {hostscan.cgroup_procs(cg)})")
+    # No prepared cgroup kept for our data dirs once every daemon of the
+    # session has stopped (hostscan.leftovers() names only those whose
+    # preparer is gone).
+    for pool, pool_dd in hostscan.cgroup_pools().items():
+        if pool_dd == str(data_dir) or pool_dd.startswith(str(data_dir) + "/"):
+            for name in sorted(hostscan.prepared_cgroups(pool)):
+                problems.append(f"prepared cgroup left: {name} in {pool}")
     storage = data_dir / "storage"
     if storage.is_dir() and list(storage.iterdir()):
         problems.append(f"storage images left: {sorted(os.listdir(storage))}")
