@@ -8,7 +8,8 @@ PYTEST ?= /usr/bin/python3 -m pytest
 # nettle-dev: SHA-256 of image trees; debootstrap: sandlot image build; musl-tools:
 # the C library of the static sandlot-init (faster to start, src/init/meson.build);
 # libhttp-parser-dev: the answers of servers behind the port proxy
-BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev musl-tools libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev libhttp-parser-dev e2fsprogs nettle-dev debootstrap
+# btrfs-progs: mkfs.btrfs for the storage pool; e2fsprogs: workspaces of the former layout (tests)
+BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev musl-tools libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev libhttp-parser-dev e2fsprogs btrfs-progs nettle-dev debootstrap
 # matplotlib, pandas, numpy: the interpreter and seccomp tests run real data-science code
 # clang, libclang-rt-14-dev: libFuzzer targets (scripts/fuzz.sh)
 TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy clang libclang-rt-14-dev

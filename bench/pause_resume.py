@@ -10,9 +10,10 @@ the end), creates one sandbox (disk 512M) and fills its workspace with
 time.perf_counter() in this process:
 
   pause (dirty)   rewrite 10 MiB of the big file, then POST .../pause: kills
-                  the sandbox and flushes its image to disk (fsync), so the
-                  round's new data is part of the cost
-  resume          POST .../resume: a new sandbox on the same image (mount,
+                  the sandbox and flushes its workspace to disk (syncfs of
+                  the storage pool), so the round's new data is part of the
+                  cost
+  resume          POST .../resume: a new sandbox on the same workspace (mount,
                   namespaces, cgroup, init, change-tracking baseline scan of
                   the 1,001 files)
   first exec      the first POST .../exec after the resume (`echo`): resume
@@ -21,8 +22,8 @@ time.perf_counter() in this process:
   resume again    for the second pause
 
 With --cold the page cache is dropped (echo 3 > /proc/sys/vm/drop_caches,
-host-wide) before each "resume" and "first exec", so they read the image
-from the disk.  The files' SHA-256 is checked after every resume.
+host-wide) before each "resume" and "first exec", so they read the
+workspace from the disk.  The files' SHA-256 is checked after every resume.
 
 Prints median / min / max per step (median of N: the figure to quote) and,
 for scale, one create and one delete.  Needs root, Debian's
@@ -97,7 +98,6 @@ def main():
         used = int(sh(sock, sid, "du -sk /home/user | cut -f1")) // 1024
         digest_cmd = "cd /home/user && find . -type f | sort | xargs sha256sum | sha256sum"
         want = sh(sock, sid, digest_cmd)
-        img = base / "data" / "workspaces" / f"{sid}.img"
 
         rows = {k: [] for k in ("pause (dirty)", "resume", "first exec", "pause (clean)",
                                 "resume again")}
@@ -129,7 +129,7 @@ def main():
         t_delete, (st, _) = timed(lambda: call(sock, "DELETE", f"/v1/sandboxes/{sid}"))
         assert st == 204
 
-        print(f"workspace: {used} MiB in 1,001 files (image {img.name}, disk 512M); "
+        print(f"workspace: {used} MiB in 1,001 files (workspace {sid}, disk 512M); "
               f"{args.n} rounds{', cold cache' if args.cold else ''}")
         print(f"{'step':<16} {'median':>9} {'min':>9} {'max':>9}")
         for k, xs in rows.items():

@@ -247,7 +247,7 @@ def main():
     env["SANDLOT_DATA_DIR"] = data_dir
     try:
         cmds = {"sandlot": [str(SANDLOT), "run", "--", "/bin/true"],
-                # the same with the workspace on tmpfs instead of a loop-mounted ext4 image
+                # the same with the workspace on tmpfs instead of in the storage pool
                 "sl-tmpfs": [str(SANDLOT), "run", "--storage", "tmpfs", "--", "/bin/true"]}
         if not args.no_image:
             t0 = time.monotonic()
@@ -322,6 +322,9 @@ def main():
                 if cg_usage is not None:
                     print(f"  cgroup memory usage (incl. page cache, kernel memory): {cg_usage} KiB")
     finally:
+        # `sandlot run` leaves the data dir's storage pool mounted for the
+        # next run: unmount it first.
+        subprocess.run(["umount", os.path.join(data_dir, "storage", "mnt")], capture_output=True)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

@@ -50,12 +50,13 @@ typedef enum {
 } sandlot_network_t;
 
 typedef enum {
-	/* ext4 image on a loop device (unless SANDLOT_STORAGE=tmpfs is set or
-	 * the host has no loop devices): a real disk quota, kept off memory. */
+	/* The pool (unless SANDLOT_STORAGE=tmpfs is set). */
 	SANDLOT_STORAGE_DEFAULT = 0,
-	SANDLOT_STORAGE_EXT4,
-	/* tmpfs: the fastest to set up and tear down (about 5 ms less per
-	 * sandbox), but files live in memory and count against memory_bytes. */
+	/* A directory with a quota of disk_bytes in the data directory's
+	 * storage pool (a preallocated btrfs filesystem mounted once): a real
+	 * disk quota, kept off memory, admitted against the space there is. */
+	SANDLOT_STORAGE_POOL,
+	/* tmpfs: files live in memory and count against memory_bytes. */
 	SANDLOT_STORAGE_TMPFS,
 } sandlot_storage_t;
 
@@ -72,19 +73,26 @@ typedef struct sandlot_options {
 	sandlot_storage_t storage;  /* where /home/user and /tmp live */
 	const char *data_dir;       /* default $SANDLOT_DATA_DIR or /var/lib/sandlot */
 	const char *init_path;      /* default $SANDLOT_INIT or next to the library's user */
-	/* A kept workspace: /home/user and /tmp live in this ext4 image file,
-	 * which sandlot never removes, so a later sandbox given the same path
-	 * finds the files byte for byte (pause/resume, snapshots).  A missing
-	 * file is created from the storage template, disk_bytes big, appearing
-	 * complete or not at all; an existing one is used as it is (its size is
-	 * the quota, disk_bytes is ignored).  Owners are stored as sandbox uids
-	 * (1000 for the user) and mapped to the sandbox's host uid range by an
-	 * idmapped mount (Linux 5.12+), so any sandbox can use it.  One sandbox
-	 * at a time: EBUSY while another has it.  ext4 storage only (EINVAL
-	 * with SANDLOT_STORAGE_TMPFS).  The host kernel mounts it: give only
-	 * images sandlot made, never one from an untrusted party.  NULL (the
-	 * default): an unnamed image that dies with the sandbox. */
-	const char *workspace_image;
+	/* A kept workspace: /home/user and /tmp live in the storage pool's
+	 * workspace of this name ([a-z0-9][a-z0-9_.-]*, up to 64 characters),
+	 * which sandlot never removes by itself, so a later sandbox given the
+	 * same name finds the files byte for byte (pause/resume, snapshots).
+	 * A missing one is created, disk_bytes big, appearing complete or not
+	 * at all; an existing one is used as it is (its quota stays, disk_bytes
+	 * is ignored).  Owners are stored as sandbox uids (1000 for the user)
+	 * and mapped to the sandbox's host uid range by an idmapped mount, so
+	 * any sandbox can use it.  One sandbox at a time: EBUSY while another
+	 * has it.  Pool storage only (EINVAL with SANDLOT_STORAGE_TMPFS).
+	 * NULL (the default): a workspace that goes with the sandbox. */
+	const char *workspace;
+	/* How far the quotas of the data directory's workspaces may add up
+	 * beyond the storage pool's usable size: 1 (the default, also when 0
+	 * and $SANDLOT_DISK_OVERCOMMIT is unset) reserves every quota for real,
+	 * so no workspace can find the pool full below its quota; 2 admits
+	 * twice the space, and a workspace may then get ENOSPC from a full
+	 * pool before its own quota (its writes fail cleanly, nobody's data
+	 * is lost).  A create that cannot be admitted fails with ENOSPC. */
+	double disk_overcommit;
 	/* Give the sandbox this id ("sb-" + 26 of [a-z2-7]) instead of a new
 	 * one, e.g. to bring a paused sandbox back under its own id.  The caller
 	 * guarantees that no other live sandbox has it.  NULL: a new id. */
@@ -185,12 +193,60 @@ SANDLOT_API pid_t sandlot_init_pid(const sandlot_t *sb);
 /* Whether the sandbox is still usable (its init is alive). */
 SANDLOT_API int sandlot_alive(const sandlot_t *sb);
 
-/* Copy a workspace image (sandlot_options_t.workspace_image) to `dst`, a
- * new file (EEXIST if it exists): only the allocated ranges are copied, so
- * a 1 GiB image holding 10 MiB of files costs 10 MiB, and dst appears
- * complete or not at all.  EBUSY while a sandbox is using src (and a
- * sandbox trying to take src during the copy waits, then gets EBUSY). */
-SANDLOT_API int sandlot_workspace_copy(const char *src, const char *dst, sandlot_error_t **err);
+/* Kept workspaces (sandlot_options_t.workspace) of the data directory
+ * opts->data_dir (NULL opts: the default data directory).
+ *
+ * Copy the kept workspace `src` to the new one `dst` (EEXIST if it exists):
+ * a snapshot, whatever the size (copy on write), admitted like a new
+ * workspace of src's quota with opts->disk_overcommit (ENOSPC when it
+ * cannot be).  dst appears complete or not at all.  EBUSY while a sandbox
+ * is using src (and a sandbox trying to take src during the copy waits,
+ * then gets EBUSY). */
+SANDLOT_API int sandlot_workspace_copy(const sandlot_options_t *opts, const char *src,
+				       const char *dst, sandlot_error_t **err);
+/* Delete a kept workspace.  ENOENT if there is none, EBUSY while in use. */
+SANDLOT_API int sandlot_workspace_remove(const sandlot_options_t *opts, const char *name,
+					 sandlot_error_t **err);
+/* The quota of a kept workspace in bytes.  ENOENT if there is none. */
+SANDLOT_API int sandlot_workspace_size(const sandlot_options_t *opts, const char *name,
+				       uint64_t *bytes, sandlot_error_t **err);
+/* The names of the kept workspaces: *names is a NULL-terminated array
+ * to free with sandlot_strv_free().  Empty when the data directory has no
+ * storage pool yet. */
+SANDLOT_API int sandlot_workspace_list(const sandlot_options_t *opts, char ***names,
+				       sandlot_error_t **err);
+/* Make the kept workspaces' files durable (after pausing a sandbox). */
+SANDLOT_API int sandlot_workspace_sync(const sandlot_options_t *opts, sandlot_error_t **err);
+/* Bring a workspace image of sandlot's former layout (an ext4 image file,
+ * as sandlotd kept them in <data-dir>/workspaces/<id>.img) into the storage
+ * pool as the kept workspace `name`, with the image's size as its quota.
+ * The image is read, never changed: delete it after success.  Give only
+ * images sandlot made (the host kernel mounts them, read-only). */
+SANDLOT_API int sandlot_workspace_import(const sandlot_options_t *opts, const char *name,
+					 const char *image, sandlot_error_t **err);
+SANDLOT_API void sandlot_strv_free(char **v);
+
+/* The data directory's storage pool: its size, the part quotas may add up
+ * to without overcommit, and what they add up to now.  ENOENT when there
+ * is no pool yet. */
+typedef struct sandlot_storage_info {
+	uint64_t pool_bytes;
+	uint64_t usable_bytes;
+	uint64_t reserved_bytes;
+} sandlot_storage_info_t;
+SANDLOT_API int sandlot_storage_info(const sandlot_options_t *opts, sandlot_storage_info_t *out,
+				     sandlot_error_t **err);
+/* Grow the storage pool (making it if there is none) to at least `bytes`
+ * (it never shrinks; it also grows by itself as workspaces are admitted).
+ * ENOSPC when the data filesystem does not have the room. */
+SANDLOT_API int sandlot_storage_grow(const sandlot_options_t *opts, uint64_t bytes,
+				     sandlot_error_t **err);
+/* Unmount the storage pool (it is mounted on first use and stays mounted,
+ * under <data-dir>/storage/mnt, for the next sandbox).  Sandboxes still
+ * running keep their workspaces: the pool then leaves the host's mount
+ * table at once and goes, with its loop device, when the last of them
+ * ends. */
+SANDLOT_API int sandlot_storage_unmount(const sandlot_options_t *opts, sandlot_error_t **err);
 
 typedef struct sandlot_usage {
 	uint64_t memory_bytes;      /* current memory use of the whole sandbox */

@@ -4,6 +4,23 @@
  * connected byte stream to it; everything above (exec, files, changes)
  * speaks spec/protocol.md over that stream and does not care whether the
  * other end is a namespace sandbox or a microVM.
+ *
+ * The workspace (/home/user and /tmp) comes from src/linux/storage.h, in
+ * three calls a backend makes in start, and one in release:
+ *   sandlot__storage_create()   admits and prepares it (quota reserved in
+ *                               the data dir's storage pool, or tmpfs) and
+ *                               hands back a detached mount (mount_fd) and
+ *                               the workspace's lock (lock_fd);
+ *   sandlot__storage_idmap()    once the sandbox's user namespace exists:
+ *                               the mount shows the workspace's sandbox uids
+ *                               as the sandbox's host uids;
+ *   sandlot__storage_release()  once the sandbox has attached the mount;
+ *   sandlot__storage_destroy()  in release, after every process of the
+ *                               sandbox is gone: the lock is dropped and an
+ *                               ephemeral workspace deleted.
+ * The backend must keep lock_fd open for as long as any process of the
+ * sandbox may touch the workspace (ns passes it to init, which holds it
+ * until it dies), so that nothing deletes or reuses a workspace in use.
  */
 #ifndef SANDLOT_BACKEND_H
 #define SANDLOT_BACKEND_H

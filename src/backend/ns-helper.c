@@ -147,7 +147,8 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 	set_cmdline(id);
 	/* A caller started with stdin (or stdout, stderr) closed may have
 	 * been given 0..2 for these: move them out of the way of stdio. */
-	int *mine[] = { &lifeline, &ns->pidfd, &ns->slot.lock_fd, &ns->cleanup_lock_fd };
+	int *mine[] = { &lifeline, &ns->pidfd, &ns->slot.lock_fd, &ns->cleanup_lock_fd,
+			&ns->storage.lock_fd };
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(mine); i++)
 		if (*mine[i] >= 0 && *mine[i] <= 2) {
 			int fd = fcntl(*mine[i], F_DUPFD_CLOEXEC, 3);
@@ -166,7 +167,8 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 	/* Not the built image's in-use lock: the image is free once the
 	 * caller has let go of the sandbox (its dying processes cannot use it
 	 * any more), so `sandlot image rm` right after a run is not refused. */
-	const int keep[] = { lifeline, ns->pidfd, ns->slot.lock_fd, ns->cleanup_lock_fd };
+	const int keep[] = { lifeline, ns->pidfd, ns->slot.lock_fd, ns->cleanup_lock_fd,
+			     ns->storage.lock_fd };
 	close_all_but(keep, SANDLOT_ARRAY_SIZE(keep));
 	/* Closed with the rest (init has its own reference to the mount). */
 	ns->storage.mount_fd = -1;
@@ -184,7 +186,9 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 	wait_init_gone(ns);
 	/* Kills anything still inside (nothing, normally) and removes it. */
 	sandlot__cgroup_destroy(ns->cg);
-	sandlot__storage_release(&ns->storage);
+	/* Nothing of the sandbox uses its workspace any more: delete it (an
+	 * ephemeral one) and drop its lock. */
+	sandlot__storage_destroy(&ns->storage);
 	sandlot__uid_slot_release(&ns->slot);
 	/* Work for the next sandboxes, while the cleanup lock is still held:
 	 * whoever waits for the helpers also waits for this. */

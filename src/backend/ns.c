@@ -75,7 +75,13 @@ static void ns_release(struct ns_state *ns)
 	if (ns->pidfd >= 0)
 		close(ns->pidfd);
 	ns->pidfd = -1;
-	sandlot__storage_release(&ns->storage);
+	/* init is gone (or, detached, the helper waits for that): nothing of
+	 * the sandbox uses its workspace any more.  Detached, the helper
+	 * deletes it; we only close our handles (the helper's copy of the lock
+	 * descriptor keeps the workspace locked until then). */
+	if (ns->detached)
+		ns->storage.ephemeral = 0;
+	sandlot__storage_destroy(&ns->storage);
 	sandlot__uid_slot_release(&ns->slot);
 	if (ns->cleanup_lock_fd >= 0)
 		close(ns->cleanup_lock_fd);
@@ -116,7 +122,7 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_fail(int status_
 
 struct child_args {
 	const struct sandlot_cgroup_join *join;
-	int sync_rd, status_wr, sock, seccomp_fd, storage_fd, image_fd, devnull;
+	int sync_rd, status_wr, sock, seccomp_fd, storage_fd, image_fd, lock_fd, devnull;
 	const char *init_path;
 	char *const *argv;
 };
@@ -162,10 +168,11 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	if (sys_setresgid(0, 0, 0) < 0 || sys_setresuid(0, 0, 0) < 0)
 		child_fail(a->status_wr, "become root of the user namespace");
 
-	/* Move the descriptors init expects to 3..8, going through high
+	/* Move the descriptors init expects to 3..9, going through high
 	 * numbers first so no dup2 clobbers a source. */
 	enum { NFDS = INIT_FD_ROOT - INIT_FD_PROTO + 1 };
-	int src[NFDS] = { a->sock, a->status_wr, a->seccomp_fd, a->storage_fd, a->image_fd, root_fd };
+	int src[NFDS] = { a->sock,       a->status_wr, a->seccomp_fd, a->storage_fd,
+			  a->image_fd,   a->lock_fd,   root_fd };
 	int hi[NFDS];
 	for (int i = 0; i < NFDS; i++) {
 		hi[i] = -1;
@@ -179,11 +186,13 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	if (sys_dup2(a->devnull, 0) < 0 || sys_dup2(a->devnull, 1) < 0 ||
 	    sys_dup2(a->devnull, 2) < 0)
 		child_fail(status_fd, "dup2 stdio");
-	/* Nothing above INIT_FD_ROOT; and no fd 8 unless a tree came, so
-	 * that init can tell. */
-	unsigned first = root_fd >= 0 ? INIT_FD_ROOT + 1 : INIT_FD_ROOT;
-	if (sys_close_range(first, ~0U, 0) < 0) {
-		for (unsigned fd = first; fd < 1024; fd++)
+	/* Absent ones closed, so that init can tell (no fd 9 unless a tree
+	 * came), and nothing above INIT_FD_ROOT. */
+	for (int i = 0; i < NFDS; i++)
+		if (hi[i] < 0)
+			sys_close(INIT_FD_PROTO + i);
+	if (sys_close_range(INIT_FD_ROOT + 1, ~0U, 0) < 0) {
+		for (unsigned fd = INIT_FD_ROOT + 1; fd < 1024; fd++)
 			sys_close((int)fd);
 	}
 	char *const envp[] = { NULL };
@@ -318,10 +327,11 @@ static int read_status(int fd, sandlot_error_t **err)
 	return sandlot__error(err, (int)e, "sandbox setup failed: %s", *end ? end : buf);
 }
 
-/* Remove cgroups that a killed sandlot process could not (SIGKILL leaves
- * nothing else behind: the sandbox's processes, mounts, loop device and
- * storage die with its init).  At most once a minute per data directory,
- * and only cgroups that are empty and older than 30 s. */
+/* Remove cgroups and ephemeral workspaces that a killed sandlot process
+ * could not (SIGKILL leaves nothing else behind: the sandbox's processes
+ * and mounts die with its init).  At most once a minute per data
+ * directory, and only cgroups that are empty and older than 30 s and
+ * workspaces that no process holds. */
 void sandlot__ns_collect_stale(const char *data_dir)
 {
 	char path[4200];
@@ -334,6 +344,7 @@ void sandlot__ns_collect_stale(const char *data_dir)
 		return;
 	futimens(fd, NULL);
 	sandlot__cgroup_cleanup_stale("sb-", 30);
+	sandlot__pool_sweep(data_dir);
 }
 
 static int ns_start(struct sandlot *sb, sandlot_error_t **err)
@@ -343,7 +354,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		return sandlot__error(err, ENOMEM, "out of memory");
 	ns->pidfd = -1;
 	ns->slot.lock_fd = -1;
-	ns->storage.mount_fd = -1;
+	ns->storage.mount_fd = ns->storage.lock_fd = -1;
 	ns->helper_fd = -1;
 	ns->cleanup_lock_fd = -1;
 	ns->status_fd = -1;
@@ -382,8 +393,8 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	if (!ns->cg)
 		goto fail;
 	sandlot__trace(prepared ? "cgroup (prepared)" : "cgroup");
-	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, ns->slot.base,
-				    (int)sb->opts.storage, sb->opts.workspace_image, &ns->storage,
+	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, (int)sb->opts.storage,
+				    sb->opts.workspace, sb->opts.disk_overcommit, &ns->storage,
 				    err) < 0)
 		goto fail;
 	sandlot__trace("storage");
@@ -457,7 +468,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		.join = &join,
 		.sync_rd = sync_rd, .status_wr = status_wr, .sock = sock_child,
 		.seccomp_fd = seccomp_fd, .storage_fd = ns->storage.mount_fd,
-		.image_fd = sb->img.root_fd, .devnull = devnull,
+		.image_fd = sb->img.root_fd, .lock_fd = ns->storage.lock_fd, .devnull = devnull,
 		.init_path = sb->init_path, .argv = argv,
 	};
 
@@ -496,7 +507,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	if (sandlot__userns_write_maps(pid, ns->slot.base, err) < 0)
 		goto fail;
 	sandlot__trace("uid map");
-	/* A kept workspace stores sandbox uids: show it through the new
+	/* The workspace stores sandbox uids: show it through the new
 	 * namespace's mapping, before init attaches it. */
 	if (sandlot__storage_idmap(&ns->storage, pid, err) < 0)
 		goto fail;

@@ -41,7 +41,9 @@ static const char run_help[] =
 	"        --cpus N           CPU quota, e.g. 0.5 or 2 (default: no quota)\n"
 	"        --pids N           maximum number of processes (default 256)\n"
 	"        --disk SIZE        size of /home/user + /tmp together (default 1G);\n"
-	"                           writes past it fail with ENOSPC\n"
+	"                           writes past it fail (EDQUOT); it is reserved in\n"
+	"                           the data dir's storage pool, and a size that\n"
+	"                           cannot be reserved fails the run (status 125)\n"
 	"    -t, --timeout DURATION kill the command and exit 124 after DURATION,\n"
 	"                           e.g. 500ms, 30s, 2m, 1h (default 5m; 0 = none)\n"
 	"    -e, --env KEY=VALUE    set an environment variable (repeatable)\n"
@@ -71,11 +73,11 @@ static const char run_help[] =
 	"        --image NAME       root filesystem image: host (the default: the host's\n"
 	"                           /usr) or one built with sandlot image build, by\n"
 	"                           name or digest (sandlot image ls)\n"
-	"        --storage ext4|tmpfs\n"
-	"                           where /home/user and /tmp live: ext4 (default) is\n"
-	"                           an image on a loop device with a real disk quota;\n"
-	"                           tmpfs is a few ms faster per run, but its files\n"
-	"                           live in memory and count against --memory\n"
+	"        --storage pool|tmpfs\n"
+	"                           where /home/user and /tmp live: pool (default) is\n"
+	"                           a directory with a disk quota in the data dir's\n"
+	"                           storage pool; tmpfs keeps files in memory, where\n"
+	"                           they count against --memory\n"
 	"    -l, --lang LANG        run code instead of COMMAND, one-shot: python\n"
 	"                           (python3), javascript (node) or bash, with the\n"
 	"                           code from -c CODE, from FILE (uploaded to\n"
@@ -494,12 +496,13 @@ int cmd_run(int argc, char **argv)
 			opts.image = optarg;
 			break;
 		case OPT_STORAGE:
-			if (!strcmp(optarg, "ext4")) {
-				opts.storage = SANDLOT_STORAGE_EXT4;
+			/* "ext4": the former name of the default, still accepted. */
+			if (!strcmp(optarg, "pool") || !strcmp(optarg, "ext4")) {
+				opts.storage = SANDLOT_STORAGE_POOL;
 			} else if (!strcmp(optarg, "tmpfs")) {
 				opts.storage = SANDLOT_STORAGE_TMPFS;
 			} else {
-				rc = cli_usage_error("run", "invalid --storage \"%s\": expected ext4 or tmpfs",
+				rc = cli_usage_error("run", "invalid --storage \"%s\": expected pool or tmpfs",
 						     optarg);
 				goto out;
 			}

@@ -91,7 +91,7 @@ struct sandlot {
 	int id_given;               /* the caller chose the id (opts->id) */
 	sandlot_options_t opts;     /* strings below are owned copies */
 	char *image, *hostname, *data_dir, *init_path;
-	char *workspace_image;      /* kept storage image, or NULL */
+	char *workspace;            /* kept workspace's name, or NULL */
 	struct sandlot_image img;   /* a built image (locked while the sandbox exists), or
 				     * img.lock_fd < 0 for "host" */
 	char **env;                 /* full default environment, NULL-terminated */
@@ -115,6 +115,13 @@ struct sandlot {
  * still use; the last unref frees it. */
 void sandlot__ref(sandlot_t *sb);
 void sandlot__unref(sandlot_t *sb);
+
+/* The disk overcommit ratio for opts: its own, else $SANDLOT_DISK_OVERCOMMIT,
+ * else 1. */
+double sandlot__overcommit(const sandlot_options_t *opts);
+/* EINVAL naming it if opts->disk_overcommit, or $SANDLOT_DISK_OVERCOMMIT
+ * when that is 0, is not a ratio from 1 to 1000. */
+int sandlot__overcommit_check(const sandlot_options_t *opts, sandlot_error_t **err);
 
 /* Record the workspace baseline for change tracking (no report). */
 int sandlot__changes_baseline(sandlot_t *sb, sandlot_error_t **err);

@@ -10,6 +10,7 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "linux/storage.h"
 
 #define DEFAULT_MEMORY (512ull << 20)
 #define DEFAULT_DISK (1ull << 30)
@@ -182,14 +183,16 @@ static int validate(const sandlot_options_t *opts, int check_image, sandlot_erro
 	if (opts->pids == 1)
 		return sandlot__error(err, EINVAL,
 				      "pids limit of 1 is too low: init and a command need at least 2");
-	if (opts->storage != SANDLOT_STORAGE_DEFAULT && opts->storage != SANDLOT_STORAGE_EXT4 &&
+	if (opts->storage != SANDLOT_STORAGE_DEFAULT && opts->storage != SANDLOT_STORAGE_POOL &&
 	    opts->storage != SANDLOT_STORAGE_TMPFS)
 		return sandlot__error(err, EINVAL, "unknown storage kind %d", (int)opts->storage);
-	if (opts->workspace_image && !*opts->workspace_image)
-		return sandlot__error(err, EINVAL, "empty workspace image path");
-	if (opts->workspace_image && opts->storage == SANDLOT_STORAGE_TMPFS)
+	if (opts->workspace && sandlot__workspace_name_check(opts->workspace, err) < 0)
+		return -1;
+	if (opts->workspace && opts->storage == SANDLOT_STORAGE_TMPFS)
 		return sandlot__error(err, EINVAL,
-				      "a workspace image needs ext4 storage, not tmpfs");
+				      "a kept workspace needs pool storage, not tmpfs");
+	if (sandlot__overcommit_check(opts, err) < 0)
+		return -1;
 	if (opts->id && !valid_sandbox_id(opts->id))
 		return sandlot__error(err, EINVAL,
 				      "invalid sandbox id \"%.64s\": expected \"sb-\" and 26 characters "
@@ -317,7 +320,7 @@ static void free_sandbox(sandlot_t *sb)
 	free(sb->image);
 	free(sb->hostname);
 	free(sb->data_dir);
-	free(sb->workspace_image);
+	free(sb->workspace);
 	free(sb->init_path);
 	free(sb);
 }
@@ -358,10 +361,11 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sb->image = strdup(opts->image ? opts->image : "host");
 	sb->hostname = strdup(opts->hostname ? opts->hostname : "sandlot");
 	sb->data_dir = strdup(dd && *dd ? dd : "/var/lib/sandlot");
-	sb->workspace_image = opts->workspace_image ? strdup(opts->workspace_image) : NULL;
-	sb->opts.workspace_image = sb->workspace_image;
+	sb->workspace = opts->workspace ? strdup(opts->workspace) : NULL;
+	sb->opts.workspace = sb->workspace;
+	sb->opts.disk_overcommit = sandlot__overcommit(opts);
 	if (!sb->image || !sb->hostname || !sb->data_dir ||
-	    (opts->workspace_image && !sb->workspace_image)) {
+	    (opts->workspace && !sb->workspace)) {
 		sandlot__error(err, ENOMEM, "out of memory");
 		goto fail;
 	}

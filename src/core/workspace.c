@@ -1,13 +1,118 @@
-/* Kept workspaces: the public side of src/linux/storage.c's kept images. */
+/* Kept workspaces and the storage pool: the public side of
+ * src/linux/storage.c. */
 #include "internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 
 #include "linux/storage.h"
 
-int sandlot_workspace_copy(const char *src, const char *dst, sandlot_error_t **err)
+static const char *dir_of(const sandlot_options_t *opts)
 {
-	if (!src || !*src || !dst || !*dst)
-		return sandlot__error(err, EINVAL, "workspace copy: empty image path");
-	return sandlot__storage_copy(src, dst, err);
+	return sandlot__data_dir(opts ? opts->data_dir : NULL);
+}
+
+/* $SANDLOT_DISK_OVERCOMMIT: 0 and *out = 1 when unset, -1 when it is not a
+ * ratio from 1 to 1000. */
+static int overcommit_env(double *out)
+{
+	const char *env = getenv("SANDLOT_DISK_OVERCOMMIT");
+	*out = 1;
+	if (!env || !*env)
+		return 0;
+	char *end;
+	errno = 0;
+	double v = strtod(env, &end);
+	if (*end || errno || !(v >= 1 && v <= 1000))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int sandlot__overcommit_check(const sandlot_options_t *opts, sandlot_error_t **err)
+{
+	double v;
+	if (opts->disk_overcommit != 0 &&
+	    !(opts->disk_overcommit >= 1 && opts->disk_overcommit <= 1000))
+		return sandlot__error(err, EINVAL,
+				      "disk overcommit ratio %g is out of range: 1 to 1000 (0: default)",
+				      opts->disk_overcommit);
+	if (opts->disk_overcommit == 0 && overcommit_env(&v) < 0)
+		return sandlot__error(err, EINVAL,
+				      "invalid SANDLOT_DISK_OVERCOMMIT=\"%.40s\": expected a ratio from 1 "
+				      "to 1000, e.g. 1.5", getenv("SANDLOT_DISK_OVERCOMMIT"));
+	return 0;
+}
+
+double sandlot__overcommit(const sandlot_options_t *opts)
+{
+	if (opts && opts->disk_overcommit >= 1)
+		return opts->disk_overcommit;
+	double v;
+	return overcommit_env(&v) == 0 ? v : 1;
+}
+
+int sandlot_workspace_copy(const sandlot_options_t *opts, const char *src, const char *dst,
+			   sandlot_error_t **err)
+{
+	if (sandlot__workspace_name_check(src, err) < 0)
+		return -1;
+	return sandlot__workspace_copy(dir_of(opts), src, dst, sandlot__overcommit(opts), err);
+}
+
+int sandlot_workspace_remove(const sandlot_options_t *opts, const char *name,
+			     sandlot_error_t **err)
+{
+	return sandlot__workspace_remove(dir_of(opts), name, err);
+}
+
+int sandlot_workspace_size(const sandlot_options_t *opts, const char *name, uint64_t *bytes,
+			   sandlot_error_t **err)
+{
+	return sandlot__workspace_size(dir_of(opts), name, bytes, err);
+}
+
+int sandlot_workspace_list(const sandlot_options_t *opts, char ***names, sandlot_error_t **err)
+{
+	return sandlot__workspace_list(dir_of(opts), names, err);
+}
+
+int sandlot_workspace_sync(const sandlot_options_t *opts, sandlot_error_t **err)
+{
+	return sandlot__workspace_sync(dir_of(opts), err);
+}
+
+int sandlot_workspace_import(const sandlot_options_t *opts, const char *name, const char *image,
+			     sandlot_error_t **err)
+{
+	if (!image || !*image)
+		return sandlot__error(err, EINVAL, "workspace import: empty image path");
+	return sandlot__workspace_import(dir_of(opts), name, image, sandlot__overcommit(opts), err);
+}
+
+void sandlot_strv_free(char **v)
+{
+	sandlot__strv_free(v);
+}
+
+int sandlot_storage_info(const sandlot_options_t *opts, sandlot_storage_info_t *out,
+			 sandlot_error_t **err)
+{
+	struct sandlot_pool_info pi;
+	if (sandlot__pool_info(dir_of(opts), &pi, err) < 0)
+		return -1;
+	out->pool_bytes = pi.size;
+	out->usable_bytes = pi.usable;
+	out->reserved_bytes = pi.reserved;
+	return 0;
+}
+
+int sandlot_storage_grow(const sandlot_options_t *opts, uint64_t bytes, sandlot_error_t **err)
+{
+	return sandlot__pool_grow(dir_of(opts), bytes, err);
+}
+
+int sandlot_storage_unmount(const sandlot_options_t *opts, sandlot_error_t **err)
+{
+	return sandlot__pool_unmount(dir_of(opts), err);
 }

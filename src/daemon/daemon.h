@@ -94,8 +94,8 @@ struct dsb {
 	int destroy_pending;        /* ended, but borrowers still used sb */
 	int in_table;
 	/* kept workspace (workspaces.c), under s->lock */
-	int has_workspace;          /* its storage is <data-dir>/workspaces/<id>.img */
-	int workspace_kept;         /* paused, or ended with its image kept */
+	int has_workspace;          /* its storage is the kept workspace named by its id */
+	int workspace_kept;         /* paused, or ended with its workspace kept */
 	int auto_resume;            /* calls on it while paused resume it */
 	uint32_t paused_retention_seconds; /* 0 = keep the paused workspace for good */
 	int64_t paused_ms;          /* when it was paused (state paused) */
@@ -117,6 +117,8 @@ struct daemon_config {
 	unsigned default_idle_s;
 	unsigned max_sandboxes;
 	unsigned paused_retention_s; /* default paused_retention_seconds; 0 = forever */
+	double disk_overcommit;     /* --disk-overcommit; 1 = every quota reserved */
+	uint64_t storage_size;      /* --storage-size: grow the pool to it at start-up */
 	const char *default_image;  /* --default-image; "host" unless set */
 };
 
@@ -306,22 +308,20 @@ char *pool_metrics(struct daemon *d);
 /* ---- workspaces.c ------------------------------------------------------- */
 
 extern const struct http_route workspace_routes[];
-/* <data-dir>/workspaces/<id>.img */
-void workspace_path(struct daemon *d, const char *id, char *out, size_t n);
-/* Give a sandbox about to be created a new id (written to id[32]) and a
- * kept workspace image under that id (its path in path); opts points at
- * both.  Every sandbox of the daemon has one (pool.c's too), so any can
- * be paused. */
-void workspace_assign(struct daemon *d, sandlot_options_t *opts, char id[32], char *path,
-		      size_t n);
-/* Remove the image of sandbox `id` (a no-op if there is none). */
+/* Whether sandbox `id` has a kept workspace in the storage pool. */
+int workspace_exists(struct daemon *d, const char *id);
+/* Give a sandbox about to be created a new id (written to id[32]) and the
+ * kept workspace of that name; opts points at both.  Every sandbox of the
+ * daemon has one (pool.c's too), so any can be paused. */
+void workspace_assign(struct daemon *d, sandlot_options_t *opts, char id[32]);
+/* Remove the kept workspace of sandbox `id` (a no-op if there is none). */
 void workspace_remove(struct daemon *d, const char *id);
 /* dsb_get() found s paused: resume it if it has auto_resume (after any
  * pause or resume in progress), else answer 409 sandbox_paused.  0 when
  * the caller may go on (s running again), -1 when answered. */
 int workspace_wake(struct daemon *d, struct http_req *req, struct dsb *s);
-/* After s->sb was destroyed (state already final): flush a kept image to
- * disk (paused, expired with its files kept) or remove it (deleted,
+/* After s->sb was destroyed (state already final): flush a kept workspace
+ * to disk (paused, expired with its files kept) or remove it (deleted,
  * failed, lost), and end a pause in progress. */
 void workspace_destroyed(struct daemon *d, struct dsb *s);
 /* dsb_end() is ending s as `state`: whether its image is to be kept
@@ -335,16 +335,17 @@ int workspace_delete(struct daemon *d, struct http_req *req, struct dsb *s);
 void workspace_reap(struct daemon *d, struct dsb *s, int64_t now_ms);
 /* Whether the reaper may forget the ended s (nothing kept; s->lock held). */
 int workspace_forgettable_locked(struct dsb *s);
-/* Create request with "from_snapshot": copy the kept workspace of sandbox
- * `from` into a new image for the sandbox being created (id and path as
+/* Create request with "from_snapshot": snapshot the kept workspace of
+ * sandbox `from` as the workspace of the sandbox being created (id as
  * workspace_assign()), and set opts->disk_bytes to its size.  0, or -1
- * having answered the request (404, 409, 400 if disk_given differs). */
+ * having answered the request (404, 409, 400 if disk_given differs, 507
+ * if it cannot be admitted). */
 int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *from,
-			    int disk_given, sandlot_options_t *opts, char id[32], char *path,
-			    size_t n);
+			    int disk_given, sandlot_options_t *opts, char id[32]);
 /* Start-up, after the registry is loaded: paused sandboxes stay paused
- * (cgroups a killed daemon left are removed); images no kept workspace
- * owns (lost sandboxes, pool leftovers, interrupted copies) are removed. */
+ * (cgroups a killed daemon left are removed); owned workspace images of
+ * the former layout are brought into the storage pool; workspaces nothing
+ * owns (lost sandboxes, warm-pool leftovers) are removed. */
 void workspace_recover(struct daemon *d);
 
 /* ---- files.c (used by workspaces.c) -------------------------------------- */

@@ -73,6 +73,14 @@ static const char help[] =
 	"                               of an expired one, is kept for sandboxes\n"
 	"                               created without paused_retention_seconds\n"
 	"                               (default 604800: 7 days; 0: for good)\n"
+	"        --disk-overcommit RATIO\n"
+	"                               let the sandboxes' disk quotas add up to\n"
+	"                               RATIO times the storage pool's space (default\n"
+	"                               1: every quota is reserved for real; a create\n"
+	"                               that cannot be reserved gets 507)\n"
+	"        --storage-size SIZE    grow the data dir's storage pool to at least\n"
+	"                               SIZE at start-up (it also grows by itself, as\n"
+	"                               far as the data filesystem has room)\n"
 	"    -h, --help                 show this help\n"
 	"\n"
 	"SIGNALS\n"
@@ -84,7 +92,7 @@ static const char help[] =
 	"    0 after a clean stop, 1 if it could not start, 2 for bad arguments.\n";
 
 enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MAX, OPT_POOL,
-       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE };
+       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE, OPT_OVERCOMMIT, OPT_STORAGE_SIZE };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -96,6 +104,8 @@ static const struct option opts[] = {
 	{ "pool", required_argument, NULL, OPT_POOL },
 	{ "default-image", required_argument, NULL, OPT_DEFAULT_IMAGE },
 	{ "paused-retention", required_argument, NULL, OPT_PAUSED_RETENTION },
+	{ "disk-overcommit", required_argument, NULL, OPT_OVERCOMMIT },
+	{ "storage-size", required_argument, NULL, OPT_STORAGE_SIZE },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -204,6 +214,7 @@ int main(int argc, char **argv)
 	d.cfg.default_image = "host";
 	d.cfg.max_sandboxes = 2000;
 	d.cfg.paused_retention_s = 7 * 24 * 3600;
+	d.cfg.disk_overcommit = 1;
 
 	int c;
 	opterr = 0;
@@ -252,6 +263,25 @@ int main(int argc, char **argv)
 		case OPT_DEFAULT_IMAGE:
 			d.cfg.default_image = optarg;
 			break;
+		case OPT_OVERCOMMIT: {
+			char *end;
+			errno = 0;
+			double r = strtod(optarg, &end);
+			if (!*optarg || *end || errno || !(r >= 1 && r <= 1000))
+				return usage_error("invalid --disk-overcommit \"%s\": expected a ratio "
+						   "from 1 to 1000, e.g. 1.5", optarg);
+			d.cfg.disk_overcommit = r;
+			break;
+		}
+		case OPT_STORAGE_SIZE: {
+			sandlot_error_t *e = NULL;
+			if (sandlot_parse_size(optarg, 0, &d.cfg.storage_size, &e) < 0) {
+				usage_error("invalid --storage-size: %s", sandlot_error_message(e));
+				sandlot_error_free(e);
+				return 2;
+			}
+			break;
+		}
 		case OPT_PAUSED_RETENTION:
 			if (parse_uint("--paused-retention", optarg, 315360000,
 				       &d.cfg.paused_retention_s) < 0)
@@ -342,6 +372,16 @@ int main(int argc, char **argv)
 		free(token);
 		return 1;
 	}
+	if (d.cfg.storage_size) {
+		sandlot_options_t so;
+		sandlot_options_init(&so);
+		so.data_dir = d.cfg.data_dir;
+		if (sandlot_storage_grow(&so, d.cfg.storage_size, &err) < 0) {
+			fprintf(stderr, "sandlotd: --storage-size: %s\n", sandlot_error_message(err));
+			registry_close(&d);
+			return 1;
+		}
+	}
 	sandboxes_recover(&d);
 	/* Cgroups and the root tree for the next sandboxes, prepared by
 	 * libsandlot in the background (a sandbox with other options still
@@ -358,7 +398,7 @@ int main(int argc, char **argv)
 			err = NULL;
 		}
 	}
-	/* Only after recovery, which removes every workspace image that the
+	/* Only after recovery, which removes every workspace that the
 	 * registry does not own — as those of pooled sandboxes are not. */
 	if (pool_start(&d, &err) < 0) {
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
@@ -428,6 +468,15 @@ int main(int argc, char **argv)
 	ports_stop();
 	pool_free(&d);
 	registry_close(&d);
+	/* Paused workspaces stay in the pool file; nothing stays mounted
+	 * (unless a `sandlot run` on the same data dir is using the pool). */
+	sandlot_options_t so;
+	sandlot_options_init(&so);
+	so.data_dir = d.cfg.data_dir;
+	if (sandlot_storage_unmount(&so, &err) < 0) {
+		daemon_log("storage_unmount", "level=warn error=\"%s\"", sandlot_error_message(err));
+		sandlot_error_free(err);
+	}
 	free(routes);
 	free(token);
 	daemon_log("stopped", "ms=%llu", (unsigned long long)(sandlot__now_ms() - t0));

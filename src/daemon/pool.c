@@ -431,8 +431,8 @@ static void refill_one_locked(struct pools *ps, struct pool *p)
 	/* Its own kept workspace image, like every sandbox of the daemon, so
 	 * that it can be paused once handed out (workspaces.c).  The id is
 	 * known before the creation, so the marker covers a crash during it. */
-	char wid[32], wpath[4200];
-	workspace_assign(ps->d, &o, wid, wpath, sizeof(wpath));
+	char wid[32];
+	workspace_assign(ps->d, &o, wid);
 	mark(ps, wid);
 	uint64_t t0 = sandlot__now_ns();
 	sandlot_error_t *err = NULL;

@@ -605,7 +605,6 @@ struct create_req {
 	int auto_resume, disk_given;
 	uint32_t retention;      /* paused_retention_seconds */
 	const char *from_snapshot; /* id, in the request's JSON */
-	char wpath[4200];        /* its image; opts.workspace_image points here */
 	uint16_t ports[PORTS_MAX]; /* exposed ports */
 	unsigned nports;
 };
@@ -891,30 +890,20 @@ fail:
 	return -1;
 }
 
-/* A cold create: the kept workspace image of the new sandbox — a new one,
- * or a copy of from_snapshot's — with the id it goes with (into id).
+/* A cold create: the kept workspace of the new sandbox — a new one, or a
+ * snapshot of from_snapshot's — with the id it goes with (into id).
  * 0, or -1 having answered. */
 static int create_workspace(struct http_req *req, struct create_req *c, char id[32])
 {
 	if (!c->from_snapshot) {
-		workspace_assign(req->d, &c->opts, id, c->wpath, sizeof(c->wpath));
+		workspace_assign(req->d, &c->opts, id);
 		return 0;
 	}
-	if (workspace_from_snapshot(req->d, req, c->from_snapshot, c->disk_given, &c->opts, id,
-				    c->wpath, sizeof(c->wpath)) < 0)
+	if (workspace_from_snapshot(req->d, req, c->from_snapshot, c->disk_given, &c->opts, id) < 0)
 		return -1;
 	json_object_set_new(c->norm, "disk", json_integer((json_int_t)c->opts.disk_bytes));
 	json_object_set_new(c->norm, "from_snapshot", json_string(c->from_snapshot));
 	return 0;
-}
-
-/* Whether sandbox `id` (just created) keeps its storage under workspaces/:
- * every cold create does; a pooled one if the pool made it so. */
-static int sandbox_has_workspace(struct daemon *d, const char *id)
-{
-	char path[4200];
-	workspace_path(d, id, path, sizeof(path));
-	return access(path, F_OK) == 0;
 }
 
 static int create_sandbox(struct http_req *req)
@@ -1001,7 +990,9 @@ static int create_sandbox(struct http_req *req)
 	s->ttl_seconds = c.ttl;
 	s->idle_timeout_seconds = c.idle;
 	s->expires_ms = c.ttl ? now + (int64_t)c.ttl * 1000 : 0;
-	s->has_workspace = sandbox_has_workspace(d, s->id);
+	/* Every cold create has a kept workspace; a pooled one if the pool
+	 * made it so. */
+	s->has_workspace = workspace_exists(d, s->id);
 	s->auto_resume = c.auto_resume;
 	s->paused_retention_seconds = c.retention;
 	json_decref(s->options);

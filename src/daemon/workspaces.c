@@ -1,48 +1,51 @@
-/* Kept workspaces: pause, resume, snapshots, and how long images are kept.
+/* Kept workspaces: pause, resume, snapshots, and how long they are kept.
  *
- * Every sandbox the daemon creates keeps /home/user and /tmp in its own
- * ext4 image, <data-dir>/workspaces/<id>.img (libsandlot's workspace_image:
- * owners stored as sandbox uids and shown through an idmapped mount, so any
- * later sandbox, whatever its host uid range, can mount it).  While the
- * sandbox runs this costs nothing more than before — the image existed
- * then too, only unnamed — and it is what the routes below build on:
+ * Every sandbox the daemon creates keeps /home/user and /tmp in a kept
+ * workspace of libsandlot's storage pool named by its id
+ * (<data-dir>/storage/mnt/kept/<id>: a directory under a quota, owners
+ * stored as sandbox uids and shown through an idmapped mount, so any later
+ * sandbox, whatever its host uid range, can use it).  While the sandbox
+ * runs this costs nothing more than an ephemeral workspace, and it is what
+ * the routes below build on:
  *
  *   pause     POST .../pause: the sandbox's processes are killed and its
- *             sandlot_t destroyed (memory, cgroup, uid range, loop device:
- *             all freed); the image is flushed (fsync) and stays.  State
- *             "paused".  A paused sandbox counts toward nothing but disk:
- *             not --max-sandboxes, and no TTL or idle timeout runs.
+ *             sandlot_t destroyed (memory, cgroup, uid range: all freed);
+ *             the workspace is flushed (syncfs of the pool) and stays.
+ *             State "paused".  A paused sandbox counts toward nothing but
+ *             disk: not --max-sandboxes, and no TTL or idle timeout runs.
  *   resume    POST .../resume, or any call that goes through dsb_get()
  *             (exec, files, code, changes, keepalive) on a sandbox created
  *             with auto_resume: a new sandlot_t with the same id and options
- *             on the same image.  Files come back byte for byte; processes,
- *             interpreter state and the exec history do not.  The TTL
- *             starts again at the resume (or is set anew by its body).
+ *             on the same workspace.  Files come back byte for byte;
+ *             processes, interpreter state and the exec history do not.  The
+ *             TTL starts again at the resume (or is set anew by its body).
  *   retention A paused sandbox is kept paused_retention_seconds (default
  *             --paused-retention, 7 days; 0 = for good); then it expires
- *             with reason "paused_retention" and its image goes.  A sandbox
- *             that expires (TTL, idle) keeps its image just as long
- *             (workspace_kept), so that POST /v1/sandboxes with
+ *             with reason "paused_retention" and its workspace goes.  A
+ *             sandbox that expires (TTL, idle) keeps its workspace just as
+ *             long (workspace_kept), so that POST /v1/sandboxes with
  *             "from_snapshot" can still bring its files back in a new
- *             sandbox: the way agent frameworks re-create an expired
- *             container.  DELETE removes a kept image at once; deleted,
- *             failed and lost sandboxes keep none.
- *   restarts  Paused sandboxes and kept images survive sandlotd restarts,
- *             clean or kill -9: the registry has them and their images are
- *             on disk (a clean stop still deletes the *running* ones, as
- *             before).  At start-up images that nothing owns any more are
- *             removed.
+ *             sandbox (a snapshot of it: no copy): the way agent frameworks
+ *             re-create an expired container.  DELETE removes a kept
+ *             workspace at once; deleted, failed and lost sandboxes keep none.
+ *   restarts  Paused sandboxes and kept workspaces survive sandlotd restarts,
+ *             clean or kill -9: the registry has them and the pool has their
+ *             files (a clean stop still deletes the *running* ones, as
+ *             before).  At start-up workspaces that nothing owns any more are
+ *             removed, and images of the former layout
+ *             (<data-dir>/workspaces/<id>.img, an ext4 image per sandbox)
+ *             are brought into the pool and deleted.
  *
  * Transitions.  A pause sets the state to paused at once (dsb_get stops
  * handing the sandbox out; the registry says paused, so even a kill -9 in
  * the middle leaves a paused sandbox) and s->transition until the old
- * handle is destroyed and the image flushed; a resume keeps the state
+ * handle is destroyed and the workspace flushed; a resume keeps the state
  * paused and sets s->transition until the new handle is in place.  Anyone
  * who needs a settled state (auto-resume, DELETE, another pause or resume,
  * a from_snapshot copy) waits on s->cond for transition to drop; a resume
- * also waits for s->copying (from_snapshot copies of its image) to drop.
- * Underneath, libsandlot's lock on the image makes sure that two sandboxes
- * never mount it at once, whatever the daemon does.
+ * also waits for s->copying (from_snapshot copies of its workspace) to
+ * drop.  Underneath, libsandlot's lock on the workspace makes sure that two
+ * sandboxes never use it at once, whatever the daemon does.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -63,67 +66,62 @@
 
 #define SETTLE_WAIT_MS 30000 /* longest wait for a pause or resume in progress */
 
-/* ---- images ------------------------------------------------------------------ */
+/* ---- workspaces ---------------------------------------------------------------- */
 
-void workspace_path(struct daemon *d, const char *id, char *out, size_t n)
+static void lib_opts(struct daemon *d, sandlot_options_t *o)
 {
-	snprintf(out, n, "%s/workspaces/%s.img", d->cfg.data_dir, id);
+	sandlot_options_init(o);
+	o->data_dir = d->cfg.data_dir;
+	o->disk_overcommit = d->cfg.disk_overcommit;
 }
 
-static void ensure_dir(struct daemon *d)
+int workspace_exists(struct daemon *d, const char *id)
 {
-	static int made;
-	if (__atomic_load_n(&made, __ATOMIC_ACQUIRE))
-		return;
-	char dir[4200];
-	snprintf(dir, sizeof(dir), "%s/workspaces", d->cfg.data_dir);
-	if (sandlot__mkdir_p(dir, 0700) == 0)
-		__atomic_store_n(&made, 1, __ATOMIC_RELEASE);
+	sandlot_options_t o;
+	lib_opts(d, &o);
+	uint64_t bytes;
+	sandlot_error_t *err = NULL;
+	int rc = sandlot_workspace_size(&o, id, &bytes, &err);
+	sandlot_error_free(err);
+	return rc == 0;
 }
 
-void workspace_assign(struct daemon *d, sandlot_options_t *opts, char id[32], char *path,
-		      size_t n)
+void workspace_assign(struct daemon *d, sandlot_options_t *opts, char id[32])
 {
-	ensure_dir(d);
 	/* The name of resources prepared for such a sandbox, when there are
 	 * some (sandlot_prepare() in main.c). */
 	sandlot_new_id(opts, id);
-	workspace_path(d, id, path, n);
 	opts->id = id;
-	opts->workspace_image = path;
+	opts->workspace = id;
+	opts->disk_overcommit = d->cfg.disk_overcommit;
 }
 
 void workspace_remove(struct daemon *d, const char *id)
 {
 	if (!id || !*id)
 		return;
-	char path[4200];
-	workspace_path(d, id, path, sizeof(path));
-	if (unlink(path) == 0)
+	sandlot_options_t o;
+	lib_opts(d, &o);
+	sandlot_error_t *err = NULL;
+	if (sandlot_workspace_remove(&o, id, &err) == 0)
 		daemon_log("workspace_removed", "sandbox=%s", id);
-	else if (errno != ENOENT)
+	else if (sandlot_error_status(err) != ENOENT)
 		daemon_log("workspace_remove_failed", "level=warn sandbox=%s error=\"%s\"", id,
-			   strerror(errno));
+			   sandlot_error_message(err));
+	sandlot_error_free(err);
 }
 
-/* The image is complete once its sandbox is gone (the kernel unmounted the
- * filesystem and detached the loop device before init was reaped); make it
- * durable, so that a power cut does not lose a paused workspace. */
-static void flush_image(struct daemon *d, const char *id)
+/* The workspace is complete once its sandbox is gone; make it durable, so
+ * that a power cut does not lose a paused workspace. */
+static void flush_workspace(struct daemon *d, const char *id)
 {
-	char path[4200];
-	workspace_path(d, id, path, sizeof(path));
-	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) < 0) {
+	sandlot_options_t o;
+	lib_opts(d, &o);
+	sandlot_error_t *err = NULL;
+	if (sandlot_workspace_sync(&o, &err) < 0)
 		daemon_log("workspace_flush_failed", "level=warn sandbox=%s error=\"%s\"", id,
-			   strerror(errno));
-		return;
-	}
-	char dir[4200];
-	snprintf(dir, sizeof(dir), "%s/workspaces", d->cfg.data_dir);
-	cleanup_close int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0)
-		fsync(dfd);
+			   sandlot_error_message(err));
+	sandlot_error_free(err);
 }
 
 /* ---- state helpers ------------------------------------------------------------- */
@@ -227,7 +225,7 @@ void workspace_destroyed(struct daemon *d, struct dsb *s)
 	int has = s->has_workspace, keep = s->workspace_kept;
 	pthread_mutex_unlock(&s->lock);
 	if (has && keep)
-		flush_image(d, s->id);
+		flush_workspace(d, s->id);
 	else if (has && ended(st))
 		workspace_remove(d, s->id);
 	/* (Still running: destroyed by shutdown after the running ones were
@@ -364,25 +362,24 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struc
 	}
 
 	uint64_t t0 = sandlot__now_ns();
-	char path[4200];
-	workspace_path(d, s->id, path, sizeof(path));
 	sandlot_options_t opts;
 	char **env = NULL;
 	sandlot_t *sb = NULL;
 	sandlot_error_t *err = NULL;
-	int gone = access(path, F_OK) < 0 && errno == ENOENT;
+	int gone = !workspace_exists(d, s->id);
 	pthread_mutex_lock(&s->lock);
 	int rc = gone ? 0 : options_from_json(d, s->options, &opts, &env);
 	pthread_mutex_unlock(&s->lock);
 	if (gone) {
-		/* Never on a fresh image: that would look like a resume and have
-		 * lost every file. */
+		/* Never on a fresh workspace: that would look like a resume and
+		 * have lost every file. */
 		fail(o, 410, "sandbox_ended", "lost");
 	} else if (rc < 0) {
 		fail(o, 500, "internal", "out of memory");
 	} else {
 		opts.id = s->id;
-		opts.workspace_image = path;
+		opts.workspace = s->id;
+		opts.disk_overcommit = d->cfg.disk_overcommit;
 		sb = sandlot_create(&opts, &err);
 		if (!sb)
 			create_error(o, err);
@@ -412,7 +409,7 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struc
 		s->ended_ms = now;
 		s->workspace_kept = 0;
 		free(s->end_reason);
-		s->end_reason = strdup("lost: its workspace image is gone");
+		s->end_reason = strdup("lost: its workspace is gone");
 	}
 	s->transition = 0;
 	pthread_cond_broadcast(&s->cond);
@@ -425,12 +422,12 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struc
 		/* Never handed out: back to paused as it was. */
 		sandlot_destroy(sb);
 		cgroup_check_after_destroy(s->id);
-		flush_image(d, s->id);
+		flush_workspace(d, s->id);
 		return fail(o, 503, "shutting_down", "sandlotd is shutting down");
 	}
 	if (!sb) {
 		char msg[sizeof(o->msg)];
-		snprintf(msg, sizeof(msg), "%s", gone ? "its workspace image is gone" : o->msg);
+		snprintf(msg, sizeof(msg), "%s", gone ? "its workspace is gone" : o->msg);
 		for (char *c = msg; *c; c++)
 			if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
 				*c = '\'';
@@ -645,8 +642,7 @@ int workspace_forgettable_locked(struct dsb *s)
 }
 
 int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *from,
-			    int disk_given, sandlot_options_t *opts, char id[32], char *path,
-			    size_t n)
+			    int disk_given, sandlot_options_t *opts, char id[32])
 {
 	struct dsb *src = dsb_find(d, from);
 	if (!src) {
@@ -655,8 +651,6 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 			   "workspace)", from);
 		return -1;
 	}
-	char src_path[4200];
-	workspace_path(d, src->id, src_path, sizeof(src_path));
 	pthread_mutex_lock(&src->lock);
 	if (settle_locked(src, 0) < 0) {
 		pthread_mutex_unlock(&src->lock);
@@ -677,7 +671,7 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 				   "field \"from_snapshot\": sandbox %s (%s) has no kept workspace", from, st);
 		return -1;
 	}
-	/* A sandbox that has just expired still has its image mounted (and
+	/* A sandbox that has just expired still has its workspace in use (and
 	 * locked) until its teardown is done, a few ms to END_WAIT_MS later:
 	 * wait for it rather than fail with "in use". */
 	struct timespec dl;
@@ -697,29 +691,30 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 	pthread_mutex_unlock(&src->lock);
 
 	int rc = -1;
-	struct stat st;
-	if (stat(src_path, &st) < 0) {
+	sandlot_options_t o;
+	lib_opts(d, &o);
+	uint64_t bytes = 0;
+	sandlot_error_t *err = NULL;
+	if (sandlot_workspace_size(&o, src->id, &bytes, &err) < 0) {
 		http_error(req, 404, "not_found", "field \"from_snapshot\": the workspace of %s is gone",
 			   from);
-	} else if (disk_given && opts->disk_bytes != (uint64_t)st.st_size) {
+	} else if (disk_given && opts->disk_bytes != bytes) {
 		http_error(req, 400, "bad_request",
 			   "field \"disk\": a sandbox made from_snapshot has the disk size of the "
-			   "snapshot (%lld bytes); leave \"disk\" out", (long long)st.st_size);
+			   "snapshot (%llu bytes); leave \"disk\" out", (unsigned long long)bytes);
 	} else {
 		uint64_t t0 = sandlot__now_ns();
-		workspace_assign(d, opts, id, path, n);
-		sandlot_error_t *err = NULL;
-		if (sandlot_workspace_copy(src_path, path, &err) < 0) {
+		workspace_assign(d, opts, id);
+		if (sandlot_workspace_copy(&o, src->id, id, &err) < 0) {
 			http_error_from(req, err);
-			sandlot_error_free(err);
 		} else {
-			opts->disk_bytes = (uint64_t)st.st_size;
-			daemon_log("snapshot_copied", "from=%s to=%s bytes=%lld ms=%.1f", from, id,
-				   (long long)st.st_blocks * 512,
+			opts->disk_bytes = bytes;
+			daemon_log("snapshot_copied", "from=%s to=%s ms=%.1f", from, id,
 				   (double)(sandlot__now_ns() - t0) / 1e6);
 			rc = 0;
 		}
 	}
+	sandlot_error_free(err);
 	pthread_mutex_lock(&src->lock);
 	src->copying--;
 	pthread_cond_broadcast(&src->cond);
@@ -730,7 +725,26 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 
 /* ---- start-up --------------------------------------------------------------------- */
 
-void workspace_recover(struct daemon *d)
+/* Whether sandbox `id` owns a kept workspace: paused, or ended with its
+ * files kept for its retention. */
+static int owned(struct daemon *d, const char *id)
+{
+	struct dsb *s = dsb_find(d, id);
+	int own = 0;
+	if (s) {
+		pthread_mutex_lock(&s->lock);
+		own = s->state == DSB_PAUSED || s->workspace_kept;
+		pthread_mutex_unlock(&s->lock);
+		dsb_release(d, s);
+	}
+	return own;
+}
+
+/* Images of the former layout: <data-dir>/workspaces/<id>.img.  An owned
+ * one comes into the pool (then goes); an image that cannot be brought in
+ * stays where it is, for the operator, and its sandbox cannot resume; the
+ * rest (lost sandboxes, half-made copies *.tmp-*) go. */
+static void import_former(struct daemon *d, sandlot_options_t *o)
 {
 	char dir[4200];
 	snprintf(dir, sizeof(dir), "%s/workspaces", d->cfg.data_dir);
@@ -738,7 +752,6 @@ void workspace_recover(struct daemon *d)
 	if (!dd)
 		return;
 	struct dirent *de;
-	size_t kept = 0, removed = 0;
 	while ((de = readdir(dd))) {
 		if (de->d_name[0] == '.')
 			continue;
@@ -747,23 +760,57 @@ void workspace_recover(struct daemon *d)
 		size_t len = strlen(de->d_name);
 		if (len > 4 && strcmp(de->d_name + len - 4, ".img") == 0 && len - 4 < sizeof(id))
 			snprintf(id, sizeof(id), "%.*s", (int)(len - 4), de->d_name);
-		/* Owned: a paused sandbox's, or an ended one's kept for its
-		 * retention.  Anything else — lost sandboxes, pooled ones of a
-		 * killed daemon, half-made copies (*.tmp-*) — goes. */
-		struct dsb *s = *id ? dsb_find(d, id) : NULL;
-		int own = 0;
-		if (s) {
-			pthread_mutex_lock(&s->lock);
-			own = s->state == DSB_PAUSED || s->workspace_kept;
-			pthread_mutex_unlock(&s->lock);
-			dsb_release(d, s);
+		if (!*id || !owned(d, id)) {
+			if (unlink(path) == 0)
+				daemon_log("workspace_removed", "path=\"%s\" reason=\"not owned\"", path);
+			continue;
 		}
-		if (own) {
+		uint64_t t0 = sandlot__now_ns();
+		sandlot_error_t *err = NULL;
+		if (sandlot_workspace_import(o, id, path, &err) < 0) {
+			daemon_log("workspace_import_failed", "level=error sandbox=%s path=\"%s\" "
+				   "error=\"%s\"", id, path, sandlot_error_message(err));
+			sandlot_error_free(err);
+			continue;
+		}
+		unlink(path);
+		daemon_log("workspace_imported", "sandbox=%s path=\"%s\" ms=%.1f", id, path,
+			   (double)(sandlot__now_ns() - t0) / 1e6);
+	}
+	rmdir(dir); /* once empty, the former layout is gone */
+}
+
+void workspace_recover(struct daemon *d)
+{
+	sandlot_options_t o;
+	lib_opts(d, &o);
+	import_former(d, &o);
+	char **names = NULL;
+	sandlot_error_t *err = NULL;
+	if (sandlot_workspace_list(&o, &names, &err) < 0) {
+		daemon_log("workspaces", "level=error error=\"%s\"", sandlot_error_message(err));
+		sandlot_error_free(err);
+		return;
+	}
+	/* Owned: a paused sandbox's, or an ended one's kept for its retention.
+	 * Anything else — lost sandboxes, pooled ones of a killed daemon —
+	 * goes. */
+	size_t kept = 0, removed = 0;
+	for (size_t i = 0; names[i]; i++) {
+		if (owned(d, names[i])) {
 			kept++;
-		} else if (unlink(path) == 0) {
+			continue;
+		}
+		if (sandlot_workspace_remove(&o, names[i], &err) == 0) {
 			removed++;
-			daemon_log("workspace_removed", "path=\"%s\" reason=\"not owned\"", path);
+			daemon_log("workspace_removed", "sandbox=%s reason=\"not owned\"", names[i]);
+		} else {
+			daemon_log("workspace_remove_failed", "level=warn sandbox=%s error=\"%s\"",
+				   names[i], sandlot_error_message(err));
+			sandlot_error_free(err);
+			err = NULL;
 		}
 	}
+	sandlot_strv_free(names);
 	daemon_log("workspaces", "kept=%zu removed=%zu", kept, removed);
 }

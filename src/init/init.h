@@ -16,7 +16,11 @@
  *      becomes the sandbox's writable storage, or absent with --tmpfs-storage
  *   7  with --image: a detached read-only mount of a built image's root
  *      filesystem (open_tree clone), which replaces the host's /usr, /etc...
- *   8  optional: the whole root tree, prepared by the host (a detached
+ *   8  the workspace's lock (a locked file of the host's storage pool), or
+ *      absent: init never reads it, only keeps it open for as long as it
+ *      lives, so the host knows the workspace is in use until the last
+ *      process of the sandbox is gone (commands never inherit it)
+ *   9  optional: the whole root tree, prepared by the host (a detached
  *      clone of src/backend/ns-root.c's template): when it is open, init
  *      attaches it instead of building the root (and ignores fd 7)
  *
@@ -53,7 +57,8 @@
 #define INIT_FD_SECCOMP 5
 #define INIT_FD_STORAGE 6
 #define INIT_FD_IMAGE 7
-#define INIT_FD_ROOT 8
+#define INIT_FD_LOCK 8
+#define INIT_FD_ROOT 9
 
 #define INIT_HOME "/home/user"
 #define INIT_SCAN_LIMIT 100000

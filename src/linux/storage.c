@@ -1,8 +1,14 @@
+/* The data directory's storage pool and the workspaces in it: see
+ * storage.h for the layout and the reasons. */
 #include "storage.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/btrfs.h>
 #include <linux/loop.h>
+#include <linux/magic.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -12,7 +18,10 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -20,109 +29,129 @@
 
 extern char **environ;
 
-static const char *find_mkfs(void)
+/* Sizes.  A pool is at least 1 GiB (btrfs keeps whole chunks of metadata,
+ * twice over, whatever the size) and grows by at least a quarter of itself,
+ * in steps of 64 MiB.  Quotas may add up to the pool's size less an eighth
+ * (at least 256 MiB): room for the filesystem's own trees, which no quota
+ * counts, so that without overcommit the pool never fills before every
+ * workspace has reached its quota.  The data filesystem keeps 1% of its
+ * size (at least 128 MiB) free of the pool: its own registry, logs and
+ * images still have room when the pool has taken the rest. */
+#define POOL_MIN (1ull << 30)
+#define POOL_STEP (64ull << 20)
+#define POOL_OVERHEAD_MIN (256ull << 20)
+#define HOST_KEEP_MIN (128ull << 20)
+#define QUOTA_XATTR "trusted.sandlot.quota"
+#define POOL_MARKER ".sandlot-pool"
+#define LOCK_WAIT_MS 2000
+
+/* ---- small helpers ----------------------------------------------------------- */
+
+static int join(char *out, size_t n, const char *a, const char *b)
 {
-	static const char *const candidates[] = {
-		"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4", "/usr/sbin/mke2fs", "/sbin/mke2fs",
-	};
-	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(candidates); i++)
+	int len = snprintf(out, n, "%s/%s", a, b);
+	if (len < 0 || (size_t)len >= n) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return 0;
+}
+
+/* "1.5G"-style, for messages. */
+static const char *human(uint64_t v, char buf[32])
+{
+	static const char units[] = "BKMGTPE";
+	double d = (double)v;
+	int u = 0;
+	while (d >= 1024 && u < 6) {
+		d /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, 32, "%lluB", (unsigned long long)v);
+	else
+		snprintf(buf, 32, d < 10 ? "%.1f%c" : "%.0f%c", d, units[u]);
+	return buf;
+}
+
+static uint64_t round_up(uint64_t v, uint64_t step)
+{
+	return (v + step - 1) / step * step;
+}
+
+static uint64_t usable_of(uint64_t size)
+{
+	uint64_t over = size / 8 > POOL_OVERHEAD_MIN ? size / 8 : POOL_OVERHEAD_MIN;
+	return size > over ? size - over : 0;
+}
+
+/* The smallest pool size whose usable part × ratio holds `total`. */
+static uint64_t size_for(uint64_t total, double ratio)
+{
+	double need = (double)total / ratio;
+	double a = need + (double)POOL_OVERHEAD_MIN, b = need * 8.0 / 7.0;
+	double s = a > b ? a : b;
+	if (s > 9.0e18)
+		return UINT64_MAX / 2;
+	uint64_t size = round_up((uint64_t)s + 1, POOL_STEP);
+	return size < POOL_MIN ? POOL_MIN : size;
+}
+
+int sandlot__workspace_name_check(const char *name, sandlot_error_t **err)
+{
+	size_t n = name ? strlen(name) : 0;
+	int ok = n > 0 && n <= SANDLOT_WORKSPACE_NAME_MAX;
+	for (size_t i = 0; ok && i < n; i++) {
+		char c = name[i];
+		ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		     (i > 0 && (c == '-' || c == '_' || c == '.'));
+	}
+	if (!ok)
+		return sandlot__error(err, EINVAL,
+				      "invalid workspace name \"%.80s\": 1 to 64 of [a-z0-9_.-], "
+				      "starting with a letter or digit", name ? name : "");
+	return 0;
+}
+
+static pid_t spawn(const char *const argv[], int extra_fd_a, int extra_fd_b)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	if (extra_fd_a >= 0)
+		posix_spawn_file_actions_adddup2(&fa, extra_fd_a, 3);
+	if (extra_fd_b >= 0)
+		posix_spawn_file_actions_adddup2(&fa, extra_fd_b, 4);
+	pid_t pid;
+	int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc != 0) {
+		errno = rc;
+		return -1;
+	}
+	return pid;
+}
+
+/* Exit status of pid (-1 if it did not exit normally). */
+static int wait_exit(pid_t pid)
+{
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static const char *find_tool(const char *const *candidates, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
 		if (access(candidates[i], X_OK) == 0)
 			return candidates[i];
 	return NULL;
 }
 
-/* Build the template image for this size once (mkfs is the slow part) and
- * keep it in <data_dir>/cache.  Builders are serialised by a lock file (the
- * daemon creates sandboxes from many threads); each builds under a unique
- * name, syncs, and renames, so a template is complete or absent. */
-static int ensure_template(const char *data_dir, uint64_t bytes, char *path, size_t pathlen,
-			   sandlot_error_t **err)
-{
-	char dir[4096], tmp[4200], lock[4200];
-	snprintf(dir, sizeof(dir), "%s/cache", data_dir);
-	snprintf(path, pathlen, "%s/ext4-%llu.img", dir, (unsigned long long)bytes);
-	if (access(path, R_OK) == 0)
-		return 0;
-	if (sandlot__mkdir_p(dir, 0700) < 0)
-		return sandlot__error_errno(err, errno, "create %s", dir);
-	const char *mkfs = find_mkfs();
-	if (!mkfs)
-		return sandlot__error(err, ENOENT,
-				      "mkfs.ext4 not found (install e2fsprogs, or use tmpfs storage)");
-	snprintf(lock, sizeof(lock), "%s/.ext4-%llu.lock", dir, (unsigned long long)bytes);
-	cleanup_close int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (lfd < 0 || flock(lfd, LOCK_EX) < 0)
-		return sandlot__error_errno(err, errno, "lock %s", lock);
-	if (access(path, R_OK) == 0)
-		return 0; /* another builder finished while we waited */
-	snprintf(tmp, sizeof(tmp), "%s/.ext4-%llu-XXXXXX", dir, (unsigned long long)bytes);
-	cleanup_close int fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0)
-		return sandlot__error_errno(err, errno, "create %s", tmp);
-	if (ftruncate(fd, (off_t)bytes) < 0) {
-		unlink(tmp);
-		return sandlot__error_errno(err, errno, "size %s", tmp);
-	}
-	/* No journal (scratch storage, unmounted cleanly or discarded), no
-	 * reserved blocks (the quota is what the user asked for), an inode per
-	 * 8 KiB (agents create many small files: node_modules, caches). */
-	char *const argv[] = {
-		(char *)mkfs, (char *)"-q", (char *)"-F", (char *)"-t", (char *)"ext4",
-		(char *)"-O", (char *)"^has_journal,^resize_inode",
-		(char *)"-m", (char *)"0", (char *)"-i", (char *)"8192",
-		(char *)"-E", (char *)"lazy_itable_init=1,nodiscard",
-		(char *)"-L", (char *)"sandlot", tmp, NULL,
-	};
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-	pid_t pid;
-	int rc = posix_spawn(&pid, mkfs, &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	if (rc != 0) {
-		unlink(tmp);
-		return sandlot__error_errno(err, rc, "run %s", mkfs);
-	}
-	int st;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		unlink(tmp);
-		return sandlot__error(err, EIO, "%s failed on %s", mkfs, tmp);
-	}
-	if (fsync(fd) < 0 || fchmod(fd, 0600) < 0 || rename(tmp, path) < 0) {
-		int e = errno;
-		unlink(tmp);
-		return sandlot__error_errno(err, e, "install %s", path);
-	}
-	return 0;
-}
-
-/* Copy only the allocated extents of the template (a few hundred KiB). */
-static int copy_sparse(int src, int dst, uint64_t bytes)
-{
-	if (ftruncate(dst, (off_t)bytes) < 0)
-		return -1;
-	off_t off = 0;
-	for (;;) {
-		off_t data = lseek(src, off, SEEK_DATA);
-		if (data < 0)
-			return errno == ENXIO ? 0 : -1;
-		off_t hole = lseek(src, data, SEEK_HOLE);
-		if (hole < 0)
-			return -1;
-		off_t in = data, out = data;
-		while (in < hole) {
-			ssize_t n = copy_file_range(src, &in, dst, &out, (size_t)(hole - in), 0);
-			if (n < 0)
-				return -1;
-			if (n == 0)
-				break;
-		}
-		off = hole;
-	}
-}
+/* ---- loop devices -------------------------------------------------------------- */
 
 /* Threads of one process (the daemon creating many sandboxes at once)
  * would all be handed the same free device and race for it; take turns.
@@ -130,7 +159,8 @@ static int copy_sparse(int src, int dst, uint64_t bytes)
  * about two seconds. */
 static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int attach_loop(int img_fd, char *dev, size_t devlen, sandlot_error_t **err)
+static int attach_loop(int img_fd, uint32_t flags, char *dev, size_t devlen,
+		       sandlot_error_t **err)
 {
 	cleanup_close int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
 	if (ctl < 0)
@@ -149,7 +179,7 @@ static int attach_loop(int img_fd, char *dev, size_t devlen, sandlot_error_t **e
 			break;
 		}
 		snprintf(dev, devlen, "/dev/loop%d", n);
-		int lfd = open(dev, O_RDWR | O_CLOEXEC);
+		int lfd = open(dev, (flags & LO_FLAGS_READ_ONLY ? O_RDONLY : O_RDWR) | O_CLOEXEC);
 		if (lfd < 0) {
 			if (errno == ENOENT) { /* devtmpfs has not created the node yet */
 				usleep(500);
@@ -161,7 +191,7 @@ static int attach_loop(int img_fd, char *dev, size_t devlen, sandlot_error_t **e
 		struct loop_config cfg;
 		memset(&cfg, 0, sizeof(cfg));
 		cfg.fd = (unsigned)img_fd;
-		cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+		cfg.info.lo_flags = flags;
 		if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0) {
 			rc = lfd;
 			break;
@@ -178,37 +208,442 @@ static int attach_loop(int img_fd, char *dev, size_t devlen, sandlot_error_t **e
 	return rc;
 }
 
-static int mount_ext4(const char *dev, sandlot_error_t **err)
+/* The loop device already attached to the file `path` (open on img_fd),
+ * opened, or -1.  A pool must never be on two devices at once: btrfs would
+ * take them for one filesystem's two copies.  Only devices whose backing
+ * file has our path are opened (never another program's), and the inode
+ * must match too. */
+static int find_loop(int img_fd, const char *path, char *dev, size_t devlen)
 {
-	cleanup_close int fs = fsopen("ext4", FSOPEN_CLOEXEC);
+	struct stat st;
+	char real[PATH_MAX];
+	if (fstat(img_fd, &st) < 0 || !realpath(path, real))
+		return -1;
+	cleanup_closedir DIR *d = opendir("/sys/block");
+	if (!d)
+		return -1;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, "loop", 4) != 0)
+			continue;
+		char sys[320], bf[PATH_MAX + 16];
+		snprintf(sys, sizeof(sys), "/sys/block/%s/loop/backing_file", de->d_name);
+		cleanup_close int bfd = open(sys, O_RDONLY | O_CLOEXEC);
+		ssize_t n = bfd >= 0 ? read(bfd, bf, sizeof(bf) - 1) : -1;
+		if (n <= 0)
+			continue; /* not configured */
+		bf[n] = '\0';
+		bf[strcspn(bf, "\n")] = '\0';
+		if (strcmp(bf, real) != 0)
+			continue;
+		if ((size_t)snprintf(dev, devlen, "/dev/%s", de->d_name) >= devlen)
+			continue;
+		int fd = open(dev, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		struct loop_info64 info;
+		if (ioctl(fd, LOOP_GET_STATUS64, &info) == 0 && info.lo_inode == st.st_ino &&
+		    info.lo_device == st.st_dev)
+			return fd;
+		close(fd);
+	}
+	return -1;
+}
+
+/* ---- the pool ------------------------------------------------------------------- */
+
+struct pool_paths {
+	char dir[4096], img[4200], lock[4200], mnt[4200];
+};
+
+static int pool_paths(const char *data_dir, struct pool_paths *p)
+{
+	if (join(p->dir, sizeof(p->dir), data_dir, "storage") < 0 ||
+	    join(p->img, sizeof(p->img), p->dir, "pool.img") < 0 ||
+	    join(p->lock, sizeof(p->lock), p->dir, "pool.lock") < 0 ||
+	    join(p->mnt, sizeof(p->mnt), p->dir, "mnt") < 0)
+		return -1;
+	return 0;
+}
+
+/* The pool's root directory, if it is mounted: an fd (so that everything
+ * after works on that filesystem even if it is unmounted meanwhile), or -1. */
+static int mounted_root(const struct pool_paths *p)
+{
+	int fd = open(p->mnt, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	struct statfs sf;
+	struct stat st;
+	if (fstatfs(fd, &sf) == 0 && sf.f_type == BTRFS_SUPER_MAGIC &&
+	    fstatat(fd, POOL_MARKER, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return fd;
+	close(fd);
+	return -1;
+}
+
+static int lock_pool(const struct pool_paths *p, sandlot_error_t **err)
+{
+	if (sandlot__mkdir_p(p->dir, 0700) < 0)
+		return sandlot__error_errno(err, errno, "create %s", p->dir);
+	int fd = open(p->lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return sandlot__error_errno(err, errno, "open %s", p->lock);
+	while (flock(fd, LOCK_EX) < 0) {
+		if (errno != EINTR) {
+			int e = errno;
+			close(fd);
+			return sandlot__error_errno(err, e, "lock %s", p->lock);
+		}
+	}
+	return fd;
+}
+
+/* Room on the data filesystem for the pool to grow into. */
+static int host_room(const struct pool_paths *p, uint64_t *room, uint64_t *keep)
+{
+	struct statvfs sv;
+	if (statvfs(p->dir, &sv) < 0)
+		return -1;
+	uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize;
+	uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	*keep = total / 100 > HOST_KEEP_MIN ? total / 100 : HOST_KEEP_MIN;
+	*room = avail > *keep ? avail - *keep : 0;
+	return 0;
+}
+
+/* A new pool file of `size`, fully allocated, with an empty btrfs on it,
+ * made under a temporary name and renamed: complete or absent. */
+static int make_pool(const struct pool_paths *p, uint64_t size, sandlot_error_t **err)
+{
+	static const char *const mkfs_paths[] = { "/usr/sbin/mkfs.btrfs", "/sbin/mkfs.btrfs",
+						  "/usr/bin/mkfs.btrfs", "/bin/mkfs.btrfs" };
+	const char *mkfs = find_tool(mkfs_paths, SANDLOT_ARRAY_SIZE(mkfs_paths));
+	if (!mkfs)
+		return sandlot__error(err, ENOENT,
+				      "mkfs.btrfs not found: the storage pool needs btrfs-progs "
+				      "(apt-get install btrfs-progs), or use tmpfs storage");
+	uint64_t room, keep;
+	char a[32], b[32], c[32];
+	if (host_room(p, &room, &keep) < 0)
+		return sandlot__error_errno(err, errno, "statvfs %s", p->dir);
+	if (size > room)
+		return sandlot__error(err, ENOSPC,
+				      "cannot make a storage pool of %s in %s: its filesystem has %s "
+				      "free beyond the %s kept for itself", human(size, a), p->dir,
+				      human(room, b), human(keep, c));
+	/* Pool files half made by a process killed while making one (only
+	 * ever made under the pool lock, which we hold): never used, remove. */
+	DIR *d = opendir(p->dir);
+	struct dirent *de;
+	while (d && (de = readdir(d)))
+		if (strncmp(de->d_name, ".pool-", 6) == 0)
+			unlinkat(dirfd(d), de->d_name, 0);
+	if (d)
+		closedir(d);
+	char tmp[4300];
+	snprintf(tmp, sizeof(tmp), "%s/.pool-XXXXXX", p->dir);
+	cleanup_close int fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return sandlot__error_errno(err, errno, "create %s", tmp);
+	int e = fallocate(fd, 0, 0, (off_t)size) < 0 ? errno : 0;
+	if (e) {
+		unlink(tmp);
+		return sandlot__error_errno(err, e, "reserve %s for the storage pool in %s",
+					    human(size, a), p->dir);
+	}
+	const char *const argv[] = { mkfs, "-q", "-f", "-L", "sandlot-pool", tmp, NULL };
+	pid_t pid = spawn(argv, -1, -1);
+	if (pid < 0 || wait_exit(pid) != 0) {
+		e = errno;
+		unlink(tmp);
+		return pid < 0 ? sandlot__error_errno(err, e, "run %s", mkfs)
+			       : sandlot__error(err, EIO, "%s failed on %s", mkfs, tmp);
+	}
+	if (fsync(fd) < 0 || fchmod(fd, 0600) < 0 || rename(tmp, p->img) < 0) {
+		e = errno;
+		unlink(tmp);
+		return sandlot__error_errno(err, e, "install %s", p->img);
+	}
+	return 0;
+}
+
+/* Make the loop device and the filesystem as big as the pool file (after a
+ * grow, or a crash in the middle of one). */
+static int fit_to_file(int root, int lfd, uint64_t size, sandlot_error_t **err)
+{
+	struct btrfs_ioctl_dev_info_args di;
+	memset(&di, 0, sizeof(di));
+	di.devid = 1;
+	if (ioctl(root, BTRFS_IOC_DEV_INFO, &di) < 0)
+		return sandlot__error_errno(err, errno, "storage pool device info");
+	if (di.total_bytes >= size)
+		return 0;
+	if (ioctl(lfd, LOOP_SET_CAPACITY, 0) < 0)
+		return sandlot__error_errno(err, errno, "grow the storage pool's loop device");
+	struct btrfs_ioctl_vol_args va;
+	memset(&va, 0, sizeof(va));
+	snprintf(va.name, sizeof(va.name), "max");
+	if (ioctl(root, BTRFS_IOC_RESIZE, &va) < 0)
+		return sandlot__error_errno(err, errno, "grow the storage pool's filesystem");
+	return 0;
+}
+
+/* First mount of a new pool: quotas on, the directories, the ledger. */
+static int init_pool(int root, sandlot_error_t **err)
+{
+	struct btrfs_ioctl_quota_ctl_args q = { .cmd = BTRFS_QUOTA_CTL_ENABLE };
+	if (ioctl(root, BTRFS_IOC_QUOTA_CTL, &q) < 0)
+		return sandlot__error_errno(err, errno, "enable quotas on the storage pool");
+	if ((mkdirat(root, "ws", 0700) < 0 && errno != EEXIST) ||
+	    (mkdirat(root, "kept", 0700) < 0 && errno != EEXIST))
+		return sandlot__error_errno(err, errno, "prepare the storage pool");
+	cleanup_close int l = openat(root, "reserved", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	cleanup_close int m = openat(root, POOL_MARKER, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (l < 0 || m < 0 || fchmod(root, 0700) < 0)
+		return sandlot__error_errno(err, errno, "prepare the storage pool");
+	return 0;
+}
+
+/* With the pool lock held: the pool mounted, made first if `create`. */
+static int pool_mount_locked(const struct pool_paths *p, int create, sandlot_error_t **err)
+{
+	int root = mounted_root(p);
+	if (root >= 0)
+		return root;
+	if (access(p->img, F_OK) < 0) {
+		if (errno != ENOENT || !create)
+			return sandlot__error_errno(err, errno, "storage pool %s", p->img);
+		if (make_pool(p, POOL_MIN, err) < 0)
+			return -1;
+	}
+	cleanup_close int img = open(p->img, O_RDWR | O_CLOEXEC);
+	if (img < 0)
+		return sandlot__error_errno(err, errno, "open storage pool %s", p->img);
+	char dev[64];
+	/* A device left attached (by a mount elsewhere, or by sandboxes that
+	 * outlived an unmount) is reused; a new one detaches itself when the
+	 * last mount of the pool goes. */
+	cleanup_close int lfd = find_loop(img, p->img, dev, sizeof(dev));
+	if (lfd < 0)
+		lfd = attach_loop(img, LO_FLAGS_AUTOCLEAR, dev, sizeof(dev), err);
+	if (lfd < 0)
+		return sandlot__error_wrap(err, "storage pool %s", p->img);
+	cleanup_close int fs = fsopen("btrfs", FSOPEN_CLOEXEC);
 	if (fs < 0)
-		return sandlot__error_errno(err, errno, "fsopen ext4");
+		return sandlot__error_errno(err, errno, "fsopen btrfs (the storage pool needs btrfs)");
+	/* nodiscard: btrfs would otherwise hand freed blocks back to the loop
+	 * device, which punches them out of the pool file, making it sparse:
+	 * exactly what the pool is not allowed to be. */
 	if (fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
-	    /* Never zero inode tables in the background: the image stays sparse. */
-	    fsconfig(fs, FSCONFIG_SET_FLAG, "noinit_itable", NULL, 0) < 0 ||
+	    fsconfig(fs, FSCONFIG_SET_FLAG, "nodiscard", NULL, 0) < 0 ||
 	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-		return sandlot__error_errno(err, errno, "mount ext4 from %s", dev);
-	int m = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+		return sandlot__error_errno(err, errno, "mount storage pool %s from %s", p->img, dev);
+	cleanup_close int m = fsmount(fs, FSMOUNT_CLOEXEC,
+				      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
 	if (m < 0)
-		return sandlot__error_errno(err, errno, "fsmount %s", dev);
-	return m;
+		return sandlot__error_errno(err, errno, "fsmount storage pool %s", p->img);
+	cleanup_close int r = openat(m, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (r < 0)
+		return sandlot__error_errno(err, errno, "open storage pool root");
+	struct stat st;
+	if (fstatat(r, POOL_MARKER, &st, AT_SYMLINK_NOFOLLOW) < 0 && init_pool(r, err) < 0)
+		return -1;
+	if (fstat(img, &st) < 0 || fit_to_file(r, lfd, (uint64_t)st.st_size, err) < 0)
+		return -1;
+	if (mkdir(p->mnt, 0700) < 0 && errno != EEXIST)
+		return sandlot__error_errno(err, errno, "create %s", p->mnt);
+	if (move_mount(m, "", AT_FDCWD, p->mnt, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		return sandlot__error_errno(err, errno, "mount the storage pool on %s", p->mnt);
+	return steal_fd(&r);
+}
+
+/* The pool's root (an fd), mounting it first if it is not, and making it
+ * first with `create`.  Without `create`, a missing pool is ENOENT. */
+static int pool_open(const char *data_dir, int create, sandlot_error_t **err)
+{
+	struct pool_paths p;
+	if (pool_paths(data_dir, &p) < 0)
+		return sandlot__error(err, ENAMETOOLONG, "data directory path too long");
+	int root = mounted_root(&p);
+	if (root >= 0)
+		return root;
+	if (!create && access(p.img, F_OK) < 0)
+		return sandlot__error_errno(err, errno, "storage pool %s", p.img);
+	cleanup_close int lk = lock_pool(&p, err);
+	if (lk < 0)
+		return -1;
+	return pool_mount_locked(&p, create, err);
+}
+
+/* ---- reservations --------------------------------------------------------------- */
+
+static uint64_t ledger_read(int root)
+{
+	char buf[32] = "";
+	cleanup_close int fd = openat(root, "reserved", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && pread(fd, buf, sizeof(buf) - 1, 0) < 0)
+		buf[0] = '\0';
+	return strtoull(buf, NULL, 10);
+}
+
+static int ledger_write(int root, uint64_t v)
+{
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "%020llu\n", (unsigned long long)v);
+	cleanup_close int fd = openat(root, "reserved", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0 || pwrite(fd, buf, (size_t)n, 0) != n)
+		return -1;
+	return 0;
+}
+
+/* Grow the pool file to `size` and the filesystem with it.  On failure the
+ * file keeps its size. */
+static int grow_locked(const struct pool_paths *p, int root, uint64_t size, sandlot_error_t **err)
+{
+	cleanup_close int img = open(p->img, O_RDWR | O_CLOEXEC);
+	struct stat st;
+	if (img < 0 || fstat(img, &st) < 0)
+		return sandlot__error_errno(err, errno, "open storage pool %s", p->img);
+	if ((uint64_t)st.st_size >= size)
+		return 0;
+	char a[32];
+	if (fallocate(img, 0, 0, (off_t)size) < 0) {
+		int e = errno;
+		if (ftruncate(img, st.st_size) < 0) {
+			/* the next grow tries again from here */
+		}
+		return sandlot__error_errno(err, e, "grow storage pool %s to %s", p->img,
+					    human(size, a));
+	}
+	char dev[64];
+	cleanup_close int lfd = find_loop(img, p->img, dev, sizeof(dev));
+	if (lfd < 0)
+		return sandlot__error(err, ENXIO, "the storage pool %s has no loop device", p->img);
+	return fit_to_file(root, lfd, size, err);
+}
+
+/* Reserve `bytes` more (pool lock held), growing the pool if need be. */
+static int reserve_locked(const struct pool_paths *p, int root, uint64_t bytes, double ratio,
+			  sandlot_error_t **err)
+{
+	if (ratio < 1)
+		ratio = 1;
+	uint64_t cur = ledger_read(root), total = cur + bytes;
+	struct stat st;
+	if (stat(p->img, &st) < 0)
+		return sandlot__error_errno(err, errno, "stat storage pool %s", p->img);
+	uint64_t size = (uint64_t)st.st_size;
+	if ((double)usable_of(size) * ratio < (double)total) {
+		uint64_t need = size_for(total, ratio), room, keep;
+		if (host_room(p, &room, &keep) < 0)
+			return sandlot__error_errno(err, errno, "statvfs %s", p->dir);
+		char a[32], b[32], c[32], d[32], e[32], f[32];
+		if (need > size + room)
+			return sandlot__error(
+				err, ENOSPC,
+				"cannot reserve %s of disk: %s is already reserved in the storage pool "
+				"(%s, overcommit ratio %g), and growing it needs %s more than the %s free "
+				"on %s (beyond the %s it keeps free); use a smaller disk, free space "
+				"there, or allow overcommit (sandlotd --disk-overcommit, "
+				"SANDLOT_DISK_OVERCOMMIT)",
+				human(bytes, a), human(cur, b), human(size, c), ratio,
+				human(need - size, d), human(room, e), p->dir, human(keep, f));
+		uint64_t step = round_up(size + size / 4, POOL_STEP);
+		uint64_t to = need > step ? need : step;
+		if (to > size + room)
+			to = need;
+		if (grow_locked(p, root, to, err) < 0)
+			return -1;
+	}
+	if (ledger_write(root, total) < 0)
+		return sandlot__error_errno(err, errno, "record the storage reservation");
+	return 0;
+}
+
+static void unreserve_locked(int root, uint64_t bytes)
+{
+	uint64_t cur = ledger_read(root);
+	ledger_write(root, cur > bytes ? cur - bytes : 0);
+}
+
+/* ---- one workspace ----------------------------------------------------------------- */
+
+static uint64_t quota_of(int wfd)
+{
+	char buf[32];
+	ssize_t n = fgetxattr(wfd, QUOTA_XATTR, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	return strtoull(buf, NULL, 10);
+}
+
+static void qgroup_forget(int dirfd, uint64_t subvol)
+{
+	if (!subvol)
+		return;
+	struct btrfs_ioctl_qgroup_create_args q = { .create = 0, .qgroupid = subvol };
+	/* Refused while the kernel still drops the subvolume; the kernel
+	 * removes it by itself then (or it stays as an empty record). */
+	ioctl(dirfd, BTRFS_IOC_QGROUP_CREATE, &q);
+}
+
+static uint64_t subvol_id(int wfd)
+{
+	struct btrfs_ioctl_ino_lookup_args a;
+	memset(&a, 0, sizeof(a));
+	a.objectid = 256; /* BTRFS_FIRST_FREE_OBJECTID: a subvolume's root directory */
+	return ioctl(wfd, BTRFS_IOC_INO_LOOKUP, &a) == 0 ? a.treeid : 0;
+}
+
+/* Delete the subvolume `name` in dirfd (its blocks are freed in the
+ * background).  0 or -1 with errno. */
+static int subvol_delete(int dirfd, const char *name)
+{
+	uint64_t id = 0;
+	int w = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (w >= 0) {
+		id = subvol_id(w);
+		close(w);
+	}
+	struct btrfs_ioctl_vol_args va;
+	memset(&va, 0, sizeof(va));
+	snprintf(va.name, sizeof(va.name), "%s", name);
+	if (ioctl(dirfd, BTRFS_IOC_SNAP_DESTROY, &va) < 0)
+		return -1;
+	qgroup_forget(dirfd, id);
+	return 0;
+}
+
+static int set_quota(int wfd, uint64_t bytes, sandlot_error_t **err)
+{
+	struct btrfs_ioctl_qgroup_limit_args l;
+	memset(&l, 0, sizeof(l));
+	l.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
+	l.lim.max_rfer = bytes;
+	if (ioctl(wfd, BTRFS_IOC_QGROUP_LIMIT, &l) < 0)
+		return sandlot__error_errno(err, errno, "set the workspace quota");
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "%llu", (unsigned long long)bytes);
+	if (fsetxattr(wfd, QUOTA_XATTR, buf, (size_t)n, 0) < 0)
+		return sandlot__error_errno(err, errno, "record the workspace quota");
+	return 0;
 }
 
 /* home/ for the sandbox user (uid 1000), tmp/ for root with mode 1777, as
- * host uids (base + u) in an ephemeral image, as sandbox uids (base 0) in a
- * kept one.  Only what is missing is made: a kept image being reused has
- * both, and what the sandbox made of them is left alone. */
-static int prepare_tree(int root, uid_t base, sandlot_error_t **err)
+ * sandbox uids.  Only what is missing is made: a kept workspace being
+ * reused has both, and what the sandbox made of them is left alone. */
+static int prepare_tree(int root, sandlot_error_t **err)
 {
 	if (mkdirat(root, "home", 0755) == 0) {
-		if (fchownat(root, "home", base + 1000, base + 1000, AT_SYMLINK_NOFOLLOW) < 0)
+		if (fchownat(root, "home", 1000, 1000, AT_SYMLINK_NOFOLLOW) < 0)
 			return sandlot__error_errno(err, errno, "prepare home in storage");
 	} else if (errno != EEXIST) {
 		return sandlot__error_errno(err, errno, "prepare home in storage");
 	}
 	if (mkdirat(root, "tmp", 01777) == 0) {
-		if (fchmodat(root, "tmp", 01777, 0) < 0 ||
-		    fchownat(root, "tmp", base, base, AT_SYMLINK_NOFOLLOW) < 0)
+		if (fchmodat(root, "tmp", 01777, 0) < 0)
 			return sandlot__error_errno(err, errno, "prepare tmp in storage");
 	} else if (errno != EEXIST) {
 		return sandlot__error_errno(err, errno, "prepare tmp in storage");
@@ -216,172 +651,175 @@ static int prepare_tree(int root, uid_t base, sandlot_error_t **err)
 	return 0;
 }
 
-/* See the header: the image's lock lives as long as its loop device.  A
- * sandbox being torn down lets go a moment after its init was reaped, so
- * a busy image is retried for up to two seconds. */
-static int lock_image(int fd, const char *path, sandlot_error_t **err)
+/* The workspace's lock file, locked: exclusive (`shared` = 0) or shared;
+ * retried for LOCK_WAIT_MS when `wait`.  An fd, or -1 (EBUSY if held). */
+static int lock_workspace(int wfd, int shared, int wait, const char *name, sandlot_error_t **err)
 {
-	uint64_t deadline = sandlot__now_ms() + 2000;
+	cleanup_close int fd = openat(wfd, ".lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return sandlot__error_errno(err, errno, "open the lock of workspace %s", name);
+	uint64_t deadline = sandlot__now_ms() + (wait ? LOCK_WAIT_MS : 0);
 	for (;;) {
-		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-			return 0;
+		if (flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) == 0)
+			return steal_fd(&fd);
 		if (errno != EWOULDBLOCK && errno != EINTR)
-			return sandlot__error_errno(err, errno, "lock workspace image %s", path);
-		if (sandlot__now_ms() > deadline)
-			return sandlot__error(err, EBUSY,
-					      "workspace image %s is in use by another sandbox", path);
+			return sandlot__error_errno(err, errno, "lock workspace %s", name);
+		if (sandlot__now_ms() >= deadline)
+			return sandlot__error(err, EBUSY, "workspace %s is in use by a sandbox", name);
 		usleep(2000);
 	}
 }
 
-/* dst's directory, for a temporary name next to it. */
-static int temp_next_to(const char *dst, char *tmp, size_t n)
+/* A new subvolume `tmpname` in dirfd with a quota of `bytes`, reserved in
+ * the pool, locked (*lock_fd) and prepared.  Pool lock held.  On failure
+ * nothing is left and nothing stays reserved.  Returns its fd. */
+static int new_workspace_locked(const struct pool_paths *p, int root, int dirfd,
+				const char *tmpname, uint64_t bytes, double ratio, int *lock_fd,
+				sandlot_error_t **err)
 {
-	int len = snprintf(tmp, n, "%s.tmp-XXXXXX", dst);
-	return len > 0 && (size_t)len < n ? 0 : -1;
+	if (reserve_locked(p, root, bytes, ratio, err) < 0)
+		return -1;
+	struct btrfs_ioctl_vol_args va;
+	memset(&va, 0, sizeof(va));
+	snprintf(va.name, sizeof(va.name), "%s", tmpname);
+	if (ioctl(dirfd, BTRFS_IOC_SUBVOL_CREATE, &va) < 0) {
+		int e = errno;
+		unreserve_locked(root, bytes);
+		return sandlot__error_errno(err, e, "create workspace %s", tmpname);
+	}
+	cleanup_close int w = openat(dirfd, tmpname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (w < 0) {
+		sandlot__error_errno(err, errno, "open workspace %s", tmpname);
+		goto fail;
+	}
+	if (set_quota(w, bytes, err) < 0 || fchmod(w, 0755) < 0 ||
+	    (*lock_fd = lock_workspace(w, 0, 0, tmpname, err)) < 0)
+		goto fail;
+	if (prepare_tree(w, err) < 0) {
+		close(*lock_fd);
+		*lock_fd = -1;
+		goto fail;
+	}
+	return steal_fd(&w);
+fail:
+	subvol_delete(dirfd, tmpname);
+	unreserve_locked(root, bytes);
+	return -1;
 }
 
-/* Publish the complete file `tmp` as `dst` unless dst exists (EEXIST). */
-static int publish(const char *tmp, const char *dst)
+/* A detached clone of the workspace's directory, executable (the pool's
+ * own mount is noexec), still nosuid and nodev. */
+static int clone_mount(int wfd, sandlot_error_t **err)
 {
-	if (link(tmp, dst) < 0) {
-		int e = errno;
-		unlink(tmp);
-		errno = e;
+	cleanup_close int m = open_tree(wfd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+	if (m < 0)
+		return sandlot__error_errno(err, errno, "clone the workspace mount");
+	struct mount_attr attr = { .attr_clr = MOUNT_ATTR_NOEXEC };
+	if (mount_setattr(m, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+		return sandlot__error_errno(err, errno, "set the workspace mount's flags");
+	return steal_fd(&m);
+}
+
+static int open_subdir(int root, const char *name, sandlot_error_t **err)
+{
+	int fd = openat(root, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return sandlot__error_errno(err, errno, "open the storage pool's %s/", name);
+	return fd;
+}
+
+static int storage_pool(const char *data_dir, const char *id, uint64_t bytes, const char *keep,
+			double ratio, struct sandlot_storage *out, sandlot_error_t **err)
+{
+	struct pool_paths p;
+	if (pool_paths(data_dir, &p) < 0)
+		return sandlot__error(err, ENAMETOOLONG, "data directory path too long");
+	cleanup_close int root = pool_open(data_dir, 1, err);
+	if (root < 0)
+		return -1;
+	cleanup_close int dir = open_subdir(root, keep ? "kept" : "ws", err);
+	if (dir < 0)
+		return -1;
+	const char *name = keep ? keep : id;
+	cleanup_close int w = -1, lock = -1;
+	if (keep) {
+		w = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (w < 0 && errno != ENOENT)
+			return sandlot__error_errno(err, errno, "open workspace %s", name);
+		if (w >= 0) {
+			if ((lock = lock_workspace(w, 0, 1, name, err)) < 0)
+				return -1;
+			bytes = quota_of(w);
+			if (!bytes)
+				return sandlot__error(err, EINVAL, "workspace %s has no quota recorded", name);
+		}
+	}
+	if (w < 0) {
+		char tmp[SANDLOT_WORKSPACE_NAME_MAX + 8];
+		snprintf(tmp, sizeof(tmp), keep ? ".new-%s" : "%s", name);
+		cleanup_close int lk = lock_pool(&p, err);
+		if (lk < 0)
+			return -1;
+		w = new_workspace_locked(&p, root, dir, tmp, bytes, ratio, &lock, err);
+		if (w < 0)
+			return -1;
+		if (keep && renameat2(dir, tmp, dir, name, RENAME_NOREPLACE) < 0) {
+			int e = errno;
+			close(lock), lock = -1;
+			subvol_delete(dir, tmp);
+			unreserve_locked(root, bytes);
+			return sandlot__error_errno(err, e, "create workspace %s", name);
+		}
+	}
+	int m = clone_mount(w, err);
+	if (m < 0) {
+		if (!keep) {
+			cleanup_close int lk = lock_pool(&p, NULL);
+			close(lock), lock = -1;
+			subvol_delete(dir, name);
+			unreserve_locked(root, bytes);
+		}
 		return -1;
 	}
-	unlink(tmp);
+	out->mount_fd = m;
+	out->lock_fd = steal_fd(&lock);
+	out->bytes = bytes;
+	out->ephemeral = !keep;
+	snprintf(out->name, sizeof(out->name), "%s", name);
 	return 0;
 }
 
-/* Open the kept image at `path`, creating it from the template of `bytes`
- * when missing.  *fresh says which.  The fd, or -1. */
-static int open_kept(const char *data_dir, const char *path, uint64_t bytes, int *fresh,
-		     char *tpl, size_t tpllen, sandlot_error_t **err)
-{
-	*fresh = 0;
-	tpl[0] = '\0';
-	int fd = open(path, O_RDWR | O_CLOEXEC);
-	if (fd >= 0 || errno != ENOENT) {
-		if (fd < 0)
-			return sandlot__error_errno(err, errno, "open workspace image %s", path);
-		return fd;
-	}
-	if (ensure_template(data_dir, bytes, tpl, tpllen, err) < 0)
-		return sandlot__error_wrap(err, "storage template");
-	char tmp[4200];
-	if (temp_next_to(path, tmp, sizeof(tmp)) < 0)
-		return sandlot__error(err, ENAMETOOLONG, "workspace image path too long");
-	cleanup_close int src = open(tpl, O_RDONLY | O_CLOEXEC);
-	if (src < 0)
-		return sandlot__error_errno(err, errno, "open %s", tpl);
-	cleanup_close int nfd = mkostemp(tmp, O_CLOEXEC);
-	if (nfd < 0)
-		return sandlot__error_errno(err, errno, "create workspace image %s", path);
-	if (copy_sparse(src, nfd, bytes) < 0 || fchmod(nfd, 0600) < 0) {
-		int e = errno;
-		unlink(tmp);
-		return sandlot__error_errno(err, e, "copy storage template to %s", path);
-	}
-	if (publish(tmp, path) < 0) {
-		if (errno != EEXIST)
-			return sandlot__error_errno(err, errno, "create workspace image %s", path);
-		/* Someone made it meanwhile: theirs it is. */
-		fd = open(path, O_RDWR | O_CLOEXEC);
-		if (fd < 0)
-			return sandlot__error_errno(err, errno, "open workspace image %s", path);
-		return fd;
-	}
-	*fresh = 1;
-	return steal_fd(&nfd);
-}
-
-int sandlot__storage_create(const char *data_dir, const char *id, uint64_t bytes, uid_t base,
-			    int want, const char *keep, struct sandlot_storage *out,
+int sandlot__storage_create(const char *data_dir, const char *id, uint64_t bytes, int want,
+			    const char *keep, double overcommit, struct sandlot_storage *out,
 			    sandlot_error_t **err)
 {
-	out->mount_fd = -1;
+	memset(out, 0, sizeof(*out));
+	out->mount_fd = out->lock_fd = -1;
 	out->bytes = bytes;
-	out->idmapped = 0;
 	if (keep) {
-		want = SANDLOT_STORAGE_EXT4; /* validated: never tmpfs */
+		want = SANDLOT_STORAGE_POOL; /* validated: never tmpfs */
 	} else if (want == 0) {
 		const char *env = getenv("SANDLOT_STORAGE");
-		want = (env && strcmp(env, "tmpfs") == 0) || access("/dev/loop-control", F_OK) < 0 ? SANDLOT_STORAGE_TMPFS : SANDLOT_STORAGE_EXT4;
+		want = env && strcmp(env, "tmpfs") == 0 ? SANDLOT_STORAGE_TMPFS : SANDLOT_STORAGE_POOL;
 	}
-	if (want == SANDLOT_STORAGE_TMPFS) {
-		out->kind = SANDLOT_STORAGE_TMPFS;
+	out->kind = want;
+	if (want == SANDLOT_STORAGE_TMPFS)
 		return 0;
-	}
-	out->kind = SANDLOT_STORAGE_EXT4;
-
-	char tpl[4200], img[4200], dev[64];
-	int fresh = 1;
-	cleanup_close int fd = -1;
-	if (keep) {
-		fd = open_kept(data_dir, keep, bytes, &fresh, tpl, sizeof(tpl), err);
-		if (fd < 0)
-			return -1;
-		struct stat st;
-		if (fstat(fd, &st) < 0)
-			return sandlot__error_errno(err, errno, "stat workspace image %s", keep);
-		if (!S_ISREG(st.st_mode) || st.st_size < (off_t)(16u << 20))
-			return sandlot__error(err, EINVAL,
-					      "workspace image %s is not a storage image (a regular "
-					      "file of 16M or more)", keep);
-		out->bytes = (uint64_t)st.st_size;
-		out->idmapped = 1;
-		base = 0; /* owners as sandbox uids: see the header */
-		if (lock_image(fd, keep, err) < 0)
-			return -1;
-	} else {
-		if (ensure_template(data_dir, bytes, tpl, sizeof(tpl), err) < 0)
-			return sandlot__error_wrap(err, "storage template");
-		char dir[4096];
-		snprintf(dir, sizeof(dir), "%s/storage", data_dir);
-		if (sandlot__mkdir_p(dir, 0700) < 0)
-			return sandlot__error_errno(err, errno, "create %s", dir);
-		snprintf(img, sizeof(img), "%s/%s.img", dir, id);
-
-		cleanup_close int src = open(tpl, O_RDONLY | O_CLOEXEC);
-		if (src < 0)
-			return sandlot__error_errno(err, errno, "open %s", tpl);
-		fd = open(img, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (fd < 0)
-			return sandlot__error_errno(err, errno, "create %s", img);
-		/* Ephemeral storage: the name goes now, the loop device keeps the
-		 * inode alive exactly as long as the sandbox's mount exists. */
-		int copied = copy_sparse(src, fd, bytes);
-		int e = errno;
-		unlink(img);
-		if (copied < 0)
-			return sandlot__error_errno(err, e, "copy storage template");
-	}
-
-	cleanup_close int lfd = attach_loop(fd, dev, sizeof(dev), err);
-	if (lfd < 0)
+	if (keep && sandlot__workspace_name_check(keep, err) < 0)
 		return -1;
-	cleanup_close int m = mount_ext4(dev, err);
-	if (m < 0) {
-		/* A damaged template would fail every sandbox of this size: drop
-		 * it so the next one rebuilds it.  (A kept image that no longer
-		 * mounts is the caller's to look at: it is left as it is.) */
-		int st = err ? sandlot_error_status(*err) : 0;
-		if (fresh && (st == EUCLEAN || st == EINVAL || st == EBADMSG))
-			unlink(tpl);
-		if (keep)
-			sandlot__error_wrap(err, "workspace image %s", keep);
+	if (!(out->data_dir = strdup(data_dir)))
+		return sandlot__error(err, ENOMEM, "out of memory");
+	if (storage_pool(data_dir, id, bytes, keep, overcommit, out, err) < 0) {
+		free(out->data_dir);
+		out->data_dir = NULL;
 		return -1;
 	}
-	if (prepare_tree(m, base, err) < 0)
-		return -1;
-	out->mount_fd = steal_fd(&m);
 	return 0;
 }
 
 int sandlot__storage_idmap(struct sandlot_storage *s, pid_t pid, sandlot_error_t **err)
 {
-	if (!s->idmapped || s->mount_fd < 0)
+	if (s->mount_fd < 0)
 		return 0;
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
@@ -389,45 +827,12 @@ int sandlot__storage_idmap(struct sandlot_storage *s, pid_t pid, sandlot_error_t
 	if (ns < 0)
 		return sandlot__error_errno(err, errno, "open %s", path);
 	/* The sandbox's namespace maps sandbox uid u to host uid base + u:
-	 * exactly the translation from the image's owners to the host's. */
+	 * exactly the translation from the workspace's owners to the host's. */
 	struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)ns };
 	if (mount_setattr(s->mount_fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
 		return sandlot__error_errno(err, errno,
-					    "idmap the workspace mount (kept workspaces need "
-					    "idmapped ext4 mounts, Linux 5.12 or later)");
-	return 0;
-}
-
-int sandlot__storage_copy(const char *src, const char *dst, sandlot_error_t **err)
-{
-	cleanup_close int in = open(src, O_RDONLY | O_CLOEXEC);
-	if (in < 0)
-		return sandlot__error_errno(err, errno, "open workspace image %s", src);
-	struct stat st;
-	if (fstat(in, &st) < 0)
-		return sandlot__error_errno(err, errno, "stat workspace image %s", src);
-	if (!S_ISREG(st.st_mode))
-		return sandlot__error(err, EINVAL, "workspace image %s is not a regular file", src);
-	/* Shared: no sandbox can take it (exclusively) while we read. */
-	if (flock(in, LOCK_SH | LOCK_NB) < 0)
-		return errno == EWOULDBLOCK
-			       ? sandlot__error(err, EBUSY, "workspace image %s is in use by a sandbox", src)
-			       : sandlot__error_errno(err, errno, "lock workspace image %s", src);
-	if (access(dst, F_OK) == 0)
-		return sandlot__error(err, EEXIST, "workspace image %s already exists", dst);
-	char tmp[4200];
-	if (temp_next_to(dst, tmp, sizeof(tmp)) < 0)
-		return sandlot__error(err, ENAMETOOLONG, "workspace image path too long");
-	cleanup_close int out = mkostemp(tmp, O_CLOEXEC);
-	if (out < 0)
-		return sandlot__error_errno(err, errno, "create workspace image %s", dst);
-	if (copy_sparse(in, out, (uint64_t)st.st_size) < 0 || fchmod(out, 0600) < 0) {
-		int e = errno;
-		unlink(tmp);
-		return sandlot__error_errno(err, e, "copy workspace image %s to %s", src, dst);
-	}
-	if (publish(tmp, dst) < 0)
-		return sandlot__error_errno(err, errno, "create workspace image %s", dst);
+					    "idmap the workspace mount (workspaces need idmapped "
+					    "btrfs mounts, Linux 5.15 or later)");
 	return 0;
 }
 
@@ -436,4 +841,411 @@ void sandlot__storage_release(struct sandlot_storage *s)
 	if (s->mount_fd >= 0)
 		close(s->mount_fd);
 	s->mount_fd = -1;
+}
+
+void sandlot__storage_destroy(struct sandlot_storage *s)
+{
+	sandlot__storage_release(s);
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
+	s->lock_fd = -1;
+	if (s->ephemeral && s->data_dir) {
+		struct pool_paths p;
+		cleanup_close int root = pool_paths(s->data_dir, &p) == 0 ? pool_open(s->data_dir, 0, NULL) : -1;
+		cleanup_close int dir = root >= 0 ? openat(root, "ws", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+		if (dir >= 0) {
+			cleanup_close int lk = lock_pool(&p, NULL);
+			if (lk >= 0 && subvol_delete(dir, s->name) == 0)
+				unreserve_locked(root, s->bytes);
+		}
+		s->ephemeral = 0;
+	}
+	free(s->data_dir);
+	s->data_dir = NULL;
+}
+
+/* ---- kept workspaces ------------------------------------------------------------------ */
+
+static int open_kept(const char *data_dir, const char *name, int *root, int *dir,
+		     sandlot_error_t **err)
+{
+	if (sandlot__workspace_name_check(name, err) < 0)
+		return -1;
+	*root = pool_open(data_dir, 0, err);
+	if (*root < 0)
+		return sandlot__error_wrap(err, "workspace %s", name);
+	*dir = open_subdir(*root, "kept", err);
+	if (*dir < 0)
+		return -1;
+	int w = openat(*dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (w < 0)
+		return sandlot__error_errno(err, errno, "workspace %s", name);
+	return w;
+}
+
+int sandlot__workspace_copy(const char *data_dir, const char *src, const char *dst,
+			    double overcommit, sandlot_error_t **err)
+{
+	if (sandlot__workspace_name_check(dst, err) < 0)
+		return -1;
+	struct pool_paths p;
+	if (pool_paths(data_dir, &p) < 0)
+		return sandlot__error(err, ENAMETOOLONG, "data directory path too long");
+	cleanup_close int root = -1, dir = -1;
+	cleanup_close int w = open_kept(data_dir, src, &root, &dir, err);
+	if (w < 0)
+		return -1;
+	/* Shared: no sandbox can take it (exclusively) while we copy. */
+	cleanup_close int lock = lock_workspace(w, 1, 0, src, err);
+	if (lock < 0)
+		return -1;
+	if (faccessat(dir, dst, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		return sandlot__error(err, EEXIST, "workspace %s already exists", dst);
+	uint64_t bytes = quota_of(w);
+	if (!bytes)
+		return sandlot__error(err, EINVAL, "workspace %s has no quota recorded", src);
+	char tmp[SANDLOT_WORKSPACE_NAME_MAX + 8];
+	snprintf(tmp, sizeof(tmp), ".new-%s", dst);
+	cleanup_close int lk = lock_pool(&p, err);
+	if (lk < 0)
+		return -1;
+	if (reserve_locked(&p, root, bytes, overcommit, err) < 0)
+		return -1;
+	struct btrfs_ioctl_vol_args_v2 va;
+	memset(&va, 0, sizeof(va));
+	va.fd = w;
+	snprintf(va.name, sizeof(va.name), "%s", tmp);
+	if (ioctl(dir, BTRFS_IOC_SNAP_CREATE_V2, &va) < 0) {
+		int e = errno;
+		unreserve_locked(root, bytes);
+		return sandlot__error_errno(err, e, "snapshot workspace %s", src);
+	}
+	cleanup_close int nw = openat(dir, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int rc = nw < 0 ? sandlot__error_errno(err, errno, "open workspace %s", tmp)
+			: set_quota(nw, bytes, err);
+	if (rc == 0 && renameat2(dir, tmp, dir, dst, RENAME_NOREPLACE) < 0)
+		rc = sandlot__error_errno(err, errno, "create workspace %s", dst);
+	if (rc < 0) {
+		subvol_delete(dir, tmp);
+		unreserve_locked(root, bytes);
+	}
+	return rc;
+}
+
+int sandlot__workspace_remove(const char *data_dir, const char *name, sandlot_error_t **err)
+{
+	struct pool_paths p;
+	if (pool_paths(data_dir, &p) < 0)
+		return sandlot__error(err, ENAMETOOLONG, "data directory path too long");
+	cleanup_close int root = -1, dir = -1;
+	cleanup_close int w = open_kept(data_dir, name, &root, &dir, err);
+	if (w < 0)
+		return -1;
+	cleanup_close int lock = lock_workspace(w, 0, 0, name, err);
+	if (lock < 0)
+		return -1;
+	uint64_t bytes = quota_of(w);
+	cleanup_close int lk = lock_pool(&p, err);
+	if (lk < 0)
+		return -1;
+	if (subvol_delete(dir, name) < 0)
+		return sandlot__error_errno(err, errno, "delete workspace %s", name);
+	unreserve_locked(root, bytes);
+	return 0;
+}
+
+int sandlot__workspace_size(const char *data_dir, const char *name, uint64_t *bytes,
+			    sandlot_error_t **err)
+{
+	cleanup_close int root = -1, dir = -1;
+	cleanup_close int w = open_kept(data_dir, name, &root, &dir, err);
+	if (w < 0)
+		return -1;
+	*bytes = quota_of(w);
+	if (!*bytes)
+		return sandlot__error(err, EINVAL, "workspace %s has no quota recorded", name);
+	return 0;
+}
+
+int sandlot__workspace_list(const char *data_dir, char ***names, sandlot_error_t **err)
+{
+	*names = NULL;
+	struct pool_paths p;
+	if (pool_paths(data_dir, &p) < 0)
+		return sandlot__error(err, ENAMETOOLONG, "data directory path too long");
+	size_t n = 0, cap = 8;
+	char **v = calloc(cap, sizeof(char *));
+	if (!v)
+		return sandlot__error(err, ENOMEM, "out of memory");
+	sandlot_error_t *e = NULL;
+	cleanup_close int root = pool_open(data_dir, 0, &e);
+	if (root < 0) {
+		int st = sandlot_error_status(e);
+		sandlot_error_free(e);
+		if (st == ENOENT) {
+			*names = v;
+			return 0;
+		}
+		free(v);
+		return sandlot__error(err, st, "open the storage pool of %s", data_dir);
+	}
+	int dfd = open_subdir(root, "kept", err);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		free(v);
+		return -1;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		if (n + 1 >= cap) {
+			char **nv = realloc(v, 2 * cap * sizeof(char *));
+			if (!nv)
+				break;
+			v = nv, cap *= 2;
+		}
+		if (!(v[n] = strdup(de->d_name)))
+			break;
+		v[++n] = NULL;
+	}
+	closedir(d);
+	*names = v;
+	return 0;
+}
+
+int sandlot__workspace_sync(const char *data_dir, sandlot_error_t **err)
+{
+	sandlot_error_t *e = NULL;
+	cleanup_close int root = pool_open(data_dir, 0, &e);
+	if (root < 0) {
+		int st = sandlot_error_status(e);
+		sandlot_error_free(e);
+		return st == ENOENT ? 0 : sandlot__error(err, st, "open the storage pool");
+	}
+	if (syncfs(root) < 0)
+		return sandlot__error_errno(err, errno, "sync the storage pool");
+	return 0;
+}
+
+/* ---- the former layout ---------------------------------------------------------------- */
+
+int sandlot__workspace_import(const char *data_dir, const char *name, const char *image,
+			      double overcommit, sandlot_error_t **err)
+{
+	static const char *const cp_paths[] = { "/usr/bin/cp", "/bin/cp" };
+	const char *cp = find_tool(cp_paths, SANDLOT_ARRAY_SIZE(cp_paths));
+	if (!cp)
+		return sandlot__error(err, ENOENT, "cp not found");
+	if (sandlot__workspace_name_check(name, err) < 0)
+		return -1;
+	struct pool_paths p;
+	if (pool_paths(data_dir, &p) < 0)
+		return sandlot__error(err, ENAMETOOLONG, "data directory path too long");
+	cleanup_close int img = open(image, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	if (img < 0 || fstat(img, &st) < 0)
+		return sandlot__error_errno(err, errno, "open workspace image %s", image);
+	if (!S_ISREG(st.st_mode) || st.st_size < (off_t)(16u << 20))
+		return sandlot__error(err, EINVAL, "%s is not a workspace image", image);
+	/* Another process must not hold it (the former layout's lock). */
+	if (flock(img, LOCK_SH | LOCK_NB) < 0)
+		return sandlot__error(err, EBUSY, "workspace image %s is in use", image);
+	char dev[64];
+	cleanup_close int lfd = attach_loop(img, LO_FLAGS_AUTOCLEAR | LO_FLAGS_READ_ONLY, dev,
+					    sizeof(dev), err);
+	if (lfd < 0)
+		return sandlot__error_wrap(err, "workspace image %s", image);
+	cleanup_close int fs = fsopen("ext4", FSOPEN_CLOEXEC);
+	if (fs < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+	    fsconfig(fs, FSCONFIG_SET_FLAG, "ro", NULL, 0) < 0 ||
+	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+		return sandlot__error_errno(err, errno, "mount workspace image %s", image);
+	cleanup_close int m = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+							       MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+	if (m < 0)
+		return sandlot__error_errno(err, errno, "mount workspace image %s", image);
+	close(lfd), lfd = -1; /* the mount holds the device now */
+
+	cleanup_close int root = pool_open(data_dir, 1, err);
+	if (root < 0)
+		return -1;
+	cleanup_close int dir = open_subdir(root, "kept", err);
+	if (dir < 0)
+		return -1;
+	if (faccessat(dir, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		return sandlot__error(err, EEXIST, "workspace %s already exists", name);
+	char tmp[SANDLOT_WORKSPACE_NAME_MAX + 8];
+	snprintf(tmp, sizeof(tmp), ".new-%s", name);
+	uint64_t bytes = (uint64_t)st.st_size;
+	cleanup_close int lk = lock_pool(&p, err);
+	if (lk < 0)
+		return -1;
+	cleanup_close int lock = -1;
+	cleanup_close int w = new_workspace_locked(&p, root, dir, tmp, bytes, overcommit, &lock, err);
+	if (w < 0)
+		return -1;
+	/* The quota comes back once the files are in: a nearly full ext4
+	 * image may take a little more room as btrfs. */
+	struct btrfs_ioctl_qgroup_limit_args l;
+	memset(&l, 0, sizeof(l));
+	l.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
+	l.lim.max_rfer = (uint64_t)-1; /* btrfs: no limit */
+	ioctl(w, BTRFS_IOC_QGROUP_LIMIT, &l);
+	/* home/ and tmp/ exist in w (prepare_tree): copy their contents with
+	 * owners, modes, times, links and xattrs (cp -a), reading the image
+	 * through fd 3 and writing the workspace through fd 4. */
+	int rc = 0;
+	const char *const subs[] = { "home", "tmp" };
+	for (size_t i = 0; rc == 0 && i < 2; i++) {
+		if (faccessat(m, subs[i], F_OK, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		char from[64], to[64];
+		snprintf(from, sizeof(from), "/proc/self/fd/3/%s/.", subs[i]);
+		snprintf(to, sizeof(to), "/proc/self/fd/4/%s/", subs[i]);
+		const char *const argv[] = { cp, "-a", "--", from, to, NULL };
+		pid_t pid = spawn(argv, m, w);
+		if (pid < 0)
+			rc = sandlot__error_errno(err, errno, "run %s", cp);
+		else if (wait_exit(pid) != 0)
+			rc = sandlot__error(err, EIO, "copying %s/ of %s into the storage pool failed",
+					    subs[i], image);
+		/* The top directories' owners and modes, as cp -a of "dir/."
+		 * sets them from the source too. */
+	}
+	if (rc == 0 && set_quota(w, bytes, err) < 0)
+		rc = -1;
+	if (rc == 0 && renameat2(dir, tmp, dir, name, RENAME_NOREPLACE) < 0)
+		rc = sandlot__error_errno(err, errno, "create workspace %s", name);
+	if (rc < 0) {
+		close(lock), lock = -1;
+		subvol_delete(dir, tmp);
+		unreserve_locked(root, bytes);
+	}
+	return rc;
+}
+
+/* ---- the pool as a whole ---------------------------------------------------------------- */
+
+int sandlot__pool_info(const char *data_dir, struct sandlot_pool_info *out, sandlot_error_t **err)
+{
+	memset(out, 0, sizeof(*out));
+	struct pool_paths p;
+	if (pool_paths(data_dir, &p) < 0)
+		return sandlot__error(err, ENAMETOOLONG, "data directory path too long");
+	cleanup_close int root = pool_open(data_dir, 0, err);
+	if (root < 0)
+		return -1;
+	struct stat st;
+	if (stat(p.img, &st) < 0)
+		return sandlot__error_errno(err, errno, "stat %s", p.img);
+	out->size = (uint64_t)st.st_size;
+	out->usable = usable_of(out->size);
+	out->reserved = ledger_read(root);
+	return 0;
+}
+
+int sandlot__pool_grow(const char *data_dir, uint64_t bytes, sandlot_error_t **err)
+{
+	struct pool_paths p;
+	if (pool_paths(data_dir, &p) < 0)
+		return sandlot__error(err, ENAMETOOLONG, "data directory path too long");
+	cleanup_close int root = pool_open(data_dir, 1, err);
+	if (root < 0)
+		return -1;
+	cleanup_close int lk = lock_pool(&p, err);
+	if (lk < 0)
+		return -1;
+	struct stat st;
+	if (stat(p.img, &st) < 0)
+		return sandlot__error_errno(err, errno, "stat %s", p.img);
+	bytes = round_up(bytes, POOL_STEP);
+	if ((uint64_t)st.st_size >= bytes)
+		return 0;
+	uint64_t room, keep;
+	char a[32], b[32], c[32];
+	if (host_room(&p, &room, &keep) < 0)
+		return sandlot__error_errno(err, errno, "statvfs %s", p.dir);
+	if (bytes - (uint64_t)st.st_size > room)
+		return sandlot__error(err, ENOSPC,
+				      "cannot grow the storage pool to %s: %s has %s free beyond the "
+				      "%s it keeps free", human(bytes, a), p.dir, human(room, b),
+				      human(keep, c));
+	return grow_locked(&p, root, bytes, err);
+}
+
+int sandlot__pool_unmount(const char *data_dir, sandlot_error_t **err)
+{
+	struct pool_paths p;
+	if (pool_paths(data_dir, &p) < 0)
+		return sandlot__error(err, ENAMETOOLONG, "data directory path too long");
+	if (access(p.img, F_OK) < 0)
+		return 0;
+	cleanup_close int lk = lock_pool(&p, err);
+	if (lk < 0)
+		return -1;
+	int root = mounted_root(&p);
+	if (root < 0)
+		return 0;
+	close(root);
+	/* Busy while a sandbox runs (its init holds the workspace's lock file,
+	 * opened through this mount) or a process works in the pool: then it
+	 * is detached instead.  That is safe: every user works through file
+	 * descriptors, never through this path; the users keep the filesystem
+	 * and its loop device until they end (then the device detaches
+	 * itself), and whoever opens the pool meanwhile finds that same
+	 * device and mounts it again. */
+	if (umount2(p.mnt, UMOUNT_NOFOLLOW) == 0)
+		return 0;
+	if (errno != EBUSY || umount2(p.mnt, UMOUNT_NOFOLLOW | MNT_DETACH) < 0)
+		return sandlot__error_errno(err, errno, "unmount the storage pool %s", p.mnt);
+	return 0;
+}
+
+void sandlot__pool_sweep(const char *data_dir)
+{
+	struct pool_paths p;
+	if (pool_paths(data_dir, &p) < 0)
+		return;
+	cleanup_close int root = mounted_root(&p);
+	if (root < 0)
+		return;
+	cleanup_close int lk = lock_pool(&p, NULL);
+	if (lk < 0)
+		return;
+	uint64_t total = 0;
+	static const char *const dirs[] = { "ws", "kept" };
+	for (size_t i = 0; i < 2; i++) {
+		int dfd = openat(root, dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+		if (!d) {
+			if (dfd >= 0)
+				close(dfd);
+			continue;
+		}
+		struct dirent *de;
+		while ((de = readdir(d))) {
+			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+				continue;
+			cleanup_close int w = openat(dirfd(d), de->d_name,
+						     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (w < 0)
+				continue;
+			/* With the pool lock held nobody is half-way through
+			 * making one: a half-made kept workspace (.new-*) is an
+			 * orphan, and so is an ephemeral one nobody holds. */
+			int orphan = de->d_name[0] == '.';
+			if (!orphan && i == 0) {
+				cleanup_close int l = lock_workspace(w, 0, 0, de->d_name, NULL);
+				orphan = l >= 0;
+			}
+			if (orphan && subvol_delete(dirfd(d), de->d_name) == 0)
+				continue;
+			total += quota_of(w);
+		}
+		closedir(d);
+	}
+	ledger_write(root, total);
 }

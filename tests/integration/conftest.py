@@ -4,7 +4,7 @@ The tests drive the real binary (build/bin/sandlot, found from this file's
 location) as a subprocess, the way a user or an agent would.  Every test
 session gets its own temporary SANDLOT_DATA_DIR, so nothing here depends on
 /var/lib/sandlot, and the session's leftovers (processes, cgroups, loop
-devices, storage images) can be told apart from those of anyone else using
+devices, workspaces) can be told apart from those of anyone else using
 the same machine.
 
 Run with Debian's interpreter (the `python3` on PATH may be a pyenv shim),
@@ -316,6 +316,9 @@ def session_dirs():
     hostscan.owner()  # tells our sandboxes from other users' from now on
     _SESSION["baseline"] = hostscan.snapshot()
     yield {"base": base, "data_dir": data_dir}
+    # Storage pools stay mounted after `sandlot run` (and after a killed
+    # sandlotd): take them down before removing their files.
+    hostscan.unmount_pools(base)
     hostscan.owner().stop()
     shutil.rmtree(base, ignore_errors=True)
 
@@ -338,21 +341,37 @@ def no_sanitizer_report(request):
 
 @pytest.fixture(autouse=True)
 def no_leak_per_test(request, session_dirs):
-    """After each test: no sandlot-init, loop device or storage image of
-    this session's is left, and no new empty sandbox cgroup lingers."""
+    """After each test: no sandlot-init, loop device, mount or workspace of
+    this session's is left (storage pools themselves stay: hostscan.py),
+    and no new empty sandbox cgroup lingers."""
     before = hostscan.snapshot()
     yield
     if request.node.get_closest_marker("leftovers"):
         return
     data_dir = session_dirs["data_dir"]
-    # The runs' cleanup helpers finish their sandboxes' teardown after the
-    # runs have returned: wait for them.
-    wait_cleanup(data_dir)
-    # Loop devices detach, and the daemons' sandboxes end, asynchronously:
-    # give them a moment before calling anything a leftover.
-    wait_until(lambda: not hostscan.leftovers(before, data_dir), 5)
-    problems = hostscan.leftovers(before, data_dir)
-    assert not problems, "left behind by this test:\n  " + "\n  ".join(problems)
+    try:
+        # The runs' cleanup helpers finish their sandboxes' teardown after
+        # the runs have returned: wait for them.
+        wait_cleanup(data_dir)
+        # Loop devices detach, and the daemons' sandboxes end,
+        # asynchronously: give them a moment before calling anything a
+        # leftover.
+        wait_until(lambda: not hostscan.leftovers(before, data_dir), 5)
+        problems = hostscan.leftovers(before, data_dir)
+        assert not problems, "left behind by this test:\n  " + "\n  ".join(problems)
+    finally:
+        reclaim_daemon_dirs(data_dir / "daemon")
+
+
+def reclaim_daemon_dirs(parent):
+    """Remove the data dirs of the test's daemons (all stopped by now) under
+    `parent`: each holds a storage pool whose space is reserved for real
+    (1 GiB and more), so a whole session's worth would fill the disk."""
+    if not parent.is_dir():
+        return
+    hostscan.unmount_pools(parent)
+    for sub in parent.iterdir():
+        shutil.rmtree(sub, ignore_errors=True)
 
 
 def session_baseline():

@@ -3,11 +3,19 @@ devices, mounts.  Used to find a sandbox's processes and to check that
 nothing is left behind.
 
 Other people may run sandboxes on the same machine while the tests run, so
-leftovers are attributed to this test session: loop devices, storage images
-and mounts by the session's data directory, processes by ancestry (a
+leftovers are attributed to this test session: loop devices, mounts and
+workspaces by the session's data directory, processes by ancestry (a
 sandbox init that is our descendant), cgroups by the sandbox id (`Owner`:
 a sandbox whose cgroup held a process of ours, or that a daemon of ours
 logged as created).
+
+Storage pools: a data directory's storage pool (<dd>/storage/pool.img on a
+loop device, mounted at <dd>/storage/mnt) is made on first use and stays
+mounted for the next sandbox, so its one loop device and its one mount are
+not leftovers; what a sandbox must not leave is its workspace (an entry in
+<dd>/storage/mnt/ws/), another loop device or mount, or a half-made pool.
+unmount_pools() takes the pools down at the end, after which nothing at all
+may be left.
 """
 import fcntl
 import glob
@@ -247,6 +255,98 @@ def loop_backing_files():
     return out
 
 
+POOL_FILES = {"pool.img", "pool.lock", "mnt"}
+
+
+def is_pool_image(path):
+    return path.endswith("/storage/pool.img")
+
+
+def is_pool_mount(line):
+    """A mountinfo line of a storage pool's own mount (its mount point is
+    <dd>/storage/mnt)."""
+    fields = line.split()
+    return len(fields) > 4 and fields[4].endswith("/storage/mnt")
+
+
+def pool_mounts(under):
+    """Mount points of the storage pools of data dirs under `under`."""
+    text = read("/proc/self/mountinfo") or ""
+    out = []
+    for ln in text.splitlines():
+        fields = ln.split()
+        if len(fields) > 4 and fields[4].startswith(str(under)) and is_pool_mount(ln):
+            out.append(fields[4])
+    return out
+
+
+def unmount_pools(under):
+    """Unmount every storage pool of the data dirs under `under` (their loop
+    devices detach themselves); returns the mount points it unmounted."""
+    import subprocess
+    done = []
+    for mp in sorted(pool_mounts(under), key=len, reverse=True):
+        r = subprocess.run(["umount", mp], capture_output=True, text=True)
+        if r.returncode == 0:
+            done.append(mp)
+    return done
+
+
+def pool_problems(data_dir):
+    """Per-sandbox leftovers in the storage pools of data dirs under
+    data_dir: ephemeral workspaces still in a pool, files in storage/ that
+    are not the pool's own."""
+    problems = []
+    dd = str(data_dir)
+    found = [os.path.join(dd, *["*"] * depth, "storage") for depth in range(3)]
+    for storage in sorted({p for pat in found for p in glob.glob(pat)}):
+        if "/storage/" in storage[len(dd):]:
+            continue  # inside a pool, not a data dir's
+        if not os.path.isfile(os.path.join(storage, "pool.img")) and not os.listdir(storage):
+            continue
+        for name in sorted(os.listdir(storage)):
+            if name not in POOL_FILES:
+                problems.append(f"storage file left: {storage}/{name}")
+        ws = os.path.join(storage, "mnt", "ws")
+        if os.path.isdir(ws):
+            for name in sorted(os.listdir(ws)):
+                problems.append(f"workspace left in the storage pool: {ws}/{name}")
+    return problems
+
+
+def loop_holders(dev):
+    """Pids whose mount namespace still has a mount of loop device `dev`
+    (/dev/loopN): a namespace made (by anyone) while a storage pool was
+    mounted holds a copy of that mount, and so the pool's filesystem and
+    loop device, until it drops it; the pool's own unmount cannot reach a
+    copy that another namespace made private."""
+    seen, out = set(), []
+    for pid in pids():
+        try:
+            ns = os.readlink(f"/proc/{pid}/ns/mnt")
+        except OSError:
+            continue
+        if ns in seen:
+            continue
+        seen.add(ns)
+        text = read(f"/proc/{pid}/mountinfo") or ""
+        # the mount source, after " - FSTYPE " (btrfs shows an anonymous
+        # device number in the major:minor field, not the loop device's)
+        if any(ln.partition(" - ")[2].split()[1:2] == [dev] for ln in text.splitlines()):
+            out.append(pid)
+    return out
+
+
+def lingering_pool_loops(under):
+    """Loop devices of storage pools under `under` that are no longer
+    mounted in our namespace and that no namespace holds: leaked ones."""
+    out = []
+    for dev, bf in loop_backing_files().items():
+        if bf.startswith(str(under)) and not loop_holders(dev):
+            out.append(f"loop device {dev} on {bf}, mounted nowhere")
+    return out
+
+
 def netns_names():
     try:
         return set(os.listdir("/run/netns"))
@@ -362,8 +462,10 @@ def snapshot():
 def leftovers(before, data_dir, me=None):
     """Problems (strings) found compared with snapshot `before`.
 
-    - a loop device whose backing file is in this session's data dir;
-    - a storage image left in <data_dir>/storage;
+    - a loop device whose backing file is in this session's data dir (but
+      a storage pool's own);
+    - an ephemeral workspace left in a storage pool, or a stray file in
+      a storage/ directory (pool_problems());
     - a sandlot-init that appeared since `before` and is ours: a
       descendant of this process, or an orphan (parent is PID 1) that was
       one (Owner);
@@ -374,7 +476,7 @@ def leftovers(before, data_dir, me=None):
     - a free prepared cgroup kept for our data dir (or one under it) by no
       live process;
     - a new mount of our data directory, or of a loop device backed by a
-      file in it, in our mount namespace;
+      file in it, in our mount namespace (but a storage pool's own);
     - a new named network namespace named after one of our sandboxes.
     """
     me = me or os.getpid()
@@ -382,12 +484,9 @@ def leftovers(before, data_dir, me=None):
     problems = []
     dd = str(data_dir)
     for dev, bf in sorted(loop_backing_files().items()):
-        if bf.startswith(dd):
+        if bf.startswith(dd) and not is_pool_image(bf):
             problems.append(f"loop device {dev} still backed by {bf}")
-    storage = os.path.join(dd, "storage")
-    if os.path.isdir(storage):
-        for name in sorted(os.listdir(storage)):
-            problems.append(f"storage file left: {storage}/{name}")
+    problems += pool_problems(dd)
     for p in sorted(init_pids() - before["inits"]):
         parent = ppid(p)
         if is_descendant(p, me) or (parent in (0, 1) and own.is_our_init(p)):
@@ -405,7 +504,7 @@ def leftovers(before, data_dir, me=None):
             problems.append(f"empty sandbox cgroup left: {cg}")
     ours = {dev for dev, bf in loop_backing_files().items() if bf.startswith(dd)}
     for ln in sorted(sandlot_mounts() - before["mounts"]):
-        if dd in ln or any(f" {dev} " in ln for dev in ours):
+        if (dd in ln or any(f" {dev} " in ln for dev in ours)) and not is_pool_mount(ln):
             problems.append(f"mount left: {ln}")
     for n in sorted(netns_names() - before["netns"]):
         m = re.search(r"sb-[a-z2-7]+", n)

@@ -432,6 +432,8 @@ def test_cli_killed_with_sigkill_leaves_nothing(sandlot):
         helpers = _helpers_of(os.path.basename(cgroups[0]))
         assert len(helpers) == 1, f"no cleanup helper next to the run: {helpers}"
         assert hostscan.ppid(helpers[0]) == p.pid
+        workspace = sandlot.data_dir / "storage" / "mnt" / "ws" / os.path.basename(cgroups[0])
+        assert workspace.is_dir(), workspace
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=5)
         wait_cleanup(sandlot.data_dir)
@@ -439,6 +441,7 @@ def test_cli_killed_with_sigkill_leaves_nothing(sandlot):
         assert not hostscan.is_sandlot_init(init), "sandlot-init survived the death of sandlot"
         left = [c for c in cgroups if os.path.isdir(c)]
         assert not left, f"cgroups of the killed run were not removed: {left}"
+        assert not workspace.exists(), "the workspace of the killed run was not removed"
         assert not [h for h in helpers if hostscan.is_cleanup_helper(h)], "the helper did not exit"
     finally:
         if p:
@@ -448,19 +451,31 @@ def test_cli_killed_with_sigkill_leaves_nothing(sandlot):
 
 def test_leftovers_of_a_killed_run_and_helper_are_collected_by_the_next(sandlot):
     """If the cleanup helper dies too (it was SIGKILLed with the run), only
-    the empty cgroup directories can remain; the next start-up collects
-    empty ones older than 30 s, at most once a minute."""
+    the empty cgroup directories and the workspace can remain; the next
+    start-up collects empty cgroups older than 30 s and workspaces nobody
+    holds, at most once a minute."""
     tag = f"79.{uuid.uuid4().int % 10**8}"
     p, cgroups = None, []
     try:
         p, init, cgroups = _start_and_find_init(sandlot, tag)
         helpers = _helpers_of(os.path.basename(cgroups[0]))
         assert len(helpers) == 1, helpers
+        ws = sandlot.data_dir / "storage" / "mnt" / "ws"
+        workspaces = [ws / os.path.basename(c) for c in cgroups[:1]]
+        assert all(w.is_dir() for w in workspaces), (workspaces, list(ws.iterdir()))
         os.kill(helpers[0], signal.SIGKILL)
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=5)
         assert wait_until(lambda: not hostscan.find_pids(["sleep", tag]), 5), \
             "sandbox processes survived the death of sandlot"
+        assert wait_until(lambda: not hostscan.is_sandlot_init(init), 5), \
+            "sandlot-init survived the death of sandlot"
+        # Only the (empty) cgroup directories and the workspace in the
+        # storage pool remain: nothing could remove them.  The next start-up
+        # collects empty cgroups older than 30 s and workspaces no process
+        # holds, at most once a minute; make these and the last collection
+        # look old instead of waiting.
+        assert all(w.is_dir() for w in workspaces)
         for c in cgroups:
             # The kernel tears the pid namespace down asynchronously.
             assert wait_until(lambda: not hostscan.cgroup_procs(c), 5), f"processes left in {c}"
@@ -475,6 +490,8 @@ def test_leftovers_of_a_killed_run_and_helper_are_collected_by_the_next(sandlot)
         wait_cleanup(sandlot.data_dir)
         left = [c for c in cgroups if os.path.isdir(c)]
         assert not left, f"cgroups of the killed run were never removed: {left}"
+        left = [w for w in workspaces if w.exists()]
+        assert not left, f"the workspace of the killed run was never removed: {left}"
     finally:
         if p:
             stop(p)

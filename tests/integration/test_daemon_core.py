@@ -676,11 +676,14 @@ def no_leftovers_of(ids, data_dir):
             problems.append(f"cgroup left: {cg}")
     dd = str(data_dir)
     for dev, bf in hostscan.loop_backing_files().items():
-        if bf.startswith(dd):
+        if bf.startswith(dd) and not hostscan.is_pool_image(bf):
             problems.append(f"loop device {dev} backed by {bf}")
-    storage = Path(data_dir) / "storage"
-    if storage.is_dir():
-        problems += [f"storage file left: {p}" for p in storage.iterdir()]
+    # The storage pool itself may stay (mounted after a kill -9); no
+    # workspace of a running sandbox may.
+    problems += hostscan.pool_problems(data_dir)
+    kept = Path(data_dir) / "storage" / "mnt" / "kept"
+    if kept.is_dir():
+        problems += [f"workspace left: {p}" for p in kept.iterdir() if p.name in ids]
     return problems
 
 

@@ -1,18 +1,22 @@
 """sandlotd pause, resume, snapshots and kept workspaces (src/daemon/workspaces.c).
 
-A paused sandbox has no process, no cgroup and no loop device left on the
-host, only its image under <data-dir>/workspaces/; resume brings the same
-files back (SHA-256 checked), across clean restarts and kill -9 of the
-daemon too; from_snapshot clones a paused or expired sandbox's workspace
-into a new sandbox; DELETE and retention remove images, and nothing is left
-that should not be.
+A paused sandbox has no process and no cgroup left on the host, only its
+workspace in the data dir's storage pool (<data-dir>/storage/mnt/kept/<id>,
+its lock free); resume brings the same files back (SHA-256 checked), across
+clean restarts and kill -9 of the daemon too; from_snapshot clones a paused
+or expired sandbox's workspace into a new sandbox; DELETE and retention
+remove workspaces, and nothing is left that should not be.  Workspaces of
+the former layout (an ext4 image per sandbox) are brought into the pool.
 
 Each test drives a real sandlotd (the `sandlotd` fixture, or its own Daemon
 when it restarts it).
 """
+import fcntl
 import hashlib
 import io
 import os
+import shutil
+import subprocess
 import re
 import tarfile
 import threading
@@ -64,17 +68,30 @@ def inits_of(daemon_pid):
 
 
 def image_of(d, sid):
-    return Path(d.data_dir) / "workspaces" / f"{sid}.img"
+    """The kept workspace of sandbox sid in the daemon's storage pool."""
+    return Path(d.data_dir) / "storage" / "mnt" / "kept" / sid
 
 
 def images(d):
-    ws = Path(d.data_dir) / "workspaces"
-    return sorted(p.name for p in ws.iterdir()) if ws.is_dir() else []
+    """The kept workspaces (complete ones) in the daemon's storage pool."""
+    ws = Path(d.data_dir) / "storage" / "mnt" / "kept"
+    return sorted(p.name for p in ws.iterdir() if not p.name.startswith(".")) \
+        if ws.is_dir() else []
 
 
-def loops_on(path):
-    return [dev for dev, bf in hostscan.loop_backing_files().items()
-            if bf.split(" (deleted)")[0] == str(path)]
+def in_use(path):
+    """Whether a process (a sandbox's init) holds the workspace's lock."""
+    try:
+        fd = os.open(path / ".lock", os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def run(d, sid, command, **kw):
@@ -144,8 +161,8 @@ def gone_from_host(d, sid, init_pid):
         problems.append(f"sandlot-init {init_pid} still running")
     if cgroups_of(sid):
         problems.append(f"cgroups left: {sorted(cgroups_of(sid))}")
-    if loops_on(image_of(d, sid)):
-        problems.append(f"loop devices still on the image: {loops_on(image_of(d, sid))}")
+    if in_use(image_of(d, sid)):
+        problems.append("the workspace is still in use")
     return problems
 
 
@@ -184,7 +201,7 @@ def test_pause_frees_everything_but_the_files(sandlotd):
     assert sb["paused_at"] and sb["workspace_kept"] is True, sb
     assert sb["workspace_expires_at"], sb  # the daemon's default retention
     # Everything of the running sandbox is gone, at once: its processes
-    # (init and all), its cgroup (so its memory), the loop device.
+    # (init and all), its cgroup (so its memory), its hold on the workspace.
     problems = wait_until(lambda: gone_from_host(d, sid, init) == [], 5) or \
         gone_from_host(d, sid, init)
     assert problems is True, problems
@@ -362,7 +379,7 @@ def test_paused_sandbox_survives_a_daemon_restart(own_daemon, how):
     assert gone["state"] == ("deleted" if how == "sigterm" else "lost"), gone
     assert gone["workspace_kept"] is False
     assert wait_until(lambda: not image_of(d, running).exists(), 5)
-    assert images(d) == [f"{sid}.img"]
+    assert images(d) == [sid]
     resume(d, sid)
     check_big_workspace(d, sid, want)
     # and once more, paused across a second restart
@@ -480,7 +497,8 @@ def test_from_snapshot_of_an_expired_sandbox(sandlotd):
     assert sb["end_reason"] == "ttl" and sb["workspace_kept"] is True, sb
     assert sb["workspace_expires_at"] > sb["ended_at"], sb
     assert image_of(d, old).exists()
-    assert not loops_on(image_of(d, old))
+    # let go of once its teardown (which follows the expiry) is done
+    assert wait_until(lambda: not in_use(image_of(d, old)), 10)
     assert_error(d.get(f"/v1/sandboxes/{old}/files?path=work/result.csv"), 410, "sandbox_ended")
 
     new = d.create(from_snapshot=old, ttl_seconds=600)
@@ -609,13 +627,17 @@ def test_only_intended_images_are_left(own_daemon):
     [init] = inits_of(d.proc.pid)
     os.kill(init, 9)
     assert wait_state(d, failed, "failed", 10)
-    assert wait_until(lambda: images(d) == [f"{paused}.img"], 5), images(d)
+    assert wait_until(lambda: images(d) == [paused], 5), images(d)
     assert d.stop() == 0
+    # What a daemon of the former layout could leave: an image nothing owns,
+    # a half-made copy.  Both go at the next start.
     ws = Path(d.data_dir) / "workspaces"
+    ws.mkdir()
     (ws / "sb-aaaaaaaaaaaaaaaaaaaaaaaaaa.img").write_bytes(b"orphan")
     (ws / f"{paused}.img.tmp-abc123").write_bytes(b"half a copy")
     d.start()
-    assert images(d) == [f"{paused}.img"]
+    assert images(d) == [paused]
+    assert not ws.exists()
     assert "reason=\"not owned\"" in d.log_text()
     assert d.delete(f"/v1/sandboxes/{paused}").status == 204
     assert images(d) == []

@@ -1,6 +1,7 @@
 """Runs last (files are collected in name order): after the whole session,
 nothing of ours is left on the host — processes, mounts, cgroups, loop
-devices, storage images, network namespaces."""
+devices, workspaces, network namespaces — and once the session's storage
+pools are unmounted, not even their mounts and loop devices."""
 import os
 import shutil
 import subprocess
@@ -32,12 +33,15 @@ def test_nothing_left_behind(session_dirs, sandlot):
     if os.access(losetup, os.X_OK):
         out = subprocess.run([losetup, "-a"], capture_output=True, text=True).stdout
         for ln in out.splitlines():
-            if str(data_dir) in ln:
+            if str(data_dir) in ln and "/storage/pool.img" not in ln:
                 problems.append(f"losetup: {ln}")
     # No mount of ours in the host's mount table, sandlot-named or from a
-    # loop device backed by our storage.
-    ours = {dev for dev, bf in hostscan.loop_backing_files().items() if bf.startswith(str(data_dir))}
+    # loop device backed by our storage, but the storage pools' own.
+    ours = {dev for dev, bf in hostscan.loop_backing_files().items()
+            if bf.startswith(str(data_dir)) and not hostscan.is_pool_image(bf)}
     for ln in open("/proc/self/mountinfo"):
+        if hostscan.is_pool_mount(ln):
+            continue
         if any(f" {dev} " in ln for dev in ours) or str(data_dir) in ln:
             problems.append(f"mount: {ln.strip()}")
     # Every sandbox cgroup of ours made during the session is gone.
@@ -51,8 +55,19 @@ def test_nothing_left_behind(session_dirs, sandlot):
         if pool_dd == str(data_dir) or pool_dd.startswith(str(data_dir) + "/"):
             for name in sorted(hostscan.prepared_cgroups(pool)):
                 problems.append(f"prepared cgroup left: {name} in {pool}")
-    storage = data_dir / "storage"
-    if storage.is_dir() and list(storage.iterdir()):
-        problems.append(f"storage images left: {sorted(os.listdir(storage))}")
+    problems += hostscan.pool_problems(data_dir)
+    # The pools themselves go when unmounted: then no loop device, no mount.
+    hostscan.unmount_pools(data_dir)
+
+    # A pool's loop device may outlive its unmount while another mount
+    # namespace (anyone's, made while the pool was mounted) still holds a
+    # copy of the mount: that is the other namespace's hold, and it goes
+    # with it.  A device no namespace holds is a leak.
+    def pool_remains():
+        left = hostscan.lingering_pool_loops(data_dir)
+        left += [f"pool mount {mp}" for mp in hostscan.pool_mounts(data_dir)]
+        return left
+    wait_until(lambda: not pool_remains(), 10)
+    problems += pool_remains()
 
     assert not problems, "left behind after the session:\n  " + "\n  ".join(sorted(set(problems)))

@@ -1024,6 +1024,25 @@ SANDLOT = os.environ.get("SANDLOT_BIN", os.path.join(ROOT, "build", "bin", "sand
 _sandbox_ok = None
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _sandbox_data_dir():
+    """The sandboxes of this module get a data dir of their own (never the
+    host's /var/lib/sandlot), whose storage pool is unmounted at the end."""
+    import tempfile
+    base = tempfile.mkdtemp(prefix="sandlot-interp-", dir="/var/tmp")
+    old = os.environ.get("SANDLOT_DATA_DIR")
+    os.environ["SANDLOT_DATA_DIR"] = os.path.join(base, "data")
+    yield
+    if old is None:
+        del os.environ["SANDLOT_DATA_DIR"]
+    else:
+        os.environ["SANDLOT_DATA_DIR"] = old
+    mnt = os.path.join(base, "data", "storage", "mnt")
+    if os.path.ismount(mnt):
+        subprocess.run(["umount", mnt], capture_output=True)
+    shutil.rmtree(base, ignore_errors=True)
+
+
 def _sandbox_available():
     global _sandbox_ok
     if _sandbox_ok is None:

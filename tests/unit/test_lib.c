@@ -1,7 +1,7 @@
 /* libsandlot's public API (include/sandlot.h) against real sandboxes.
  *
- * Needs root (user namespaces with a host uid range, cgroups, loop-device
- * storage) and a sandlot-init binary:
+ * Needs root (user namespaces with a host uid range, cgroups, the storage
+ * pool's loop device) and a sandlot-init binary:
  *  - `meson test` in the normal build sets SANDLOT_INIT to the init it built;
  *  - the sanitizer build (b_sanitize != none) cannot link the static init, so
  *    meson passes SANDLOT_TEST_INIT_FALLBACK, the normal build's
@@ -15,8 +15,8 @@
  * (SANDLOT_DATA_DIR), becomes a child subreaper, runs every case in its own
  * process (tap.h) and removes the directory at the end.  After each case the
  * case's process must have no sandlot-init child left (destroy reaps it); the
- * last case checks that no init of ours is alive anywhere and that the
- * storage directory is empty.  In an ASan build each case also ends with a
+ * last case checks that no init of ours is alive anywhere and that no
+ * workspace is left in the storage pool.  In an ASan build each case also ends with a
  * LeakSanitizer check (tap.h ends cases with _exit, which skips LSan's own);
  * a TSan build (-Db_sanitize=thread) fails a case on any report, because
  * TSan's _exit returns 66 when it reported something.
@@ -804,7 +804,7 @@ static void test_create_rejects(void)
 {
 	need_sandbox();
 	char storage[256];
-	snprintf(storage, sizeof(storage), "%s/storage", data_dir);
+	snprintf(storage, sizeof(storage), "%s/storage/mnt/ws", data_dir);
 	int before = count_dir_entries(storage);
 
 	sandlot_options_t o;
@@ -958,12 +958,8 @@ static void create_in_threads(const char *dir)
 
 /* Sandboxes created and destroyed from several threads at once (as the
  * daemon does): uid slots, cgroups, storage and the caches are shared.
- * First in a fresh data directory, where the threads also race to build
- * the storage template; then in the shared one, where it exists.
- * Bug: storage.c ensure_template() names its temporary image after the
- * pid only, so threads of one process write, truncate and rename the same
- * file; a broken template can land in the cache and then every later
- * sandbox of that size fails (EUCLEAN/EINVAL from mount). */
+ * First in a fresh data directory, where the threads also race to make and
+ * mount the storage pool; then in the shared one, where it exists. */
 static void test_create_concurrent(void)
 {
 	need_sandbox();
@@ -1977,9 +1973,11 @@ static ssize_t zero_source(void *ud, void *buf, size_t len)
 	return (ssize_t)n;
 }
 
-/* A 16M disk: a 32 MiB write fails with ENOSPC and leaves nothing. */
+/* A 16M disk: a 32 MiB write fails and leaves nothing: EDQUOT from the
+ * workspace's quota in the pool, ENOSPC from a full tmpfs. */
 static void enospc_case(sandlot_storage_t storage)
 {
+	int full = storage == SANDLOT_STORAGE_TMPFS ? ENOSPC : EDQUOT;
 	need_sandbox();
 	sandlot_options_t o;
 	sandlot_options_init(&o);
@@ -2009,7 +2007,7 @@ static void enospc_case(sandlot_storage_t storage)
 	printf("#   failed at %s %d: %s\n", failed_at == 100 ? "commit" : "MiB", failed_at,
 	       sandlot_error_message(e));
 	CHECK(failed_at != 0);
-	CHECK_EQ_INT(sandlot_error_status(e), ENOSPC);
+	CHECK_EQ_INT(sandlot_error_status(e), full);
 	CHECK(strstr(sandlot_error_message(e), "big") != NULL);
 	sandlot_error_free(e);
 	int tmps = -1;
@@ -2018,14 +2016,14 @@ static void enospc_case(sandlot_storage_t storage)
 
 	/* The callback form. */
 	size_t left = 32 * MiB;
-	MUST_FAIL(sandlot_file_write(sb, "big2", 0, 0, zero_source, &left, E), ENOSPC, "big2");
+	MUST_FAIL(sandlot_file_write(sb, "big2", 0, 0, zero_source, &left, E), full, "big2");
 	CHECK(!dir_has(sb, "/home/user", "big2", &tmps));
 	CHECK_EQ_INT(tmps, 0);
 
 	/* The space came back, and a failed replacement keeps the original. */
 	MUST(put_file(sb, "small", chunk, 1 * MiB, 0, 0, E));
 	left = 32 * MiB;
-	MUST_FAIL(sandlot_file_write(sb, "small", 0, 0, zero_source, &left, E), ENOSPC, "small");
+	MUST_FAIL(sandlot_file_write(sb, "small", 0, 0, zero_source, &left, E), full, "small");
 	struct buf got = { 0 };
 	MUST(get_file(sb, "small", &got, 0, E));
 	CHECK(got.len == 1 * MiB && memcmp(got.p, chunk, got.len) == 0);
@@ -2038,7 +2036,7 @@ static void enospc_case(sandlot_storage_t storage)
 
 static void test_file_enospc(void)
 {
-	enospc_case(SANDLOT_STORAGE_DEFAULT); /* ext4 on a loop device here */
+	enospc_case(SANDLOT_STORAGE_DEFAULT); /* the storage pool here */
 }
 
 static void test_file_enospc_tmpfs(void)
@@ -2755,7 +2753,7 @@ static void test_nothing_left(void)
 	CHECK_EQ_INT(count_inits(main_pid, 1, 1), 0);
 	CHECK_EQ_INT(count_inits(getpid(), 0, 1), 0);
 	char storage[256];
-	snprintf(storage, sizeof(storage), "%s/storage", data_dir);
+	snprintf(storage, sizeof(storage), "%s/storage/mnt/ws", data_dir);
 	CHECK_EQ_INT(count_dir_entries(storage), 0);
 }
 
@@ -2983,6 +2981,22 @@ static void teardown(void)
 	}
 	while (waitpid(-1, NULL, WNOHANG) > 0)
 		;
+	/* The storage pools stay mounted for the next sandbox: unmount them
+	 * (their loop devices go with them) before removing the files. */
+	const char *dirs[] = { data_dir, NULL, NULL };
+	char fresh[300];
+	snprintf(fresh, sizeof(fresh), "%s/data-concurrent", tmp_root);
+	dirs[1] = fresh;
+	for (int i = 0; dirs[i]; i++) {
+		sandlot_options_t o;
+		sandlot_options_init(&o);
+		o.data_dir = dirs[i];
+		sandlot_error_t *e = NULL;
+		if (sandlot_storage_unmount(&o, &e) < 0) {
+			printf("# unmount the storage pool of %s: %s\n", dirs[i], sandlot_error_message(e));
+			sandlot_error_free(e);
+		}
+	}
 	if (nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS) < 0)
 		printf("# could not remove %s: %s\n", tmp_root, strerror(errno));
 }

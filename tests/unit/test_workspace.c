@@ -1,15 +1,16 @@
-/* Kept workspaces (sandlot_options_t.workspace_image, sandlot_workspace_copy)
- * against real sandboxes.
+/* Kept workspaces (sandlot_options_t.workspace, sandlot_workspace_*) and
+ * the storage pool against real sandboxes.
  *
  * Needs root and a sandlot-init binary, like test_lib.c (meson passes
  * SANDLOT_INIT, or SANDLOT_TEST_INIT_FALLBACK in the sanitizer build); the
  * sandbox cases are skipped, saying why, where those are missing.
  *
  * What must hold: files written in one sandbox are there, byte for byte,
- * in a later sandbox given the same image — which runs under another host
- * uid range — and they belong to the sandbox user (uid 1000) there; the
- * image stores sandbox uids (checked on the image itself with debugfs);
- * one sandbox at a time; copies are independent; bad options are refused.
+ * in a later sandbox given the same workspace — which runs under another
+ * host uid range — and they belong to the sandbox user (uid 1000) there;
+ * the pool stores sandbox uids (checked on the pool itself); one sandbox
+ * at a time; copies are independent; quotas are reserved and given back;
+ * a size that cannot be reserved is refused; bad options are refused.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -36,6 +37,7 @@
 static char tmp_root[64];
 static char data_dir[128];
 static char ws_dir[128];
+static char kept_dir[160];
 static const char *init_skip;
 
 static void bail(const char *why, int line)
@@ -58,14 +60,14 @@ static void need_sandbox(void)
 	if (init_skip)
 		tap_skip(init_skip);
 	if (access("/dev/loop-control", F_OK) < 0)
-		tap_skip("the host has no loop devices: kept workspaces need ext4 storage");
+		tap_skip("the host has no loop devices: the storage pool needs one");
 }
 
 static sandlot_t *create_on(const char *image, uint64_t disk)
 {
 	sandlot_options_t o;
 	sandlot_options_init(&o);
-	o.workspace_image = image;
+	o.workspace = image;
 	if (disk)
 		o.disk_bytes = disk;
 	sandlot_error_t *e = NULL;
@@ -167,25 +169,40 @@ static unsigned host_base(sandlot_t *sb)
 	" while read -r f; do stat -c '%n %F %a %u:%g %s' \"$f\";"                          \
 	" [ -f \"$f\" ] && [ ! -L \"$f\" ] && sha256sum < \"$f\"; done; true"
 
+static uint64_t reserved_now(void)
+{
+	sandlot_storage_info_t si;
+	sandlot_error_t *e = NULL;
+	REQUIRE(sandlot_storage_info(NULL, &si, &e) == 0);
+	return si.reserved_bytes;
+}
+
+static uint64_t size_of(const char *name)
+{
+	uint64_t bytes = 0;
+	sandlot_error_t *e = NULL;
+	if (sandlot_workspace_size(NULL, name, &bytes, &e) < 0) {
+		sandlot_error_free(e);
+		return 0;
+	}
+	return bytes;
+}
+
 static void test_survives_recreate(void)
 {
 	need_sandbox();
-	char img[256];
-	snprintf(img, sizeof(img), "%s/survive.img", ws_dir);
-	CHECK(access(img, F_OK) < 0);
+	const char *img = "survive";
+	CHECK(size_of(img) == 0);
 
 	sandlot_t *a = create_on(img, 64u << 20);
-	CHECK(access(img, F_OK) == 0); /* created, and kept while in use */
+	CHECK(size_of(img) == 64u << 20); /* created, and kept while in use */
 	unsigned base_a = host_base(a);
 	sh_ok(a, WRITE_TREE);
 	char *before = sh(a, DIGEST);
 	REQUIRE(before && strstr(before, "big.bin"));
 	sandlot_destroy(a);
-
-	struct stat st;
-	CHECK(stat(img, &st) == 0 && st.st_size == (off_t)(64u << 20));
-	/* Allocated far less than its size: the copy stayed sparse. */
-	CHECK(st.st_blocks * 512 < (off_t)(32u << 20));
+	CHECK(size_of(img) == 64u << 20);
+	CHECK(reserved_now() >= 64u << 20);
 
 	/* Another uid range for the next one: hold the first range meanwhile
 	 * so the new sandbox cannot draw it again. */
@@ -222,44 +239,29 @@ static void test_survives_recreate(void)
 	sandlot_destroy(holder);
 }
 
-static void test_image_stores_sandbox_uids(void)
+static void test_pool_stores_sandbox_uids(void)
 {
 	need_sandbox();
-	const char *debugfs = access("/usr/sbin/debugfs", X_OK) == 0 ? "/usr/sbin/debugfs"
-			      : access("/sbin/debugfs", X_OK) == 0  ? "/sbin/debugfs"
-								    : NULL;
-	if (!debugfs)
-		tap_skip("debugfs (e2fsprogs) is not installed: cannot read the image's owners");
-	char img[256];
-	snprintf(img, sizeof(img), "%s/owners.img", ws_dir);
-	sandlot_t *sb = create_on(img, 32u << 20);
-	sh_ok(sb, "echo x > /home/user/owned");
+	sandlot_t *sb = create_on("owners", 32u << 20);
+	sh_ok(sb, "echo x > /home/user/owned; echo y > /tmp/owned-tmp");
 	sandlot_destroy(sb);
-	/* On the image itself: the raw owner is 1000, not the host uid. */
-	char cmd[600];
-	snprintf(cmd, sizeof(cmd), "%s -R 'stat /home/owned' %s 2>/dev/null | grep -o 'User: *[0-9]*'",
-		 debugfs, img);
-	FILE *f = popen(cmd, "r");
-	REQUIRE(f);
-	char line[128] = "";
-	if (!fgets(line, sizeof(line), f))
-		line[0] = '\0';
-	pclose(f);
-	line[strcspn(line, "\n")] = '\0';
-	printf("#   debugfs: %s\n", line);
-	unsigned uid = 0;
-	CHECK(sscanf(line, "User: %u", &uid) == 1 && uid == 1000);
+	/* In the pool itself: the raw owner is 1000, not the host uid. */
+	char path[300];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/owners/home/owned", kept_dir);
+	CHECK(stat(path, &st) == 0 && st.st_uid == 1000 && st.st_gid == 1000);
+	snprintf(path, sizeof(path), "%s/owners/tmp", kept_dir);
+	CHECK(stat(path, &st) == 0 && st.st_uid == 0 && (st.st_mode & 07777) == 01777);
 }
 
 static void test_one_sandbox_at_a_time(void)
 {
 	need_sandbox();
-	char img[256];
-	snprintf(img, sizeof(img), "%s/busy.img", ws_dir);
+	const char *img = "busy";
 	sandlot_t *a = create_on(img, 32u << 20);
 	sandlot_options_t o;
 	sandlot_options_init(&o);
-	o.workspace_image = img;
+	o.workspace = img;
 	sandlot_error_t *e = NULL;
 	sandlot_t *b = sandlot_create(&o, &e);
 	CHECK(b == NULL);
@@ -267,14 +269,16 @@ static void test_one_sandbox_at_a_time(void)
 	printf("#   second user: %s\n", sandlot_error_message(e));
 	sandlot_error_free(e);
 	sandlot_destroy(b);
-	/* Copying an image in use is refused as well. */
-	char dst[256];
-	snprintf(dst, sizeof(dst), "%s/busy-copy.img", ws_dir);
+	/* Copying or removing a workspace in use is refused as well. */
 	e = NULL;
-	CHECK_EQ_INT(sandlot_workspace_copy(img, dst, &e), -1);
+	CHECK_EQ_INT(sandlot_workspace_copy(NULL, img, "busy-copy", &e), -1);
 	CHECK_EQ_INT(sandlot_error_status(e), EBUSY);
 	sandlot_error_free(e);
-	CHECK(access(dst, F_OK) < 0);
+	CHECK(size_of("busy-copy") == 0);
+	e = NULL;
+	CHECK_EQ_INT(sandlot_workspace_remove(NULL, img, &e), -1);
+	CHECK_EQ_INT(sandlot_error_status(e), EBUSY);
+	sandlot_error_free(e);
 	sandlot_destroy(a);
 	/* Free again the moment the first is destroyed. */
 	b = create_on(img, 0);
@@ -284,9 +288,7 @@ static void test_one_sandbox_at_a_time(void)
 static void test_copy_is_independent(void)
 {
 	need_sandbox();
-	char img[256], copy[256];
-	snprintf(img, sizeof(img), "%s/orig.img", ws_dir);
-	snprintf(copy, sizeof(copy), "%s/copy.img", ws_dir);
+	const char *img = "orig", *copy = "copy";
 	sandlot_t *a = create_on(img, 32u << 20);
 	sh_ok(a, "head -c 1000000 /dev/urandom > /home/user/r; sha256sum < /home/user/r > /tmp/sum");
 	char *sum = sh(a, "sha256sum < /home/user/r");
@@ -294,10 +296,13 @@ static void test_copy_is_independent(void)
 	sandlot_destroy(a);
 
 	sandlot_error_t *e = NULL;
-	CHECK_EQ_INT(sandlot_workspace_copy(img, copy, &e), 0);
+	uint64_t before = reserved_now();
+	CHECK_EQ_INT(sandlot_workspace_copy(NULL, img, copy, &e), 0);
 	sandlot_error_free(e);
+	CHECK(size_of(copy) == 32u << 20);
+	CHECK(reserved_now() == before + (32u << 20)); /* a copy is reserved too */
 	e = NULL;
-	CHECK_EQ_INT(sandlot_workspace_copy(img, copy, &e), -1); /* exists */
+	CHECK_EQ_INT(sandlot_workspace_copy(NULL, img, copy, &e), -1); /* exists */
 	CHECK_EQ_INT(sandlot_error_status(e), EEXIST);
 	sandlot_error_free(e);
 
@@ -317,33 +322,106 @@ static void test_copy_is_independent(void)
 	free(sum_b);
 	free(tmp_b);
 	free(sum_a);
-	/* No temporary file is left next to them. */
-	DIR *d = opendir(ws_dir);
+	/* No half-made workspace is left next to them. */
+	DIR *d = opendir(kept_dir);
 	struct dirent *de;
 	while (d && (de = readdir(d)))
-		CHECK(strstr(de->d_name, ".tmp-") == NULL);
+		CHECK(strncmp(de->d_name, ".new-", 5) != 0);
 	if (d)
 		closedir(d);
+	/* Removed: gone from the list, and the reservation given back. */
+	before = reserved_now();
+	e = NULL;
+	CHECK_EQ_INT(sandlot_workspace_remove(NULL, copy, &e), 0);
+	CHECK(reserved_now() == before - (32u << 20));
+	char **names = NULL;
+	CHECK_EQ_INT(sandlot_workspace_list(NULL, &names, &e), 0);
+	int has_orig = 0, has_copy = 0;
+	for (size_t i = 0; names && names[i]; i++) {
+		has_orig |= !strcmp(names[i], img);
+		has_copy |= !strcmp(names[i], copy);
+	}
+	CHECK(has_orig && !has_copy);
+	sandlot_strv_free(names);
+	CHECK_EQ_INT(sandlot_workspace_remove(NULL, copy, &e), -1);
+	CHECK_EQ_INT(sandlot_error_status(e), ENOENT);
+	sandlot_error_free(e);
 }
 
-static void test_existing_image_size_wins(void)
+/* An ephemeral workspace leaves nothing in the pool, reservation included. */
+static void test_ephemeral_leaves_nothing(void)
 {
 	need_sandbox();
-	char img[256];
-	snprintf(img, sizeof(img), "%s/size.img", ws_dir);
+	sandlot_t *warm = create_on("warm", 16u << 20); /* makes the pool */
+	sandlot_destroy(warm);
+	uint64_t before = reserved_now();
+	sandlot_options_t o;
+	sandlot_options_init(&o);
+	o.disk_bytes = 48u << 20;
+	sandlot_error_t *e = NULL;
+	sandlot_t *sb = sandlot_create(&o, &e);
+	REQUIRE(sb);
+	CHECK(reserved_now() == before + (48u << 20));
+	sh_ok(sb, "head -c 3000000 /dev/urandom > /home/user/f");
+	sandlot_destroy(sb);
+	CHECK(reserved_now() == before);
+	char ws[200];
+	snprintf(ws, sizeof(ws), "%s/data/storage/mnt/ws", tmp_root);
+	DIR *d = opendir(ws);
+	REQUIRE(d);
+	struct dirent *de;
+	int n = 0;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	CHECK_EQ_INT(n, 0);
+}
+
+/* A disk bigger than the data filesystem can give: ENOSPC naming it,
+ * nothing reserved, nothing made. */
+static void test_admission(void)
+{
+	need_sandbox();
+	uint64_t before = reserved_now();
+	sandlot_options_t o;
+	sandlot_options_init(&o);
+	o.disk_bytes = 8ull << 40;
+	sandlot_error_t *e = NULL;
+	sandlot_t *sb = sandlot_create(&o, &e);
+	CHECK(sb == NULL);
+	CHECK_EQ_INT(sandlot_error_status(e), ENOSPC);
+	printf("#   %s\n", sandlot_error_message(e));
+	CHECK(e && strstr(sandlot_error_message(e), "cannot reserve 8.0T"));
+	sandlot_error_free(e);
+	sandlot_destroy(sb);
+	CHECK(reserved_now() == before);
+	/* The same through a kept workspace and a copy. */
+	o.workspace = "huge";
+	e = NULL;
+	sb = sandlot_create(&o, &e);
+	CHECK(sb == NULL && sandlot_error_status(e) == ENOSPC);
+	sandlot_error_free(e);
+	CHECK(size_of("huge") == 0);
+	CHECK(reserved_now() == before);
+}
+
+static void test_existing_workspace_quota_wins(void)
+{
+	need_sandbox();
+	const char *img = "size";
 	sandlot_t *a = create_on(img, 24u << 20);
 	sandlot_destroy(a);
-	sandlot_t *b = create_on(img, 1u << 30); /* ignored: the image is 24M */
-	char *df = sh(b, "df -k /home/user | awk 'NR==2 {print $2}'");
-	REQUIRE(df);
-	long kb = atol(df);
-	printf("#   /home/user size %ld KiB\n", kb);
-	CHECK(kb > 16 * 1024 && kb <= 24 * 1024);
-	/* Over the quota: a clean ENOSPC, not a kill by RLIMIT_FSIZE. */
-	char *out = sh(b, "head -c 40000000 /dev/zero > /home/user/fill 2>/dev/null; echo rc=$?");
-	CHECK(out && strcmp(out, "rc=0\n") != 0);
+	sandlot_t *b = create_on(img, 1u << 30); /* ignored: the workspace is 24M */
+	CHECK(size_of(img) == 24u << 20);
+	/* Over the quota: a clean write error (EDQUOT), not a kill by
+	 * RLIMIT_FSIZE; under it, fine. */
+	char *out = sh(b, "head -c 40000000 /dev/zero 2>&1 >/home/user/fill; echo rc=$?");
+	CHECK(out && strstr(out, "quota exceeded") && strstr(out, "rc=1"));
+	printf("#   %s", out ? out : "(none)\n");
 	free(out);
-	free(df);
+	out = sh(b, "rm /home/user/fill; head -c 20000000 /dev/zero > /home/user/fill; echo rc=$?");
+	CHECK_STR(out, "rc=0\n");
+	free(out);
 	sandlot_destroy(b);
 }
 
@@ -365,7 +443,7 @@ static void test_bad_options(void)
 	sandlot_options_t o;
 	sandlot_options_init(&o);
 	sandlot_error_t *e = NULL;
-	o.workspace_image = "/x.img";
+	o.workspace = "x";
 	o.storage = SANDLOT_STORAGE_TMPFS;
 	CHECK_EQ_INT(sandlot_options_validate(&o, &e), -1);
 	CHECK_EQ_INT(sandlot_error_status(e), EINVAL);
@@ -373,12 +451,23 @@ static void test_bad_options(void)
 	sandlot_error_free(e);
 	e = NULL;
 	o.storage = SANDLOT_STORAGE_DEFAULT;
-	o.workspace_image = "";
+	static const char *const bad_names[] = { "", "../x", "a/b", ".hidden", "UPPER",
+						 "x" "0123456789012345678901234567890123456789"
+						 "0123456789012345678901234567890123456789" };
+	for (size_t i = 0; i < sizeof(bad_names) / sizeof(bad_names[0]); i++) {
+		o.workspace = bad_names[i];
+		CHECK_EQ_INT(sandlot_options_validate(&o, &e), -1);
+		CHECK_EQ_INT(sandlot_error_status(e), EINVAL);
+		sandlot_error_free(e);
+		e = NULL;
+	}
+	o.workspace = NULL;
+	o.disk_overcommit = 0.5;
 	CHECK_EQ_INT(sandlot_options_validate(&o, &e), -1);
-	CHECK_EQ_INT(sandlot_error_status(e), EINVAL);
+	CHECK(e && strstr(sandlot_error_message(e), "overcommit"));
 	sandlot_error_free(e);
 	e = NULL;
-	o.workspace_image = NULL;
+	o.disk_overcommit = 0;
 	static const char *const bad_ids[] = { "sb-short", "xx-abcdefghijklmnopqrstuvwxyz",
 					       "sb-ABCDEFGHIJKLMNOPQRSTUVWXYZ", "sb-abcdefghijklmnopqrstuvwxy1",
 					       "sb-../../../../etc/passwd.xxxxxx" };
@@ -389,7 +478,8 @@ static void test_bad_options(void)
 		sandlot_error_free(e);
 		e = NULL;
 	}
-	/* A file that is not an image: refused, and left as it is. */
+	/* A file that is not an image of the former layout: refused, and
+	 * left as it is. */
 	if (geteuid() == 0 && !init_skip && access("/dev/loop-control", F_OK) == 0) {
 		char img[256];
 		snprintf(img, sizeof(img), "%s/not-an-image", ws_dir);
@@ -397,14 +487,10 @@ static void test_bad_options(void)
 		REQUIRE(f);
 		fputs("hello\n", f);
 		fclose(f);
-		o.id = NULL;
-		o.workspace_image = img;
-		sandlot_t *sb = sandlot_create(&o, &e);
-		CHECK(sb == NULL);
+		CHECK_EQ_INT(sandlot_workspace_import(NULL, "imported", img, &e), -1);
 		CHECK_EQ_INT(sandlot_error_status(e), EINVAL);
 		printf("#   %s\n", sandlot_error_message(e));
 		sandlot_error_free(e);
-		sandlot_destroy(sb);
 		struct stat st;
 		CHECK(stat(img, &st) == 0 && st.st_size == 6);
 	}
@@ -446,6 +532,7 @@ int main(void)
 	}
 	snprintf(data_dir, sizeof(data_dir), "%s/data", tmp_root);
 	snprintf(ws_dir, sizeof(ws_dir), "%s/ws", tmp_root);
+	snprintf(kept_dir, sizeof(kept_dir), "%s/storage/mnt/kept", data_dir);
 	mkdir(ws_dir, 0700);
 	setenv("SANDLOT_DATA_DIR", data_dir, 1);
 	const char *init = getenv("SANDLOT_INIT");
@@ -459,12 +546,21 @@ int main(void)
 	RUN(test_bad_options);
 	RUN(test_given_id);
 	RUN(test_survives_recreate);
-	RUN(test_image_stores_sandbox_uids);
+	RUN(test_pool_stores_sandbox_uids);
 	RUN(test_one_sandbox_at_a_time);
 	RUN(test_copy_is_independent);
-	RUN(test_existing_image_size_wins);
+	RUN(test_existing_workspace_quota_wins);
+	RUN(test_ephemeral_leaves_nothing);
+	RUN(test_admission);
 	while (waitpid(-1, NULL, WNOHANG) > 0)
 		;
+	/* The pool stays mounted for the next sandbox: unmount it (its loop
+	 * device goes with it) before removing the data directory. */
+	sandlot_error_t *e = NULL;
+	if (sandlot_storage_unmount(NULL, &e) < 0) {
+		printf("# unmount the storage pool: %s\n", sandlot_error_message(e));
+		sandlot_error_free(e);
+	}
 	nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	return tap_done();
 }

@@ -77,9 +77,18 @@ class Daemon:
             return ""
 
     def leftovers(self):
-        """Files of sandboxes still in the data dir (storage images)."""
+        """What sandboxes left in the data dir: anything in storage/ but the
+        storage pool's own files, and workspaces of running sandboxes in the
+        pool while it is mounted (a clean stop deletes those and unmounts
+        it)."""
         storage = self.data_dir / "storage"
-        return sorted(os.listdir(storage)) if storage.is_dir() else []
+        if not storage.is_dir():
+            return []
+        left = sorted(n for n in os.listdir(storage) if n not in ("pool.img", "pool.lock", "mnt"))
+        ws = storage / "mnt" / "ws"
+        if ws.is_dir():
+            left += sorted(f"ws/{n}" for n in os.listdir(ws))
+        return left
 
 
 def free_port():

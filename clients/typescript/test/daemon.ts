@@ -141,12 +141,42 @@ function isOurDescendant(pid: number): boolean {
   return false;
 }
 
-/** Loop devices on the data dir, our sandlot-inits, cgroups of our sandbox ids. */
+/** Whether some mount namespace still mounts block device `dev` (loopN):
+ * the mount source, after " - FSTYPE " in mountinfo (btrfs shows an
+ * anonymous device number in the major:minor field). */
+function mountedSomewhere(dev: string): boolean {
+  const seen = new Set<string>();
+  for (const name of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    let ns: string;
+    try {
+      ns = fs.readlinkSync(`/proc/${name}/ns/mnt`);
+    } catch {
+      continue;
+    }
+    if (seen.has(ns)) continue;
+    seen.add(ns);
+    const text = read(`/proc/${name}/mountinfo`) ?? "";
+    if (text.split("\n").some((ln) => (ln.split(" - ")[1] ?? "").split(" ")[1] === `/dev/${dev}`)) return true;
+  }
+  return false;
+}
+
+/** Loop devices on the data dir, our sandlot-inits, cgroups of our sandbox ids.
+ * The storage pool's loop device (storage/pool.img) counts once no mount
+ * namespace mounts it any more: the daemon unmounts the pool on a clean
+ * stop, but a namespace that someone made while it was mounted holds a
+ * copy (and so the device) until it goes. */
 export function hostLeftovers(dataDir: string, ids: string[]): string[] {
   const out: string[] = [];
   for (const dev of fs.readdirSync("/sys/block").filter((d) => d.startsWith("loop"))) {
     const bf = read(`/sys/block/${dev}/loop/backing_file`)?.trim();
-    if (bf && bf.startsWith(dataDir)) out.push(`loop device /dev/${dev} still backed by ${bf}`);
+    if (!bf || !bf.startsWith(dataDir)) continue;
+    if (bf.startsWith(path.join(dataDir, "storage", "pool.img")) && mountedSomewhere(dev)) {
+      const ours = (read("/proc/self/mountinfo") ?? "").includes(path.join(dataDir, "storage", "mnt"));
+      if (!ours) continue;
+    }
+    out.push(`loop device /dev/${dev} still backed by ${bf}`);
   }
   for (const name of fs.readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
