@@ -190,9 +190,8 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 	 * ephemeral one) and drop its lock. */
 	sandlot__storage_destroy(&ns->storage);
 	sandlot__uid_slot_release(&ns->slot);
-	/* Work for the next sandboxes, while the cleanup lock is still held:
-	 * whoever waits for the helpers also waits for this. */
-	sandlot__cgroup_pool_fill(&ns->limits, NS_HELPER_POOL_TARGET);
+	/* While the cleanup lock is still held: whoever waits for the
+	 * helpers also waits for this. */
 	sandlot__ns_collect_stale(data_dir);
 	_exit(0);
 }

@@ -329,9 +329,10 @@ static int read_status(int fd, sandlot_error_t **err)
 
 /* Remove cgroups and ephemeral workspaces that a killed sandlot process
  * could not (SIGKILL leaves nothing else behind: the sandbox's processes
- * and mounts die with its init).  At most once a minute per data
- * directory, and only cgroups that are empty and older than 30 s and
- * workspaces that no process holds. */
+ * and mounts die with its init), and the free prepared cgroups of a
+ * preparer that was killed (whatever its data directory).  At most once a
+ * minute per data directory, and only cgroups that are empty and older
+ * than 30 s and workspaces that no process holds. */
 void sandlot__ns_collect_stale(const char *data_dir)
 {
 	char path[4200];
@@ -343,6 +344,7 @@ void sandlot__ns_collect_stale(const char *data_dir)
 	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
 		return;
 	futimens(fd, NULL);
+	sandlot__cgroup_pool_reclaim();
 	sandlot__cgroup_cleanup_stale("sb-", 30);
 	sandlot__pool_sweep(data_dir);
 }
@@ -382,9 +384,8 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	};
 	/* A prepared cgroup when there is one (its name becomes the sandbox's
 	 * id); a new one otherwise. */
-	ns->limits = lim;
 	char pooled[32];
-	int prepared = !sb->id_given && sandlot__cgroup_pool_take(&lim, pooled);
+	int prepared = !sb->id_given && sandlot__cgroup_pool_take(sb->data_dir, &lim, pooled);
 	if (prepared) {
 		memcpy(sb->id, pooled, sizeof(pooled));
 		sandlot__ns_prepare_taken();

@@ -26,15 +26,11 @@ struct ns_state {
 	int cleanup_lock_fd;        /* shared flock on <data_dir>/cleanup.lock, or -1 */
 	int status_fd;              /* init's set-up report, until ready() read it */
 	int detached;               /* the helper owns the teardown: release only frees */
-	struct sandlot_cgroup_limits limits; /* the cgroup's, for the pool's refill */
 };
 
-/* How many prepared cgroups the cleanup helper keeps ready after a
- * sandbox (each `sandlot run` takes one). */
-#define NS_HELPER_POOL_TARGET 2
-
-/* Remove cgroups that a killed sandlot process left, at most once a
- * minute per data directory (ns.c). */
+/* Remove cgroups and workspaces that a killed sandlot process left, and the
+ * free prepared cgroups of preparers that are gone, at most once a minute
+ * per data directory (ns.c). */
 void sandlot__ns_collect_stale(const char *data_dir);
 
 /* ---- the prepared root tree (ns-root.c) ---- */
@@ -82,13 +78,13 @@ int sandlot__ns_cleanup_lock(const char *data_dir, sandlot_error_t **err);
 
 /* Fork the cleanup helper of `ns`: a process of its own (own session,
  * stdio on /dev/null, every descriptor closed but the ones it needs:
- * init's pidfd, the uid slot lock and the cleanup lock), shown as
+ * init's pidfd, the uid slot lock, the workspace lock and the cleanup
+ * lock), shown as
  * "sandlot-cleanup ID" by ps, that waits on a lifeline pipe.  EOF on
  * the pipe — this process exited, was killed, or detached the sandbox —
  * makes it kill init, wait until every process of the sandbox is gone and
- * release the cgroup, the uid range and the locks; then it prepares
- * cgroups for the next sandboxes (NS_HELPER_POOL_TARGET) and collects
- * stale ones.  A byte instead tells it that this process did the teardown
+ * delete the workspace and release the cgroup, the uid range and the
+ * locks; then it runs the stale collector.  A byte instead tells it that this process did the teardown
  * itself, and it just exits.
  *
  * Call it while no other thread of this process holds a lock the helper's

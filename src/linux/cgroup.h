@@ -149,12 +149,13 @@ int sandlot__cgroup_remove_named(const char *name, int kill);
  *
  * Making a cgroup costs a mkdir per hierarchy (five on a v1 host) and a
  * write per limit — about 0.3 ms on the 2-CPU test host, on the critical
- * path of every sandbox — and removing it another 0.2 ms.  So a small
- * host-wide set is prepared ahead of time, off that path, with the limits
- * the next sandboxes are likely to ask for: each is an ordinary sandbox
- * cgroup "sb-<id>" under sandlot/ in every hierarchy, plus a marker file
- * "<pool dir>/<name>.<memory>.<pids>.<cpus_milli>" saying that it is free
- * and which limits it holds.  Taking one is atomic across threads and
+ * path of every sandbox — and removing it another 0.2 ms.  So a long-lived
+ * process (sandlotd, through sandlot_prepare()) keeps a small set prepared
+ * ahead of time, off that path, with the limits the next sandboxes are
+ * likely to ask for: each is an ordinary sandbox cgroup "sb-<id>" under
+ * sandlot/ in every hierarchy, plus a marker file
+ * "<pool>/<name>.<memory>.<pids>.<cpus_milli>" saying that it is free and
+ * which limits it holds.  Taking one is atomic across threads and
  * processes: whoever unlinks its marker owns it.  The taker uses the name
  * as the new sandbox's id and reserves it in this process, so that
  * sandlot__cgroup_create() with that name adopts the directories instead
@@ -162,38 +163,62 @@ int sandlot__cgroup_remove_named(const char *name, int kill);
  * is used once and removed with its sandbox like any other: a sandbox never
  * inherits another's counters or charged memory.
  *
- * The pool directory is /run/sandlot/cgroup-pool/<mode>-<hash of the
- * roots in use> (SANDLOT_CGROUP_POOL_DIR overrides it, for tests); in
- * "none" mode there is no pool.  sandlot__cgroup_cleanup_stale() leaves
- * prepared cgroups alone; a taker touches the cgroup's directory before it
- * unlinks the marker, so the age guard protects a taken one until its
- * sandbox populates it. */
+ * Ownership.  There is one pool per data directory (and set of
+ * hierarchies): /run/sandlot/cgroup-pool/<mode>-<hash> (the base is
+ * SANDLOT_CGROUP_POOL_DIR if set, for tests), holding the markers, a file
+ * "data-dir" naming the data directory, and "preparer.lock", on which the
+ * process that fills the pool holds a shared flock for as long as it does
+ * (sandlot__cgroup_pool_hold).  Anyone with that data directory may take
+ * from it (`sandlot run` beside sandlotd does).  The preparer drains the
+ * pool when it stops; the free cgroups of a preparer that died (SIGKILL)
+ * are drained by the next one of the same data directory (which takes them
+ * over) or by sandlot__cgroup_pool_reclaim(), which the stale collectors
+ * run: a pool whose lock nobody holds has no owner.  So free prepared
+ * cgroups never outlive their preparer for long, and every one is
+ * attributable to a data directory.  In "none" mode there is no pool.
+ *
+ * sandlot__cgroup_cleanup_stale() leaves prepared cgroups alone; a taker
+ * touches the cgroup's directory before it unlinks the marker, so the age
+ * guard protects a taken one until its sandbox populates it. */
 
-/* Take a prepared cgroup whose marker says `lim` if there is one, else any
- * (its limits are rewritten on adoption); write its name ("sb-" and 26
- * characters, 30 bytes with the NUL) to name.  1 when one was taken, 0
- * when the pool is empty or unusable (the caller makes a name itself). */
-int sandlot__cgroup_pool_take(const struct sandlot_cgroup_limits *lim, char name[32]);
+/* Take a prepared cgroup of data_dir's pool whose marker says `lim` if
+ * there is one, else any (its limits are rewritten on adoption); write its
+ * name ("sb-" and 26 characters, 30 bytes with the NUL) to name.  1 when
+ * one was taken, 0 when the pool is empty or unusable (the caller makes a
+ * name itself). */
+int sandlot__cgroup_pool_take(const char *data_dir, const struct sandlot_cgroup_limits *lim,
+			      char name[32]);
 
 /* Give back a name taken with sandlot__cgroup_pool_take() that no
  * sandlot__cgroup_create() will use after all (its marker is made again).
  * Names not reserved by this process are ignored. */
 void sandlot__cgroup_pool_return(const char *name);
 
-/* Prepare cgroups with limits `lim` until `target` are free in the pool
- * (host-wide).  Returns how many were made; never fails (a cgroup that
- * cannot be made is simply not there).  Meant for off the critical path:
- * the run's cleanup helper, a daemon thread. */
-unsigned sandlot__cgroup_pool_fill(const struct sandlot_cgroup_limits *lim, unsigned target);
+/* Prepare cgroups with limits `lim` until `target` are free in data_dir's
+ * pool.  Returns how many were made; never fails (a cgroup that cannot be
+ * made is simply not there).  Only for the pool's preparer (after
+ * sandlot__cgroup_pool_hold), off the critical path. */
+unsigned sandlot__cgroup_pool_fill(const char *data_dir, const struct sandlot_cgroup_limits *lim,
+				   unsigned target);
 
-/* Free cgroups in the pool now (host-wide). */
-unsigned sandlot__cgroup_pool_count(void);
+/* Free cgroups in data_dir's pool now. */
+unsigned sandlot__cgroup_pool_count(const char *data_dir);
 
-/* Remove every free prepared cgroup and its marker; returns how many.  For
- * tests and an operator who wants the host bare. */
-unsigned sandlot__cgroup_pool_drain(void);
+/* Remove every free prepared cgroup of data_dir's pool and its marker;
+ * returns how many.  The preparer does it when it stops. */
+unsigned sandlot__cgroup_pool_drain(const char *data_dir);
 
-/* Whether `name` has a marker in the pool (a free prepared cgroup). */
+/* Become the preparer of data_dir's pool: make the pool directory and take
+ * a shared flock on its preparer.lock.  The descriptor (close it after
+ * sandlot__cgroup_pool_drain() to stop), or -1 with an error. */
+int sandlot__cgroup_pool_hold(const char *data_dir, sandlot_error_t **err);
+
+/* Drain every pool on the host whose preparer is gone (nobody holds its
+ * lock); returns how many cgroups were removed.  A readdir and a flock per
+ * pool: for the stale collectors, off the critical path. */
+unsigned sandlot__cgroup_pool_reclaim(void);
+
+/* Whether `name` has a marker in any pool (a free prepared cgroup). */
 bool sandlot__cgroup_pool_has(const char *name);
 
 /* Directory of the cgroup for `controller` ("memory", "pids", "cpu",

@@ -752,6 +752,38 @@ static void use_test_pool(void)
 	setenv("SANDLOT_CGROUP_POOL_DIR", pool_tmp, 1);
 }
 
+/* The data directory the test pools are for (only its name matters). */
+#define TEST_DD "/var/tmp/sltest-pool-data"
+
+/* Remove the test's pool directories (data-dir, preparer.lock), checking
+ * that no marker is left in them. */
+static void remove_test_pool(void)
+{
+	DIR *base = opendir(pool_tmp);
+	CHECK(base != NULL);
+	struct dirent *pe;
+	while (base && (pe = readdir(base))) {
+		if (pe->d_name[0] == '.')
+			continue;
+		char pool[PATH_MAX + 300];
+		snprintf(pool, sizeof(pool), "%s/%s", pool_tmp, pe->d_name);
+		DIR *d = opendir(pool);
+		struct dirent *de;
+		while (d && (de = readdir(d))) {
+			if (de->d_name[0] == '.')
+				continue;
+			CHECK(strcmp(de->d_name, "data-dir") == 0 || strcmp(de->d_name, "preparer.lock") == 0);
+			CHECK_EQ_INT(unlinkat(dirfd(d), de->d_name, 0), 0);
+		}
+		if (d)
+			closedir(d);
+		CHECK_EQ_INT(rmdir(pool), 0);
+	}
+	if (base)
+		closedir(base);
+	CHECK_EQ_INT(rmdir(pool_tmp), 0);
+}
+
 static void check_memory_limit(sandlot_cgroup_t *cg, uint64_t bytes)
 {
 	char want[32];
@@ -782,18 +814,18 @@ static void scenario_pool(int limits)
 				     down = { .memory_bytes = 32 * MiB, .pids = 16 }, none = { 0 };
 	if (!limits)
 		base = up = down = none;
-	CHECK_EQ_INT(sandlot__cgroup_pool_count(), 0);
-	CHECK_EQ_INT(sandlot__cgroup_pool_fill(&base, 3), 3);
-	CHECK_EQ_INT(sandlot__cgroup_pool_count(), 3);
-	CHECK_EQ_INT(sandlot__cgroup_pool_fill(&base, 3), 0); /* full already */
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
+	CHECK_EQ_INT(sandlot__cgroup_pool_fill(TEST_DD, &base, 3), 3);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 3);
+	CHECK_EQ_INT(sandlot__cgroup_pool_fill(TEST_DD, &base, 3), 0); /* full already */
 
 	/* Taken: unmarked, adopted by create (not made again), limits
 	 * rewritten where they differ. */
 	char name[32];
-	CHECK_EQ_INT(sandlot__cgroup_pool_take(&up, name), 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_take(TEST_DD, &up, name), 1);
 	CHECK(strncmp(name, "sb-", 3) == 0 && strlen(name) == 29);
 	CHECK(!sandlot__cgroup_pool_has(name));
-	CHECK_EQ_INT(sandlot__cgroup_pool_count(), 2);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 2);
 	/* Just taken: young, so the stale collector leaves it to its taker. */
 	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale(name, 30), 0);
 	sandlot_error_t *err = NULL;
@@ -816,7 +848,7 @@ static void scenario_pool(int limits)
 	err = NULL;
 	destroy_checked(cg);
 
-	CHECK_EQ_INT(sandlot__cgroup_pool_take(&down, name), 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_take(TEST_DD, &down, name), 1);
 	cg = sandlot__cgroup_create(name, &down, &err);
 	CHECK(cg != NULL);
 	if (limits) {
@@ -826,33 +858,33 @@ static void scenario_pool(int limits)
 	destroy_checked(cg);
 
 	/* Taken and given back: free again, under the same name. */
-	CHECK_EQ_INT(sandlot__cgroup_pool_take(&base, name), 1);
-	CHECK_EQ_INT(sandlot__cgroup_pool_count(), 0);
+	CHECK_EQ_INT(sandlot__cgroup_pool_take(TEST_DD, &base, name), 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
 	sandlot__cgroup_pool_return(name);
 	CHECK(sandlot__cgroup_pool_has(name));
-	CHECK_EQ_INT(sandlot__cgroup_pool_count(), 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 1);
 	/* Prepared and free: never stale, whatever its age. */
 	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale(name, 0), 0);
 	char paths[8][PATH_MAX];
 	char probe_name[32];
 	snprintf(probe_name, sizeof(probe_name), "%s", name);
-	CHECK_EQ_INT(sandlot__cgroup_pool_drain(), 1);
-	CHECK_EQ_INT(sandlot__cgroup_pool_count(), 0);
-	CHECK_EQ_INT(sandlot__cgroup_pool_take(&base, name), 0);
+	CHECK_EQ_INT(sandlot__cgroup_pool_drain(TEST_DD), 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
+	CHECK_EQ_INT(sandlot__cgroup_pool_take(TEST_DD, &base, name), 0);
 	/* The drained one is gone from every hierarchy. */
 	cg = sandlot__cgroup_create(probe_name, NULL, &err);
 	CHECK(cg != NULL); /* made afresh: nothing was left under the name */
 	int n = all_paths(cg, paths);
 	CHECK(n > 0);
 	destroy_checked(cg);
-	CHECK(rmdir(pool_tmp) == 0);
+	remove_test_pool();
 }
 
 /* Many processes take from a pool of one at once: exactly one gets it. */
 static void scenario_pool_race(void)
 {
 	use_test_pool();
-	CHECK_EQ_INT(sandlot__cgroup_pool_fill(NULL, 1), 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_fill(TEST_DD, NULL, 1), 1);
 	enum { N = 8 };
 	int fds[2];
 	CHECK(pipe(fds) == 0);
@@ -862,7 +894,7 @@ static void scenario_pool_race(void)
 		kids[i] = fork();
 		if (kids[i] == 0) {
 			char name[32];
-			char c = sandlot__cgroup_pool_take(NULL, name) ? 'y' : 'n';
+			char c = sandlot__cgroup_pool_take(TEST_DD, NULL, name) ? 'y' : 'n';
 			if (write(fds[1], &c, 1) != 1)
 				_exit(1);
 			if (c == 'y') {
@@ -886,8 +918,79 @@ static void scenario_pool_race(void)
 		CHECK_EQ_INT(wait_signal(kids[i]), 0);
 	CHECK_EQ_INT(got, N);
 	CHECK_EQ_INT(yes, 1);
-	CHECK_EQ_INT(sandlot__cgroup_pool_count(), 0);
-	CHECK(rmdir(pool_tmp) == 0);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
+	remove_test_pool();
+}
+
+/* A pool belongs to its preparer: the file "data-dir" names the data dir;
+ * while the preparer holds its lock, reclaim leaves it alone; once the
+ * preparer is gone (here: a child that held it and exited), reclaim drains
+ * it, whichever data dir asks. */
+static void scenario_pool_reclaim(void)
+{
+	use_test_pool();
+	int fds[2];
+	CHECK(pipe(fds) == 0);
+	fflush(stdout);
+	pid_t kid = fork();
+	if (kid == 0) {
+		close(fds[0]);
+		int h = sandlot__cgroup_pool_hold(TEST_DD, NULL);
+		if (h < 0 || sandlot__cgroup_pool_fill(TEST_DD, NULL, 2) != 2)
+			_exit(1);
+		char c = 'y';
+		if (write(fds[1], &c, 1) != 1)
+			_exit(1);
+		for (;;)
+			pause(); /* holding the pool until killed */
+	}
+	close(fds[1]);
+	char c;
+	CHECK_EQ_INT(read(fds[0], &c, 1), 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 2);
+	/* The pool names its data dir. */
+	DIR *base = opendir(pool_tmp);
+	struct dirent *pe;
+	char dd[256] = "";
+	while (base && (pe = readdir(base)))
+		if (pe->d_name[0] != '.') {
+			char path[PATH_MAX + 300];
+			snprintf(path, sizeof(path), "%s/%s/data-dir", pool_tmp, pe->d_name);
+			FILE *f = fopen(path, "r");
+			CHECK(f != NULL);
+			if (f) {
+				CHECK(fgets(dd, sizeof(dd), f) != NULL);
+				fclose(f);
+			}
+		}
+	if (base)
+		closedir(base);
+	CHECK_STR(dd, TEST_DD "\n");
+	/* Alive: left alone. */
+	CHECK_EQ_INT(sandlot__cgroup_pool_reclaim(), 0);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 2);
+	/* Killed: its free cgroups are drained, from every hierarchy. */
+	char name[32];
+	CHECK_EQ_INT(sandlot__cgroup_pool_take(TEST_DD, NULL, name), 1);
+	sandlot__cgroup_pool_return(name);
+	CHECK(sandlot__cgroup_pool_has(name));
+	kill(kid, SIGKILL);
+	CHECK_EQ_INT(wait_signal(kid), SIGKILL);
+	close(fds[0]);
+	CHECK_EQ_INT(sandlot__cgroup_pool_reclaim(), 2);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
+	CHECK(!sandlot__cgroup_pool_has(name));
+	sandlot_cgroup_t *cg = sandlot__cgroup_create(name, NULL, NULL);
+	CHECK(cg != NULL); /* made afresh: nothing was left under the name */
+	destroy_checked(cg);
+	/* A new preparer of the same data dir gets the (empty) pool. */
+	int h = sandlot__cgroup_pool_hold(TEST_DD, NULL);
+	CHECK(h >= 0);
+	CHECK_EQ_INT(sandlot__cgroup_pool_fill(TEST_DD, NULL, 1), 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_reclaim(), 0);
+	CHECK_EQ_INT(sandlot__cgroup_pool_drain(TEST_DD), 1);
+	close(h);
+	remove_test_pool();
 }
 
 static void test_v1_limits(void) { use_v1(); scenario_limits(); }
@@ -902,6 +1005,7 @@ static void test_v1_cleanup_stale(void) { use_v1(); scenario_cleanup_stale(); }
 static void test_v1_bad_names(void) { use_v1(); scenario_bad_names(); }
 static void test_v1_pool(void) { use_v1(); scenario_pool(1); }
 static void test_v1_pool_race(void) { use_v1(); scenario_pool_race(); }
+static void test_v1_pool_reclaim(void) { use_v1(); scenario_pool_reclaim(); }
 
 static void test_v1_missing_hierarchy(void)
 {
@@ -995,6 +1099,7 @@ static void test_v2_cleanup_stale(void) { use_v2(); scenario_cleanup_stale(); }
  * no limits; with them, the limits are checked too. */
 static void test_v2_pool(void) { use_v2(); scenario_pool(v2_missing_controller() == NULL); }
 static void test_v2_pool_race(void) { use_v2(); scenario_pool_race(); }
+static void test_v2_pool_reclaim(void) { use_v2(); scenario_pool_reclaim(); }
 
 static void test_v2_not_cgroup2(void)
 {
@@ -1137,6 +1242,7 @@ int main(void)
 	TAP_RUN(test_v1_missing_hierarchy);
 	TAP_RUN(test_v1_pool);
 	TAP_RUN(test_v1_pool_race);
+	TAP_RUN(test_v1_pool_reclaim);
 	TAP_RUN(test_v2_limits);
 	TAP_RUN(test_v2_missing_controller);
 	TAP_RUN(test_v2_add_and_usage);
@@ -1150,6 +1256,7 @@ int main(void)
 	TAP_RUN(test_v2_not_cgroup2);
 	TAP_RUN(test_v2_pool);
 	TAP_RUN(test_v2_pool_race);
+	TAP_RUN(test_v2_pool_reclaim);
 	TAP_RUN(test_no_leftovers);
 	return tap_done();
 }
