@@ -125,19 +125,28 @@ SANDLOT_API void sandlot_options_init(sandlot_options_t *opts);
  * for likely's image and hostname.  The set is refilled as sandboxes take
  * from it; a sandbox with other limits still takes one and rewrites its
  * limits.  Meant for a long-running process (sandlotd); a later call
- * replaces the earlier one, count 0 stops preparing.  0, or -1 with EINVAL
- * for options that sandlot_options_validate() refuses. */
+ * replaces the earlier one.  Count 0 stops preparing: it waits for work
+ * under way, removes the prepared cgroups no sandbox has taken and lets go
+ * of them (a process that prepared must do it before it exits; if it is
+ * killed instead, the next preparer of the data dir, or any sandlot
+ * process's stale collector, removes them).  0, or -1 with EINVAL for
+ * options that sandlot_options_validate() refuses. */
 SANDLOT_API int sandlot_prepare(const sandlot_options_t *likely, unsigned count,
 				sandlot_error_t **err);
 
 /* A new sandbox id ("sb-" and 26 of [a-z2-7], 30 bytes with the NUL) for
  * sandlot_options_t.id: the name of resources prepared for a sandbox with
- * these options (sandlot_prepare(), `sandlot run`'s cleanup helper) when
+ * these options (sandlot_prepare() of this or another process) when
  * there are some — they are then reserved for the sandbox created with
  * that id by this process — else a fresh one.  For a caller that needs the
  * id before sandlot_create() (to name files after it); without that, leave
  * opts->id NULL and sandlot_create() does the same. */
 SANDLOT_API void sandlot_new_id(const sandlot_options_t *opts, char id[32]);
+
+/* Give back an id from sandlot_new_id() that no sandlot_create() will use
+ * after all: what was reserved for it is free again for the next sandbox.
+ * (sandlot_create() does it itself when it fails.)  Any other id: a no-op. */
+SANDLOT_API void sandlot_release_id(const char *id);
 
 /* Check options without creating anything: minimum sizes (16M memory and
  * disk), pids >= 2, KEY=VALUE environment entries, hostname syntax, known

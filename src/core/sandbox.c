@@ -10,6 +10,7 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "linux/cgroup.h"
 #include "linux/storage.h"
 
 #define DEFAULT_MEMORY (512ull << 20)
@@ -238,7 +239,9 @@ int sandlot_prepare(const sandlot_options_t *likely, unsigned count, sandlot_err
 		sandlot_options_init(&o);
 		likely = &o;
 	}
-	if (sandlot_options_validate(likely, err) < 0)
+	/* Stopping works whatever the options say now (the image may be gone
+	 * since). */
+	if (count && sandlot_options_validate(likely, err) < 0)
 		return -1;
 	const struct sandlot_backend_ops *ops = sandlot__backend_for(likely->image, err);
 	if (!ops)
@@ -262,6 +265,11 @@ void sandlot_new_id(const sandlot_options_t *opts, char id[32])
 		ops->new_id(&eff, id);
 	else
 		sandlot__new_id("sb-", id);
+}
+
+void sandlot_release_id(const char *id)
+{
+	sandlot__cgroup_pool_return(id);
 }
 
 /* Wait for init's HELLO, then read its set-up report: init sends HELLO
@@ -426,6 +434,10 @@ fail_started:
 	return NULL;
 fail:
 	sandlot__error_wrap(err, "create sandbox");
+	/* An id from sandlot_new_id() whose prepared cgroup was never adopted
+	 * (the failure came first): free again for the next sandbox. */
+	if (sb->id_given)
+		sandlot_release_id(sb->id);
 	free_sandbox(sb); /* the connection was never opened */
 	return NULL;
 }

@@ -200,6 +200,27 @@ static struct http_route *all_routes(void)
 	return all;
 }
 
+/* The options sandboxes are likely created with, for sandlot_prepare(). */
+static void prepare_options(struct daemon *d, sandlot_options_t *o)
+{
+	sandlot_options_init(o);
+	o->data_dir = d->cfg.data_dir;
+	o->image = d->cfg.default_image;
+}
+
+/* Stop preparing: the free prepared cgroups are removed, nothing of them
+ * outlives the daemon (docs/daemon.md, "Prepared resources"). */
+static void prepare_stop(struct daemon *d)
+{
+	sandlot_options_t o;
+	prepare_options(d, &o);
+	sandlot_error_t *err = NULL;
+	if (sandlot_prepare(&o, 0, &err) < 0) {
+		daemon_log("prepare_stop_failed", "level=warn error=\"%s\"", sandlot_error_message(err));
+		sandlot_error_free(err);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static struct daemon d;
@@ -388,9 +409,7 @@ int main(int argc, char **argv)
 	 * takes a prepared cgroup and changes its limits). */
 	{
 		sandlot_options_t o;
-		sandlot_options_init(&o);
-		o.data_dir = d.cfg.data_dir;
-		o.image = d.cfg.default_image;
+		prepare_options(&d, &o);
 		if (sandlot_prepare(&o, PREPARED_SANDBOXES, &err) < 0) {
 			daemon_log("prepare_failed", "level=warn error=\"%s\"",
 				   sandlot_error_message(err));
@@ -409,6 +428,7 @@ int main(int argc, char **argv)
 	if (ports_start(&d, &err) < 0) {
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
 		pool_stop(&d);
+		prepare_stop(&d);
 		registry_close(&d);
 		return 1;
 	}
@@ -464,6 +484,8 @@ int main(int argc, char **argv)
 	sandboxes_shutdown(&d);
 	for (int i = 0; i < nservers; i++)
 		http_stop(servers[i], 5000);
+	/* No request runs any more: nothing takes a prepared cgroup. */
+	prepare_stop(&d);
 	sandboxes_free(&d);
 	ports_stop();
 	pool_free(&d);
@@ -485,6 +507,7 @@ int main(int argc, char **argv)
 fail:
 	/* Start-up failed after recovery: nothing runs yet; free what recovery
 	 * and the pool loaded. */
+	prepare_stop(&d);
 	sandboxes_free(&d);
 	pool_free(&d);
 	registry_close(&d);

@@ -706,6 +706,7 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 		uint64_t t0 = sandlot__now_ns();
 		workspace_assign(d, opts, id);
 		if (sandlot_workspace_copy(&o, src->id, id, &err) < 0) {
+			sandlot_release_id(id); /* no sandbox will have it */
 			http_error_from(req, err);
 		} else {
 			opts->disk_bytes = bytes;
