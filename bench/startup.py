@@ -32,6 +32,7 @@ Uses its own temporary SANDLOT_DATA_DIR (removed at the end); needs root.
 Exit status 0 whatever the numbers: this is a measurement, not a test.
 """
 import argparse
+import fcntl
 import os
 import shutil
 import signal
@@ -322,8 +323,14 @@ def main():
                 if cg_usage is not None:
                     print(f"  cgroup memory usage (incl. page cache, kernel memory): {cg_usage} KiB")
     finally:
-        # `sandlot run` leaves the data dir's storage pool mounted for the
-        # next run: unmount it first.
+        # The runs' cleanup helpers may still be tearing the last sandboxes
+        # down: wait for them (docs/cli.md, cleanup.lock).  `sandlot run`
+        # leaves the data dir's storage pool mounted for the next run:
+        # unmount it then.
+        lock = os.path.join(data_dir, "cleanup.lock")
+        if os.path.exists(lock):
+            with open(lock) as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
         subprocess.run(["umount", os.path.join(data_dir, "storage", "mnt")], capture_output=True)
         shutil.rmtree(data_dir, ignore_errors=True)
 
