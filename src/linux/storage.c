@@ -113,12 +113,25 @@ int sandlot__workspace_name_check(const char *name, sandlot_error_t **err)
 	return 0;
 }
 
-static pid_t spawn(const char *const argv[], int extra_fd_a, int extra_fd_b)
+/* Run argv[0] (an absolute path) with stdin and stdout on /dev/null,
+ * `extra_fd_a`/`extra_fd_b` (or -1) as fds 3/4, and wait for it.  Returns
+ * its exit status (128 + the signal if one killed it), or -1 (errno set)
+ * when it could not be run.  The start of what it wrote on stderr is left in `msg`
+ * (one line, "" if nothing), for the error that names its failure. */
+static int run_tool(const char *const argv[], int extra_fd_a, int extra_fd_b, char *msg,
+		    size_t msglen)
 {
+	msg[0] = '\0';
+	/* O_CLOEXEC: children other threads spawn meanwhile must not keep the
+	 * write end, or the read below would wait for them too. */
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return -1;
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
 	if (extra_fd_a >= 0)
 		posix_spawn_file_actions_adddup2(&fa, extra_fd_a, 3);
 	if (extra_fd_b >= 0)
@@ -126,21 +139,35 @@ static pid_t spawn(const char *const argv[], int extra_fd_a, int extra_fd_b)
 	pid_t pid;
 	int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
+	close(pfd[1]);
 	if (rc != 0) {
+		close(pfd[0]);
 		errno = rc;
 		return -1;
 	}
-	return pid;
-}
-
-/* Exit status of pid (-1 if it did not exit normally). */
-static int wait_exit(pid_t pid)
-{
+	/* Read to EOF (keeping the start) so that a chatty tool never blocks
+	 * on a full pipe. */
+	size_t got = 0;
+	char buf[512];
+	for (;;) {
+		ssize_t n = read(pfd[0], buf, sizeof(buf));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		size_t take = (size_t)n < msglen - 1 - got ? (size_t)n : msglen - 1 - got;
+		memcpy(msg + got, buf, take);
+		got += take;
+	}
+	close(pfd[0]);
+	msg[got] = '\0';
+	msg[strcspn(msg, "\n")] = '\0';
 	int st;
 	while (waitpid(pid, &st, 0) < 0)
 		if (errno != EINTR)
 			return -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	/* Killed: the status a shell would give. */
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 static const char *find_tool(const char *const *candidates, size_t n)
@@ -163,8 +190,10 @@ static int attach_loop(int img_fd, uint32_t flags, char *dev, size_t devlen,
 		       sandlot_error_t **err)
 {
 	cleanup_close int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-	if (ctl < 0)
-		return sandlot__error_errno(err, errno, "open /dev/loop-control");
+	if (ctl < 0) /* ENOENT would read as "no such sandbox" to sandlotd's clients */
+		return sandlot__error_errno(err, errno == ENOENT ? ENODEV : errno,
+					    "open /dev/loop-control (the storage pool needs loop "
+					    "devices: modprobe loop)");
 	uint64_t deadline = sandlot__now_ms() + 2000;
 	pthread_mutex_lock(&loop_lock);
 	int rc = -1, attempts = 0;
@@ -320,7 +349,9 @@ static int make_pool(const struct pool_paths *p, uint64_t size, sandlot_error_t 
 						  "/usr/bin/mkfs.btrfs", "/bin/mkfs.btrfs" };
 	const char *mkfs = find_tool(mkfs_paths, SANDLOT_ARRAY_SIZE(mkfs_paths));
 	if (!mkfs)
-		return sandlot__error(err, ENOENT,
+		/* Not ENOENT: the host lacks a tool, nothing the caller named
+		 * is missing (sandlotd would answer 404). */
+		return sandlot__error(err, ENODEV,
 				      "mkfs.btrfs not found: the storage pool needs btrfs-progs "
 				      "(apt-get install btrfs-progs), or use tmpfs storage");
 	uint64_t room, keep;
@@ -353,12 +384,15 @@ static int make_pool(const struct pool_paths *p, uint64_t size, sandlot_error_t 
 					    human(size, a), p->dir);
 	}
 	const char *const argv[] = { mkfs, "-q", "-f", "-L", "sandlot-pool", tmp, NULL };
-	pid_t pid = spawn(argv, -1, -1);
-	if (pid < 0 || wait_exit(pid) != 0) {
+	char why[256];
+	int st = run_tool(argv, -1, -1, why, sizeof(why));
+	if (st != 0) {
 		e = errno;
 		unlink(tmp);
-		return pid < 0 ? sandlot__error_errno(err, e, "run %s", mkfs)
-			       : sandlot__error(err, EIO, "%s failed on %s", mkfs, tmp);
+		if (st < 0)
+			return sandlot__error_errno(err, e, "run %s", mkfs);
+		return sandlot__error(err, EIO, "cannot make the storage pool in %s: %s exited "
+				      "with %d%s%s", p->dir, mkfs, st, why[0] ? ": " : "", why);
 	}
 	if (fsync(fd) < 0 || fchmod(fd, 0600) < 0 || rename(tmp, p->img) < 0) {
 		e = errno;
@@ -1106,12 +1140,13 @@ int sandlot__workspace_import(const char *data_dir, const char *name, const char
 		snprintf(from, sizeof(from), "/proc/self/fd/3/%s/.", subs[i]);
 		snprintf(to, sizeof(to), "/proc/self/fd/4/%s/", subs[i]);
 		const char *const argv[] = { cp, "-a", "--", from, to, NULL };
-		pid_t pid = spawn(argv, m, w);
-		if (pid < 0)
+		char why[256];
+		int rs = run_tool(argv, m, w, why, sizeof(why));
+		if (rs < 0)
 			rc = sandlot__error_errno(err, errno, "run %s", cp);
-		else if (wait_exit(pid) != 0)
-			rc = sandlot__error(err, EIO, "copying %s/ of %s into the storage pool failed",
-					    subs[i], image);
+		else if (rs != 0)
+			rc = sandlot__error(err, EIO, "copying %s/ of %s into the storage pool "
+					    "failed%s%s", subs[i], image, why[0] ? ": " : "", why);
 		/* The top directories' owners and modes, as cp -a of "dir/."
 		 * sets them from the source too. */
 	}

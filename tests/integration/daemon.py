@@ -50,8 +50,9 @@ class Response:
 
 class Daemon:
     def __init__(self, base, extra_args=(), data_dir=None, socket_path=None, env=None,
-                 binary=None):
+                 binary=None, prefix=()):
         self.binary = Path(binary) if binary else SANDLOTD
+        self.prefix = list(prefix)  # argv that execs the rest (e.g. unshare ... sh -c 'exec "$@"')
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.sock = Path(socket_path) if socket_path else self.base / "sandlot.sock"
@@ -67,7 +68,7 @@ class Daemon:
         hostscan.owner().add_log(self.log_path)
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(self.binary), "--listen", f"unix:{self.sock}", "--data-dir", str(self.data_dir),
+            [*self.prefix, str(self.binary), "--listen", f"unix:{self.sock}", "--data-dir", str(self.data_dir),
              *self.extra_args],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
         self.pid = self.proc.pid

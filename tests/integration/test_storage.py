@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import hostscan
-from conftest import SANDLOT, wait_until
+from conftest import SANDLOT, Sandlot, wait_until
 from daemon import Daemon
 
 SMALL = {"memory": "64M", "pids": 32}
@@ -98,6 +98,157 @@ def test_create_with_a_disk_that_cannot_be_reserved(sandlotd):
     # and a size that fits is fine
     sid = sandlotd.create(**SMALL, disk="64M")
     assert sandlotd.delete(f"/v1/sandboxes/{sid}").status == 204
+
+
+# ---- a pool that cannot be made ------------------------------------------------------
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A 300 MiB tmpfs: too small for a storage pool (1 GiB at least)."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300M,mode=0700", "tiny", str(mnt)],
+                   check=True)
+    yield mnt
+    hostscan.unmount_pools(mnt)
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def nothing_made(data_dir):
+    """What a failed attempt at making a pool must not leave: a pool file,
+    a half-made one, a mount or a loop device."""
+    storage = Path(data_dir) / "storage"
+    left = [n for n in (os.listdir(storage) if storage.is_dir() else []) if n != "pool.lock"]
+    left += [f"loop {dev}" for dev, bf in hostscan.loop_backing_files().items()
+             if bf.startswith(str(data_dir))]
+    left += [f"mount {mp}" for mp in hostscan.pool_mounts(data_dir)]
+    return left
+
+
+def without_mkfs(fake=None):
+    """argv prefix: run the rest in a mount namespace of its own where
+    mkfs.btrfs is not there (/dev/null, not executable, bound over it), or
+    is the script `fake`."""
+    tool = shutil.which("mkfs.btrfs") or "/usr/sbin/mkfs.btrfs"
+    over = fake or "/dev/null"
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount --bind "{over}" "{tool}" && exec "$@"', "sh"]
+
+
+def test_run_where_no_pool_can_be_made(tiny_fs, tmp_path):
+    """Each reason a pool cannot be made is named, and nothing is left."""
+    # No room for one on the data filesystem.
+    sl = Sandlot(tiny_fs / "data")
+    r = sl.run(["--", "true"])
+    assert r.rc == 125, r
+    assert "cannot make a storage pool of 1.0G" in r.stderr and "free beyond" in r.stderr, r
+    assert nothing_made(sl.data_dir) == []
+    # tmpfs storage needs no pool
+    assert sl.run(["--storage", "tmpfs", "--", "true"]).rc == 0
+    assert nothing_made(sl.data_dir) == []
+
+    # No mkfs.btrfs.
+    sl = Sandlot(tmp_path / "no-mkfs")
+    r = sl.run([], raw_argv=without_mkfs() + sl.argv(["--", "true"]))
+    assert r.rc == 125, r
+    assert "mkfs.btrfs not found" in r.stderr and "btrfs-progs" in r.stderr, r
+    assert nothing_made(sl.data_dir) == []
+
+    # mkfs.btrfs fails: what it said is in the error.
+    fake = tmp_path / "fake-mkfs"
+    fake.write_text("#!/bin/sh\necho 'ERROR: no, not today' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    sl = Sandlot(tmp_path / "bad-mkfs")
+    r = sl.run([], raw_argv=without_mkfs(fake) + sl.argv(["--", "true"]))
+    assert r.rc == 125, r
+    assert "exited with 3: ERROR: no, not today" in r.stderr, r
+    assert nothing_made(sl.data_dir) == []
+
+
+def test_create_where_no_pool_can_be_made(tiny_fs, tmp_path, own_daemon):
+    d = own_daemon(data_dir=tiny_fs / "data").start()
+    r = d.post("/v1/sandboxes", json_body=SMALL)
+    assert r.status == 507, r
+    assert r.error_code() == "insufficient_storage", r
+    assert "cannot make a storage pool of 1.0G" in r.json()["error"]["message"], r
+    assert d.get("/v1/sandboxes").json()["sandboxes"] == []
+    assert d.stop() == 0
+    assert nothing_made(d.data_dir) == []
+
+    # A host without mkfs.btrfs: a server-side failure that says what is
+    # missing (not a 404: nothing the client named is missing).
+    d = own_daemon(data_dir=tmp_path / "no-mkfs")
+    d.prefix = without_mkfs()
+    d.start()
+    r = d.post("/v1/sandboxes", json_body=SMALL)
+    assert r.status == 500, r
+    assert "mkfs.btrfs not found" in r.json()["error"]["message"], r
+    assert d.stop() == 0
+    assert nothing_made(d.data_dir) == []
+
+
+# ---- the pool's last user ------------------------------------------------------------
+
+def pool_loops(data_dir):
+    return {dev for dev, bf in hostscan.loop_backing_files().items()
+            if bf.startswith(str(data_dir)) and hostscan.is_pool_image(bf)}
+
+
+def held_by_us(dev):
+    """Processes of ours (descendants of this one) whose mount namespace
+    holds loop device `dev`; a namespace of anyone else's, made while the
+    pool was mounted, may hold a copy too (hostscan.loop_holders)."""
+    return [p for p in hostscan.loop_holders(dev) if hostscan.is_descendant(p, os.getpid())]
+
+
+def test_the_pool_goes_when_its_last_user_ends(own_daemon):
+    """sandlotd takes the pool down when it stops; a `sandlot run` sandbox on
+    the same data dir that still runs then keeps it (detached from the
+    host's mount table) until it ends, and then its loop device goes too."""
+    d = own_daemon().start()
+    sid = d.create(**SMALL, disk="64M")
+    sh_ok(d, sid, "echo kept > f")
+    pause(d, sid)
+    [dev] = pool_loops(d.data_dir)
+    assert hostscan.pool_mounts(d.data_dir)
+    # Alone: a stop unmounts it, and its loop device detaches itself.
+    assert d.stop() == 0
+    assert hostscan.pool_mounts(d.data_dir) == []
+    assert wait_until(lambda: not held_by_us(dev) and not hostscan.lingering_pool_loops(
+        d.data_dir), 10), (hostscan.loop_backing_files(), hostscan.loop_holders(dev))
+
+    # With a `sandlot run` sandbox on the same data dir.
+    d.start()
+    sl = Sandlot(d.data_dir)
+    run = sl.popen(["-i", "--", "sh", "-c", "echo one > a; echo ready; read x; "
+                    "head -c 1000000 /dev/urandom > b && cat a && wc -c < b"],
+                   stdin=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert run.stdout.readline() == b"ready\n"
+        assert d.stop() == 0
+        # gone from the host's mount table at once...
+        assert hostscan.pool_mounts(d.data_dir) == []
+        [dev] = pool_loops(d.data_dir)
+        assert held_by_us(dev), "the running sandbox lost its workspace"
+        # ...and the sandbox still works in its workspace
+        run.stdin.write(b"go\n")
+        run.stdin.close()
+        out = run.stdout.read()
+        assert run.wait(timeout=60) == 0, out
+        assert out == b"one\n1000000\n", out
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    # The run was the last user: nothing holds the pool any more.
+    assert wait_until(lambda: not held_by_us(dev) and not hostscan.lingering_pool_loops(
+        d.data_dir), 10), (hostscan.loop_backing_files(), hostscan.loop_holders(dev))
+    # And it comes back as it was.
+    d.start()
+    resume(d, sid)
+    assert sh_ok(d, sid, "cat f") == "kept\n"
+    assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+    assert d.stop() == 0
 
 
 # ---- a full pool, a full data filesystem -----------------------------------------
