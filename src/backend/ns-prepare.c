@@ -75,11 +75,8 @@ static void stop_locked(void)
 	count = 0;
 	while (busy)
 		pthread_cond_wait(&idle_cond, &lock);
-	if (hold_fd >= 0) {
-		sandlot__cgroup_pool_drain(data_dir);
-		close(hold_fd);
-		hold_fd = -1;
-	}
+	sandlot__cgroup_pool_release(data_dir, hold_fd);
+	hold_fd = -1;
 	data_dir[0] = '\0';
 }
 

@@ -359,28 +359,73 @@ unsigned sandlot__cgroup_pool_drain(const char *data_dir)
 	return pool_path(pool, data_dir) == 0 ? drain_pool(pool) : 0;
 }
 
+/* Whether `fd` is still the file at `path` (and not one unlinked by whoever
+ * removed the pool since it was opened). */
+static bool still_linked(int fd, const char *path)
+{
+	struct stat a, b;
+	return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
+}
+
+/* Remove an empty pool directory: call with its lock held exclusively, so
+ * that no preparer holds it; a preparer that opens the lock meanwhile sees
+ * it unlinked (still_linked) and starts over. */
+static void remove_pool(const char *pool)
+{
+	char path[PATH_MAX];
+	if (count_markers(pool, 0) > 0)
+		return;
+	if (sandlot__cg_pathf(path, "%s/data-dir", pool) == 0)
+		unlink(path);
+	if (sandlot__cg_pathf(path, "%s/preparer.lock", pool) == 0)
+		unlink(path);
+	rmdir(pool); /* fails, harmlessly, if anything else appeared */
+}
+
 int sandlot__cgroup_pool_hold(const char *data_dir, sandlot_error_t **err)
 {
 	char pool[PATH_MAX], path[PATH_MAX];
 	if (pool_path(pool, data_dir) < 0)
 		return sandlot__error(err, ENOTSUP, "no prepared cgroups without a cgroup hierarchy");
-	if (make_pool(pool, data_dir) < 0)
-		return sandlot__error_errno(err, errno, "make the cgroup pool %s", pool);
 	if (sandlot__cg_pathf(path, "%s/preparer.lock", pool) < 0)
 		return sandlot__error(err, ENAMETOOLONG, "cgroup pool path too long");
-	int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return sandlot__error_errno(err, errno, "open %s", path);
-	/* Held exclusively only while a reclaimer drains a pool it found
-	 * without a preparer: a moment. */
-	while (flock(fd, LOCK_SH) < 0) {
-		if (errno != EINTR) {
+	for (;;) {
+		if (make_pool(pool, data_dir) < 0)
+			return sandlot__error_errno(err, errno, "make the cgroup pool %s", pool);
+		int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0)
+			return sandlot__error_errno(err, errno, "open %s", path);
+		/* Held exclusively only while a reclaimer drains a pool it
+		 * found without a preparer: a moment. */
+		int rc;
+		while ((rc = flock(fd, LOCK_SH)) < 0 && errno == EINTR)
+			;
+		if (rc < 0) {
 			int e = errno;
 			close(fd);
 			return sandlot__error_errno(err, e, "lock %s", path);
 		}
+		if (still_linked(fd, path))
+			return fd;
+		close(fd); /* the pool was removed meanwhile: make it again */
 	}
-	return fd;
+}
+
+void sandlot__cgroup_pool_release(const char *data_dir, int fd)
+{
+	char pool[PATH_MAX], path[PATH_MAX];
+	if (fd < 0)
+		return;
+	if (pool_path(pool, data_dir) == 0 && sandlot__cg_pathf(path, "%s/preparer.lock", pool) == 0) {
+		drain_pool(pool);
+		/* Exclusive now (nobody else holds it: there is one preparer)
+		 * for the removal; a reclaimer that holds it gets there
+		 * instead. */
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0 && still_linked(fd, path))
+			remove_pool(pool);
+	}
+	close(fd);
 }
 
 unsigned sandlot__cgroup_pool_reclaim(void)
@@ -401,14 +446,12 @@ unsigned sandlot__cgroup_pool_reclaim(void)
 		    sandlot__cg_pathf(path, "%s/preparer.lock", pool) < 0)
 			continue;
 		cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
-		/* No lock file: nobody ever prepared there (a pool of an
-		 * older layout), or it is being made; either way look at it
-		 * again next time. */
-		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
+		/* No lock file: it is being made (or removed); look again next
+		 * time. */
+		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0 || !still_linked(fd, path))
 			continue;
 		n += drain_pool(pool);
-		/* The pool directory, its data-dir and lock file stay: a
-		 * preparer may be opening the lock right now. */
+		remove_pool(pool);
 	}
 	return n;
 }

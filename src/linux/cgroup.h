@@ -169,11 +169,12 @@ int sandlot__cgroup_remove_named(const char *name, int kill);
  * "data-dir" naming the data directory, and "preparer.lock", on which the
  * process that fills the pool holds a shared flock for as long as it does
  * (sandlot__cgroup_pool_hold).  Anyone with that data directory may take
- * from it (`sandlot run` beside sandlotd does).  The preparer drains the
- * pool when it stops; the free cgroups of a preparer that died (SIGKILL)
- * are drained by the next one of the same data directory (which takes them
- * over) or by sandlot__cgroup_pool_reclaim(), which the stale collectors
- * run: a pool whose lock nobody holds has no owner.  So free prepared
+ * from it (`sandlot run` beside sandlotd does).  The preparer drains and
+ * removes the pool when it stops; the free cgroups of a preparer that died
+ * (SIGKILL) are taken over by the next one of the same data directory or
+ * drained, with the pool directory, by sandlot__cgroup_pool_reclaim(),
+ * which the stale collectors run: a pool whose lock nobody holds has no
+ * owner.  So free prepared
  * cgroups never outlive their preparer for long, and every one is
  * attributable to a data directory.  In "none" mode there is no pool.
  *
@@ -209,9 +210,13 @@ unsigned sandlot__cgroup_pool_count(const char *data_dir);
 unsigned sandlot__cgroup_pool_drain(const char *data_dir);
 
 /* Become the preparer of data_dir's pool: make the pool directory and take
- * a shared flock on its preparer.lock.  The descriptor (close it after
- * sandlot__cgroup_pool_drain() to stop), or -1 with an error. */
+ * a shared flock on its preparer.lock.  The descriptor (for
+ * sandlot__cgroup_pool_release), or -1 with an error. */
 int sandlot__cgroup_pool_hold(const char *data_dir, sandlot_error_t **err);
+
+/* Stop being the preparer: drain the pool, remove its directory and close
+ * `fd` (from sandlot__cgroup_pool_hold).  -1: a no-op. */
+void sandlot__cgroup_pool_release(const char *data_dir, int fd);
 
 /* Drain every pool on the host whose preparer is gone (nobody holds its
  * lock); returns how many cgroups were removed.  A readdir and a flock per

@@ -84,6 +84,7 @@ def test_daemon_prepares_cgroups_and_removes_them_when_it_stops(own_daemon):
     left = [c for n in refilled for c in cgroup_dirs(n)]
     assert not left, f"prepared cgroups outlived sandlotd: {left}"
     assert not hostscan.pool_has_preparer(pool)
+    assert pool_of(d.data_dir) is None, "the pool directory outlived sandlotd"
 
 
 def test_killed_daemon_cgroups_are_taken_over_by_the_next(own_daemon):
@@ -99,6 +100,7 @@ def test_killed_daemon_cgroups_are_taken_over_by_the_next(own_daemon):
     assert names <= again and len(again) == PREPARED, (len(names & again), len(again))
     assert d.stop() == 0
     assert not [c for n in again for c in cgroup_dirs(n)]
+    assert pool_of(d.data_dir) is None
 
 
 def test_killed_daemon_cgroups_are_reclaimed_by_a_collector(own_daemon, sandlot):
@@ -120,6 +122,7 @@ def test_killed_daemon_cgroups_are_reclaimed_by_a_collector(own_daemon, sandlot)
     assert not hostscan.orphaned_prepared_cgroups(d.data_dir)
     left = [c for n in names for c in cgroup_dirs(n)]
     assert not left, f"reclaimed prepared cgroups still there: {left}"
+    assert pool_of(d.data_dir) is None, "the reclaimed pool's directory is still there"
 
 
 def test_sandlot_run_prepares_nothing(sandlot):

@@ -979,6 +979,14 @@ static void scenario_pool_reclaim(void)
 	close(fds[0]);
 	CHECK_EQ_INT(sandlot__cgroup_pool_reclaim(), 2);
 	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
+	/* (and its directory: nothing names the data dir any more) */
+	base = opendir(pool_tmp);
+	int dirs = 0;
+	while (base && (pe = readdir(base)))
+		dirs += pe->d_name[0] != '.';
+	if (base)
+		closedir(base);
+	CHECK_EQ_INT(dirs, 0);
 	CHECK(!sandlot__cgroup_pool_has(name));
 	sandlot_cgroup_t *cg = sandlot__cgroup_create(name, NULL, NULL);
 	CHECK(cg != NULL); /* made afresh: nothing was left under the name */
@@ -988,8 +996,20 @@ static void scenario_pool_reclaim(void)
 	CHECK(h >= 0);
 	CHECK_EQ_INT(sandlot__cgroup_pool_fill(TEST_DD, NULL, 1), 1);
 	CHECK_EQ_INT(sandlot__cgroup_pool_reclaim(), 0);
-	CHECK_EQ_INT(sandlot__cgroup_pool_drain(TEST_DD), 1);
-	close(h);
+	/* Letting go drains it and removes its directory. */
+	char left[32];
+	CHECK_EQ_INT(sandlot__cgroup_pool_take(TEST_DD, NULL, left), 1);
+	sandlot__cgroup_pool_return(left);
+	sandlot__cgroup_pool_release(TEST_DD, h);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
+	CHECK(!sandlot__cgroup_pool_has(left));
+	base = opendir(pool_tmp);
+	int entries = 0;
+	while (base && (pe = readdir(base)))
+		entries += pe->d_name[0] != '.';
+	if (base)
+		closedir(base);
+	CHECK_EQ_INT(entries, 0);
 	remove_test_pool();
 }
 
