@@ -5,10 +5,11 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 PYTEST ?= /usr/bin/python3 -m pytest
 
-# nettle-dev: SHA-256 of image trees; debootstrap: sandlot image build;
+# nettle-dev: SHA-256 of image trees; debootstrap: sandlot image build; musl-tools:
+# the C library of the static sandlot-init (faster to start, src/init/meson.build);
 # libhttp-parser-dev: the answers of servers behind the port proxy
 # btrfs-progs: mkfs.btrfs for the storage pool; e2fsprogs: workspaces of the former layout (tests)
-BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev libhttp-parser-dev e2fsprogs btrfs-progs nettle-dev debootstrap
+BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev musl-tools libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev libhttp-parser-dev e2fsprogs btrfs-progs nettle-dev debootstrap
 # matplotlib, pandas, numpy: the interpreter and seccomp tests run real data-science code;
 # python3-venv: the frameworks' venv (scripts/python-frameworks.sh); python-is-python3:
 # `python` in sandboxes on the host image (Deep Agents' standard tests run it)

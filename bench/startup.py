@@ -32,6 +32,7 @@ Uses its own temporary SANDLOT_DATA_DIR (removed at the end); needs root.
 Exit status 0 whatever the numbers: this is a measurement, not a test.
 """
 import argparse
+import fcntl
 import os
 import shutil
 import signal
@@ -77,6 +78,28 @@ def bench_startup(cmds, n, warmup, env):
                 failures[name] += 1
             times[name].append(dt * 1000)
     return times, failures
+
+
+# ---- where the time goes ------------------------------------------------------
+
+def bench_phases(argv, n, env):
+    """Median time of each phase libsandlot reports with SANDLOT_TRACE set
+    (src/common/util.c), over n runs of argv: what bench/README.md's table
+    of where the time goes is made from."""
+    env = dict(env, SANDLOT_TRACE="1")
+    phases = {}
+    walls = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=env)
+        walls.append((time.perf_counter() - t0) * 1000)
+        for ln in r.stderr.decode(errors="replace").splitlines():
+            if ln.startswith("sandlot-trace:"):
+                name, _, rest = ln[len("sandlot-trace:"):].rpartition(" ")
+                name = name.strip().rsplit(None, 1)
+                if len(name) == 2:
+                    phases.setdefault(name[0].strip(), []).append(float(name[1]))
+    return phases, walls
 
 
 # ---- idle memory ------------------------------------------------------------
@@ -204,6 +227,9 @@ def main():
     ap.add_argument("--sandlot", default=str(SANDLOT),
                     help="sandlot binary (default build/bin/sandlot; sandlot-init next to it)")
     ap.add_argument("--no-bwrap", action="store_true", help="skip bubblewrap")
+    ap.add_argument("--phases", type=int, default=0, metavar="N",
+                    help="also run the sandlot and sl-tmpfs rows N times with SANDLOT_TRACE "
+                         "and print the median of each phase (where the time goes)")
     ap.add_argument("--no-memory", action="store_true", help="skip the idle memory measurement")
     ap.add_argument("--no-image", action="store_true",
                     help="skip the rows on a built image (no image build)")
@@ -253,7 +279,8 @@ def main():
                 print(f"{name} fails (exit {r.returncode}): {r.stderr.decode(errors='replace').strip()}")
 
         print(f"start-up: {args.n} sequential runs each, {args.warmup} warm-up runs, "
-              f"{os.cpu_count()} CPUs, kernel {os.uname().release}")
+              f"{os.cpu_count()} CPUs, kernel {os.uname().release}, load average "
+              f"{' '.join(open('/proc/loadavg').read().split()[:3])}")
         times, failures = bench_startup(cmds, args.n, args.warmup, env)
         print(f"{'':12} {'median':>9} {'p90':>9} {'min':>9} {'mean':>9} {'failed':>7}")
         for name, ts in times.items():
@@ -267,6 +294,15 @@ def main():
                   f"({verdict} the target of <= {RATIO_TARGET})")
             tr = statistics.median(times["sl-tmpfs"]) / statistics.median(times["bwrap"])
             print(f"sandlot --storage tmpfs/bwrap: median {tr:.2f}")
+
+        if args.phases:
+            for row in ("sandlot", "sl-tmpfs"):
+                phases, walls = bench_phases(cmds[row], args.phases, env)
+                print(f"\nwhere the time goes, {row} (median of {args.phases} runs with "
+                      f"SANDLOT_TRACE; each phase since the previous one):")
+                for name, ts in phases.items():
+                    print(f"  {name:18} {statistics.median(ts):7.3f} ms")
+                print(f"  {'(wall, all)':18} {statistics.median(walls):7.3f} ms")
 
         if not args.no_memory:
             print()
@@ -287,8 +323,14 @@ def main():
                 if cg_usage is not None:
                     print(f"  cgroup memory usage (incl. page cache, kernel memory): {cg_usage} KiB")
     finally:
-        # `sandlot run` leaves the data dir's storage pool mounted for the
-        # next run: unmount it first.
+        # The runs' cleanup helpers may still be tearing the last sandboxes
+        # down: wait for them (docs/cli.md, cleanup.lock).  `sandlot run`
+        # leaves the data dir's storage pool mounted for the next run:
+        # unmount it then.
+        lock = os.path.join(data_dir, "cleanup.lock")
+        if os.path.exists(lock):
+            with open(lock) as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
         subprocess.run(["umount", os.path.join(data_dir, "storage", "mnt")], capture_output=True)
         shutil.rmtree(data_dir, ignore_errors=True)
 

@@ -107,10 +107,56 @@ typedef struct sandlot_options {
 	 * truncated. */
 	uint64_t changes_max_bytes;
 	uint64_t scan_memory_bytes;
+	/* 1: a helper process, forked at creation, finishes the sandbox's
+	 * teardown — waits for its processes to end, removes its cgroup, gives
+	 * back its storage and uid range — when this process dies without
+	 * destroying it (even by SIGKILL) and after sandlot_destroy_nowait().
+	 * The helper ("sandlot-cleanup") is a fork of the caller: create such
+	 * sandboxes while no other thread of the caller holds a lock (a
+	 * single-threaded program, like `sandlot run`).  While it works it
+	 * holds a shared flock on <data_dir>/cleanup.lock: an exclusive flock
+	 * on that file waits for every helper of the data dir to finish. */
+	int cleanup_helper;
+	/* 1: sandlot_create() returns as soon as the sandbox is started, while
+	 * its init still sets itself up (a millisecond or so), so that the
+	 * caller's first requests are on their way meanwhile: init serves them
+	 * once it is ready.  sandlot_wait_ready() then tells whether the
+	 * set-up worked (with its error if not); requests made before a failed
+	 * set-up fail as if the sandbox had died (EPIPE, killed). */
+	int start_nowait;
 } sandlot_options_t;
 
 /* Fill opts with the defaults above. */
 SANDLOT_API void sandlot_options_init(sandlot_options_t *opts);
+
+/* Prepare, in a background thread of the library, what sandboxes created
+ * with options like `likely` need, so that their creation does less: a
+ * set of `count` cgroups (with likely's limits), the root filesystem tree
+ * for likely's image and hostname.  The set is refilled as sandboxes take
+ * from it; a sandbox with other limits still takes one and rewrites its
+ * limits.  Meant for a long-running process (sandlotd); a later call
+ * replaces the earlier one.  Count 0 stops preparing: it waits for work
+ * under way, removes the prepared cgroups no sandbox has taken and lets go
+ * of them (a process that prepared must do it before it exits; if it is
+ * killed instead, the next preparer of the data dir, or any sandlot
+ * process's stale collector, removes them).  0, or -1 with EINVAL for
+ * options that sandlot_options_validate() refuses. */
+SANDLOT_API int sandlot_prepare(const sandlot_options_t *likely, unsigned count,
+				sandlot_error_t **err);
+
+/* A new sandbox id ("sb-" and 26 of [a-z2-7], 30 bytes with the NUL) for
+ * sandlot_options_t.id: the name of resources prepared for a sandbox with
+ * these options (sandlot_prepare() of this or another process) when
+ * there are some — they are then reserved for the sandbox created with
+ * that id by this process — else a fresh one.  For a caller that needs the
+ * id before sandlot_create() (to name files after it); without that, leave
+ * opts->id NULL and sandlot_create() does the same. */
+SANDLOT_API void sandlot_new_id(const sandlot_options_t *opts, char id[32]);
+
+/* Give back an id from sandlot_new_id() that no sandlot_create() will use
+ * after all: what was reserved for it is free again for the next sandbox.
+ * (sandlot_create() does it itself when it fails.)  Any other id: a no-op. */
+SANDLOT_API void sandlot_release_id(const char *id);
 
 /* Check options without creating anything: minimum sizes (16M memory and
  * disk), pids >= 2, KEY=VALUE environment entries, hostname syntax, known
@@ -131,6 +177,21 @@ SANDLOT_API sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_err
  * range, and free the handle.  Safe to call at any time, including while
  * commands run (they are reported as killed).  Never fails; NULL is a no-op. */
 SANDLOT_API void sandlot_destroy(sandlot_t *sb);
+
+/* Wait until the sandbox (created with start_nowait) has finished setting
+ * itself up: 0, or -1 with the set-up's error (as sandlot_create() would
+ * have failed); the same answer every time.  Immediate for a sandbox
+ * created without start_nowait. */
+SANDLOT_API int sandlot_wait_ready(sandlot_t *sb, sandlot_error_t **err);
+
+/* For a process about to exit (as `sandlot run` after its command): kill
+ * the sandbox and free the handle without waiting for the sandbox to be
+ * gone; its cleanup helper (sandlot_options_t.cleanup_helper) removes the
+ * rest in the background.  The sandbox's init, a child of the caller, is
+ * reaped by whoever reaps the caller's orphans once it exits; a caller that
+ * lives on must reap it itself (or use sandlot_destroy()).  Without a
+ * helper this is sandlot_destroy().  NULL is a no-op. */
+SANDLOT_API void sandlot_destroy_nowait(sandlot_t *sb);
 
 /* Globally unique id ("sb-" followed by 26 lowercase base32 characters). */
 SANDLOT_API const char *sandlot_id(const sandlot_t *sb);

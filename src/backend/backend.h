@@ -34,20 +34,34 @@ struct sandlot_backend_ops {
 	const char *name;
 	/* Start the sandbox described by sb->opts.  On success sets sb->conn_fd
 	 * (the protocol stream) and sb->backend (private state); on failure
-	 * leaves nothing behind. */
+	 * leaves nothing behind.  The sandbox may still be setting itself up
+	 * when this returns: the caller opens the connection meanwhile (so
+	 * nothing waits on the other), then calls ready. */
 	int (*start)(struct sandlot *sb, sandlot_error_t **err);
+	/* Wait until the sandbox has finished setting up.  On failure (with
+	 * the reason) the caller kills and releases it. */
+	int (*ready)(struct sandlot *sb, sandlot_error_t **err);
 	/* Kill every process of the sandbox and wait until they are gone (the
 	 * connection then reads EOF).  Never fails; idempotent. */
 	void (*kill)(struct sandlot *sb);
+	/* Start killing the sandbox and hand the rest of its teardown to a
+	 * helper process without waiting (sandlot_destroy_nowait()); release
+	 * then only frees this process's state.  -1 (nothing done) when the
+	 * sandbox has no helper.  NULL: the backend has none. */
+	int (*detach)(struct sandlot *sb);
 	/* Release everything else (cgroup, storage, uid range) and the private
-	 * state.  Called after kill and after the connection was shut down, so
-	 * nothing uses the backend any more.  Never fails. */
+	 * state.  Called after kill (or detach) and after the connection was
+	 * shut down, so nothing uses the backend any more.  Never fails. */
 	void (*release)(struct sandlot *sb);
 	int (*usage)(struct sandlot *sb, sandlot_usage_t *out, sandlot_error_t **err);
 	/* Just the OOM-kill and refused-fork counters (read around every exec,
 	 * so cheaper than usage).  0, or -1 when they cannot be read. */
 	int (*events)(struct sandlot *sb, uint64_t *oom_kills, uint64_t *pids_limit_hits);
 	pid_t (*init_pid)(const struct sandlot *sb);
+	/* sandlot_prepare() and sandlot_new_id() for this backend (opts are
+	 * validated, defaults not yet applied). */
+	int (*prepare)(const sandlot_options_t *likely, unsigned count, sandlot_error_t **err);
+	void (*new_id)(const sandlot_options_t *opts, char id[32]);
 	/* Open a TCP connection to `port` on the sandbox's own loopback, as
 	 * sandlot_port_connect() describes (port and liveness already checked).
 	 * The ns backend makes the socket in the sandbox's network namespace;

@@ -17,6 +17,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "ns.h"
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "core/internal.h"
@@ -41,13 +43,6 @@
 #include "linux/syscalls.h"
 #include "linux/userns.h"
 
-struct ns_state {
-	pid_t pid;
-	int pidfd;
-	struct sandlot_uid_slot slot;
-	sandlot_cgroup_t *cg;
-	struct sandlot_storage storage;
-};
 
 static void ns_kill_init(struct ns_state *ns)
 {
@@ -67,16 +62,36 @@ static void ns_kill_init(struct ns_state *ns)
 
 static void ns_release(struct ns_state *ns)
 {
-	ns_kill_init(ns);
+	if (ns->detached) {
+		/* The cleanup helper has its own copy of all of this and does
+		 * the teardown: only let go of ours. */
+		sandlot__cgroup_close(ns->cg);
+	} else {
+		ns_kill_init(ns);
+		sandlot__cgroup_destroy(ns->cg);
+		sandlot__trace("destroy: cgroup");
+	}
+	ns->cg = NULL;
 	if (ns->pidfd >= 0)
 		close(ns->pidfd);
 	ns->pidfd = -1;
-	sandlot__cgroup_destroy(ns->cg);
-	ns->cg = NULL;
-	sandlot__trace("destroy: cgroup");
-	/* init is reaped: nothing of the sandbox uses its workspace any more. */
+	/* init is gone (or, detached, the helper waits for that): nothing of
+	 * the sandbox uses its workspace any more.  Detached, the helper
+	 * deletes it; we only close our handles (the helper's copy of the lock
+	 * descriptor keeps the workspace locked until then). */
+	if (ns->detached)
+		ns->storage.ephemeral = 0;
 	sandlot__storage_destroy(&ns->storage);
 	sandlot__uid_slot_release(&ns->slot);
+	if (ns->cleanup_lock_fd >= 0)
+		close(ns->cleanup_lock_fd);
+	ns->cleanup_lock_fd = -1;
+	if (ns->status_fd >= 0)
+		close(ns->status_fd);
+	ns->status_fd = -1;
+	/* After our own teardown, so the helper's copies of the locks go
+	 * last. */
+	sandlot__ns_helper_stop(ns);
 }
 
 /* Child after clone: only raw syscalls (the parent may be multi-threaded,
@@ -119,14 +134,33 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	 * child was born there). */
 	if (sandlot__cgroup_join_self(a->join) < 0)
 		child_fail(a->status_wr, "join the sandbox cgroup");
-	/* Wait until the parent wrote our uid map and cgroup; EOF means the
-	 * parent gave up on us. */
+	/* Wait until the parent wrote our uid map and cgroup: one byte on
+	 * the sync socket, with the prepared root tree attached when there
+	 * is one.  EOF means the parent gave up on us. */
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cm;
+	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf),
+	};
 	ssize_t n;
 	do
-		n = sys_read(a->sync_rd, &c, 1);
+		n = sys_recvmsg(a->sync_rd, &mh, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		sys_exit_group(1);
+	/* (By hand, not memcpy: nothing a sanitizer intercepts runs here.) */
+	int root_fd = -1;
+	struct cmsghdr *ch = CMSG_FIRSTHDR(&mh);
+	if (ch && ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS &&
+	    ch->cmsg_len == CMSG_LEN(sizeof(int))) {
+		const unsigned char *d = CMSG_DATA(ch);
+		unsigned char *o = (unsigned char *)&root_fd;
+		for (size_t i = 0; i < sizeof(int); i++)
+			o[i] = d[i];
+	}
 	/* Raw syscalls: see sys_setgroups0() (glibc's wrappers can deadlock
 	 * here when the parent is multi-threaded, as sandlotd is). */
 	if (sys_setgroups0() < 0)
@@ -134,30 +168,119 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	if (sys_setresgid(0, 0, 0) < 0 || sys_setresuid(0, 0, 0) < 0)
 		child_fail(a->status_wr, "become root of the user namespace");
 
-	/* Move the descriptors init expects to 3..8, going through high
+	/* Move the descriptors init expects to 3..9, going through high
 	 * numbers first so no dup2 clobbers a source. */
-	int src[6] = { a->sock, a->status_wr, a->seccomp_fd, a->storage_fd, a->image_fd,
-		       a->lock_fd };
-	int hi[6];
-	for (int i = 0; i < 6; i++) {
+	enum { NFDS = INIT_FD_ROOT - INIT_FD_PROTO + 1 };
+	int src[NFDS] = { a->sock,       a->status_wr, a->seccomp_fd, a->storage_fd,
+			  a->image_fd,   a->lock_fd,   root_fd };
+	int hi[NFDS];
+	for (int i = 0; i < NFDS; i++) {
 		hi[i] = -1;
 		if (src[i] >= 0 && (hi[i] = sys_dupfd_cloexec(src[i], 100)) < 0)
 			child_fail(a->status_wr, "dup");
 	}
 	int status_fd = hi[1];
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < NFDS; i++)
 		if (hi[i] >= 0 && sys_dup2(hi[i], INIT_FD_PROTO + i) < 0)
 			child_fail(status_fd, "dup2");
 	if (sys_dup2(a->devnull, 0) < 0 || sys_dup2(a->devnull, 1) < 0 ||
 	    sys_dup2(a->devnull, 2) < 0)
 		child_fail(status_fd, "dup2 stdio");
-	if (sys_close_range(INIT_FD_LOCK + 1, ~0U, 0) < 0) {
-		for (int fd = INIT_FD_LOCK + 1; fd < 1024; fd++)
-			sys_close(fd);
+	/* Absent ones closed, so that init can tell (no fd 9 unless a tree
+	 * came), and nothing above INIT_FD_ROOT. */
+	for (int i = 0; i < NFDS; i++)
+		if (hi[i] < 0)
+			sys_close(INIT_FD_PROTO + i);
+	if (sys_close_range(INIT_FD_ROOT + 1, ~0U, 0) < 0) {
+		for (unsigned fd = INIT_FD_ROOT + 1; fd < 1024; fd++)
+			sys_close((int)fd);
 	}
 	char *const envp[] = { NULL };
 	sys_execve(a->init_path, a->argv, envp);
 	child_fail(INIT_FD_STATUS, "exec sandlot-init");
+}
+
+/* Preparing the root tree (ns-root.c) in a thread of its own, while this
+ * one takes the uid range, cgroup and storage and clones the child: the
+ * first time in a process that is a few hundred microseconds of mount
+ * calls, which would otherwise delay every `sandlot run`. */
+struct root_job {
+	struct ns_root_key key;
+	char rootfs[4200];
+	struct ns_root root;
+	pthread_t thread;
+	int rc;
+};
+
+static void *root_job_main(void *arg)
+{
+	struct root_job *j = arg;
+	/* A host where it cannot be done just gets the old way: init builds
+	 * the root. */
+	j->rc = sandlot__ns_root_clone(&j->key, &j->root, 1, NULL);
+	return NULL;
+}
+
+/* 1 when a thread was started (join it), 0 when the job is done. */
+static int root_job_start(struct root_job *j, const struct sandlot *sb)
+{
+	memset(j, 0, sizeof(*j));
+	j->root.fd = -1;
+	j->key.hostname = sb->hostname;
+	j->key.user_name = sb->img.user ? sb->img.user : "user";
+	if (sb->img.lock_fd >= 0) {
+		snprintf(j->rootfs, sizeof(j->rootfs), "%s/images/%s/rootfs", sb->data_dir,
+			 sb->img.digest);
+		j->key.rootfs = j->rootfs;
+	}
+	/* Prepared already (a long-running process): a clone, right here. */
+	if ((j->rc = sandlot__ns_root_clone(&j->key, &j->root, 0, NULL)) == 0)
+		return 0;
+	/* Signals stay with the caller's threads. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(&j->thread, NULL, root_job_main, j);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0) {
+		/* No thread: do it here. */
+		root_job_main(j);
+		return 0;
+	}
+	return 1;
+}
+
+static int root_job_join(struct root_job *j)
+{
+	pthread_join(j->thread, NULL);
+	return j->rc;
+}
+
+/* Release the child: one byte, with the root tree (root_fd >= 0). */
+static int send_go(int sock, int root_fd)
+{
+	char c = 'g';
+	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cm;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (root_fd >= 0) {
+		memset(&cm, 0, sizeof(cm));
+		mh.msg_control = cm.buf;
+		mh.msg_controllen = sizeof(cm.buf);
+		struct cmsghdr *ch = CMSG_FIRSTHDR(&mh);
+		ch->cmsg_level = SOL_SOCKET;
+		ch->cmsg_type = SCM_RIGHTS;
+		ch->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(ch), &root_fd, sizeof(int));
+	}
+	ssize_t n;
+	do
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n == 1 ? 0 : -1;
 }
 
 /* Read init's setup report: EOF with no data is success. */
@@ -206,10 +329,11 @@ static int read_status(int fd, sandlot_error_t **err)
 
 /* Remove cgroups and ephemeral workspaces that a killed sandlot process
  * could not (SIGKILL leaves nothing else behind: the sandbox's processes
- * and mounts die with its init).  At most once a minute per data
- * directory, and only cgroups that are empty and older than 30 s and
- * workspaces that no process holds. */
-static void collect_stale(const char *data_dir)
+ * and mounts die with its init), and the free prepared cgroups of a
+ * preparer that was killed (whatever its data directory).  At most once a
+ * minute per data directory, and only cgroups that are empty and older
+ * than 30 s and workspaces that no process holds. */
+void sandlot__ns_collect_stale(const char *data_dir)
 {
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/gc.stamp", data_dir);
@@ -220,6 +344,7 @@ static void collect_stale(const char *data_dir)
 	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
 		return;
 	futimens(fd, NULL);
+	sandlot__cgroup_pool_reclaim();
 	sandlot__cgroup_cleanup_stale("sb-", 30);
 	sandlot__pool_sweep(data_dir);
 }
@@ -232,13 +357,23 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	ns->pidfd = -1;
 	ns->slot.lock_fd = -1;
 	ns->storage.mount_fd = ns->storage.lock_fd = -1;
+	ns->helper_fd = -1;
+	ns->cleanup_lock_fd = -1;
+	ns->status_fd = -1;
 
 	cleanup_close int sync_rd = -1, sync_wr = -1, status_rd = -1, status_wr = -1;
 	cleanup_close int sock_host = -1, sock_child = -1, devnull = -1;
 	int fds[2];
 
+	struct root_job rj;
+	int root_job_started = 0;
 	sandlot__trace(NULL);
-	collect_stale(sb->data_dir);
+	root_job_started = root_job_start(&rj, sb);
+	/* With a helper, the helper collects, off the critical path. */
+	if (!sb->opts.cleanup_helper)
+		sandlot__ns_collect_stale(sb->data_dir);
+	else if ((ns->cleanup_lock_fd = sandlot__ns_cleanup_lock(sb->data_dir, err)) < 0)
+		goto fail;
 	if (sandlot__uid_slot_acquire(sb->data_dir, &ns->slot, err) < 0)
 		goto fail;
 	sandlot__trace("uid slot");
@@ -247,10 +382,18 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		.cpus_milli = sb->opts.cpus_milli,
 		.pids = sb->opts.pids,
 	};
+	/* A prepared cgroup when there is one (its name becomes the sandbox's
+	 * id); a new one otherwise. */
+	char pooled[32];
+	int prepared = !sb->id_given && sandlot__cgroup_pool_take(sb->data_dir, &lim, pooled);
+	if (prepared) {
+		memcpy(sb->id, pooled, sizeof(pooled));
+		sandlot__ns_prepare_taken();
+	}
 	ns->cg = sandlot__cgroup_create(sb->id, &lim, err);
 	if (!ns->cg)
 		goto fail;
-	sandlot__trace("cgroup");
+	sandlot__trace(prepared ? "cgroup (prepared)" : "cgroup");
 	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, (int)sb->opts.storage,
 				    sb->opts.workspace, sb->opts.disk_overcommit, &ns->storage,
 				    err) < 0)
@@ -268,7 +411,8 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		goto fail;
 	sandlot__trace("seccomp");
 
-	if (pipe2(fds, O_CLOEXEC) < 0)
+	/* A socket, not a pipe: the prepared root tree travels with the "go". */
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) < 0)
 		goto fail_errno;
 	sync_rd = fds[0], sync_wr = fds[1];
 	if (pipe2(fds, O_CLOEXEC) < 0)
@@ -282,8 +426,9 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		goto fail_errno;
 
 	/* Everything the child needs, built before clone. */
-	char a_nofile[32], a_fsize[32], a_disk[32], a_pids[32];
+	char a_nofile[32], a_fsize[32], a_disk[32], a_pids[32], a_scan[32];
 	snprintf(a_pids, sizeof(a_pids), "%u", sb->opts.pids);
+	snprintf(a_scan, sizeof(a_scan), "%llu", (unsigned long long)sb->opts.scan_memory_bytes);
 	snprintf(a_nofile, sizeof(a_nofile), "%llu", (unsigned long long)sb->opts.nofile);
 	/* RLIMIT_FSIZE a little above the disk size: a file can never grow past
 	 * the storage anyway, and the storage's ENOSPC (a clean write error)
@@ -299,6 +444,8 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	argv[ac++] = a_fsize;
 	argv[ac++] = (char *)"--pids";
 	argv[ac++] = a_pids;
+	argv[ac++] = (char *)"--scan-memory";
+	argv[ac++] = a_scan;
 	argv[ac++] = (char *)"--hostname";
 	argv[ac++] = sb->hostname;
 	if (ns->storage.kind == SANDLOT_STORAGE_TMPFS) {
@@ -381,18 +528,26 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		sandlot__error_errno(err, errno, "protect sandbox init from the OOM killer");
 		goto fail;
 	}
-	if (write(sync_wr, "g", 1) != 1)
+	/* The prepared root, idmapped through the new user namespace, goes
+	 * with the "go"; without one, init builds the root itself. */
+	if ((root_job_started ? root_job_join(&rj) : rj.rc) == 0) {
+		sandlot__ns_root_idmap(&rj.root, pid);
+		sandlot__trace("root tree");
+	}
+	root_job_started = 0;
+	if (send_go(sync_wr, rj.root.fd) < 0)
 		goto fail_errno;
+	sandlot__ns_root_release(&rj.root);
 	close(sync_wr), sync_wr = -1;
+	/* Forked while init sets itself up (on another CPU, where there is
+	 * one), before this process has any other thread. */
+	if (sb->opts.cleanup_helper) {
+		if (sandlot__ns_helper_start(ns, sb->id, sb->data_dir, err) < 0)
+			goto fail;
+		sandlot__trace("helper");
+	}
 
-	if (read_status(status_rd, err) < 0)
-		goto fail;
-	sandlot__trace("init setup");
-	/* Init has attached the storage in its own namespace; the host's
-	 * handle is no longer needed and must not keep it alive. */
-	sandlot__storage_release(&ns->storage);
-	sandlot__image_close_mount(&sb->img);
-
+	ns->status_fd = steal_fd(&status_rd);
 	sb->conn_fd = steal_fd(&sock_host);
 	sb->backend = ns;
 	return 0;
@@ -400,16 +555,44 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 fail_errno:
 	sandlot__error_errno(err, errno, "create sandbox");
 fail:
+	if (root_job_started)
+		root_job_join(&rj);
+	sandlot__ns_root_release(&rj.root);
 	sandlot__image_close_mount(&sb->img);
 	ns_release(ns);
 	free(ns);
 	return -1;
 }
 
+static int ns_ready(struct sandlot *sb, sandlot_error_t **err)
+{
+	struct ns_state *ns = sb->backend;
+	int rc = read_status(ns->status_fd, err);
+	close(ns->status_fd);
+	ns->status_fd = -1;
+	sandlot__trace("init setup");
+	/* Init has attached the storage in its own namespace (or failed): the
+	 * host's handles are no longer needed and must not keep them alive. */
+	sandlot__storage_release(&ns->storage);
+	sandlot__image_close_mount(&sb->img);
+	return rc;
+}
+
 static void ns_kill(struct sandlot *sb)
 {
 	if (sb->backend)
 		ns_kill_init(sb->backend);
+}
+
+static int ns_detach(struct sandlot *sb)
+{
+	struct ns_state *ns = sb->backend;
+	if (!ns || ns->helper_pid <= 0)
+		return -1;
+	/* Dying starts now; the helper waits for the end of it. */
+	if (ns->pidfd >= 0)
+		sys_pidfd_send_signal(ns->pidfd, SIGKILL, NULL, 0);
+	return sandlot__ns_helper_detach(ns);
 }
 
 static void ns_release_sb(struct sandlot *sb)
@@ -477,10 +660,14 @@ static int ns_port_connect(struct sandlot *sb, uint16_t port, unsigned timeout_m
 const struct sandlot_backend_ops sandlot__backend_ns = {
 	.name = "ns",
 	.start = ns_start,
+	.ready = ns_ready,
 	.kill = ns_kill,
+	.detach = ns_detach,
 	.release = ns_release_sb,
 	.usage = ns_usage,
 	.events = ns_events,
 	.init_pid = ns_init_pid,
+	.prepare = sandlot__ns_prepare,
+	.new_id = sandlot__ns_new_id,
 	.port_connect = ns_port_connect,
 };

@@ -582,6 +582,10 @@ int cmd_run(int argc, char **argv)
 		}
 	}
 	opts.env = env;
+	/* Exit as soon as the command is done: a helper process finishes the
+	 * teardown (and does it too if we are killed). */
+	opts.cleanup_helper = 1;
+	opts.start_nowait = 1;
 	if (sandlot_options_validate(&opts, &err) < 0) {
 		rc = cli_usage_error("run", "%s", sandlot_error_message(err));
 		sandlot_error_free(err);
@@ -608,11 +612,22 @@ int cmd_run(int argc, char **argv)
 		rc = EXIT_SANDLOT;
 		goto out;
 	}
+	/* With nothing to put in first, the command goes to init while it
+	 * still sets itself up (start_nowait): init starts it as soon as it is
+	 * ready, and this process does not wait for that in between. */
+	int early = nup == 0 && code_fd < 0;
+	if (!early && sandlot_wait_ready(sb, &err) < 0) {
+		cli_err("%s", sandlot_error_message(err));
+		sandlot_error_free(err);
+		sandlot_destroy_nowait(sb);
+		rc = EXIT_SANDLOT;
+		goto out;
+	}
 	for (size_t i = 0; i < nup; i++) {
 		if (transfer_upload(sb, &up[i], &err) < 0) {
 			cli_err("--upload %s: %s", up[i].local, sandlot_error_message(err));
 			sandlot_error_free(err);
-			sandlot_destroy(sb);
+			sandlot_destroy_nowait(sb);
 			rc = EXIT_SANDLOT;
 			goto out;
 		}
@@ -621,20 +636,21 @@ int cmd_run(int argc, char **argv)
 	    sandlot_file_write_fd(sb, code_remote, 0644, SANDLOT_WRITE_MKDIRS, code_fd, &err) < 0) {
 		cli_err("writing the code to %s: %s", code_remote, sandlot_error_message(err));
 		sandlot_error_free(err);
-		sandlot_destroy(sb);
+		sandlot_destroy_nowait(sb);
 		rc = EXIT_SANDLOT;
 		goto out;
 	}
-	/* The command's changes are measured from here, uploads excluded. */
+	/* The command's changes are measured from here, uploads excluded
+	 * (without uploads, from the baseline init took when it started). */
 	sandlot_changes_t ch = { 0 };
-	if (json && sandlot_changes_scan(sb, &ch, NULL) == 0)
+	if (json && !early && sandlot_changes_scan(sb, &ch, NULL) == 0)
 		sandlot_changes_free(&ch);
 
 	struct run_state st = { .json = json };
 	st.out.limit = st.err.limit = output_limit;
 	if (pipe2(st.exit_pipe, O_CLOEXEC) < 0) {
 		cli_err("pipe: %s", strerror(errno));
-		sandlot_destroy(sb);
+		sandlot_destroy_nowait(sb);
 		goto out;
 	}
 	sandlot_exec_spec_t spec = {
@@ -646,10 +662,13 @@ int cmd_run(int argc, char **argv)
 	sandlot_exec_callbacks_t cb = { .on_output = on_output, .on_exit = on_exit_cb, .userdata = &st };
 	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, &err);
 	sandlot_exit_t ex = { .exit_code = -1 };
-	if (!p) {
+	if (!p || (early && sandlot_wait_ready(sb, &err) < 0)) {
+		/* (A failed set-up ends the command as killed: its own error
+		 * is the one to show.) */
 		cli_err("%s", sandlot_error_message(err));
 		sandlot_error_free(err);
-		sandlot_destroy(sb);
+		sandlot_proc_free(p);
+		sandlot_destroy_nowait(sb);
 		goto out_pipe;
 	}
 	sandlot__trace("exec start");
@@ -680,7 +699,7 @@ int cmd_run(int argc, char **argv)
 		print_json(sandlot_id(sb), &ex, &st, &ch, errors);
 	json_decref(errors);
 	sandlot_changes_free(&ch);
-	sandlot_destroy(sb);
+	sandlot_destroy_nowait(sb);
 
 	if (ex.start_error) {
 		if (!json)

@@ -88,6 +88,7 @@ int sandlot__error_from_frame(sandlot_error_t **err, const uint8_t *payload, uin
 
 struct sandlot {
 	char id[32];
+	int id_given;               /* the caller chose the id (opts->id) */
 	sandlot_options_t opts;     /* strings below are owned copies */
 	char *image, *hostname, *data_dir, *init_path;
 	char *workspace;            /* kept workspace's name, or NULL */
@@ -101,6 +102,12 @@ struct sandlot {
 	struct sl_conn conn;
 	int conn_open;
 	int refs;                   /* the caller's handle + procs, readers, writers, requests */
+	/* start_nowait: 0 until sandlot_wait_ready() knows, then 1 (ready) or
+	 * -1 (the set-up failed: ready_status, ready_msg); under ready_lock. */
+	int ready;
+	int ready_status;
+	char *ready_msg;
+	pthread_mutex_t ready_lock;
 };
 
 /* Handles that point into a sandbox (procs, readers, writers, requests in

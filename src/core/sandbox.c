@@ -10,6 +10,7 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "linux/cgroup.h"
 #include "linux/storage.h"
 
 #define DEFAULT_MEMORY (512ull << 20)
@@ -233,11 +234,120 @@ int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **er
 	return validate(opts, 1, err);
 }
 
+/* opts with the defaults of unset limits applied (what a sandbox gets). */
+static void effective(const sandlot_options_t *in, sandlot_options_t *out)
+{
+	*out = *in;
+	if (!out->memory_bytes)
+		out->memory_bytes = DEFAULT_MEMORY;
+	if (!out->disk_bytes)
+		out->disk_bytes = DEFAULT_DISK;
+	if (!out->pids)
+		out->pids = DEFAULT_PIDS;
+	if (!out->nofile)
+		out->nofile = DEFAULT_NOFILE;
+	if (!out->changes_max_bytes)
+		out->changes_max_bytes = DEFAULT_CHANGES_MAX;
+	/* The walk's memory is init's, inside the sandbox's limit: a sixteenth
+	 * of it (the baseline and the new snapshot: an eighth at most). */
+	if (!out->scan_memory_bytes) {
+		uint64_t m = out->memory_bytes / 16;
+		out->scan_memory_bytes = m > MAX_SCAN_MEMORY_DEFAULT ? MAX_SCAN_MEMORY_DEFAULT
+				: m < MIN_SCAN_MEMORY ? MIN_SCAN_MEMORY : m;
+	}
+}
+
+int sandlot_prepare(const sandlot_options_t *likely, unsigned count, sandlot_error_t **err)
+{
+	sandlot_options_t o;
+	if (!likely) {
+		sandlot_options_init(&o);
+		likely = &o;
+	}
+	/* Stopping works whatever the options say now (the image may be gone
+	 * since). */
+	if (count && sandlot_options_validate(likely, err) < 0)
+		return -1;
+	const struct sandlot_backend_ops *ops = sandlot__backend_for(likely->image, err);
+	if (!ops)
+		return -1;
+	sandlot_options_t eff;
+	effective(likely, &eff);
+	return ops->prepare ? ops->prepare(&eff, count, err) : 0;
+}
+
+void sandlot_new_id(const sandlot_options_t *opts, char id[32])
+{
+	sandlot_options_t o;
+	if (!opts) {
+		sandlot_options_init(&o);
+		opts = &o;
+	}
+	const struct sandlot_backend_ops *ops = sandlot__backend_for(opts->image, NULL);
+	sandlot_options_t eff;
+	effective(opts, &eff);
+	if (ops && ops->new_id)
+		ops->new_id(&eff, id);
+	else
+		sandlot__new_id("sb-", id);
+}
+
+void sandlot_release_id(const char *id)
+{
+	sandlot__cgroup_pool_return(id);
+}
+
+/* Wait for init's HELLO, then read its set-up report: init sends HELLO
+ * right after the report's EOF (success), so one wake-up covers both;
+ * without HELLO the report says why. */
+static int wait_ready(sandlot_t *sb, sandlot_error_t **err)
+{
+	sandlot_error_t *hello_err = NULL;
+	int hello = sandlot__conn_wait_hello(&sb->conn, 10000, &hello_err);
+	if (sb->ops->ready(sb, err) < 0) {
+		sandlot_error_free(hello_err);
+		return -1;
+	}
+	if (hello < 0) {
+		if (err)
+			*err = hello_err;
+		else
+			sandlot_error_free(hello_err);
+		return -1;
+	}
+	sandlot__trace("hello");
+	return 0;
+}
+
+int sandlot_wait_ready(sandlot_t *sb, sandlot_error_t **err)
+{
+	pthread_mutex_lock(&sb->ready_lock);
+	if (sb->ready == 0) {
+		sandlot_error_t *e = NULL;
+		if (wait_ready(sb, &e) == 0) {
+			sb->ready = 1;
+		} else {
+			sb->ready = -1;
+			sb->ready_status = sandlot_error_status(e);
+			sb->ready_msg = strdup(sandlot_error_message(e));
+			sandlot_error_free(e);
+		}
+	}
+	int rc = sb->ready;
+	if (rc < 0)
+		sandlot__error(err, sb->ready_status, "create sandbox: %s",
+			       sb->ready_msg ? sb->ready_msg : "set-up failed");
+	pthread_mutex_unlock(&sb->ready_lock);
+	return rc < 0 ? -1 : 0;
+}
+
 static void free_sandbox(sandlot_t *sb)
 {
 	if (sb->conn_open)
 		sandlot__conn_free(&sb->conn);
 	pthread_mutex_destroy(&sb->env_lock);
+	pthread_mutex_destroy(&sb->ready_lock);
+	free(sb->ready_msg);
 	sandlot__image_release(&sb->img);
 	sandlot__strv_free(sb->env);
 	free(sb->image);
@@ -264,28 +374,16 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sandlot_t *sb = calloc(1, sizeof(*sb));
 	if (!sb)
 		return sandlot__error(err, ENOMEM, "out of memory"), NULL;
-	sb->opts = *opts;
 	sb->conn_fd = -1;
 	sb->img.lock_fd = sb->img.root_fd = -1;
 	sb->refs = 1;
 	pthread_mutex_init(&sb->env_lock, NULL);
-	if (!sb->opts.memory_bytes)
-		sb->opts.memory_bytes = DEFAULT_MEMORY;
-	if (!sb->opts.disk_bytes)
-		sb->opts.disk_bytes = DEFAULT_DISK;
-	if (!sb->opts.pids)
-		sb->opts.pids = DEFAULT_PIDS;
-	if (!sb->opts.nofile)
-		sb->opts.nofile = DEFAULT_NOFILE;
-	if (!sb->opts.changes_max_bytes)
-		sb->opts.changes_max_bytes = DEFAULT_CHANGES_MAX;
-	/* The walk's memory is init's, inside the sandbox's limit: a sixteenth
-	 * of it (the baseline and the new snapshot: an eighth at most). */
-	if (!sb->opts.scan_memory_bytes) {
-		uint64_t m = sb->opts.memory_bytes / 16;
-		sb->opts.scan_memory_bytes = m > MAX_SCAN_MEMORY_DEFAULT ? MAX_SCAN_MEMORY_DEFAULT
-				: m < MIN_SCAN_MEMORY ? MIN_SCAN_MEMORY : m;
-	}
+	pthread_mutex_init(&sb->ready_lock, NULL);
+	sb->ready = opts->start_nowait ? 0 : 1;
+	effective(opts, &sb->opts);
+	/* Without an id of the caller's, the backend may still choose one
+	 * (the ns backend names a sandbox after the prepared cgroup it takes). */
+	sb->id_given = opts->id != NULL;
 	if (opts->id)
 		snprintf(sb->id, sizeof(sb->id), "%s", opts->id);
 	else
@@ -339,6 +437,8 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sb->ops = ops;
 	if (ops->start(sb, err) < 0)
 		goto fail;
+	/* The connection (and the I/O thread, the first time) is set up
+	 * while the sandbox sets itself up, so HELLO is read as it comes. */
 	if (sandlot__conn_open(&sb->conn, sb->conn_fd, err) < 0) {
 		close(sb->conn_fd);
 		ops->kill(sb);
@@ -346,12 +446,11 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		goto fail;
 	}
 	sb->conn_open = 1;
-	if (sandlot__conn_wait_hello(&sb->conn, 10000, err) < 0)
+	if (opts->start_nowait)
+		return sb; /* sandlot_wait_ready() does the rest */
+	if (wait_ready(sb, err) < 0)
 		goto fail_started;
-	sandlot__trace("hello");
-	if (sandlot__changes_baseline(sb, err) < 0)
-		goto fail_started;
-	sandlot__trace("baseline scan");
+	/* No baseline scan to ask for: init takes it itself (protocol.md). */
 	return sb;
 
 fail_started:
@@ -360,6 +459,10 @@ fail_started:
 	return NULL;
 fail:
 	sandlot__error_wrap(err, "create sandbox");
+	/* An id from sandlot_new_id() whose prepared cgroup was never adopted
+	 * (the failure came first): free again for the next sandbox. */
+	if (sb->id_given)
+		sandlot_release_id(sb->id);
 	free_sandbox(sb); /* the connection was never opened */
 	return NULL;
 }
@@ -393,6 +496,25 @@ void sandlot_destroy(sandlot_t *sb)
 	/* No longer in use: `sandlot image rm` may take it from here. */
 	sandlot__image_release(&sb->img);
 	sandlot__trace("destroy: release");
+	sandlot__unref(sb);
+}
+
+void sandlot_destroy_nowait(sandlot_t *sb)
+{
+	if (!sb)
+		return;
+	if (!sb->ops || !sb->ops->detach || sb->ops->detach(sb) < 0) {
+		sandlot_destroy(sb);
+		return;
+	}
+	/* Open streams see on_lost (commands end as killed), as with
+	 * sandlot_destroy(); the helper does everything else. */
+	if (sb->conn_open)
+		sandlot__conn_shutdown(&sb->conn);
+	sb->ops->release(sb);
+	/* A built image is free from now on: nothing of the sandbox can use
+	 * it any more. */
+	sandlot__image_release(&sb->img);
 	sandlot__unref(sb);
 }
 

@@ -165,6 +165,11 @@ struct daemon {
 
 int64_t daemon_now_ms(void);    /* wall clock */
 
+/* How many sandboxes' cgroups libsandlot keeps prepared (sandlot_prepare):
+ * enough for a burst of creations, each taking one while the background
+ * refills. */
+#define PREPARED_SANDBOXES 16
+
 /* Fault-injection points, for tests that must reach both sides of a race
  * (tests/README.md).  Only a build configured with -Dfault_injection=true
  * has them; in any other (the default, the Makefile's build/, a package)

@@ -257,6 +257,27 @@ static struct http_route *all_routes(void)
 	return all;
 }
 
+/* The options sandboxes are likely created with, for sandlot_prepare(). */
+static void prepare_options(struct daemon *d, sandlot_options_t *o)
+{
+	sandlot_options_init(o);
+	o->data_dir = d->cfg.data_dir;
+	o->image = d->cfg.default_image;
+}
+
+/* Stop preparing: the free prepared cgroups are removed, nothing of them
+ * outlives the daemon (docs/daemon.md, "Prepared resources"). */
+static void prepare_stop(struct daemon *d)
+{
+	sandlot_options_t o;
+	prepare_options(d, &o);
+	sandlot_error_t *err = NULL;
+	if (sandlot_prepare(&o, 0, &err) < 0) {
+		daemon_log("prepare_stop_failed", "level=warn error=\"%s\"", sandlot_error_message(err));
+		sandlot_error_free(err);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static struct daemon d;
@@ -473,6 +494,19 @@ int main(int argc, char **argv)
 	changes_budget_enforce(&d);
 	registry_reclaim(&d);
 	sandboxes_recover(&d);
+	/* Cgroups and the root tree for the next sandboxes, prepared by
+	 * libsandlot in the background (a sandbox with other options still
+	 * takes a prepared cgroup and changes its limits). */
+	{
+		sandlot_options_t o;
+		prepare_options(&d, &o);
+		if (sandlot_prepare(&o, PREPARED_SANDBOXES, &err) < 0) {
+			daemon_log("prepare_failed", "level=warn error=\"%s\"",
+				   sandlot_error_message(err));
+			sandlot_error_free(err);
+			err = NULL;
+		}
+	}
 	/* Only after recovery, which removes every workspace that the
 	 * registry does not own — as those of pooled sandboxes are not. */
 	if (pool_start(&d, &err) < 0) {
@@ -484,6 +518,7 @@ int main(int argc, char **argv)
 	if (ports_start(&d, &err) < 0) {
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
 		pool_stop(&d);
+		prepare_stop(&d);
 		registry_close(&d);
 		return 1;
 	}
@@ -539,6 +574,8 @@ int main(int argc, char **argv)
 	sandboxes_shutdown(&d);
 	for (int i = 0; i < nservers; i++)
 		http_stop(servers[i], 5000);
+	/* No request runs any more: nothing takes a prepared cgroup. */
+	prepare_stop(&d);
 	sandboxes_free(&d);
 	ports_stop();
 	pool_free(&d);
@@ -560,6 +597,7 @@ int main(int argc, char **argv)
 fail:
 	/* Start-up failed after recovery: nothing runs yet; free what recovery
 	 * and the pool loaded. */
+	prepare_stop(&d);
 	sandboxes_free(&d);
 	pool_free(&d);
 	registry_close(&d);

@@ -88,7 +88,9 @@ int workspace_exists(struct daemon *d, const char *id)
 
 void workspace_assign(struct daemon *d, sandlot_options_t *opts, char id[32])
 {
-	sandlot__new_id("sb-", id);
+	/* The name of resources prepared for such a sandbox, when there are
+	 * some (sandlot_prepare() in main.c). */
+	sandlot_new_id(opts, id);
 	opts->id = id;
 	opts->workspace = id;
 	opts->disk_overcommit = d->cfg.disk_overcommit;
@@ -706,6 +708,7 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 		uint64_t t0 = sandlot__now_ns();
 		workspace_assign(d, opts, id);
 		if (sandlot_workspace_copy(&o, src->id, id, &err) < 0) {
+			sandlot_release_id(id); /* no sandbox will have it */
 			http_error_from(req, err);
 		} else {
 			opts->disk_bytes = bytes;

@@ -99,6 +99,9 @@ int init_parse_args(int argc, char **argv, struct init_config *cfg)
 		} else if (!strcmp(opt, "--fsize")) {
 			if (parse_num(val, UINT64_MAX, &cfg->fsize) < 0)
 				return usage("bad --fsize", val);
+		} else if (!strcmp(opt, "--scan-memory")) {
+			if (parse_num(val, UINT64_MAX, &cfg->scan_memory) < 0)
+				return usage("bad --scan-memory", val);
 		} else if (!strcmp(opt, "--disk")) {
 			if (parse_num(val, UINT64_MAX, &cfg->disk) < 0)
 				return usage("bad --disk", val);

@@ -20,6 +20,9 @@
  *      absent: init never reads it, only keeps it open for as long as it
  *      lives, so the host knows the workspace is in use until the last
  *      process of the sandbox is gone (commands never inherit it)
+ *   9  optional: the whole root tree, prepared by the host (a detached
+ *      clone of src/backend/ns-root.c's template): when it is open, init
+ *      attaches it instead of building the root (and ignores fd 7)
  *
  * Options (all numbers decimal):
  *   --uid N --gid N        sandbox user (default 1000/1000)
@@ -55,6 +58,7 @@
 #define INIT_FD_STORAGE 6
 #define INIT_FD_IMAGE 7
 #define INIT_FD_LOCK 8
+#define INIT_FD_ROOT 9
 
 #define INIT_HOME "/home/user"
 #define INIT_SCAN_LIMIT 100000
@@ -66,6 +70,7 @@ struct init_config {
 	uint64_t fsize;
 	uint64_t disk;
 	uint64_t pids;          /* the sandbox's pids limit (0 = unknown) */
+	uint64_t scan_memory;   /* --scan-memory: bound of the first change-tracking baseline (0: default) */
 	const char *hostname;
 	const char *home;       /* workspace and default cwd: INIT_HOME; tests may override with --home */
 	int no_seccomp;
@@ -87,6 +92,13 @@ int init_parse_args(int argc, char **argv, struct init_config *cfg);
  * failure writes "errno message" to the status fd and returns -1; the
  * caller exits 1.  (setup.c) */
 int init_setup(struct init_config *cfg);
+
+/* The last step of the setup, after HELLO went out (so that the host
+ * works meanwhile): detach the old root left stacked on the new one by
+ * pivot_root, and go to the home directory.  No request is read before it.
+ * 0, or -1 with errno (init then exits: the sandbox is not usable).
+ * (setup.c) */
+int init_setup_finish(const struct init_config *cfg);
 
 /* Serve the protocol on fd 3 until the host disconnects or sends SHUTDOWN;
  * kills every process before returning.  Sends HELLO first and closes the

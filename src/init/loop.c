@@ -606,11 +606,18 @@ int init_serve(const struct init_config *cfg)
 		sl_msg_put_u32(&m, SL_TAG_VERSION, SANDLOT_PROTO_VERSION);
 		init__queue(&l, &m);
 		/* HELLO out first (the host is waiting for it), then ready the
-		 * first command's process while the host does its own side (the
-		 * baseline scan, uploads). */
+		 * first command's process while the host does its own side
+		 * (uploads), and take the change-tracking baseline the host
+		 * would otherwise have to ask for. */
 		queue_flush(&l);
-		init__warm_prepare(&l);
-		serve(&l);
+		if (init_setup_finish(cfg) < 0) {
+			init__log("cannot finish the setup: %s", strerror(errno));
+			l.status = 1;
+		} else {
+			init__warm_prepare(&l);
+			init__scan_baseline(&l);
+			serve(&l);
+		}
 	}
 
 	init__kill_all(&l);

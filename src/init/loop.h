@@ -170,5 +170,8 @@ int64_t init__ns(long sec, long nsec);
 
 void init__scan_request(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload);
 void init__snapshot_free(struct snapshot *s);
+/* Take the first baseline, before the host asks for anything: the first
+ * SCAN reports what changed since init started.  Best effort. */
+void init__scan_baseline(struct loop *l);
 
 #endif

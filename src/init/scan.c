@@ -537,6 +537,18 @@ static const struct stream_ops scan_ops = {
 	.destroy = scan_destroy,
 };
 
+void init__scan_baseline(struct loop *l)
+{
+	uint64_t memory = l->cfg->scan_memory ? l->cfg->scan_memory : SCAN_DEFAULT_MEMORY;
+	if (memory < SCAN_MEMORY_MIN)
+		memory = SCAN_MEMORY_MIN;
+	struct snapshot *snap = take_snapshot(l, memory);
+	if (!snap)
+		return; /* the first SCAN then reports everything as created */
+	init__snapshot_free(l->baseline);
+	l->baseline = snap;
+}
+
 void init__scan_request(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload)
 {
 	uint32_t flags = 0;

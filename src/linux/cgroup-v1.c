@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,7 @@ struct mounts {
 	int alias_of[SL_CG_NCTRL]; /* index of the first controller on the same mount, or -1 */
 };
 
-static void find_mounts(struct mounts *m)
+static void find_mounts_now(struct mounts *m)
 {
 	dev_t dev[SL_CG_NCTRL];
 	const char *root = sandlot__cgroup_v1_root();
@@ -71,6 +72,22 @@ static void find_mounts(struct mounts *m)
 	}
 }
 
+/* The hierarchies are looked up once per process (ten system calls that
+ * every sandbox would otherwise repeat): they are mounted at boot. */
+static struct mounts cached_mounts;
+static pthread_once_t mounts_once = PTHREAD_ONCE_INIT;
+
+static void cache_mounts(void)
+{
+	find_mounts_now(&cached_mounts);
+}
+
+static void find_mounts(struct mounts *m)
+{
+	pthread_once(&mounts_once, cache_mounts);
+	*m = cached_mounts;
+}
+
 static int need(const struct mounts *m, int ctrl, const char *what, sandlot_error_t **err)
 {
 	if (m->present[ctrl])
@@ -89,27 +106,63 @@ static int write_u64(const char *dir, const char *file, uint64_t v, sandlot_erro
 	return 0;
 }
 
-static int apply_limits(sandlot_cgroup_t *cg, const struct sandlot_cgroup_limits *lim,
-			sandlot_error_t **err)
+/* Write the limits in `lim` that differ from `old` (NULL: a fresh cgroup,
+ * no limits yet).  0 means "no limit" in both. */
+static int apply_limits(sandlot_cgroup_t *cg, const struct sandlot_cgroup_limits *old,
+			const struct sandlot_cgroup_limits *lim, sandlot_error_t **err)
 {
+	static const struct sandlot_cgroup_limits fresh = { 0, 0, 0 };
+	if (!old)
+		old = &fresh;
 	const char *mem = cg->dir[SL_CG_MEMORY];
-	if (lim->memory_bytes) {
-		/* The RAM limit first: memsw must never be below it. */
-		if (write_u64(mem, "memory.limit_in_bytes", lim->memory_bytes, err) < 0)
-			return -1;
-		if (sandlot__cg_exists(mem, "memory.memsw.limit_in_bytes") &&
-		    write_u64(mem, "memory.memsw.limit_in_bytes", lim->memory_bytes, err) < 0)
-			return -1;
-		sandlot__cg_write(mem, "memory.swappiness", "0"); /* best effort */
+	if (lim->memory_bytes != old->memory_bytes) {
+		/* memsw may never be below the RAM limit: lower the RAM limit
+		 * first, raise memsw first.  -1 is "no limit" in v1. */
+		uint64_t want = lim->memory_bytes ? lim->memory_bytes : UINT64_MAX;
+		uint64_t had = old->memory_bytes ? old->memory_bytes : UINT64_MAX;
+		bool memsw = sandlot__cg_exists(mem, "memory.memsw.limit_in_bytes");
+		char buf[32];
+		if (want == UINT64_MAX)
+			snprintf(buf, sizeof(buf), "-1");
+		else
+			snprintf(buf, sizeof(buf), "%llu", (unsigned long long)want);
+		const char *first = want < had ? "memory.limit_in_bytes" : "memory.memsw.limit_in_bytes";
+		const char *second = want < had ? "memory.memsw.limit_in_bytes" : "memory.limit_in_bytes";
+		if ((memsw || strcmp(first, "memory.limit_in_bytes") == 0) &&
+		    sandlot__cg_write(mem, first, buf) < 0)
+			return sandlot__error_errno(err, errno, "write %s to %s/%s", buf, mem, first);
+		if ((memsw || strcmp(second, "memory.limit_in_bytes") == 0) &&
+		    sandlot__cg_write(mem, second, buf) < 0)
+			return sandlot__error_errno(err, errno, "write %s to %s/%s", buf, mem, second);
+		if (lim->memory_bytes && !old->memory_bytes)
+			sandlot__cg_write(mem, "memory.swappiness", "0"); /* best effort */
 	}
-	if (lim->pids && write_u64(cg->dir[SL_CG_PIDS], "pids.max", lim->pids, err) < 0)
-		return -1;
-	if (lim->cpus_milli) {
-		uint64_t quota, period;
-		sandlot__cg_cpu_quota(lim->cpus_milli, &quota, &period);
-		if (write_u64(cg->dir[SL_CG_CPU], "cpu.cfs_period_us", period, err) < 0 ||
-		    write_u64(cg->dir[SL_CG_CPU], "cpu.cfs_quota_us", quota, err) < 0)
+	if (lim->pids != old->pids) {
+		if (!lim->pids) {
+			if (sandlot__cg_write(cg->dir[SL_CG_PIDS], "pids.max", "max") < 0)
+				return sandlot__error_errno(err, errno, "write max to %s/pids.max",
+							    cg->dir[SL_CG_PIDS]);
+		} else if (write_u64(cg->dir[SL_CG_PIDS], "pids.max", lim->pids, err) < 0) {
 			return -1;
+		}
+	}
+	if (lim->cpus_milli != old->cpus_milli) {
+		const char *cpu = cg->dir[SL_CG_CPU];
+		if (!lim->cpus_milli) {
+			if (sandlot__cg_write(cpu, "cpu.cfs_quota_us", "-1") < 0)
+				return sandlot__error_errno(err, errno, "write -1 to %s/cpu.cfs_quota_us",
+							    cpu);
+		} else {
+			uint64_t quota, period;
+			sandlot__cg_cpu_quota(lim->cpus_milli, &quota, &period);
+			/* A quota above the new period would be refused: lift it
+			 * first, then set period and quota. */
+			if (old->cpus_milli)
+				sandlot__cg_write(cpu, "cpu.cfs_quota_us", "-1");
+			if (write_u64(cpu, "cpu.cfs_period_us", period, err) < 0 ||
+			    write_u64(cpu, "cpu.cfs_quota_us", quota, err) < 0)
+				return -1;
+		}
 	}
 	return 0;
 }
@@ -160,7 +213,7 @@ static int v1_create(sandlot_cgroup_t *cg, const struct sandlot_cgroup_limits *l
 		}
 		cg->owned[i] = true;
 	}
-	if (apply_limits(cg, lim, err) < 0)
+	if (apply_limits(cg, NULL, lim, err) < 0)
 		goto fail;
 	return 0;
 
@@ -169,6 +222,39 @@ nomem:
 fail:
 	sandlot__cg_rmdirs(cg);
 	return -1;
+}
+
+static int v1_adopt(sandlot_cgroup_t *cg, const struct sandlot_cgroup_limits *preset,
+		    const struct sandlot_cgroup_limits *lim, sandlot_error_t **err)
+{
+	struct mounts m;
+	find_mounts(&m);
+	if (need(&m, SL_CG_MEMORY, "memory accounting", err) < 0 ||
+	    (lim->pids && need(&m, SL_CG_PIDS, "the process limit", err) < 0) ||
+	    (lim->cpus_milli && need(&m, SL_CG_CPU, "the CPU limit", err) < 0))
+		return -1;
+	/* Every directory must be there (the memory one was just touched by
+	 * the taker); those that are become ours either way, so that a
+	 * cgroup found incomplete is removed whole by the caller. */
+	int missing = 0;
+	for (int i = 0; i < SL_CG_NCTRL; i++) {
+		if (!m.present[i])
+			continue;
+		if (m.alias_of[i] >= 0) {
+			cg->dir[i] = strdup(cg->dir[m.alias_of[i]]);
+		} else if (asprintf(&cg->dir[i], "%s/sandlot/%s", m.path[i], cg->name) < 0) {
+			cg->dir[i] = NULL;
+		} else if (i != SL_CG_MEMORY && access(cg->dir[i], F_OK) < 0) {
+			missing = errno;
+		} else {
+			cg->owned[i] = true;
+		}
+		if (!cg->dir[i])
+			return sandlot__error(err, ENOMEM, "out of memory");
+	}
+	if (missing)
+		return sandlot__error_errno(err, missing, "prepared cgroup %s is incomplete", cg->name);
+	return apply_limits(cg, preset, lim, err);
 }
 
 static int v1_add_pid(sandlot_cgroup_t *cg, pid_t pid, sandlot_error_t **err)
@@ -322,6 +408,10 @@ static int v1_cleanup_stale(const char *prefix, unsigned min_age_s)
 
 	int removed = 0;
 	for (size_t k = 0; k < l.n; k++) {
+		/* Prepared, and free: not a leftover.  (Checked before the age:
+		 * see sandlot__cgroup_pool_take.) */
+		if (sandlot__cgroup_pool_has(l.v[k]))
+			continue;
 		/* Live in any hierarchy means live: leave all of it alone. */
 		char dir[SL_CG_NCTRL][PATH_MAX];
 		bool live = false;
@@ -358,6 +448,7 @@ static const char *v1_path(sandlot_cgroup_t *cg, const char *controller)
 const struct sandlot_cgroup_ops sandlot__cgroup_v1_ops = {
 	.mode = "v1",
 	.create = v1_create,
+	.adopt = v1_adopt,
 	.add_pid = v1_add_pid,
 	.usage = v1_usage,
 	.kill = v1_kill,

@@ -114,29 +114,47 @@ static int write_str(const char *dir, const char *file, const char *value, sandl
 	return 0;
 }
 
-static int apply_limits(const char *dir, const struct sandlot_cgroup_limits *lim,
-			sandlot_error_t **err)
+/* Write the limits in `lim` that differ from `old` (NULL: a fresh cgroup,
+ * no limits yet).  0 means "no limit" in both. */
+static int apply_limits(const char *dir, const struct sandlot_cgroup_limits *old,
+			const struct sandlot_cgroup_limits *lim, sandlot_error_t **err)
 {
+	static const struct sandlot_cgroup_limits fresh = { 0, 0, 0 };
+	bool is_fresh = !old;
+	if (!old)
+		old = &fresh;
 	char buf[64];
-	if (lim->memory_bytes) {
-		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)lim->memory_bytes);
+	if (lim->memory_bytes != old->memory_bytes) {
+		if (lim->memory_bytes)
+			snprintf(buf, sizeof(buf), "%llu", (unsigned long long)lim->memory_bytes);
+		else
+			snprintf(buf, sizeof(buf), "max");
 		if (write_str(dir, "memory.max", buf, err) < 0)
 			return -1;
-		/* Absent without swap accounting; then there is no swap to use. */
-		if (sandlot__cg_exists(dir, "memory.swap.max") &&
-		    write_str(dir, "memory.swap.max", "0", err) < 0)
-			return -1;
 	}
-	if (lim->pids) {
-		snprintf(buf, sizeof(buf), "%u", lim->pids);
+	/* Absent without swap accounting; then there is no swap to use.  Set
+	 * with the first memory limit (a prepared cgroup that had one has it). */
+	if (lim->memory_bytes && (is_fresh || !old->memory_bytes) &&
+	    sandlot__cg_exists(dir, "memory.swap.max") &&
+	    write_str(dir, "memory.swap.max", "0", err) < 0)
+		return -1;
+	if (lim->pids != old->pids) {
+		if (lim->pids)
+			snprintf(buf, sizeof(buf), "%u", lim->pids);
+		else
+			snprintf(buf, sizeof(buf), "max");
 		if (write_str(dir, "pids.max", buf, err) < 0)
 			return -1;
 	}
-	if (lim->cpus_milli) {
-		uint64_t quota, period;
-		sandlot__cg_cpu_quota(lim->cpus_milli, &quota, &period);
-		snprintf(buf, sizeof(buf), "%llu %llu", (unsigned long long)quota,
-			 (unsigned long long)period);
+	if (lim->cpus_milli != old->cpus_milli) {
+		if (lim->cpus_milli) {
+			uint64_t quota, period;
+			sandlot__cg_cpu_quota(lim->cpus_milli, &quota, &period);
+			snprintf(buf, sizeof(buf), "%llu %llu", (unsigned long long)quota,
+				 (unsigned long long)period);
+		} else {
+			snprintf(buf, sizeof(buf), "max 100000");
+		}
 		if (write_str(dir, "cpu.max", buf, err) < 0)
 			return -1;
 	}
@@ -175,11 +193,31 @@ static int v2_create(sandlot_cgroup_t *cg, const struct sandlot_cgroup_limits *l
 		return sandlot__error_errno(err, errno, "mkdir %s", cg->dir[0]);
 	}
 	cg->owned[0] = true;
-	if (apply_limits(cg->dir[0], lim, err) < 0) {
+	if (apply_limits(cg->dir[0], NULL, lim, err) < 0) {
 		sandlot__cg_rmdirs(cg);
 		return -1;
 	}
 	return 0;
+}
+
+static int v2_adopt(sandlot_cgroup_t *cg, const struct sandlot_cgroup_limits *preset,
+		    const struct sandlot_cgroup_limits *lim, sandlot_error_t **err)
+{
+	if (asprintf(&cg->dir[0], "%s/sandlot/%s", sandlot__cgroup_v2_root(), cg->name) < 0) {
+		cg->dir[0] = NULL;
+		return sandlot__error(err, ENOMEM, "out of memory");
+	}
+	struct stat st;
+	if (stat(cg->dir[0], &st) < 0)
+		return sandlot__error_errno(err, errno, "prepared cgroup %s", cg->dir[0]);
+	cg->owned[0] = true;
+	/* A limit the preset lacked needs its controller, which the pool
+	 * filler enabled where the host offers it. */
+	if ((lim->memory_bytes && !preset->memory_bytes && !sandlot__cg_exists(cg->dir[0], "memory.max")) ||
+	    (lim->pids && !preset->pids && !sandlot__cg_exists(cg->dir[0], "pids.max")) ||
+	    (lim->cpus_milli && !preset->cpus_milli && !sandlot__cg_exists(cg->dir[0], "cpu.max")))
+		return sandlot__error(err, ENOTSUP, "prepared cgroup %s lacks a controller", cg->dir[0]);
+	return apply_limits(cg->dir[0], preset, lim, err);
 }
 
 static int v2_add_pid(sandlot_cgroup_t *cg, pid_t pid, sandlot_error_t **err)
@@ -262,6 +300,9 @@ static int v2_cleanup_stale(const char *prefix, unsigned min_age_s)
 		if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 ||
 		    strcmp(de->d_name, "..") == 0 || strncmp(de->d_name, prefix, pl) != 0)
 			continue;
+		/* Prepared, and free: not a leftover (checked before the age). */
+		if (sandlot__cgroup_pool_has(de->d_name))
+			continue;
 		char dir[PATH_MAX];
 		if (sandlot__cg_pathf(dir, "%s/%s", parent, de->d_name) == 0 &&
 		    sandlot__cg_dir_empty(dir) && !sandlot__cg_young(dir, min_age_s) && rmdir(dir) == 0)
@@ -278,6 +319,7 @@ static const char *v2_path(sandlot_cgroup_t *cg, const char *controller)
 const struct sandlot_cgroup_ops sandlot__cgroup_v2_ops = {
 	.mode = "v2",
 	.create = v2_create,
+	.adopt = v2_adopt,
 	.add_pid = v2_add_pid,
 	.usage = v2_usage,
 	.kill = v2_kill,

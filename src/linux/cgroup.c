@@ -154,6 +154,11 @@ static const struct sandlot_cgroup_ops *get_ops(void)
 	return ops;
 }
 
+const struct sandlot_cgroup_ops *sandlot__cgroup_ops(void)
+{
+	return get_ops();
+}
+
 const char *sandlot__cgroup_v1_root(void)
 {
 	get_ops();
@@ -213,6 +218,20 @@ sandlot_cgroup_t *sandlot__cgroup_create(const char *name, const struct sandlot_
 		return NULL;
 	}
 	cg->ops = o;
+	struct sandlot_cgroup_limits preset;
+	if (o->adopt && sandlot__cg_pool_claimed(name, &preset)) {
+		static const struct sandlot_cgroup_limits none = { 0, 0, 0 };
+		if (o->adopt(cg, &preset, lim ? lim : &none, NULL) == 0)
+			return cg;
+		/* Not usable after all (removed under us, a limit refused):
+		 * remove what is left of it and make it afresh below, which
+		 * reports what is wrong if that fails too. */
+		sandlot__cg_rmdirs(cg);
+		for (int i = 0; i < SL_CG_NCTRL; i++) {
+			free(cg->dir[i]);
+			cg->dir[i] = NULL;
+		}
+	}
 	if (o->create(cg, lim, err) < 0) {
 		sandlot__error_wrap(err, "create cgroup \"%s\" (%s)", name, o->mode);
 		free_handle(cg);
@@ -254,6 +273,12 @@ void sandlot__cgroup_destroy(sandlot_cgroup_t *cg)
 	sandlot__cg_rmdirs(cg);
 	free_handle(cg);
 	errno = saved;
+}
+
+void sandlot__cgroup_close(sandlot_cgroup_t *cg)
+{
+	if (cg)
+		free_handle(cg);
 }
 
 int sandlot__cgroup_cleanup_stale(const char *prefix, unsigned min_age_s)

@@ -124,6 +124,10 @@ int sandlot__cgroup_kill(sandlot_cgroup_t *cg, sandlot_error_t **err);
  * removed is left for sandlot__cgroup_cleanup_stale(). */
 void sandlot__cgroup_destroy(sandlot_cgroup_t *cg);
 
+/* Free the handle and leave the cgroup as it is (another process — the
+ * cleanup helper — removes it).  NULL is a no-op. */
+void sandlot__cgroup_close(sandlot_cgroup_t *cg);
+
 /* Remove leftover cgroups under the "sandlot" parent(s) whose names start
  * with `prefix`, that hold no process and that are at least min_age_s
  * seconds old, e.g. after a SIGKILLed `sandlot run`.  A cgroup holding any
@@ -140,6 +144,87 @@ int sandlot__cgroup_cleanup_stale(const char *prefix, unsigned min_age_s);
  * kernel is still finishing with its processes: try again later), 0 when
  * none does.  Only for names the caller knows to be its own. */
 int sandlot__cgroup_remove_named(const char *name, int kill);
+
+/* ---- prepared cgroups (cgroup-pool.c) -------------------------------------
+ *
+ * Making a cgroup costs a mkdir per hierarchy (five on a v1 host) and a
+ * write per limit — about 0.3 ms on the 2-CPU test host, on the critical
+ * path of every sandbox — and removing it another 0.2 ms.  So a long-lived
+ * process (sandlotd, through sandlot_prepare()) keeps a small set prepared
+ * ahead of time, off that path, with the limits the next sandboxes are
+ * likely to ask for: each is an ordinary sandbox cgroup "sb-<id>" under
+ * sandlot/ in every hierarchy, plus a marker file
+ * "<pool>/<name>.<memory>.<pids>.<cpus_milli>" saying that it is free and
+ * which limits it holds.  Taking one is atomic across threads and
+ * processes: whoever unlinks its marker owns it.  The taker uses the name
+ * as the new sandbox's id and reserves it in this process, so that
+ * sandlot__cgroup_create() with that name adopts the directories instead
+ * of making them and writes only the limits that differ.  A taken cgroup
+ * is used once and removed with its sandbox like any other: a sandbox never
+ * inherits another's counters or charged memory.
+ *
+ * Ownership.  There is one pool per data directory (and set of
+ * hierarchies): /run/sandlot/cgroup-pool/<mode>-<hash> (the base is
+ * SANDLOT_CGROUP_POOL_DIR if set, for tests), holding the markers, a file
+ * "data-dir" naming the data directory, and "preparer.lock", on which the
+ * process that fills the pool holds a shared flock for as long as it does
+ * (sandlot__cgroup_pool_hold).  Anyone with that data directory may take
+ * from it (`sandlot run` beside sandlotd does).  The preparer drains and
+ * removes the pool when it stops; the free cgroups of a preparer that died
+ * (SIGKILL) are taken over by the next one of the same data directory or
+ * drained, with the pool directory, by sandlot__cgroup_pool_reclaim(),
+ * which the stale collectors run: a pool whose lock nobody holds has no
+ * owner.  So free prepared
+ * cgroups never outlive their preparer for long, and every one is
+ * attributable to a data directory.  In "none" mode there is no pool.
+ *
+ * sandlot__cgroup_cleanup_stale() leaves prepared cgroups alone; a taker
+ * touches the cgroup's directory before it unlinks the marker, so the age
+ * guard protects a taken one until its sandbox populates it. */
+
+/* Take a prepared cgroup of data_dir's pool whose marker says `lim` if
+ * there is one, else any (its limits are rewritten on adoption); write its
+ * name ("sb-" and 26 characters, 30 bytes with the NUL) to name.  1 when
+ * one was taken, 0 when the pool is empty or unusable (the caller makes a
+ * name itself). */
+int sandlot__cgroup_pool_take(const char *data_dir, const struct sandlot_cgroup_limits *lim,
+			      char name[32]);
+
+/* Give back a name taken with sandlot__cgroup_pool_take() that no
+ * sandlot__cgroup_create() will use after all (its marker is made again).
+ * Names not reserved by this process are ignored. */
+void sandlot__cgroup_pool_return(const char *name);
+
+/* Prepare cgroups with limits `lim` until `target` are free in data_dir's
+ * pool.  Returns how many were made; never fails (a cgroup that cannot be
+ * made is simply not there).  Only for the pool's preparer (after
+ * sandlot__cgroup_pool_hold), off the critical path. */
+unsigned sandlot__cgroup_pool_fill(const char *data_dir, const struct sandlot_cgroup_limits *lim,
+				   unsigned target);
+
+/* Free cgroups in data_dir's pool now. */
+unsigned sandlot__cgroup_pool_count(const char *data_dir);
+
+/* Remove every free prepared cgroup of data_dir's pool and its marker;
+ * returns how many.  The preparer does it when it stops. */
+unsigned sandlot__cgroup_pool_drain(const char *data_dir);
+
+/* Become the preparer of data_dir's pool: make the pool directory and take
+ * a shared flock on its preparer.lock.  The descriptor (for
+ * sandlot__cgroup_pool_release), or -1 with an error. */
+int sandlot__cgroup_pool_hold(const char *data_dir, sandlot_error_t **err);
+
+/* Stop being the preparer: drain the pool, remove its directory and close
+ * `fd` (from sandlot__cgroup_pool_hold).  -1: a no-op. */
+void sandlot__cgroup_pool_release(const char *data_dir, int fd);
+
+/* Drain every pool on the host whose preparer is gone (nobody holds its
+ * lock); returns how many cgroups were removed.  A readdir and a flock per
+ * pool: for the stale collectors, off the critical path. */
+unsigned sandlot__cgroup_pool_reclaim(void);
+
+/* Whether `name` has a marker in any pool (a free prepared cgroup). */
+bool sandlot__cgroup_pool_has(const char *name);
 
 /* Directory of the cgroup for `controller` ("memory", "pids", "cpu",
  * "cpuacct", "freezer"), for tests and diagnostics.  v2 has one directory
@@ -179,6 +264,12 @@ struct sandlot_cgroup_ops {
 	 * On failure remove what was made (sandlot__cgroup_rmdirs). */
 	int (*create)(sandlot_cgroup_t *cg, const struct sandlot_cgroup_limits *lim,
 		      sandlot_error_t **err);
+	/* The same for a prepared cgroup that exists already with limits
+	 * `preset`: fill dirs (owned), change only the limits that differ.
+	 * On failure the directories are left to the caller (cg->owned set
+	 * for those found). */
+	int (*adopt)(sandlot_cgroup_t *cg, const struct sandlot_cgroup_limits *preset,
+		     const struct sandlot_cgroup_limits *lim, sandlot_error_t **err);
 	int (*add_pid)(sandlot_cgroup_t *cg, pid_t pid, sandlot_error_t **err);
 	int (*usage)(sandlot_cgroup_t *cg, sandlot_usage_t *out, sandlot_error_t **err);
 	int (*kill)(sandlot_cgroup_t *cg, sandlot_error_t **err);
@@ -192,6 +283,13 @@ extern const struct sandlot_cgroup_ops sandlot__cgroup_v2_ops;
 /* Roots chosen at first use (environment overrides applied). */
 const char *sandlot__cgroup_v1_root(void);
 const char *sandlot__cgroup_v2_root(void);
+/* The implementation in use (chosen at first use). */
+const struct sandlot_cgroup_ops *sandlot__cgroup_ops(void);
+
+/* If `name` was taken from the pool by this process and not yet adopted:
+ * forget the reservation, store the limits its marker named in *preset
+ * and return 1; else 0.  (cgroup-pool.c, for sandlot__cgroup_create.) */
+int sandlot__cg_pool_claimed(const char *name, struct sandlot_cgroup_limits *preset);
 
 /* Shared helpers (cgroup.c). */
 

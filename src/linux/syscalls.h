@@ -10,10 +10,19 @@
 #include <string.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <linux/openat2.h>
+/* struct mount_attr, MOUNT_ATTR_* and MOVE_MOUNT_*: glibc (2.36+) has them
+ * in <sys/mount.h>, musl (which sandlot-init may be built with) only in
+ * the kernel's header, which clashes with glibc's. */
+#ifdef __GLIBC__
+#include <sys/mount.h>
+#else
+#include <linux/mount.h>
+#endif
 
 static inline int sys_pivot_root(const char *new_root, const char *put_old)
 {
@@ -39,6 +48,70 @@ static inline int sys_close_range(unsigned first, unsigned last, unsigned flags)
 {
 #ifdef __NR_close_range
 	return (int)syscall(__NR_close_range, first, last, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+/* The mount API calls sandlot-init makes: glibc wraps them since 2.36,
+ * musl not at all. */
+static inline int sys_move_mount(int from_dfd, const char *from, int to_dfd, const char *to,
+				 unsigned flags)
+{
+#ifdef __NR_move_mount
+	return (int)syscall(__NR_move_mount, from_dfd, from, to_dfd, to, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_open_tree(int dfd, const char *path, unsigned flags)
+{
+#ifdef __NR_open_tree
+	return (int)syscall(__NR_open_tree, dfd, path, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_fsopen(const char *fsname, unsigned flags)
+{
+#ifdef __NR_fsopen
+	return (int)syscall(__NR_fsopen, fsname, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_fsconfig(int fd, unsigned cmd, const char *key, const void *value, int aux)
+{
+#ifdef __NR_fsconfig
+	return (int)syscall(__NR_fsconfig, fd, cmd, key, value, aux);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_fsmount(int fd, unsigned flags, unsigned attrs)
+{
+#ifdef __NR_fsmount
+	return (int)syscall(__NR_fsmount, fd, flags, attrs);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_mount_setattr(int dfd, const char *path, unsigned flags,
+				    struct mount_attr *attr, size_t size)
+{
+#ifdef __NR_mount_setattr
+	return (int)syscall(__NR_mount_setattr, dfd, path, flags, attr, size);
 #else
 	errno = ENOSYS;
 	return -1;
@@ -171,6 +244,13 @@ static inline int sys_dup2(int oldfd, int newfd)
 	if (oldfd == newfd)
 		return syscall(__NR_fcntl, oldfd, F_GETFD) < 0 ? -1 : newfd;
 	return (int)syscall(__NR_dup3, oldfd, newfd, 0);
+}
+
+/* recvmsg(2); the child of sys_clone_fork() receives the prepared root
+ * tree with it. */
+static inline ssize_t sys_recvmsg(int fd, struct msghdr *mh, int flags)
+{
+	return (ssize_t)syscall(__NR_recvmsg, fd, mh, flags);
 }
 
 static inline int sys_execve(const char *path, char *const argv[], char *const envp[])

@@ -16,6 +16,7 @@ SANDLOT_TEST_BIN_DIR=DIR tests the sandlot and sandlot-init in DIR instead
 of build/bin.
 """
 import atexit
+import fcntl
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -255,6 +257,30 @@ def read_line_with_deadline(stream, deadline):
     return buf
 
 
+def wait_cleanup(data_dir, timeout=60):
+    """Wait until the cleanup helper of every `sandlot run` on data_dir has
+    finished: each holds a shared flock on <data_dir>/cleanup.lock from its
+    sandbox's creation until the sandbox is gone (docs/cli.md), so an
+    exclusive flock is granted exactly then.  No polling; fails the test if
+    it takes longer than `timeout` seconds."""
+    path = Path(data_dir) / "cleanup.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return  # no run with a helper has used this data dir yet
+    got = threading.Event()
+
+    def take():
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        got.set()
+
+    threading.Thread(target=take, daemon=True).start()
+    if not got.wait(timeout):
+        raise AssertionError(f"sandbox cleanup helpers still busy after {timeout}s "
+                             f"(they hold {path})")
+    os.close(fd)
+
+
 def wait_until(cond, timeout, interval=0.05):
     """Poll cond() until it returns a truthy value or timeout passes; returns
     the last value."""
@@ -324,8 +350,12 @@ def no_leak_per_test(request, session_dirs):
         return
     data_dir = session_dirs["data_dir"]
     try:
-        # Loop devices detach and processes are reaped asynchronously: give
-        # them a moment before calling anything a leftover.
+        # The runs' cleanup helpers finish their sandboxes' teardown after
+        # the runs have returned: wait for them.
+        wait_cleanup(data_dir)
+        # Loop devices detach, and the daemons' sandboxes end,
+        # asynchronously: give them a moment before calling anything a
+        # leftover.
         wait_until(lambda: not hostscan.leftovers(before, data_dir), 5)
         problems = hostscan.leftovers(before, data_dir)
         assert not problems, "left behind by this test:\n  " + "\n  ".join(problems)

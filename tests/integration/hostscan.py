@@ -17,6 +17,7 @@ not leftovers; what a sandbox must not leave is its workspace (an entry in
 unmount_pools() takes the pools down at the end, after which nothing at all
 may be left.
 """
+import fcntl
 import glob
 import os
 import platform
@@ -154,6 +155,74 @@ def sandbox_init_of(pid):
 
 def init_pids():
     return {p for p in pids() if is_sandlot_init(p)}
+
+
+def is_cleanup_helper(pid):
+    """A live (not zombie) cleanup helper of a `sandlot run`."""
+    st = status(pid)
+    return st.get("Name") == "sandlot-cleanup" and not st.get("State", "").startswith("Z")
+
+
+def helper_pids():
+    return {p for p in pids() if is_cleanup_helper(p)}
+
+
+# Prepared cgroups (src/linux/cgroup.h, "prepared cgroups"): every data
+# dir that has some has a pool directory here holding a marker
+# "<name>.<memory>.<pids>.<cpus>" per free prepared cgroup, its data dir in
+# "data-dir", and "preparer.lock", on which the process that keeps the pool
+# filled (sandlotd) holds a shared flock.
+CGROUP_POOL_BASE = "/run/sandlot/cgroup-pool"
+MARKER_RE = re.compile(r"^(sb-[a-z2-7]{26})\.\d+\.\d+\.\d+$")
+
+
+def cgroup_pools():
+    """{pool directory: its data dir} for every pool on the host."""
+    out = {}
+    for pool in glob.glob(os.path.join(CGROUP_POOL_BASE, "*")):
+        dd = read(os.path.join(pool, "data-dir"))
+        if dd is not None:
+            out[pool] = dd.rstrip("\n")
+    return out
+
+
+def prepared_cgroups(pool):
+    """Names of the free prepared cgroups of a pool."""
+    try:
+        names = os.listdir(pool)
+    except OSError:
+        return set()
+    return {m.group(1) for m in map(MARKER_RE.match, names) if m}
+
+
+def pool_has_preparer(pool):
+    """Whether a live process keeps the pool (holds its preparer.lock)."""
+    try:
+        fd = os.open(os.path.join(pool, "preparer.lock"), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # (releases the lock if we got it)
+    return False
+
+
+def orphaned_prepared_cgroups(data_dir):
+    """{pool: names} of free prepared cgroups kept for data dirs at or under
+    `data_dir` by no live process: what a preparer that exited (or was
+    killed) left and nothing reclaimed."""
+    dd = str(data_dir)
+    out = {}
+    for pool, pool_dd in cgroup_pools().items():
+        if pool_dd != dd and not pool_dd.startswith(dd.rstrip("/") + "/"):
+            continue
+        names = prepared_cgroups(pool)
+        if names and not pool_has_preparer(pool):
+            out[pool] = names
+    return out
 
 
 def sandbox_cgroups():
@@ -383,6 +452,7 @@ def owner():
 def snapshot():
     return {
         "inits": init_pids(),
+        "helpers": helper_pids(),
         "cgroups": sandbox_cgroups(),
         "mounts": sandlot_mounts(),
         "netns": netns_names(),
@@ -399,8 +469,12 @@ def leftovers(before, data_dir, me=None):
     - a sandlot-init that appeared since `before` and is ours: a
       descendant of this process, or an orphan (parent is PID 1) that was
       one (Owner);
+    - a cleanup helper of a `sandlot run` of ours still at work, the same
+      way (its sandbox id is ours);
     - a cgroup of one of our sandboxes (Owner) that appeared since `before`
       and holds no process;
+    - a free prepared cgroup kept for our data dir (or one under it) by no
+      live process;
     - a new mount of our data directory, or of a loop device backed by a
       file in it, in our mount namespace (but a storage pool's own);
     - a new named network namespace named after one of our sandboxes.
@@ -418,6 +492,12 @@ def leftovers(before, data_dir, me=None):
         if is_descendant(p, me) or (parent in (0, 1) and own.is_our_init(p)):
             who = "orphaned (parent is PID 1)" if parent in (0, 1) else f"parent {parent}"
             problems.append(f"sandlot-init pid {p} still running, {who}, host uids {uids(p)}")
+    for p in sorted(helper_pids() - before["helpers"]):
+        parent = ppid(p)
+        argv = cmdline(p)
+        sid = argv[1].decode() if len(argv) == 2 else ""
+        if is_descendant(p, me) or (parent in (0, 1) and own.is_ours(sid)):
+            problems.append(f"sandlot-cleanup pid {p} still running ({' '.join(map(bytes.decode, cmdline(p)))})")
     for cg in sorted(sandbox_cgroups() - before["cgroups"]):
         procs = cgroup_procs(cg)
         if procs is not None and not procs and own.is_ours(sandbox_id(cg)):
@@ -430,4 +510,7 @@ def leftovers(before, data_dir, me=None):
         m = re.search(r"sb-[a-z2-7]+", n)
         if m and own.is_ours(m.group(0)):
             problems.append(f"network namespace left: /run/netns/{n}")
+    for pool, names in sorted(orphaned_prepared_cgroups(dd).items()):
+        problems.append(f"prepared cgroups left in {pool} with no process keeping them: "
+                        f"{' '.join(sorted(names))}")
     return problems

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from conftest import SANDLOT, stop, read_line_with_deadline, wait_until
+from conftest import wait_cleanup, SANDLOT, stop, read_line_with_deadline, wait_until
 import hostscan
 
 
@@ -385,27 +385,85 @@ def test_signal_to_cli_is_forwarded_and_cleans_up(sandlot, sig):
         stop(p)
 
 
-def test_cli_killed_with_sigkill_leaves_no_process(sandlot):
-    """A host process that dies (SIGKILL, no clean-up) must not leave the
-    sandbox running: init sees the connection close and kills everything."""
-    tag = f"78.{uuid.uuid4().int % 10**8}"
+def _start_and_find_init(sandlot, tag):
+    """A run whose command leaves a setsid'd sleep behind; returns the
+    Popen, the sandbox's init and its cgroup directories."""
     p = sandlot.popen(["--", "sh", "-c", f"echo ready; setsid sleep {tag} & exec sleep {tag}"])
-    cgroups = []
+    assert read_line_with_deadline(p.stdout, time.monotonic() + 10) == b"ready\n"
+    sleeps = wait_until(lambda: len(hostscan.find_pids(["sleep", tag])) == 2 and
+                        hostscan.find_pids(["sleep", tag]), 5)
+    assert sleeps, "the sandbox's sleeps never showed up on the host"
+    inits = [hostscan.ppid(s) for s in hostscan.find_pids(["sleep", tag])]
+    inits = [i for i in inits if hostscan.is_sandlot_init(i)]
+    assert len(inits) == 1, inits
+    init = inits[0]
+    cg_text = hostscan.read(f"/proc/{init}/cgroup") or ""
+    names = set(re.findall(r"/sandlot/(sb-[a-z0-9]+)", cg_text))
+    cgroups = [c for c in hostscan.sandbox_cgroups() if os.path.basename(c) in names]
+    assert cgroups, cg_text
+    return p, init, cgroups
+
+
+def _helpers_of(sid):
+    """Live cleanup helpers of sandbox `sid` ("sandlot-cleanup SID" in ps)."""
+    return [h for h in hostscan.helper_pids()
+            if hostscan.cmdline(h) == [b"sandlot-cleanup", sid.encode()]]
+
+
+def _remove_empty(cgroups):
+    """Do not let a test's (reported) leak fail every later check."""
+    for c in sorted(cgroups, key=len, reverse=True):
+        if os.path.isdir(c) and not hostscan.cgroup_procs(c):
+            try:
+                os.rmdir(c)
+            except OSError:
+                pass
+
+
+def test_cli_killed_with_sigkill_leaves_nothing(sandlot):
+    """A host process that dies (SIGKILL, no clean-up of its own) must not
+    leave the sandbox running (init sees the connection close and kills
+    everything) nor anything else: its cleanup helper sees it die and
+    removes the cgroup at once, not at some later start-up."""
+    tag = f"78.{uuid.uuid4().int % 10**8}"
+    p, cgroups = None, []
     try:
-        assert read_line_with_deadline(p.stdout, time.monotonic() + 10) == b"ready\n"
-        sleeps = wait_until(lambda: len(hostscan.find_pids(["sleep", tag])) == 2 and
-                            hostscan.find_pids(["sleep", tag]), 5)
-        assert sleeps, "the sandbox's sleeps never showed up on the host"
-        inits = [hostscan.ppid(s) for s in hostscan.find_pids(["sleep", tag])]
-        inits = [i for i in inits if hostscan.is_sandlot_init(i)]
-        assert len(inits) == 1, inits
-        init = inits[0]
-        cg_text = hostscan.read(f"/proc/{init}/cgroup") or ""
-        names = set(re.findall(r"/sandlot/(sb-[a-z0-9]+)", cg_text))
-        cgroups = [c for c in hostscan.sandbox_cgroups() if os.path.basename(c) in names]
+        p, init, cgroups = _start_and_find_init(sandlot, tag)
+        helpers = _helpers_of(os.path.basename(cgroups[0]))
+        assert len(helpers) == 1, f"no cleanup helper next to the run: {helpers}"
+        assert hostscan.ppid(helpers[0]) == p.pid
+        workspace = sandlot.data_dir / "storage" / "mnt" / "ws" / os.path.basename(cgroups[0])
+        assert workspace.is_dir(), workspace
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=5)
+        wait_cleanup(sandlot.data_dir)
+        assert not hostscan.find_pids(["sleep", tag]), "sandbox processes survived the death of sandlot"
+        assert not hostscan.is_sandlot_init(init), "sandlot-init survived the death of sandlot"
+        left = [c for c in cgroups if os.path.isdir(c)]
+        assert not left, f"cgroups of the killed run were not removed: {left}"
+        assert not workspace.exists(), "the workspace of the killed run was not removed"
+        assert not [h for h in helpers if hostscan.is_cleanup_helper(h)], "the helper did not exit"
+    finally:
+        if p:
+            stop(p)
+        _remove_empty(cgroups)
+
+
+def test_leftovers_of_a_killed_run_and_helper_are_collected_by_the_next(sandlot):
+    """If the cleanup helper dies too (it was SIGKILLed with the run), only
+    the empty cgroup directories and the workspace can remain; the next
+    start-up collects empty cgroups older than 30 s and workspaces nobody
+    holds, at most once a minute."""
+    tag = f"79.{uuid.uuid4().int % 10**8}"
+    p, cgroups = None, []
+    try:
+        p, init, cgroups = _start_and_find_init(sandlot, tag)
+        helpers = _helpers_of(os.path.basename(cgroups[0]))
+        assert len(helpers) == 1, helpers
         ws = sandlot.data_dir / "storage" / "mnt" / "ws"
-        workspaces = [ws / n for n in names]
-        assert all(w.is_dir() for w in workspaces), (names, list(ws.iterdir()))
+        workspaces = [ws / os.path.basename(c) for c in cgroups[:1]]
+        assert all(w.is_dir() for w in workspaces), (workspaces, list(ws.iterdir()))
+        os.kill(helpers[0], signal.SIGKILL)
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=5)
         assert wait_until(lambda: not hostscan.find_pids(["sleep", tag]), 5), \
@@ -421,6 +479,7 @@ def test_cli_killed_with_sigkill_leaves_no_process(sandlot):
         for c in cgroups:
             # The kernel tears the pid namespace down asynchronously.
             assert wait_until(lambda: not hostscan.cgroup_procs(c), 5), f"processes left in {c}"
+            assert os.path.isdir(c), "nothing should have removed it yet"
             past = time.time() - 120
             os.utime(c, (past, past))
         stamp = sandlot.data_dir / "gc.stamp"
@@ -428,19 +487,15 @@ def test_cli_killed_with_sigkill_leaves_no_process(sandlot):
             os.utime(stamp, (time.time() - 120, time.time() - 120))
         r = sandlot.run(["--", "true"])
         assert r.rc == 0, r
+        wait_cleanup(sandlot.data_dir)
         left = [c for c in cgroups if os.path.isdir(c)]
         assert not left, f"cgroups of the killed run were never removed: {left}"
         left = [w for w in workspaces if w.exists()]
         assert not left, f"the workspace of the killed run was never removed: {left}"
     finally:
-        stop(p)
-        # Do not let this test's (reported) leak fail every later check.
-        for c in sorted(cgroups, key=len, reverse=True):
-            if os.path.isdir(c) and not hostscan.cgroup_procs(c):
-                try:
-                    os.rmdir(c)
-                except OSError:
-                    pass
+        if p:
+            stop(p)
+        _remove_empty(cgroups)
 
 
 # ---- --json ---------------------------------------------------------------------

@@ -204,6 +204,32 @@ def test_root_and_usr_are_read_only(sandlot):
     assert r.stdout == "end\n", r
 
 
+def test_root_is_read_only_down_to_its_filesystem(sandlot):
+    """The root and /dev (a clone of the tree the host prepared once for
+    every sandbox) are read-only in their superblock, not only per mount:
+    nothing in any sandbox can remount them writable.  Seen from the
+    host, in the sandbox's own mount table."""
+    tag = f"7.{uuid.uuid4().int % 10**9}"
+    p = sandlot.popen(["--", "sh", "-c", f"echo ready; exec sleep {tag}"])
+    try:
+        assert read_line_with_deadline(p.stdout, time.monotonic() + 10) == b"ready\n"
+        found = wait_until(lambda: hostscan.find_pids(["sleep", tag]), 5)
+        assert len(found) == 1, found
+        mounts = {}
+        for ln in hostscan.read(f"/proc/{found[0]}/mountinfo").splitlines():
+            pre, _, post = ln.partition(" - ")
+            fields = pre.split()
+            mounts[fields[4]] = (fields[5].split(","), post.split()[0], post.split()[2].split(","))
+        for point in ("/", "/dev"):
+            opts, fstype, super_opts = mounts[point] if point in mounts else mounts["/"]
+            assert fstype == "tmpfs", (point, mounts[point])
+            assert "ro" in opts and "ro" in super_opts, (point, opts, super_opts)
+        # The workspace and /dev/shm stay writable, of course.
+        assert "rw" in mounts["/home/user"][0] and "rw" in mounts["/dev/shm"][0]
+    finally:
+        stop(p)
+
+
 def test_home_and_tmp_are_writable(sandlot):
     r = sandlot.sh("touch /home/user/a /tmp/b /var/tmp/c /dev/shm/d && ls /home/user /tmp && echo ok")
     assert r.rc == 0, r

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import session_baseline, wait_until
+from conftest import session_baseline, wait_cleanup, wait_until
 import hostscan
 
 
@@ -19,6 +19,7 @@ def test_nothing_left_behind(session_dirs, sandlot):
     assert r.rc == 0, r
     data_dir = session_dirs["data_dir"]
     before = session_baseline()
+    wait_cleanup(data_dir)
     wait_until(lambda: not hostscan.leftovers(before, data_dir), 10)
     problems = hostscan.leftovers(before, data_dir)
 
@@ -47,6 +48,13 @@ def test_nothing_left_behind(session_dirs, sandlot):
     for cg in hostscan.sandbox_cgroups() - before["cgroups"]:
         if own.is_ours(hostscan.sandbox_id(cg)):
             problems.append(f"cgroup left: {cg} (procs {hostscan.cgroup_procs(cg)})")
+    # No prepared cgroup kept for our data dirs once every daemon of the
+    # session has stopped (hostscan.leftovers() names only those whose
+    # preparer is gone).
+    for pool, pool_dd in hostscan.cgroup_pools().items():
+        if pool_dd == str(data_dir) or pool_dd.startswith(str(data_dir) + "/"):
+            for name in sorted(hostscan.prepared_cgroups(pool)):
+                problems.append(f"prepared cgroup left: {name} in {pool}")
     problems += hostscan.pool_problems(data_dir)
     # The pools themselves go when unmounted: then no loop device, no mount.
     hostscan.unmount_pools(data_dir)

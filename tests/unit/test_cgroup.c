@@ -739,6 +739,280 @@ static void scenario_bad_names(void)
 
 /* ---- v1 cases ------------------------------------------------------------------ */
 
+/* ---- prepared cgroups ------------------------------------------------------ */
+
+static char pool_tmp[PATH_MAX];
+
+/* Every case gets a pool directory of its own: the host's pool is left
+ * alone. */
+static void use_test_pool(void)
+{
+	snprintf(pool_tmp, sizeof(pool_tmp), "/tmp/sltest-pool-%d-XXXXXX", (int)main_pid);
+	CHECK(mkdtemp(pool_tmp) != NULL);
+	setenv("SANDLOT_CGROUP_POOL_DIR", pool_tmp, 1);
+}
+
+/* The data directory the test pools are for (only its name matters). */
+#define TEST_DD "/var/tmp/sltest-pool-data"
+
+/* Remove the test's pool directories (data-dir, preparer.lock), checking
+ * that no marker is left in them. */
+static void remove_test_pool(void)
+{
+	DIR *base = opendir(pool_tmp);
+	CHECK(base != NULL);
+	struct dirent *pe;
+	while (base && (pe = readdir(base))) {
+		if (pe->d_name[0] == '.')
+			continue;
+		char pool[PATH_MAX + 300];
+		snprintf(pool, sizeof(pool), "%s/%s", pool_tmp, pe->d_name);
+		DIR *d = opendir(pool);
+		struct dirent *de;
+		while (d && (de = readdir(d))) {
+			if (de->d_name[0] == '.')
+				continue;
+			CHECK(strcmp(de->d_name, "data-dir") == 0 || strcmp(de->d_name, "preparer.lock") == 0);
+			CHECK_EQ_INT(unlinkat(dirfd(d), de->d_name, 0), 0);
+		}
+		if (d)
+			closedir(d);
+		CHECK_EQ_INT(rmdir(pool), 0);
+	}
+	if (base)
+		closedir(base);
+	CHECK_EQ_INT(rmdir(pool_tmp), 0);
+}
+
+static void check_memory_limit(sandlot_cgroup_t *cg, uint64_t bytes)
+{
+	char want[32];
+	snprintf(want, sizeof(want), "%llu", (unsigned long long)bytes);
+	if (strcmp(sandlot__cgroup_mode(), "v1") == 0) {
+		const char *mem = sandlot__cgroup_path(cg, "memory");
+		CHECK_STR(read_trim(mem, "memory.limit_in_bytes"), want);
+		if (file_exists(mem, "memory.memsw.limit_in_bytes"))
+			CHECK_STR(read_trim(mem, "memory.memsw.limit_in_bytes"), want);
+	} else {
+		CHECK_STR(read_trim(sandlot__cgroup_path(cg, ""), "memory.max"), want);
+	}
+}
+
+static void check_pids_limit(sandlot_cgroup_t *cg, const char *want)
+{
+	CHECK_STR(read_trim(sandlot__cgroup_path(cg, "pids"), "pids.max"), want);
+}
+
+/* fill, take (matching limits and not), adopt with the limits rewritten
+ * up and down, return, cleanup_stale leaving prepared and just-taken
+ * cgroups alone, drain.  `limits`: whether the host can apply them here. */
+static void scenario_pool(int limits)
+{
+	use_test_pool();
+	struct sandlot_cgroup_limits base = { .memory_bytes = 64 * MiB, .pids = 32 },
+				     up = { .memory_bytes = 96 * MiB, .pids = 48, .cpus_milli = 500 },
+				     down = { .memory_bytes = 32 * MiB, .pids = 16 }, none = { 0 };
+	if (!limits)
+		base = up = down = none;
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
+	CHECK_EQ_INT(sandlot__cgroup_pool_fill(TEST_DD, &base, 3), 3);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 3);
+	CHECK_EQ_INT(sandlot__cgroup_pool_fill(TEST_DD, &base, 3), 0); /* full already */
+
+	/* Taken: unmarked, adopted by create (not made again), limits
+	 * rewritten where they differ. */
+	char name[32];
+	CHECK_EQ_INT(sandlot__cgroup_pool_take(TEST_DD, &up, name), 1);
+	CHECK(strncmp(name, "sb-", 3) == 0 && strlen(name) == 29);
+	CHECK(!sandlot__cgroup_pool_has(name));
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 2);
+	/* Just taken: young, so the stale collector leaves it to its taker. */
+	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale(name, 30), 0);
+	sandlot_error_t *err = NULL;
+	sandlot_cgroup_t *cg = sandlot__cgroup_create(name, &up, &err);
+	if (!cg)
+		printf("#   adopt: %s\n", sandlot_error_message(err));
+	CHECK(cg != NULL);
+	if (limits) {
+		check_memory_limit(cg, up.memory_bytes);
+		check_pids_limit(cg, "48");
+		if (strcmp(sandlot__cgroup_mode(), "v1") == 0)
+			CHECK_STR(read_trim(sandlot__cgroup_path(cg, "cpu"), "cpu.cfs_quota_us"), "50000");
+		else
+			CHECK_STR(read_trim(sandlot__cgroup_path(cg, ""), "cpu.max"), "50000 100000");
+	}
+	/* Adopted once: the name is an ordinary existing cgroup now. */
+	CHECK(sandlot__cgroup_create(name, &up, &err) == NULL);
+	CHECK_EQ_INT(sandlot_error_status(err), EEXIST);
+	sandlot_error_free(err);
+	err = NULL;
+	destroy_checked(cg);
+
+	CHECK_EQ_INT(sandlot__cgroup_pool_take(TEST_DD, &down, name), 1);
+	cg = sandlot__cgroup_create(name, &down, &err);
+	CHECK(cg != NULL);
+	if (limits) {
+		check_memory_limit(cg, down.memory_bytes);
+		check_pids_limit(cg, "16");
+	}
+	destroy_checked(cg);
+
+	/* Taken and given back: free again, under the same name. */
+	CHECK_EQ_INT(sandlot__cgroup_pool_take(TEST_DD, &base, name), 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
+	sandlot__cgroup_pool_return(name);
+	CHECK(sandlot__cgroup_pool_has(name));
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 1);
+	/* Prepared and free: never stale, whatever its age. */
+	CHECK_EQ_INT(sandlot__cgroup_cleanup_stale(name, 0), 0);
+	char paths[8][PATH_MAX];
+	char probe_name[32];
+	snprintf(probe_name, sizeof(probe_name), "%s", name);
+	CHECK_EQ_INT(sandlot__cgroup_pool_drain(TEST_DD), 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
+	CHECK_EQ_INT(sandlot__cgroup_pool_take(TEST_DD, &base, name), 0);
+	/* The drained one is gone from every hierarchy. */
+	cg = sandlot__cgroup_create(probe_name, NULL, &err);
+	CHECK(cg != NULL); /* made afresh: nothing was left under the name */
+	int n = all_paths(cg, paths);
+	CHECK(n > 0);
+	destroy_checked(cg);
+	remove_test_pool();
+}
+
+/* Many processes take from a pool of one at once: exactly one gets it. */
+static void scenario_pool_race(void)
+{
+	use_test_pool();
+	CHECK_EQ_INT(sandlot__cgroup_pool_fill(TEST_DD, NULL, 1), 1);
+	enum { N = 8 };
+	int fds[2];
+	CHECK(pipe(fds) == 0);
+	pid_t kids[N];
+	for (int i = 0; i < N; i++) {
+		fflush(stdout);
+		kids[i] = fork();
+		if (kids[i] == 0) {
+			char name[32];
+			char c = sandlot__cgroup_pool_take(TEST_DD, NULL, name) ? 'y' : 'n';
+			if (write(fds[1], &c, 1) != 1)
+				_exit(1);
+			if (c == 'y') {
+				sandlot_cgroup_t *cg = sandlot__cgroup_create(name, NULL, NULL);
+				if (!cg)
+					_exit(2);
+				sandlot__cgroup_destroy(cg);
+			}
+			_exit(0);
+		}
+	}
+	close(fds[1]);
+	int yes = 0, got = 0;
+	char c;
+	while (read(fds[0], &c, 1) == 1) {
+		got++;
+		yes += c == 'y';
+	}
+	close(fds[0]);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ_INT(wait_signal(kids[i]), 0);
+	CHECK_EQ_INT(got, N);
+	CHECK_EQ_INT(yes, 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
+	remove_test_pool();
+}
+
+/* A pool belongs to its preparer: the file "data-dir" names the data dir;
+ * while the preparer holds its lock, reclaim leaves it alone; once the
+ * preparer is gone (here: a child that held it and exited), reclaim drains
+ * it, whichever data dir asks. */
+static void scenario_pool_reclaim(void)
+{
+	use_test_pool();
+	int fds[2];
+	CHECK(pipe(fds) == 0);
+	fflush(stdout);
+	pid_t kid = fork();
+	if (kid == 0) {
+		close(fds[0]);
+		int h = sandlot__cgroup_pool_hold(TEST_DD, NULL);
+		if (h < 0 || sandlot__cgroup_pool_fill(TEST_DD, NULL, 2) != 2)
+			_exit(1);
+		char c = 'y';
+		if (write(fds[1], &c, 1) != 1)
+			_exit(1);
+		for (;;)
+			pause(); /* holding the pool until killed */
+	}
+	close(fds[1]);
+	char c;
+	CHECK_EQ_INT(read(fds[0], &c, 1), 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 2);
+	/* The pool names its data dir. */
+	DIR *base = opendir(pool_tmp);
+	struct dirent *pe;
+	char dd[256] = "";
+	while (base && (pe = readdir(base)))
+		if (pe->d_name[0] != '.') {
+			char path[PATH_MAX + 300];
+			snprintf(path, sizeof(path), "%s/%s/data-dir", pool_tmp, pe->d_name);
+			FILE *f = fopen(path, "r");
+			CHECK(f != NULL);
+			if (f) {
+				CHECK(fgets(dd, sizeof(dd), f) != NULL);
+				fclose(f);
+			}
+		}
+	if (base)
+		closedir(base);
+	CHECK_STR(dd, TEST_DD "\n");
+	/* Alive: left alone. */
+	CHECK_EQ_INT(sandlot__cgroup_pool_reclaim(), 0);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 2);
+	/* Killed: its free cgroups are drained, from every hierarchy. */
+	char name[32];
+	CHECK_EQ_INT(sandlot__cgroup_pool_take(TEST_DD, NULL, name), 1);
+	sandlot__cgroup_pool_return(name);
+	CHECK(sandlot__cgroup_pool_has(name));
+	kill(kid, SIGKILL);
+	CHECK_EQ_INT(wait_signal(kid), SIGKILL);
+	close(fds[0]);
+	CHECK_EQ_INT(sandlot__cgroup_pool_reclaim(), 2);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
+	/* (and its directory: nothing names the data dir any more) */
+	base = opendir(pool_tmp);
+	int dirs = 0;
+	while (base && (pe = readdir(base)))
+		dirs += pe->d_name[0] != '.';
+	if (base)
+		closedir(base);
+	CHECK_EQ_INT(dirs, 0);
+	CHECK(!sandlot__cgroup_pool_has(name));
+	sandlot_cgroup_t *cg = sandlot__cgroup_create(name, NULL, NULL);
+	CHECK(cg != NULL); /* made afresh: nothing was left under the name */
+	destroy_checked(cg);
+	/* A new preparer of the same data dir gets the (empty) pool. */
+	int h = sandlot__cgroup_pool_hold(TEST_DD, NULL);
+	CHECK(h >= 0);
+	CHECK_EQ_INT(sandlot__cgroup_pool_fill(TEST_DD, NULL, 1), 1);
+	CHECK_EQ_INT(sandlot__cgroup_pool_reclaim(), 0);
+	/* Letting go drains it and removes its directory. */
+	char left[32];
+	CHECK_EQ_INT(sandlot__cgroup_pool_take(TEST_DD, NULL, left), 1);
+	sandlot__cgroup_pool_return(left);
+	sandlot__cgroup_pool_release(TEST_DD, h);
+	CHECK_EQ_INT(sandlot__cgroup_pool_count(TEST_DD), 0);
+	CHECK(!sandlot__cgroup_pool_has(left));
+	base = opendir(pool_tmp);
+	int entries = 0;
+	while (base && (pe = readdir(base)))
+		entries += pe->d_name[0] != '.';
+	if (base)
+		closedir(base);
+	CHECK_EQ_INT(entries, 0);
+	remove_test_pool();
+}
+
 static void test_v1_limits(void) { use_v1(); scenario_limits(); }
 static void test_v1_add_and_usage(void) { use_v1(); scenario_add_and_usage(1); }
 static void test_v1_oom(void) { use_v1(); scenario_oom(); }
@@ -749,6 +1023,9 @@ static void test_v1_destroy_live(void) { use_v1(); scenario_destroy_live(); }
 static void test_v1_exists(void) { use_v1(); scenario_exists(); }
 static void test_v1_cleanup_stale(void) { use_v1(); scenario_cleanup_stale(); }
 static void test_v1_bad_names(void) { use_v1(); scenario_bad_names(); }
+static void test_v1_pool(void) { use_v1(); scenario_pool(1); }
+static void test_v1_pool_race(void) { use_v1(); scenario_pool_race(); }
+static void test_v1_pool_reclaim(void) { use_v1(); scenario_pool_reclaim(); }
 
 static void test_v1_missing_hierarchy(void)
 {
@@ -838,6 +1115,11 @@ static void test_v2_kill_forkstorm(void) { use_v2(); need_v2_controllers(); scen
 static void test_v2_destroy_live(void) { use_v2(); scenario_destroy_live(); }
 static void test_v2_exists(void) { use_v2(); scenario_exists(); }
 static void test_v2_cleanup_stale(void) { use_v2(); scenario_cleanup_stale(); }
+/* Without the controllers here (a hybrid host), the pool still works with
+ * no limits; with them, the limits are checked too. */
+static void test_v2_pool(void) { use_v2(); scenario_pool(v2_missing_controller() == NULL); }
+static void test_v2_pool_race(void) { use_v2(); scenario_pool_race(); }
+static void test_v2_pool_reclaim(void) { use_v2(); scenario_pool_reclaim(); }
 
 static void test_v2_not_cgroup2(void)
 {
@@ -978,6 +1260,9 @@ int main(void)
 	TAP_RUN(test_v1_cleanup_stale);
 	TAP_RUN(test_v1_bad_names);
 	TAP_RUN(test_v1_missing_hierarchy);
+	TAP_RUN(test_v1_pool);
+	TAP_RUN(test_v1_pool_race);
+	TAP_RUN(test_v1_pool_reclaim);
 	TAP_RUN(test_v2_limits);
 	TAP_RUN(test_v2_missing_controller);
 	TAP_RUN(test_v2_add_and_usage);
@@ -989,6 +1274,9 @@ int main(void)
 	TAP_RUN(test_v2_exists);
 	TAP_RUN(test_v2_cleanup_stale);
 	TAP_RUN(test_v2_not_cgroup2);
+	TAP_RUN(test_v2_pool);
+	TAP_RUN(test_v2_pool_race);
+	TAP_RUN(test_v2_pool_reclaim);
 	TAP_RUN(test_no_leftovers);
 	return tap_done();
 }
