@@ -146,6 +146,7 @@ struct daemon {
 	int reaper_started;
 	pthread_cond_t reaper_cond; /* with d->lock: wake the reaper */
 	struct pools *pools;        /* pool.c private; NULL without --pool */
+	struct http_server *http;   /* http.c, while it serves */
 };
 
 int64_t daemon_now_ms(void);    /* wall clock */

@@ -351,8 +351,9 @@ struct get_state {
 	sandlot_file_reader_t *r;
 };
 
-static ssize_t get_read(void *ud, char *buf, size_t max)
+static ssize_t get_read(void *ud, char *buf, size_t max, struct http_wait *w)
 {
+	(void)w; /* a file read waits only for the sandbox */
 	struct get_state *st = ud;
 	sandlot_error_t *err = NULL;
 	ssize_t n = sandlot_file_reader_read(st->r, buf, max, &err);
@@ -1228,8 +1229,9 @@ static int aout_step(struct aout *st)
 	return 0;
 }
 
-static ssize_t aout_read(void *ud, char *buf, size_t max)
+static ssize_t aout_read(void *ud, char *buf, size_t max, struct http_wait *w)
 {
+	(void)w; /* each step waits only for the sandbox */
 	struct aout *st = ud;
 	while (st->out_off == st->out_len) {
 		st->out_off = st->out_len = 0;

@@ -73,6 +73,15 @@ static const char help[] =
 	"                               of an expired one, is kept for sandboxes\n"
 	"                               created without paused_retention_seconds\n"
 	"                               (default 604800: 7 days; 0: for good)\n"
+	"        --max-connections N    client connections at most, on every\n"
+	"                               listener together (default 8192)\n"
+	"        --max-connections-per-peer N\n"
+	"                               TCP connections at most from one client\n"
+	"                               address (IPv6: one /64) (default 1024)\n"
+	"        --header-timeout SECONDS\n"
+	"                               a new connection must have sent its whole\n"
+	"                               request line and headers this long after it\n"
+	"                               was accepted, whatever it trickles (default 10)\n"
 	"    -h, --help                 show this help\n"
 	"\n"
 	"SIGNALS\n"
@@ -84,7 +93,7 @@ static const char help[] =
 	"    0 after a clean stop, 1 if it could not start, 2 for bad arguments.\n";
 
 enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MAX, OPT_POOL,
-       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE };
+       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE, OPT_MAX_CONN, OPT_MAX_PEER, OPT_HEADER_TIMEOUT };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -96,6 +105,9 @@ static const struct option opts[] = {
 	{ "pool", required_argument, NULL, OPT_POOL },
 	{ "default-image", required_argument, NULL, OPT_DEFAULT_IMAGE },
 	{ "paused-retention", required_argument, NULL, OPT_PAUSED_RETENTION },
+	{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
+	{ "max-connections-per-peer", required_argument, NULL, OPT_MAX_PEER },
+	{ "header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -158,15 +170,40 @@ static char *read_token(const char *path)
 	return tok;
 }
 
-/* Every sandbox holds a few descriptors in the daemon and every connection
- * one more: take the soft limit up to the hard one. */
-static void raise_nofile(void)
+/* Every sandbox holds a few descriptors in the daemon (its protocol
+ * socket, its init's pidfd, its uid-range lock, its workspace lock) and
+ * every connection one more: take the soft limit up to the hard one, and
+ * both up to what the limits need (root may raise the hard limit, up to
+ * fs.nr_open).  If that fails the connection limit shrinks to fit, with a
+ * warning.  Returns the soft limit in force. */
+static unsigned long long raise_nofile(struct http_config *hc, unsigned max_sandboxes)
 {
+	unsigned long long need = (unsigned long long)hc->max_connections +
+				  4ull * max_sandboxes + 1024;
 	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 0;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
+		struct rlimit up = { need, need };
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+			rl = up;
+	}
+	if (rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
 	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+		unsigned long long room = rl.rlim_cur > 4ull * max_sandboxes + 1024 + 16
+			? rl.rlim_cur - 4ull * max_sandboxes - 1024 : 16;
+		fprintf(stderr, "sandlotd: warning: RLIMIT_NOFILE is %llu, too low for %u connections "
+			"and %u sandboxes: at most %llu connections\n",
+			(unsigned long long)rl.rlim_cur, hc->max_connections, max_sandboxes, room);
+		hc->max_connections = (unsigned)room;
+		if (hc->max_per_peer > hc->max_connections)
+			hc->max_per_peer = hc->max_connections;
+	}
+	return rl.rlim_cur;
 }
 
 /* The route tables of every module, one after the other. */
@@ -204,6 +241,8 @@ int main(int argc, char **argv)
 	d.cfg.default_image = "host";
 	d.cfg.max_sandboxes = 2000;
 	d.cfg.paused_retention_s = 7 * 24 * 3600;
+	struct http_config hc = { .max_connections = 8192, .max_per_peer = 1024,
+				  .header_timeout_s = 10 };
 
 	int c;
 	opterr = 0;
@@ -256,6 +295,24 @@ int main(int argc, char **argv)
 			if (parse_uint("--paused-retention", optarg, 315360000,
 				       &d.cfg.paused_retention_s) < 0)
 				return 2;
+			break;
+		case OPT_MAX_CONN:
+			if (parse_uint("--max-connections", optarg, 1000000, &hc.max_connections) < 0)
+				return 2;
+			if (hc.max_connections < 16)
+				return usage_error("--max-connections must be at least 16");
+			break;
+		case OPT_MAX_PEER:
+			if (parse_uint("--max-connections-per-peer", optarg, 1000000, &hc.max_per_peer) < 0)
+				return 2;
+			if (hc.max_per_peer == 0)
+				return usage_error("--max-connections-per-peer must be at least 1");
+			break;
+		case OPT_HEADER_TIMEOUT:
+			if (parse_uint("--header-timeout", optarg, 3600, &hc.header_timeout_s) < 0)
+				return 2;
+			if (hc.header_timeout_s == 0)
+				return usage_error("--header-timeout must be at least 1 second");
 			break;
 		case 'h':
 			fputs(help, stdout);
@@ -320,8 +377,8 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	raise_nofile();
 	setvbuf(stderr, NULL, _IOLBF, 0);
+	unsigned long long nofile = raise_nofile(&hc, d.cfg.max_sandboxes);
 
 	pthread_mutex_init(&d.lock, NULL);
 	pthread_mutex_init(&d.db_lock, NULL);
@@ -358,31 +415,25 @@ int main(int argc, char **argv)
 		fputs("sandlotd: out of memory\n", stderr);
 		return 1;
 	}
-	struct http_server *servers[MAX_LISTEN];
-	int nservers = 0;
-	for (int i = 0; i < nlisten; i++) {
-		int tcp = strncmp(listens[i], "tcp:", 4) == 0;
-		servers[nservers] = http_start(&d, listens[i], tcp ? token : NULL, routes, &err);
-		if (!servers[nservers]) {
-			fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
-			for (int k = 0; k < nservers; k++)
-				http_stop(servers[k], 0);
-			pool_stop(&d);
-			registry_close(&d);
-			return 1;
-		}
-		nservers++;
+	hc.listens = listens;
+	hc.nlisten = nlisten;
+	hc.token = token;
+	struct http_server *server = http_start(&d, &hc, routes, &err);
+	if (!server) {
+		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		pool_stop(&d);
+		registry_close(&d);
+		return 1;
 	}
 	reaper_start(&d);
-	struct rlimit rl = { 0, 0 };
-	getrlimit(RLIMIT_NOFILE, &rl);
 	for (int i = 0; i < nlisten; i++)
 		daemon_log("listening", "address=\"%s\"%s", listens[i],
 			   strncmp(listens[i], "tcp:", 4) == 0 ? " auth=bearer" : "");
 	daemon_log("started", "pid=%d data_dir=\"%s\" max_sandboxes=%u default_ttl=%u "
-		   "default_idle_timeout=%u nofile=%llu", (int)getpid(), d.cfg.data_dir,
-		   d.cfg.max_sandboxes, d.cfg.default_ttl_s, d.cfg.default_idle_s,
-		   (unsigned long long)rl.rlim_cur);
+		   "default_idle_timeout=%u nofile=%llu max_connections=%u "
+		   "max_connections_per_peer=%u header_timeout=%u", (int)getpid(), d.cfg.data_dir,
+		   d.cfg.max_sandboxes, d.cfg.default_ttl_s, d.cfg.default_idle_s, nofile,
+		   hc.max_connections, hc.max_per_peer, hc.header_timeout_s);
 
 	int sig;
 	for (;;) {
@@ -397,12 +448,10 @@ int main(int argc, char **argv)
 	daemon_log("stopping", "signal=%s running=%u", sig == SIGINT ? "INT" : "TERM",
 		   __atomic_load_n(&d.nrunning, __ATOMIC_SEQ_CST));
 	uint64_t t0 = sandlot__now_ms();
-	for (int i = 0; i < nservers; i++)
-		http_quiesce(servers[i]);
+	http_quiesce(server);
 	pool_stop(&d);
 	sandboxes_shutdown(&d);
-	for (int i = 0; i < nservers; i++)
-		http_stop(servers[i], 5000);
+	http_stop(server, 5000);
 	sandboxes_free(&d);
 	ports_stop();
 	pool_free(&d);

@@ -170,6 +170,11 @@ static int metrics(struct http_req *req)
 		bprintf(&b, "%s", ports);
 		free(ports);
 	}
+	char *http = d->http ? http_metrics(d->http) : NULL;
+	if (http) {
+		bprintf(&b, "%s", http);
+		free(http);
+	}
 	bprintf(&b, "# HELP sandlot_uptime_seconds Seconds since sandlotd started.\n"
 		    "# TYPE sandlot_uptime_seconds gauge\nsandlot_uptime_seconds %lld\n",
 		(long long)((daemon_now_ms() - d->started_ms) / 1000));

@@ -429,8 +429,9 @@ static ssize_t body_step(struct prx *p, char *buf, size_t max)
 	}
 }
 
-static ssize_t body_read(void *ud, char *buf, size_t max)
+static ssize_t body_read(void *ud, char *buf, size_t max, struct http_wait *w)
 {
+	(void)w;
 	struct prx *p = ud;
 	for (;;) {
 		ssize_t n = body_step(p, buf, max);

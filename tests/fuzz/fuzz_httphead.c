@@ -1,0 +1,76 @@
+/* Fuzz entry point for the front door's request-head check
+ * (src/daemon/httphead.c), which sees the bytes of every unauthenticated
+ * client before anything else does.
+ *
+ * Besides the sanitizers, oracles abort on a wrong answer:
+ *   - the result is OK, INCOMPLETE or ERROR, and an error has a status of
+ *     400, 414, 431 or 505, a code and a message;
+ *   - OK: the head ends with LF inside the buffer and within the limit,
+ *     holds no NUL, the target and Authorization value point inside it,
+ *     Content-Length and chunked are not both set; the head alone (no byte
+ *     after it) gives the same answer, so what follows the head never
+ *     changes how it is read;
+ *   - INCOMPLETE: the buffer is below the limit, and one byte less is
+ *     INCOMPLETE too (a head cannot end in a prefix of an unended one).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/httphead.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define MAX_HEAD 2048
+#define MAX_TARGET 512
+
+static void check(int ok)
+{
+	if (!ok)
+		abort();
+}
+
+static int inside(const char *p, size_t n, const char *buf, size_t len)
+{
+	return p >= buf && p + n <= buf + len;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	/* A copy of exactly size bytes: reads past it are caught. */
+	char *buf = malloc(size ? size : 1);
+	if (!buf)
+		return 0;
+	memcpy(buf, data, size);
+	struct httphead h;
+	int r = httphead_check(buf, size, MAX_HEAD, MAX_TARGET, &h);
+	check(r == HTTPHEAD_OK || r == HTTPHEAD_INCOMPLETE || r == HTTPHEAD_ERROR);
+	if (r == HTTPHEAD_ERROR) {
+		check(h.status == 400 || h.status == 414 || h.status == 431 || h.status == 505);
+		check(h.code && h.code[0]);
+		check(memchr(h.message, 0, sizeof(h.message)) && h.message[0]);
+	} else if (r == HTTPHEAD_OK) {
+		check(h.head_len > 0 && h.head_len <= size && h.head_len <= MAX_HEAD);
+		check(buf[h.head_len - 1] == '\n');
+		check(!memchr(buf, 0, h.head_len));
+		check(h.target && h.target_len > 0 && h.target_len <= MAX_TARGET);
+		check(inside(h.target, h.target_len, buf, h.head_len));
+		check(!h.auth || inside(h.auth, h.auth_len, buf, h.head_len));
+		check(!(h.has_length && h.chunked));
+		struct httphead again;
+		check(httphead_check(buf, h.head_len, MAX_HEAD, MAX_TARGET, &again) == HTTPHEAD_OK);
+		check(again.head_len == h.head_len && again.target == h.target &&
+		      again.target_len == h.target_len && again.chunked == h.chunked &&
+		      again.has_length == h.has_length &&
+		      again.content_length == h.content_length && again.auth == h.auth);
+	} else {
+		check(size < MAX_HEAD);
+		if (size > 0) {
+			struct httphead shorter;
+			check(httphead_check(buf, size - 1, MAX_HEAD, MAX_TARGET, &shorter) ==
+			      HTTPHEAD_INCOMPLETE);
+		}
+	}
+	free(buf);
+	return 0;
+}
