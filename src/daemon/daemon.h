@@ -77,7 +77,8 @@ struct dsb {
 	int64_t last_active_ms;     /* last API call for it */
 	int busy;                   /* API calls in progress + running execs */
 	char *end_reason;           /* "ttl", "idle", "deleted", "lost", ... */
-	json_t *options;            /* as given (normalised), for GET */
+	json_t *options;            /* as given (normalised), for GET; its env
+	                             * is in the registry only sealed */
 	json_t *metadata;           /* {"label": "value"} */
 	/* changes log */
 	pthread_mutex_t scan_lock;  /* one workspace scan at a time */
@@ -136,6 +137,7 @@ struct daemon {
 	size_t nsbs, capsbs;
 	sqlite3 *db;
 	pthread_mutex_t db_lock;
+	unsigned char seal_key[32]; /* registry.c: <data-dir>/registry.key */
 	struct daemon_metrics m;    /* updated with __atomic builtins */
 	volatile int stopping;
 	int64_t started_ms;
