@@ -17,7 +17,7 @@
  *                  suspended and begin() runs on a worker; the next call
  *                  comes after it.
  *   access() #2..  body pieces: accumulated (JSON), handed to chunk() on a
- *                  worker (RAW, at most 256 KiB read ahead while it works)
+ *                  worker (RAW, at most 128 KiB read ahead while it works)
  *                  or dropped.
  *   access() last  body complete: the connection is suspended and the
  *                  handler (or end()) runs on a worker; it answers, parks
@@ -77,8 +77,8 @@
  * much of the body so the client can read the answer; past it the
  * connection is closed. */
 #define DISCARD_MAX (64ull << 20)
-#define RAW_AHEAD (256u << 10)     /* RAW body read while chunk() works */
-#define STREAM_BUF (256u << 10)    /* a stream's read-ahead */
+#define RAW_AHEAD (128u << 10)     /* RAW body read while chunk() works */
+#define STREAM_BUF (128u << 10)    /* a stream's read-ahead */
 #define STREAM_FILL (64u << 10)    /* read at least this much per job, when there is */
 #define MHD_THREADS_MAX 4
 

@@ -30,7 +30,7 @@
  *             answer mid-body); bodies over 64 MiB are not drained: the
  *             connection is closed after the answer instead.  The calls
  *             of one request never overlap; the connection reads on while
- *             chunk() works (up to 256 KiB ahead), then waits for it.
+ *             chunk() works (up to 128 KiB ahead), then waits for it.
  *   NOBODY    GET/DELETE style; a body, if sent, is ignored.
  *
  * A route's method "*" matches every method, and a pattern ending in "*"

@@ -206,6 +206,65 @@ static unsigned long long raise_nofile(struct http_config *hc, unsigned max_sand
 	return rl.rlim_cur;
 }
 
+/* Log the memory cgroup sandlotd runs in and its limit (docs/daemon.md,
+ * "A cgroup of its own"): a daemon without a limit is a warning.  cgroup
+ * v1's memory hierarchy when mounted (hybrid hosts), else v2. */
+static void report_cgroup(void)
+{
+	char *text = sandlot__read_file("/proc/self/cgroup", 65536);
+	if (!text)
+		return;
+	char v1[1024] = "", v2[1024] = "";
+	int have_v1 = 0, have_v2 = 0;
+	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c2 = '\0';
+		const char *ctrls = c1 + 1, *path = c2 + 1;
+		if (!*ctrls) {
+			have_v2 = snprintf(v2, sizeof(v2), "%s", path) < (int)sizeof(v2);
+			continue;
+		}
+		char list[256];
+		snprintf(list, sizeof(list), ",%s,", ctrls);
+		if (strstr(list, ",memory,"))
+			have_v1 = snprintf(v1, sizeof(v1), "%s", path) < (int)sizeof(v1);
+	}
+	free(text);
+	char file[1200];
+	char *limit = NULL;
+	const char *where = NULL;
+	if (have_v1) {
+		snprintf(file, sizeof(file), "/sys/fs/cgroup/memory%s/memory.limit_in_bytes",
+			 strcmp(v1, "/") == 0 ? "" : v1);
+		limit = sandlot__read_file(file, 64);
+		where = v1;
+	}
+	if (!limit && have_v2) {
+		snprintf(file, sizeof(file), "/sys/fs/cgroup%s/memory.max", strcmp(v2, "/") == 0 ? "" : v2);
+		limit = sandlot__read_file(file, 64);
+		where = v2;
+	}
+	unsigned long long bytes = 0;
+	if (limit) {
+		limit[strcspn(limit, "\n")] = '\0';
+		char *end;
+		bytes = strtoull(limit, &end, 10);
+		/* v1 says "no limit" with the largest page multiple of a long */
+		if (*end || end == limit || bytes >= (1ull << 62))
+			bytes = 0;
+	}
+	if (bytes)
+		daemon_log("cgroup", "memory_cgroup=\"%s\" memory_limit=%llu", where, bytes);
+	else
+		daemon_log("cgroup", "level=warn memory_cgroup=\"%s\" memory_limit=none msg=\"sandlotd "
+			   "runs without a memory limit of its own (see docs/daemon.md, A cgroup of its "
+			   "own)\"", where ? where : "?");
+	free(limit);
+}
+
 /* The route tables of every module, one after the other. */
 extern const struct http_route code_routes[]; /* code.c */
 static struct http_route *all_routes(void)
@@ -426,6 +485,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	reaper_start(&d);
+	report_cgroup();
 	for (int i = 0; i < nlisten; i++)
 		daemon_log("listening", "address=\"%s\"%s", listens[i],
 			   strncmp(listens[i], "tcp:", 4) == 0 ? " auth=bearer" : "");
