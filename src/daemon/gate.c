@@ -538,7 +538,7 @@ static int make_room(struct gate *g, struct peer *p)
 	return 0;
 }
 
-static void accept_some(struct gate *g, struct listener *l)
+static void accept_some(struct gate *g, struct listener *l, struct admitted *adm, int *nadm)
 {
 	for (int k = 0; k < ACCEPT_BATCH; k++) {
 		struct sockaddr_storage ss;
@@ -582,8 +582,14 @@ static void accept_some(struct gate *g, struct listener *l)
 		/* Edge-triggered: each arrival of bytes is one event, and what
 		 * was there before the registration is reported once. */
 		struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = c };
-		if (epoll_ctl(g->ep, EPOLL_CTL_ADD, fd, &ev) < 0)
+		if (epoll_ctl(g->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
 			conn_close(g, c);
+			continue;
+		}
+		/* A client usually sends its head with the connect: look now
+		 * rather than one turn of the loop later.  (If it is not all
+		 * there, the edge of what arrives next wakes us.) */
+		pending_ready(g, c, 0, adm, nadm);
 	}
 }
 
@@ -653,7 +659,8 @@ static void *gate_main(void *arg)
 {
 	struct gate *g = arg;
 	struct epoll_event evs[256];
-	struct admitted adm[256];
+	/* at most one per event and one per accept */
+	struct admitted adm[256 + MAX_LISTENERS * ACCEPT_BATCH];
 	int timeout = 0;
 	for (;;) {
 		int n = epoll_wait(g->ep, evs, 256, timeout);
@@ -683,7 +690,6 @@ static void *gate_main(void *arg)
 				if (!g->quiesced && nready < MAX_LISTENERS)
 					ready[nready++] = (struct listener *)it;
 			} else {
-				/* (adm has room: at most one per event) */
 				struct gate_conn *c = (struct gate_conn *)it;
 				if (c->state == C_PENDING)
 					pending_ready(g, c, evs[i].events, adm, &nadm);
@@ -693,7 +699,7 @@ static void *gate_main(void *arg)
 		}
 		for (int i = 0; i < nready; i++)
 			if (ready[i]->fd >= 0)
-				accept_some(g, ready[i]);
+				accept_some(g, ready[i], adm, &nadm);
 		timeout = sweep(g);
 		pthread_mutex_unlock(&g->lock);
 		for (int i = 0; i < nadm; i++) {

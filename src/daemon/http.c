@@ -48,6 +48,7 @@
 
 #include <errno.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -390,16 +391,36 @@ static void job_done(struct req *r)
 		finish_request(r);
 }
 
+/* Whether fd is readable right now. */
+static int fd_ready(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	return fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+/* At most this many times in a row a job runs a continuation itself when
+ * its wait is already over, instead of parking (the round trip through the
+ * parking thread and the queue costs ~0.1 ms on a busy host). */
+#define INLINE_WAKES 8
+
 static void handler_job(struct workq_job *j)
 {
 	struct req *r = job_req(j);
 	struct http_req *pub = &r->pub;
-	if (r->cont) {
-		http_resume_fn fn = r->cont;
-		r->cont = NULL;
-		fn(pub, r->why);
-	} else {
-		r->rt->handle(pub);
+	for (int inline_wakes = 0;; inline_wakes++) {
+		if (r->cont) {
+			http_resume_fn fn = r->cont;
+			r->cont = NULL;
+			fn(pub, r->why);
+		} else {
+			r->rt->handle(pub);
+		}
+		if (!r->park_fn || pub->answered || inline_wakes == INLINE_WAKES ||
+		    !fd_ready(r->park_fd))
+			break;
+		r->cont = r->park_fn;
+		r->park_fn = NULL;
+		r->why = HTTP_WAKE_READY;
 	}
 	job_done(r);
 }
@@ -535,6 +556,7 @@ static void stream_read_job(struct workq_job *j)
 		return;
 	}
 	size_t len = 0;
+	int inline_wakes = 0;
 	while (len < STREAM_FILL) {
 		struct http_wait w = { .fd = -1, .timeout_ms = -1 };
 		ssize_t n = hs->read(hs->ud, hs->buf + len, STREAM_BUF - len, &w);
@@ -549,6 +571,8 @@ static void stream_read_job(struct workq_job *j)
 		if (n == HTTP_STREAM_WAIT) {
 			if (len > 0)
 				break; /* send what there is; the wait comes next time */
+			if (inline_wakes++ < INLINE_WAKES && fd_ready(w.fd))
+				continue; /* news already: no round trip through parking */
 			park_start(&hs->park, w.fd, hs->client_fd, w.timeout_ms, stream_park_fired);
 			return;
 		}
