@@ -1063,6 +1063,7 @@ struct aout {
 	uint64_t left;              /* bytes of it the header still announces */
 	int closed;                 /* the end-of-archive was written */
 	int error;
+	int discard;                /* aout_free: refuse every further byte */
 	char *out;
 	size_t out_len, out_off, out_cap;
 	char io[IO_CHUNK];
@@ -1071,6 +1072,12 @@ struct aout {
 static la_ssize_t aout_write(struct archive *a, void *ud, const void *buf, size_t n)
 {
 	struct aout *st = ud;
+	if (st->discard) {
+		/* The stream is over (cut): nothing more is produced, not even
+		 * the zeros that would pad the entry in progress. */
+		archive_set_error(a, EPIPE, "the archive stream has ended");
+		return -1;
+	}
 	if (st->out_len + n > st->out_cap) {
 		size_t cap = st->out_cap ? st->out_cap : 2 * IO_CHUNK;
 		while (cap < st->out_len + n)
@@ -1254,8 +1261,10 @@ static void aout_free(void *ud, int completed)
 	struct aout *st = ud;
 	sandlot_file_reader_close(st->r);
 	if (st->a) {
-		if (!st->closed)
-			archive_write_fail(st->a); /* no end-of-archive into the void */
+		/* No end-of-archive after a cut: the writer fails its last
+		 * writes and frees everything.  (Not archive_write_fail(): then
+		 * libarchive does not close its output stage and leaks it.) */
+		st->discard = !st->closed;
 		archive_write_free(st->a);
 	}
 	archive_entry_free(st->e);

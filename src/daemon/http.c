@@ -442,24 +442,33 @@ static void raw_begin_job(struct workq_job *j)
 }
 
 /* Give chunk() what was read, again while MHD read more meanwhile; then
- * end() if the body is complete. */
+ * end() if the body is complete.  The last look at the read-ahead and
+ * giving the request back (busy = 0) are one step under r->lock: else
+ * body_piece() could add to the read-ahead in between, and the next job
+ * would hand its piece to chunk() before that one. */
 static void raw_chunk_job(struct workq_job *j)
 {
 	struct req *r = job_req(j);
 	struct http_req *pub = &r->pub;
 	for (;;) {
+		int stop = 0;
 		if (r->work_len > 0 && !r->raw_stopped && !pub->answered) {
 			if (r->rt->chunk(pub, r->work, r->work_len) < 0 || pub->answered) {
-				r->raw_stopped = 1;
+				stop = 1;
 				if (!pub->answered)
 					http_error(pub, 500, "internal", "request handler failed");
 			}
 		}
-		r->work_len = 0;
 		pthread_mutex_lock(&r->lock);
+		r->work_len = 0;
+		if (stop)
+			r->raw_stopped = 1; /* (body_piece() reads it under the lock) */
 		if (r->orphaned) {
+			/* The client left mid-body: completed() came and went. */
+			r->busy = 0;
 			pthread_mutex_unlock(&r->lock);
-			break;
+			finish_request(r);
+			return;
 		}
 		if (r->ahead_len > 0) {
 			char *t = r->work;
@@ -476,9 +485,10 @@ static void raw_chunk_job(struct workq_job *j)
 				MHD_resume_connection(pub->conn);
 			continue;
 		}
-		int end = r->want_end;
-		pthread_mutex_unlock(&r->lock);
-		if (end) {
+		if (r->want_end) {
+			/* The body is complete and the connection suspended: nothing
+			 * else touches r until job_done() gives it back. */
+			pthread_mutex_unlock(&r->lock);
 			if (!r->raw_stopped && !pub->answered) {
 				r->raw_ended = 1;
 				r->rt->end(pub);
@@ -486,10 +496,14 @@ static void raw_chunk_job(struct workq_job *j)
 			job_done(r);
 			return;
 		}
-		break;
+		r->busy = 0;
+		int was = r->suspended;
+		r->suspended = 0;
+		pthread_mutex_unlock(&r->lock);
+		if (was)
+			MHD_resume_connection(pub->conn);
+		return;
 	}
-	if (release(r))
-		finish_request(r);
 }
 
 /* ---- streams --------------------------------------------------------------------- */
@@ -1267,13 +1281,14 @@ static enum MHD_Result body_piece(struct req *r, const char *data, size_t *size)
 	case HTTP_RAW:
 		break;
 	}
-	if (!r->ahead && !(r->ahead = malloc(RAW_AHEAD)))
+	pthread_mutex_lock(&r->lock); /* the worker swaps ahead and work under it */
+	if ((!r->ahead && !(r->ahead = malloc(RAW_AHEAD))) ||
+	    (!r->work && !(r->work = malloc(RAW_AHEAD)))) {
+		pthread_mutex_unlock(&r->lock);
 		return MHD_NO;
-	if (!r->work && !(r->work = malloc(RAW_AHEAD)))
-		return MHD_NO;
-	pthread_mutex_lock(&r->lock);
-	if (r->raw_stopped || pub->answered) {
-		/* chunk() answered: drop the rest */
+	}
+	if (r->raw_stopped) {
+		/* begin() or chunk() answered: drop the rest */
 		pthread_mutex_unlock(&r->lock);
 		r->discarded += len;
 		*size = 0;
@@ -1295,6 +1310,8 @@ static enum MHD_Result body_piece(struct req *r, const char *data, size_t *size)
 	r->work_len = n;
 	*size = len - n;
 	r->busy = 1;
+	if (*size > 0)
+		suspend_locked(r); /* the job resumes it for the rest */
 	pthread_mutex_unlock(&r->lock);
 	workq_submit(&r->job, raw_chunk_job);
 	return MHD_YES;
