@@ -1496,7 +1496,7 @@ static int handle_exec(struct http_req *req)
 		exec_req_free(&r);
 		return http_error(req, 400, "bad_request", "%s", msg);
 	}
-	if (d->stopping) {
+	if (__atomic_load_n(&d->stopping, __ATOMIC_RELAXED)) {
 		exec_req_free(&r);
 		return http_error(req, 503, "shutting_down", "sandlotd is shutting down");
 	}

@@ -1202,7 +1202,7 @@ static void first_call(struct req *r, const char *method, const char *version)
 	}
 	pub->nparams = ncap;
 
-	if (srv->d->stopping) {
+	if (__atomic_load_n(&srv->d->stopping, __ATOMIC_RELAXED)) {
 		early_error(r, 503, "shutting_down", "sandlotd is shutting down");
 		return;
 	}

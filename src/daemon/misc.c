@@ -65,7 +65,8 @@ static int health(struct http_req *req)
 {
 	struct daemon *d = req->d;
 	json_t *o = json_object();
-	json_object_set_new(o, "status", json_string(d->stopping ? "stopping" : "ok"));
+	int stopping = __atomic_load_n(&d->stopping, __ATOMIC_RELAXED);
+	json_object_set_new(o, "status", json_string(stopping ? "stopping" : "ok"));
 	json_object_set_new(o, "version", json_string(SANDLOT_VERSION));
 	json_object_set_new(o, "sandboxes",
 			    json_integer(__atomic_load_n(&d->nrunning, __ATOMIC_RELAXED)));

@@ -1492,7 +1492,7 @@ static void *shutdown_worker(void *arg)
 void sandboxes_shutdown(struct daemon *d)
 {
 	pthread_mutex_lock(&d->lock);
-	d->stopping = 1;
+	__atomic_store_n(&d->stopping, 1, __ATOMIC_RELAXED); /* read unlocked by the HTTP layer */
 	reaper_quit = 1;
 	pthread_cond_broadcast(&d->reaper_cond);
 	pthread_mutex_unlock(&d->lock);
