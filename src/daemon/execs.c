@@ -1766,6 +1766,7 @@ static int stdin_begin(struct http_req *req)
 	st->e = e;
 	st->eof = eof && strcmp(eof, "1") == 0;
 	req->state = st;
+	http_long_wait(req); /* feeding waits while the command does not read */
 	return 0;
 }
 

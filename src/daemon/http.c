@@ -126,6 +126,7 @@ struct req {
 	char *ahead, *work;          /* read ahead (MHD) / being given to chunk() */
 	size_t ahead_len, work_len;
 	int want_end;
+	int long_wait;               /* http_long_wait(): chunk() on WORKQ_LONG */
 	int raw_begun, raw_ended, raw_stopped;
 	char *param_buf[4];
 	char *path;                  /* pub->path */
@@ -214,6 +215,11 @@ static void queue_pending(struct req *r)
 			   r->pending_status);
 	MHD_destroy_response(r->pending);
 	r->pending = NULL;
+}
+
+void http_long_wait(struct http_req *req)
+{
+	((struct req *)req)->long_wait = 1;
 }
 
 void http_set_header(struct http_req *req, const char *name, const char *value)
@@ -1313,7 +1319,7 @@ static enum MHD_Result body_piece(struct req *r, const char *data, size_t *size)
 	if (*size > 0)
 		suspend_locked(r); /* the job resumes it for the rest */
 	pthread_mutex_unlock(&r->lock);
-	workq_submit(&r->job, raw_chunk_job);
+	workq_submit_to(r->long_wait ? WORKQ_LONG : WORKQ_SHORT, &r->job, raw_chunk_job);
 	return MHD_YES;
 }
 
@@ -1364,7 +1370,8 @@ static void final_call(struct req *r)
 		r->busy = 1;
 		pthread_mutex_unlock(&r->lock);
 		if (start)
-			workq_submit(&r->job, raw_chunk_job);
+			workq_submit_to(r->long_wait ? WORKQ_LONG : WORKQ_SHORT, &r->job,
+					raw_chunk_job);
 		return;
 	}
 }

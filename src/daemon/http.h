@@ -110,6 +110,11 @@ void http_headers_each(struct http_req *req, int (*fn)(void *ud, const char *nam
 /* Whether the client asked for NDJSON (Accept: application/x-ndjson). */
 int http_wants_ndjson(struct http_req *req);
 
+/* From a RAW route's begin(): its chunk() and end() may wait for a
+ * command (feeding a stdin it does not read): they run on a pool of
+ * workers of their own, so that such waits never hold up other requests. */
+void http_long_wait(struct http_req *req);
+
 /* One extra header for whatever answer the request gets (set it before
  * answering; a second call replaces the first).  name and value are not
  * copied: pass strings that outlive the request (literals). */

@@ -16,98 +16,118 @@
 
 #define WORKER_STACK (1u << 20)   /* handlers ran on 1 MiB connection threads before */
 
-/* ---- the pool ---------------------------------------------------------------- */
+/* ---- the pools ---------------------------------------------------------------- */
 
-static struct {
+struct pool {
+	const char *name;           /* of its threads */
 	pthread_mutex_t lock;
 	pthread_cond_t work;        /* a job was queued, or stopping */
 	pthread_cond_t idle;        /* busy and queue went to 0, or a thread left */
 	struct workq_job *head, *tail;
 	unsigned queued, threads, waiting, busy;
 	int stopping;
-} q = { .lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
-	.idle = PTHREAD_COND_INITIALIZER };
+};
+
+/* [WORKQ_SHORT]: every handler call; [WORKQ_LONG]: calls that may wait for
+ * a command (feeding its stdin), so that those can never take every thread
+ * the others need. */
+static struct pool pools[2] = {
+	{ .name = "sandlotd-work", .lock = PTHREAD_MUTEX_INITIALIZER,
+	  .work = PTHREAD_COND_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER },
+	{ .name = "sandlotd-feed", .lock = PTHREAD_MUTEX_INITIALIZER,
+	  .work = PTHREAD_COND_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER },
+};
 
 static void *worker_main(void *arg)
 {
-	(void)arg;
-	pthread_mutex_lock(&q.lock);
+	struct pool *q = arg;
+	pthread_mutex_lock(&q->lock);
 	for (;;) {
-		while (!q.head && !q.stopping) {
-			q.waiting++;
+		while (!q->head && !q->stopping) {
+			q->waiting++;
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_sec += WORKQ_IDLE_MS / 1000;
-			int rc = pthread_cond_timedwait(&q.work, &q.lock, &ts);
-			q.waiting--;
-			if (rc == ETIMEDOUT && !q.head)
+			int rc = pthread_cond_timedwait(&q->work, &q->lock, &ts);
+			q->waiting--;
+			if (rc == ETIMEDOUT && !q->head)
 				goto leave;
 		}
-		if (!q.head)
+		if (!q->head)
 			goto leave; /* stopping and nothing left */
-		struct workq_job *j = q.head;
-		q.head = j->next;
-		if (!q.head)
-			q.tail = NULL;
-		q.queued--;
-		q.busy++;
-		pthread_mutex_unlock(&q.lock);
+		struct workq_job *j = q->head;
+		q->head = j->next;
+		if (!q->head)
+			q->tail = NULL;
+		q->queued--;
+		q->busy++;
+		pthread_mutex_unlock(&q->lock);
 		j->run(j);
-		pthread_mutex_lock(&q.lock);
-		q.busy--;
-		if (q.busy == 0 && q.queued == 0)
-			pthread_cond_broadcast(&q.idle);
+		pthread_mutex_lock(&q->lock);
+		q->busy--;
+		if (q->busy == 0 && q->queued == 0)
+			pthread_cond_broadcast(&q->idle);
 	}
 leave:
-	q.threads--;
-	pthread_cond_broadcast(&q.idle);
-	pthread_mutex_unlock(&q.lock);
+	q->threads--;
+	pthread_cond_broadcast(&q->idle);
+	pthread_mutex_unlock(&q->lock);
 	return NULL;
 }
 
-/* q.lock held.  Start a thread if every one is busy and there is room. */
-static void maybe_spawn(void)
+/* q->lock held.  Start a thread if every one is busy and there is room. */
+static void maybe_spawn(struct pool *q)
 {
-	if (q.waiting > 0 || q.threads >= WORKQ_MAX_THREADS)
+	if (q->waiting > 0 || q->threads >= WORKQ_MAX_THREADS)
 		return;
 	pthread_attr_t a;
 	pthread_t t;
 	pthread_attr_init(&a);
 	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&a, WORKER_STACK);
-	if (pthread_create(&t, &a, worker_main, NULL) == 0) {
-		q.threads++;
-		pthread_setname_np(t, "sandlotd-work");
-	} else if (q.threads == 0) {
+	if (pthread_create(&t, &a, worker_main, q) == 0) {
+		q->threads++;
+		pthread_setname_np(t, q->name);
+	} else if (q->threads == 0) {
 		daemon_log("workers", "level=error msg=\"cannot start a worker thread: %s\"",
 			   strerror(errno));
 	}
 	pthread_attr_destroy(&a);
 }
 
-void workq_submit(struct workq_job *job, void (*run)(struct workq_job *job))
+void workq_submit_to(int which, struct workq_job *job, void (*run)(struct workq_job *job))
 {
+	struct pool *q = &pools[which];
 	job->run = run;
 	job->next = NULL;
-	pthread_mutex_lock(&q.lock);
-	if (q.tail)
-		q.tail->next = job;
+	pthread_mutex_lock(&q->lock);
+	if (q->tail)
+		q->tail->next = job;
 	else
-		q.head = job;
-	q.tail = job;
-	q.queued++;
-	maybe_spawn();
-	pthread_cond_signal(&q.work);
-	pthread_mutex_unlock(&q.lock);
+		q->head = job;
+	q->tail = job;
+	q->queued++;
+	maybe_spawn(q);
+	pthread_cond_signal(&q->work);
+	pthread_mutex_unlock(&q->lock);
+}
+
+void workq_submit(struct workq_job *job, void (*run)(struct workq_job *job))
+{
+	workq_submit_to(WORKQ_SHORT, job, run);
 }
 
 void workq_counts(unsigned *threads, unsigned *busy, unsigned *queued)
 {
-	pthread_mutex_lock(&q.lock);
-	*threads = q.threads;
-	*busy = q.busy;
-	*queued = q.queued;
-	pthread_mutex_unlock(&q.lock);
+	*threads = *busy = *queued = 0;
+	for (int i = 0; i < 2; i++) {
+		struct pool *q = &pools[i];
+		pthread_mutex_lock(&q->lock);
+		*threads += q->threads;
+		*busy += q->busy;
+		*queued += q->queued;
+		pthread_mutex_unlock(&q->lock);
+	}
 }
 
 /* ---- the parking lot ------------------------------------------------------------- */
@@ -399,15 +419,22 @@ void workq_stop(unsigned timeout_ms)
 	while (w.parked > 0 && timed_wait(&w.none, &w.lock, deadline) == 0)
 		;
 	pthread_mutex_unlock(&w.lock);
-	pthread_mutex_lock(&q.lock);
-	while ((q.busy > 0 || q.queued > 0) && timed_wait(&q.idle, &q.lock, deadline) == 0)
-		;
-	int clean = q.busy == 0 && q.queued == 0;
-	if (clean) {
-		q.stopping = 1;
-		pthread_cond_broadcast(&q.work);
+	int clean = 1;
+	for (int i = 0; i < 2; i++) {
+		struct pool *q = &pools[i];
+		pthread_mutex_lock(&q->lock);
+		while ((q->busy > 0 || q->queued > 0) && timed_wait(&q->idle, &q->lock, deadline) == 0)
+			;
+		clean &= q->busy == 0 && q->queued == 0;
+		pthread_mutex_unlock(&q->lock);
 	}
-	pthread_mutex_unlock(&q.lock);
+	for (int i = 0; clean && i < 2; i++) {
+		struct pool *q = &pools[i];
+		pthread_mutex_lock(&q->lock);
+		q->stopping = 1;
+		pthread_cond_broadcast(&q->work);
+		pthread_mutex_unlock(&q->lock);
+	}
 	if (w.started && clean) {
 		pthread_mutex_lock(&w.lock);
 		int parked = w.parked;

@@ -37,11 +37,17 @@ int workq_start(void);
 /* Run job->run(job) on a worker thread.  Never fails: the job waits in the
  * queue if no thread can be made. */
 void workq_submit(struct workq_job *job, void (*run)(struct workq_job *job));
+/* The same on one of the two pools, each of WORKQ_MAX_THREADS: SHORT for
+ * every handler call, LONG for those that may wait for a command (feeding a
+ * stdin the command does not read), so that these can hold up only each
+ * other. */
+enum { WORKQ_SHORT = 0, WORKQ_LONG = 1 };
+void workq_submit_to(int which, struct workq_job *job, void (*run)(struct workq_job *job));
 /* Wait (up to timeout_ms) for every queued and running job to end and for
  * every park to fire, then stop the threads.  Parks still waiting are
  * fired first with PARK_STOP. */
 void workq_stop(unsigned timeout_ms);
-/* Threads now / busy now / queued jobs (metrics). */
+/* Threads now / busy now / queued jobs, both pools (metrics). */
 void workq_counts(unsigned *threads, unsigned *busy, unsigned *queued);
 
 enum park_why { PARK_READY = 1, PARK_TIMEOUT = 2, PARK_GONE = 3, PARK_STOP = 4 };
