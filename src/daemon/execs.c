@@ -37,7 +37,8 @@
  * Finishing.  After on_exit, one thread runs finish_exec(): frees the proc,
  * scans the workspace for the exec's changes, builds the result, counts
  * metrics and drops the exec's busy count.  That thread is the request's
- * (buffered), the stream's reader (streamed), a watcher thread started with
+ * worker when its parked wait ends (buffered), the stream's reader on a
+ * worker (streamed), a watcher thread started with
  * the exec (background: a thread per *running* background exec, never one
  * per idle sandbox) or, when the sandbox ends, execs_release(), which kills
  * every exec and finishes those that have ended, so that a client that

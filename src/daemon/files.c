@@ -1027,8 +1027,8 @@ static int ain_abort(struct http_req *req)
 
 /* ---- GET .../files/archive: DIR → tar ----------------------------------------
  *
- * Produced lazily on the connection's thread: each time libmicrohttpd wants
- * bytes and the output buffer is empty, one step runs — the next header
+ * Produced lazily on a worker thread: each time the HTTP layer wants bytes
+ * and the output buffer is empty, one step runs — the next header
  * (listing a directory or opening a file first), or the next 64 KiB of the
  * file being sent — and libarchive's write callback appends to the buffer.
  * Memory: one buffer of about 64 KiB plus the listings of the directories

@@ -1,10 +1,11 @@
 /* sandlotd: options, start-up (registry, recovery), signals, shutdown.
  *
  * Threads: the main thread only waits for SIGTERM/SIGINT (blocked in every
- * thread, taken with sigwaitinfo) and then shuts down; libmicrohttpd runs a
- * listener thread per server and a thread per connection; the reaper runs
- * once a second; with --pool, one refill thread (pool.c); libsandlot has
- * its own I/O thread.  No thread per sandbox.
+ * thread, taken with sigwaitinfo) and then shuts down; the HTTP layer has
+ * its front door, libmicrohttpd's few threads, a parking thread and
+ * bounded pools of request workers (http.h) — no thread per connection;
+ * the reaper runs once a second; with --pool, one refill thread (pool.c);
+ * libsandlot has its own I/O thread.  No thread per sandbox.
  *
  * Shutdown order: stop accepting (sockets closed and unlinked), stop the
  * pool's refill and destroy its ready sandboxes, stop the reaper, end
