@@ -1,27 +1,30 @@
-/* Request head check of the front door (contract in httphead.h). */
+/* Request head check of the front door (contract in httphead.h).
+ *
+ * The head is parsed by http-parser (the library the port proxy reads
+ * answers with), paused when the headers are complete; its callbacks count
+ * the headers whose repetition or combination would make libmicrohttpd
+ * and a client (or a proxy in front) disagree about the request, and keep
+ * the Authorization value and the target.  http-parser itself refuses a
+ * Content-Length that is not decimal digits, two of them, one with
+ * Transfer-Encoding, control bytes in the head and a CR without LF. */
 #include "daemon/httphead.h"
 
+#include <http_parser.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
-static int is_tchar(unsigned char c)
-{
-	if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-		return 1;
-	return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
+enum hdr { H_OTHER, H_LENGTH, H_TE, H_HOST, H_AUTH };
 
-static int all_tchar(const char *s, size_t n)
-{
-	if (n == 0)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!is_tchar((unsigned char)s[i]))
-			return 0;
-	return 1;
-}
+struct scan {
+	struct httphead *h;
+	const char *buf;
+	int error;                 /* a refusal of ours, message in h */
+	enum hdr cur;              /* the header whose value comes next */
+	int values;                /* on_header_value calls for it */
+	int seen[5];
+};
 
 static int fail(struct httphead *h, int status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -58,92 +61,114 @@ static int name_is(const char *s, size_t n, const char *name)
 	return strlen(name) == n && strncasecmp(s, name, n) == 0;
 }
 
-static int request_line(const char *s, size_t n, size_t max_target, struct httphead *h)
+static struct scan *scan_of(http_parser *p)
 {
-	const char *sp1 = memchr(s, ' ', n);
-	if (!sp1 || !all_tchar(s, (size_t)(sp1 - s)))
-		return fail(h, 400, "bad_request", "malformed request line (expected METHOD TARGET HTTP/1.1)");
-	const char *t = sp1 + 1;
-	const char *sp2 = memchr(t, ' ', (size_t)(s + n - t));
-	if (!sp2 || sp2 == t || memchr(sp2 + 1, ' ', (size_t)(s + n - sp2 - 1)))
-		return fail(h, 400, "bad_request", "malformed request line (expected METHOD TARGET HTTP/1.1)");
-	if ((size_t)(sp2 - t) > max_target)
-		return fail(h, 414, "uri_too_long", "request URI longer than %zu bytes", max_target);
-	const char *v = sp2 + 1;
-	size_t vn = (size_t)(s + n - v);
-	if (vn == 8 && memcmp(v, "HTTP/1.1", 8) == 0) {
-		h->target = t;
-		h->target_len = (size_t)(sp2 - t);
-		return 0;
-	}
-	if (vn == 8 && memcmp(v, "HTTP/", 5) == 0 && v[5] >= '0' && v[5] <= '9' && v[6] == '.' &&
-	    v[7] >= '0' && v[7] <= '9')
-		return fail(h, 505, "http_version_not_supported",
-			    "sandlotd speaks HTTP/1.1 only (streamed answers are chunked, so that a "
-			    "cut one cannot pass for a whole one), not %.8s", v);
-	return fail(h, 400, "bad_request", "malformed request line (expected METHOD TARGET HTTP/1.1)");
+	return p->data;
 }
 
-struct seen {
-	int length, te, host, auth;
-};
-
-static int header_line(const char *s, size_t n, struct httphead *h, struct seen *seen)
+static int on_url(http_parser *p, const char *at, size_t n)
 {
-	if (s[0] == ' ' || s[0] == '\t')
-		return fail(h, 400, "bad_request", "folded header lines are not accepted");
-	const char *colon = memchr(s, ':', n);
-	if (!colon || !all_tchar(s, (size_t)(colon - s)))
-		return fail(h, 400, "bad_request", "malformed header line (expected NAME: VALUE)");
-	size_t nn = (size_t)(colon - s);
-	const char *v = colon + 1, *end = s + n;
-	while (v < end && (*v == ' ' || *v == '\t'))
-		v++;
-	while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
-		end--;
-	size_t vn = (size_t)(end - v);
-	char show[32];
-	if (name_is(s, nn, "Content-Length")) {
-		if (seen->length++)
-			return fail(h, 400, "bad_request", "duplicated header Content-Length");
-		if (vn == 0 || vn > 19)
-			goto bad_length;
-		uint64_t x = 0;
-		for (size_t i = 0; i < vn; i++) {
-			if (v[i] < '0' || v[i] > '9')
-				goto bad_length;
-			x = x * 10 + (uint64_t)(v[i] - '0');
+	struct scan *sc = scan_of(p);
+	if (!sc->h->target)
+		sc->h->target = at;
+	sc->h->target_len += n;
+	return 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t n)
+{
+	struct scan *sc = scan_of(p);
+	for (size_t i = 0; i < n; i++)
+		if (at[i] == ' ' || at[i] == '\t') {
+			fail(sc->h, 400, "bad_request", "whitespace in a header name (before its colon)");
+			return sc->error = 1;
 		}
-		h->has_length = 1;
-		h->content_length = x;
-		return 0;
-bad_length:
-		shown(show, sizeof(show), v, vn);
+	sc->cur = name_is(at, n, "Content-Length") ? H_LENGTH
+		: name_is(at, n, "Transfer-Encoding") ? H_TE
+		: name_is(at, n, "Host") ? H_HOST
+		: name_is(at, n, "Authorization") ? H_AUTH : H_OTHER;
+	sc->values = 0;
+	static const char *const names[] = { NULL, "Content-Length", "Transfer-Encoding", "Host",
+					     "Authorization" };
+	if (sc->cur != H_OTHER && sc->seen[sc->cur]++) {
+		fail(sc->h, 400, "bad_request", "duplicated header %s", names[sc->cur]);
+		return sc->error = 1;
+	}
+	return 0;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t n)
+{
+	struct scan *sc = scan_of(p);
+	struct httphead *h = sc->h;
+	if (sc->values++) {
+		/* A second piece of one value: a folded line (the buffer is
+		 * whole, so the parser never splits a value otherwise). */
+		fail(h, 400, "bad_request", "folded header lines are not accepted");
+		return sc->error = 1;
+	}
+	while (n > 0 && (at[n - 1] == ' ' || at[n - 1] == '\t'))
+		n--;
+	if (sc->cur == H_TE && !(n == 7 && strncasecmp(at, "chunked", 7) == 0)) {
+		char show[32];
+		shown(show, sizeof(show), at, n);
+		fail(h, 400, "bad_request", "Transfer-Encoding \"%s\" is not supported (only chunked)",
+		     show);
+		return sc->error = 1;
+	}
+	if (sc->cur == H_AUTH) {
+		h->auth = at;
+		h->auth_len = n;
+	}
+	return 0;
+}
+
+static int on_headers_complete(http_parser *p)
+{
+	http_parser_pause(p, 1);
+	return 0;
+}
+
+/* Why http-parser refused the head, for the client. */
+static int parser_error(struct httphead *h, enum http_errno e)
+{
+	switch (e) {
+	case HPE_INVALID_CONTENT_LENGTH:
 		return fail(h, 400, "bad_request",
-			    "Content-Length \"%s\" is not a number of bytes (decimal digits only)", show);
+			    "Content-Length is not a number of bytes (decimal digits only)");
+	case HPE_UNEXPECTED_CONTENT_LENGTH:
+		return fail(h, 400, "bad_request",
+			    "Content-Length given twice, or with Transfer-Encoding (send one of them)");
+	case HPE_INVALID_TRANSFER_ENCODING:
+		return fail(h, 400, "bad_request",
+			    "Transfer-Encoding is not supported (only chunked)");
+	case HPE_INVALID_METHOD:
+		return fail(h, 400, "bad_request", "malformed request line (unknown method)");
+	case HPE_INVALID_URL:
+		return fail(h, 400, "bad_request", "malformed request line (invalid request target)");
+	case HPE_INVALID_VERSION:
+		return fail(h, 400, "bad_request", "malformed request line (expected HTTP/1.1)");
+	case HPE_HEADER_OVERFLOW:
+		return fail(h, 431, "headers_too_large", "request line and headers too long");
+	default:
+		return fail(h, 400, "bad_request", "malformed request head (%s)",
+			    http_errno_description(e));
 	}
-	if (name_is(s, nn, "Transfer-Encoding")) {
-		if (seen->te++)
-			return fail(h, 400, "bad_request", "duplicated header Transfer-Encoding");
-		if (!(vn == 7 && strncasecmp(v, "chunked", 7) == 0)) {
-			shown(show, sizeof(show), v, vn);
-			return fail(h, 400, "bad_request",
-				    "Transfer-Encoding \"%s\" is not supported (only chunked)", show);
-		}
-		h->chunked = 1;
-		return 0;
-	}
-	if (name_is(s, nn, "Host")) {
-		if (seen->host++)
-			return fail(h, 400, "bad_request", "duplicated header Host");
-		return 0;
-	}
-	if (name_is(s, nn, "Authorization")) {
-		if (seen->auth++)
-			return fail(h, 400, "bad_request", "duplicated header Authorization");
-		h->auth = v;
-		h->auth_len = vn;
-		return 0;
+}
+
+/* Bytes that no head may hold, named: a NUL, a CR not followed by LF, another
+ * control character than HTAB. */
+static int bad_byte(struct httphead *h, const char *buf, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)buf[i];
+		if (c == 0)
+			return fail(h, 400, "bad_request", "a NUL byte in the request head");
+		if (c == '\r' && i + 1 < len && buf[i + 1] != '\n')
+			return fail(h, 400, "bad_request", "a CR not followed by LF in the request head");
+		if ((c < 0x20 && c != '\t' && c != '\r' && c != '\n') || c == 0x7f)
+			return fail(h, 400, "bad_request", "control character 0x%02x in the request head",
+				    c);
 	}
 	return 0;
 }
@@ -152,67 +177,51 @@ int httphead_check(const char *buf, size_t len, size_t max_head, size_t max_targ
 		   struct httphead *h)
 {
 	memset(h, 0, sizeof(*h));
-	struct seen seen = { 0 };
-	size_t i = 0;
-	/* Empty lines before the request line are skipped. */
-	while (i < len && (buf[i] == '\n' || buf[i] == '\r')) {
-		if (buf[i] == '\r') {
-			if (i + 1 == len)
-				break;
-			if (buf[i + 1] != '\n')
-				return fail(h, 400, "bad_request", "a CR not followed by LF in the request head");
-			i++;
-		}
-		i++;
-		if (i > max_head)
-			return fail(h, 431, "headers_too_large",
-				    "request line and headers longer than %zu bytes", max_head);
-	}
-	for (int line = 0;; line++) {
-		size_t j = i;
-		for (; j < len && buf[j] != '\n'; j++) {
-			unsigned char c = (unsigned char)buf[j];
-			if (c == '\r') {
-				if (j + 1 < len && buf[j + 1] != '\n')
-					return fail(h, 400, "bad_request",
-						    "a CR not followed by LF in the request head");
-				continue;
-			}
-			if (c == 0)
-				return fail(h, 400, "bad_request", "a NUL byte in the request head");
-			if ((c < 0x20 && c != '\t') || c == 0x7f)
-				return fail(h, 400, "bad_request",
-					    "control character 0x%02x in the request head", c);
-		}
-		if (j >= len) {
-			/* No end of line yet: a request line already too long for
-			 * any URI we take is refused now, not when it ends. */
-			if (line == 0 && j - i > max_target + 64)
-				return fail(h, 414, "uri_too_long", "request URI longer than %zu bytes",
-					    max_target);
-			if (len >= max_head)
-				return fail(h, 431, "headers_too_large",
-					    "request line and headers longer than %zu bytes", max_head);
-			return HTTPHEAD_INCOMPLETE;
-		}
-		if (j + 1 > max_head)
-			return fail(h, 431, "headers_too_large",
-				    "request line and headers longer than %zu bytes", max_head);
-		size_t le = j;
-		if (le > i && buf[le - 1] == '\r')
-			le--;
-		if (line == 0) {
-			if (request_line(buf + i, le - i, max_target, h) < 0)
-				return HTTPHEAD_ERROR;
-		} else if (le == i) {
-			if (seen.length && seen.te)
-				return fail(h, 400, "bad_request",
-					    "both Content-Length and Transfer-Encoding (send one of them)");
-			h->head_len = j + 1;
-			return HTTPHEAD_OK;
-		} else if (header_line(buf + i, le - i, h, &seen) < 0) {
+	struct scan sc = { .h = h, .buf = buf };
+	http_parser_settings st;
+	memset(&st, 0, sizeof(st));
+	st.on_url = on_url;
+	st.on_header_field = on_header_field;
+	st.on_header_value = on_header_value;
+	st.on_headers_complete = on_headers_complete;
+	http_parser p;
+	http_parser_init(&p, HTTP_REQUEST);
+	p.data = &sc;
+	size_t n = len < max_head ? len : max_head;
+	size_t done = http_parser_execute(&p, &st, buf, n);
+	enum http_errno e = HTTP_PARSER_ERRNO(&p);
+	if (sc.error)
+		return HTTPHEAD_ERROR;
+	if (e != HPE_OK && e != HPE_PAUSED) {
+		/* Name the bytes at fault if that is what it is. */
+		if (bad_byte(h, buf, done + 1 < n ? done + 1 : n) < 0)
 			return HTTPHEAD_ERROR;
-		}
-		i = j + 1;
+		return parser_error(h, e);
 	}
+	if (h->target_len > max_target)
+		return fail(h, 414, "uri_too_long", "request URI longer than %zu bytes", max_target);
+	if (e == HPE_OK) {
+		/* No end of the head yet. */
+		if (bad_byte(h, buf, n) < 0)
+			return HTTPHEAD_ERROR;
+		if (n >= max_head)
+			return fail(h, 431, "headers_too_large",
+				    "request line and headers longer than %zu bytes", max_head);
+		return HTTPHEAD_INCOMPLETE;
+	}
+	/* Paused at the head's last LF, which is not counted yet. */
+	h->head_len = done + 1;
+	if (bad_byte(h, buf, h->head_len) < 0)
+		return HTTPHEAD_ERROR;
+	if (p.http_major != 1 || p.http_minor != 1)
+		return fail(h, 505, "http_version_not_supported",
+			    "sandlotd speaks HTTP/1.1 only (streamed answers are chunked, so that a "
+			    "cut one cannot pass for a whole one), not HTTP/%u.%u", p.http_major,
+			    p.http_minor);
+	h->chunked = (p.flags & F_CHUNKED) != 0;
+	if (sc.seen[H_LENGTH]) {
+		h->has_length = 1;
+		h->content_length = p.content_length;
+	}
+	return HTTPHEAD_OK;
 }

@@ -1,27 +1,26 @@
 /* The front door's check of a request head (request line and header lines
  * up to the empty line) before libmicrohttpd parses it.
  *
- * Why a check of our own in front of the library: libmicrohttpd 0.9.75
- * takes the first of two Authorization headers, accepts a request with both
- * Content-Length and Transfer-Encoding, answers "Content-Length: -1" with
- * its status line and headers written twice, and offers no hook between
- * reading the headers and acting on them.  This is not a second HTTP
- * parser: it only finds where the head ends and refuses what would make the
- * library and the client disagree about the framing; libmicrohttpd still
- * parses every request it is given.
+ * Why a check in front of the library: libmicrohttpd 0.9.75 takes the first
+ * of two Authorization headers, accepts a request with both Content-Length
+ * and Transfer-Encoding, answers "Content-Length: -1" with its status line
+ * and headers written twice, and offers no hook between reading the headers
+ * and acting on them.  The head is parsed with http-parser (httphead.c);
+ * this only decides whether libmicrohttpd may have it, and libmicrohttpd
+ * then parses every request it is given itself.
  *
- * Rules (each refusal names what is wrong):
- *   - bytes: no NUL, no CR that is not followed by LF, no other control
- *     character than HTAB in the head (lines end with LF or CRLF, as
- *     libmicrohttpd reads them);
- *   - request line: METHOD SP TARGET SP HTTP/1.1 (HTTP/1.0: 505, streamed
- *     answers need chunked encoding); a target longer than max_target: 414;
- *   - header lines: NAME ":" VALUE with NAME a token, no folded lines;
- *   - Content-Length: one, 1 to 19 decimal digits; Transfer-Encoding: one,
- *     "chunked"; not both; Host and Authorization: at most one each;
- *   - the head, empty line included, at most max_head bytes: else 431.
+ * Refused (each refusal names what is wrong):
+ *   - bytes: NUL, a CR not followed by LF, another control character than
+ *     HTAB;
+ *   - a malformed request line, an unknown method, a version other than
+ *     HTTP/1.1 (HTTP/1.0: 505, streamed answers need chunked encoding); a
+ *     target longer than max_target: 414;
+ *   - malformed header lines, whitespace before a colon, folded lines;
+ *   - Content-Length not decimal digits, twice, or with Transfer-Encoding;
+ *     Transfer-Encoding other than "chunked", or twice; Host or
+ *     Authorization twice;
+ *   - the head, empty line included, longer than max_head: 431.
  *
- * Empty lines before the request line are skipped, as libmicrohttpd does.
  * Pure function of its input (fuzzed: tests/fuzz/fuzz_httphead.c).
  */
 #ifndef SANDLOT_DAEMON_HTTPHEAD_H
