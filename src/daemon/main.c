@@ -453,6 +453,10 @@ int main(int argc, char **argv)
 	}
 	if (registry_open(&d, &err) < 0 || registry_load(&d, &err) < 0) {
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		sandlot_error_free(err);
+		sandboxes_free(&d);
+		registry_close(&d);
+		free(token);
 		return 1;
 	}
 	sandboxes_recover(&d);
@@ -460,8 +464,8 @@ int main(int argc, char **argv)
 	 * registry does not own — as those of pooled sandboxes are not. */
 	if (pool_start(&d, &err) < 0) {
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
-		registry_close(&d);
-		return 1;
+		sandlot_error_free(err);
+		goto fail;
 	}
 
 	if (ports_start(&d, &err) < 0) {
@@ -473,7 +477,8 @@ int main(int argc, char **argv)
 	struct http_route *routes = all_routes();
 	if (!routes) {
 		fputs("sandlotd: out of memory\n", stderr);
-		return 1;
+		pool_stop(&d);
+		goto fail;
 	}
 	hc.listens = listens;
 	hc.nlisten = nlisten;
@@ -481,9 +486,10 @@ int main(int argc, char **argv)
 	struct http_server *server = http_start(&d, &hc, routes, &err);
 	if (!server) {
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		sandlot_error_free(err);
 		pool_stop(&d);
-		registry_close(&d);
-		return 1;
+		free(routes);
+		goto fail;
 	}
 	reaper_start(&d);
 	report_cgroup();
@@ -521,4 +527,13 @@ int main(int argc, char **argv)
 	free(token);
 	daemon_log("stopped", "ms=%llu", (unsigned long long)(sandlot__now_ms() - t0));
 	return 0;
+
+fail:
+	/* Start-up failed after recovery: nothing runs yet; free what recovery
+	 * and the pool loaded. */
+	sandboxes_free(&d);
+	pool_free(&d);
+	registry_close(&d);
+	free(token);
+	return 1;
 }
