@@ -21,8 +21,13 @@ struct scan {
 	struct httphead *h;
 	const char *buf;
 	int error;                 /* a refusal of ours, message in h */
-	enum hdr cur;              /* the header whose value comes next */
+	const char *name;          /* the last header name */
+	size_t name_len;
+	enum hdr cur;              /* what it names, once its value starts */
 	int values;                /* on_header_value calls for it */
+	const char *value;         /* its value, judged once complete */
+	size_t value_len;
+	int pending;
 	int seen[5];
 };
 
@@ -75,25 +80,49 @@ static int on_url(http_parser *p, const char *at, size_t n)
 	return 0;
 }
 
+/* The value of the header before, now complete: -1 if refused. */
+static int judge_value(struct scan *sc)
+{
+	if (!sc->pending)
+		return 0;
+	sc->pending = 0;
+	struct httphead *h = sc->h;
+	const char *at = sc->value;
+	size_t n = sc->value_len;
+	while (n > 0 && (at[n - 1] == ' ' || at[n - 1] == '\t'))
+		n--;
+	if (sc->cur == H_TE && !(n == 7 && strncasecmp(at, "chunked", 7) == 0)) {
+		char show[32];
+		shown(show, sizeof(show), at, n);
+		fail(h, 400, "bad_request", "Transfer-Encoding \"%s\" is not supported (only chunked)",
+		     show);
+		return -1;
+	}
+	if (sc->cur == H_AUTH) {
+		h->auth = at;
+		h->auth_len = n;
+	}
+	return 0;
+}
+
+/* The parser hands over a name or value in one piece unless the buffer
+ * ends inside it: so a name is judged once its value starts (the colon was
+ * seen), and a value once the next header or the end of the head comes.
+ * A head cut inside either is incomplete, never refused for the part seen
+ * (a "Transfer-Encoding: chunk" that may become "chunked"). */
 static int on_header_field(http_parser *p, const char *at, size_t n)
 {
 	struct scan *sc = scan_of(p);
+	if (judge_value(sc) < 0)
+		return sc->error = 1;
 	for (size_t i = 0; i < n; i++)
 		if (at[i] == ' ' || at[i] == '\t') {
 			fail(sc->h, 400, "bad_request", "whitespace in a header name (before its colon)");
 			return sc->error = 1;
 		}
-	sc->cur = name_is(at, n, "Content-Length") ? H_LENGTH
-		: name_is(at, n, "Transfer-Encoding") ? H_TE
-		: name_is(at, n, "Host") ? H_HOST
-		: name_is(at, n, "Authorization") ? H_AUTH : H_OTHER;
+	sc->name = at;
+	sc->name_len = n;
 	sc->values = 0;
-	static const char *const names[] = { NULL, "Content-Length", "Transfer-Encoding", "Host",
-					     "Authorization" };
-	if (sc->cur != H_OTHER && sc->seen[sc->cur]++) {
-		fail(sc->h, 400, "bad_request", "duplicated header %s", names[sc->cur]);
-		return sc->error = 1;
-	}
 	return 0;
 }
 
@@ -103,28 +132,36 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
 	struct httphead *h = sc->h;
 	if (sc->values++) {
 		/* A second piece of one value: a folded line (the buffer is
-		 * whole, so the parser never splits a value otherwise). */
+		 * whole up to here, so the parser never splits a value
+		 * otherwise). */
 		fail(h, 400, "bad_request", "folded header lines are not accepted");
 		return sc->error = 1;
 	}
-	while (n > 0 && (at[n - 1] == ' ' || at[n - 1] == '\t'))
-		n--;
-	if (sc->cur == H_TE && !(n == 7 && strncasecmp(at, "chunked", 7) == 0)) {
-		char show[32];
-		shown(show, sizeof(show), at, n);
-		fail(h, 400, "bad_request", "Transfer-Encoding \"%s\" is not supported (only chunked)",
-		     show);
+	const char *name = sc->name;
+	size_t nl = sc->name_len;
+	sc->cur = name_is(name, nl, "Content-Length") ? H_LENGTH
+		: name_is(name, nl, "Transfer-Encoding") ? H_TE
+		: name_is(name, nl, "Host") ? H_HOST
+		: name_is(name, nl, "Authorization") ? H_AUTH : H_OTHER;
+	static const char *const names[] = { NULL, "Content-Length", "Transfer-Encoding", "Host",
+					     "Authorization" };
+	if (sc->cur != H_OTHER && sc->seen[sc->cur]++) {
+		fail(h, 400, "bad_request", "duplicated header %s", names[sc->cur]);
 		return sc->error = 1;
 	}
-	if (sc->cur == H_AUTH) {
-		h->auth = at;
-		h->auth_len = n;
-	}
+	sc->value = at;
+	sc->value_len = n;
+	sc->pending = 1;
 	return 0;
 }
 
 static int on_headers_complete(http_parser *p)
 {
+	struct scan *sc = scan_of(p);
+	if (judge_value(sc) < 0) {
+		sc->error = 1;
+		return -1;
+	}
 	http_parser_pause(p, 1);
 	return 0;
 }
