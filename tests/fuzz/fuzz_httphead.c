@@ -11,7 +11,9 @@
  *     after it) gives the same answer, so what follows the head never
  *     changes how it is read;
  *   - INCOMPLETE: the buffer is below the limit, and one byte less is
- *     INCOMPLETE too (a head cannot end in a prefix of an unended one).
+ *     INCOMPLETE too (a head cannot end in a prefix of an unended one);
+ *     the prefixes of a good head are INCOMPLETE too (a head sent in
+ *     pieces is judged whole, not by a cut header).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -32,6 +34,18 @@ static void check(int ok)
 static int inside(const char *p, size_t n, const char *buf, size_t len)
 {
 	return p >= buf && p + n <= buf + len;
+}
+
+/* buf[0, cut) of a good head: incomplete. */
+static void check_prefix(const char *buf, size_t cut)
+{
+	char *p = malloc(cut ? cut : 1);
+	if (!p)
+		return;
+	memcpy(p, buf, cut);
+	struct httphead h;
+	check(httphead_check(p, cut, MAX_HEAD, MAX_TARGET, &h) == HTTPHEAD_INCOMPLETE);
+	free(p);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -62,6 +76,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		      again.target_len == h.target_len && again.chunked == h.chunked &&
 		      again.has_length == h.has_length &&
 		      again.content_length == h.content_length && again.auth == h.auth);
+		/* Every prefix of a good head is incomplete, never refused (a
+		 * client may send it in pieces): the last 48, and the half. */
+		for (size_t cut = h.head_len > 48 ? h.head_len - 48 : 0; cut < h.head_len; cut++)
+			check_prefix(buf, cut);
+		check_prefix(buf, h.head_len / 2);
 	} else {
 		check(size < MAX_HEAD);
 		if (size > 0) {
