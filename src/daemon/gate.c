@@ -674,8 +674,10 @@ static void *gate_main(void *arg)
 			pthread_mutex_unlock(&g->lock);
 			return NULL;
 		}
-		if (g->quiesce_asked)
+		if (g->quiesce_asked && !g->quiesced) {
 			quiesce_locked(g);
+			n = 0; /* the events name connections just closed and freed */
+		}
 		/* Heads first, then new connections: a client that connected
 		 * and sent its head is admitted before a burst of accepts could
 		 * evict it. */
