@@ -1471,6 +1471,16 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 	if (r->gc && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
 		gate_conn_done(srv->gate, r->gc);
 	r->toe = toe;
+	if (r->upgrade && r->upgrade->ran) {
+		/* Upgraded: no job holds r (the last one released it before the
+		 * 101 was queued), and libmicrohttpd calls this holding its
+		 * cleanup mutex, which suspend_locked() takes under r->lock: so
+		 * not r->lock here (a lock-order inversion for ThreadSanitizer,
+		 * though both orders only ever run on the connection's own
+		 * libmicrohttpd thread). */
+		finish_request(r);
+		return;
+	}
 	pthread_mutex_lock(&r->lock);
 	if (r->busy) {
 		/* A client gone mid-body while chunk() works: its job finishes. */
