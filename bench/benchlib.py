@@ -42,13 +42,13 @@ def request(conn, method, path, body=None):
     return r.status, js, r
 
 
-def start_daemon(base, extra=()):
-    """Start build/bin/sandlotd on base/sandlot.sock with data in base/data
-    (log: base/sandlotd.log) and wait until it answers /v1/health.
+def start_daemon(base, extra=(), binary=None):
+    """Start build/bin/sandlotd (or `binary`) on base/sandlot.sock with data in
+    base/data (log: base/sandlotd.log) and wait until it answers /v1/health.
     Returns (process, socket path); exits the script if it does not come up."""
     sock = str(base / "sandlot.sock")
     log = open(base / "sandlotd.log", "wb")
-    p = subprocess.Popen([str(SANDLOTD), "--listen", f"unix:{sock}", "--data-dir",
+    p = subprocess.Popen([str(binary or SANDLOTD), "--listen", f"unix:{sock}", "--data-dir",
                           str(base / "data"), *extra],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     log.close()

@@ -506,6 +506,11 @@ int client_poll(struct client *c, struct pollfd *fds, unsigned nfds, int timeout
 	return ready;
 }
 
+int client_cut(const struct client_req *r)
+{
+	return r->transport && r->sink_started && r->status >= 200 && r->status < 300;
+}
+
 int client_done(struct client_req *r)
 {
 	return r->finished;

@@ -126,6 +126,11 @@ void client_req_free(struct client_req *req);
  * client_unpause(). */
 void client_unpause(struct client_req *req);
 
+/* Whether req got a 2xx answer whose body broke off before its end (the
+ * daemon cut the stream, or the connection died): what the sink received
+ * is a part only. */
+int client_cut(const struct client_req *req);
+
 /* Print the failure of req as the user should see it and return the exit
  * status: 125 for a transport failure ("sandlot: cannot reach sandlotd at
  * unix:/run/sandlot/sandlot.sock: No such file or directory (is it running?

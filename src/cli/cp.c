@@ -55,8 +55,9 @@ static const char cp_help[] =
 	"\n"
 	"EXIT STATUS\n"
 	"    0 on success; 1 if the source does not exist, the destination cannot\n"
-	"    be written, or sandlotd refused (no such sandbox, disk quota\n"
-	"    exceeded); 125 if sandlotd could not be reached; 2 for bad arguments.\n"
+	"    be written, sandlotd refused (no such sandbox, disk quota exceeded),\n"
+	"    or a download was cut short (no partial file is kept); 125 if\n"
+	"    sandlotd could not be reached; 2 for bad arguments.\n"
 	"\n"
 	"EXAMPLES\n"
 	"    sandlot cp data.csv sb-7x2k...:input/\n"
@@ -577,16 +578,29 @@ static int fd_sink_write(void *ud, const char *data, size_t len)
 	return 0;
 }
 
+/* A download whose answer broke off mid-body: say so (exit 1).  `kept`
+ * says what happened to what arrived. */
+static int report_cut(const struct client_req *req, const char *what, const char *kept)
+{
+	fprintf(stderr, "sandlot cp: %s: the download was cut short (%s): %s\n", what,
+		req->err_msg ? req->err_msg : "the stream ended early", kept);
+	return 1;
+}
+
 /* GET a file or archive route into fd.  0 or an exit status. */
 static int download_to_fd(struct client *c, const struct remote *r, const char *url, int fd,
 			  const char *name)
 {
 	struct fd_sink sink = { .fd = fd, .name = name };
 	struct client_req req = { .method = "GET", .path = url, .sink = fd_sink_write, .sink_ud = &sink };
+	const char *kept = fd == 1 ? "what was written to the standard output is incomplete"
+		: "nothing of it is kept";
 	client_perform(c, &req);
 	int rc = 0;
 	if (sink.failed)
 		rc = 1;
+	else if (client_cut(&req))
+		rc = report_cut(&req, r->arg, kept);
 	else if (req.transport || req.status < 200 || req.status >= 300)
 		rc = client_report(c, &req, r->arg);
 	client_req_free(&req);
@@ -727,6 +741,10 @@ static int extract_tree(struct client *c, const struct remote *r, const char *ur
 	struct tar_sink s = { .c = c };
 	struct client_req req = { .method = "GET", .path = url, .sink = tar_sink_write, .sink_ud = &s };
 	s.req = &req;
+	/* The regular file whose data is being written: removed if the
+	 * archive breaks off inside it, so that no part of a file is left
+	 * under its name. */
+	char *partial = NULL;
 	struct archive *a = archive_read_new();
 	struct archive *disk = archive_write_disk_new();
 	int rc = 0;
@@ -779,6 +797,10 @@ static int extract_tree(struct client *c, const struct remote *r, const char *ur
 			rc = 1;
 			break;
 		}
+		if (type == AE_IFREG && !(partial = strdup(dest))) {
+			rc = EXIT_SANDLOT;
+			break;
+		}
 		const void *blk;
 		size_t len;
 		la_int64_t off;
@@ -801,14 +823,25 @@ static int extract_tree(struct client *c, const struct remote *r, const char *ur
 			rc = 1;
 			break;
 		}
+		free(partial);
+		partial = NULL;
 	}
 done:
+	if (partial) {
+		/* Not finished: closing the writer must not complete it. */
+		archive_write_fail(disk);
+		unlink(partial);
+		free(partial);
+	}
 	if (rc != 0)
 		client_cancel(&req);
 	/* Let the transfer end to learn how it went. */
 	while (!client_done(&req))
 		client_poll(c, NULL, 0, 1000);
-	if (req.transport || (req.status && (req.status < 200 || req.status >= 300)) ||
+	if (client_cut(&req)) {
+		rc = report_cut(&req, r->arg, "the files copied before are whole, the one being "
+				"written was removed");
+	} else if (req.transport || (req.status && (req.status < 200 || req.status >= 300)) ||
 	    (!req.status && !req.aborted)) {
 		rc = client_report(c, &req, r->arg);
 	} else if (rc < 0) {

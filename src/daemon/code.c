@@ -10,7 +10,7 @@
  *
  * Threads.  on_output/on_exit run on libsandlot's I/O thread: they split
  * stdout into lines, parse them, queue the messages under c->lock and wake
- * the cell's owner (c->cond and an eventfd for http_wait).  Nothing in
+ * the cell's owner (c->cond and an eventfd its request or stream parks on).  Nothing in
  * them blocks.  c->lock is a leaf; never call libsandlot while holding it
  * (the callbacks run with the connection lock held).  The proc handle is
  * used by several threads (interrupt, delete) and freed by one: users count
@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -549,7 +550,6 @@ struct cell {
 	int killed;
 	int state_lost;
 	int done;
-	int client_fd;              /* -1 once gone */
 	char *out[3];
 	size_t outlen[3];
 	json_t *displays;
@@ -635,11 +635,33 @@ static json_t *died_error(struct cell *k)
 	return json_pack("{s:s,s:s,s:[]}", "name", "InterpreterDied", "value", v, "traceback");
 }
 
-/* The next event of the cell: a stdout/stderr/display message, or the final
- * result (then k->done).  Blocks. */
-static json_t *cell_next(struct cell *k)
+/* Interrupt the cell (SIGINT) unless that was done already. */
+static void cell_interrupt_once(struct cell *k)
 {
 	struct ctx *c = k->c;
+	pthread_mutex_lock(&c->lock);
+	int first = c->intr_ms == 0;
+	if (first) {
+		c->intr_ms = mono_ms();
+		c->intr_count = 1;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (first)
+		ctx_kill(c, SIGINT);
+}
+
+/* The next event of the cell: a stdout/stderr/display message, or the final
+ * result (then k->done); NULL when there is none yet: then wait for c->efd
+ * or *wait_ms (the interrupt and kill timers) and call again.  Never waits
+ * itself. */
+static json_t *cell_step(struct cell *k, int *wait_ms)
+{
+	struct ctx *c = k->c;
+	/* Drain before looking: news after this wakes the next wait. */
+	uint64_t v;
+	if (read(c->efd, &v, sizeof(v)) < 0) {
+		/* EAGAIN: nothing new */
+	}
 	for (;;) {
 		pthread_mutex_lock(&c->lock);
 		struct msg *m = c->head;
@@ -703,26 +725,29 @@ static json_t *cell_next(struct cell *k)
 			pthread_mutex_unlock(&c->lock);
 			ctx_kill(c, SIGINT);
 		}
-		int rc = http_wait(k->client_fd, c->efd, 250);
-		if (rc < 0) {
-			/* the client left: interrupt the cell, finish it quietly */
-			k->client_fd = -1;
-			pthread_mutex_lock(&c->lock);
-			int first = c->intr_ms == 0;
-			if (first) {
-				c->intr_ms = mono_ms();
-				c->intr_count = 1;
-			}
-			pthread_mutex_unlock(&c->lock);
-			if (first)
-				ctx_kill(c, SIGINT);
-		} else if (rc > 0) {
-			uint64_t v;
-			if (read(c->efd, &v, sizeof(v)) < 0) {
-				/* EAGAIN */
-			}
-		}
+		*wait_ms = 250;
+		return NULL;
 	}
+}
+
+/* Run the cell to its end, dropping its events but the last (the result,
+ * returned).  Blocks: after an interrupt, at most until its kill
+ * (INTR_KILL_MS). */
+static json_t *cell_drain(struct cell *k)
+{
+	while (!k->done) {
+		int ms;
+		json_t *ev = cell_step(k, &ms);
+		if (ev && k->done)
+			return ev;
+		if (ev) {
+			json_decref(ev);
+			continue;
+		}
+		struct pollfd p = { .fd = k->c->efd, .events = POLLIN };
+		poll(&p, 1, ms);
+	}
+	return NULL;
 }
 
 static void cell_free(struct cell *k)
@@ -756,7 +781,7 @@ static int check_fields(struct http_req *req, const char *const *allowed)
 	return 0;
 }
 
-static ssize_t stream_read(void *ud, char *out, size_t max)
+static ssize_t stream_read(void *ud, char *out, size_t max, struct http_wait *w)
 {
 	struct cell *k = ud;
 	for (;;) {
@@ -773,19 +798,25 @@ static ssize_t stream_read(void *ud, char *out, size_t max)
 		k->len = k->off = 0;
 		if (k->done)
 			return 0;
-		json_t *ev = cell_next(k);
-		if (k->client_fd < 0) {
-			json_decref(ev);
-			return -1;
+		int ms;
+		json_t *ev = cell_step(k, &ms);
+		if (!ev) {
+			w->fd = k->c->efd;
+			w->timeout_ms = ms;
+			return HTTP_STREAM_WAIT;
 		}
 		char *t = json_dumps(ev, JSON_COMPACT);
 		json_decref(ev);
 		if (!t)
-			return -1;
+			return HTTP_STREAM_ERROR;
 		size_t n = strlen(t);
-		t = realloc(t, n + 2);
-		t[n] = '\n';
-		k->buf = t;
+		char *t2 = realloc(t, n + 2);
+		if (!t2) {
+			free(t);
+			return HTTP_STREAM_ERROR;
+		}
+		t2[n] = '\n';
+		k->buf = t2;
 		k->len = n + 1;
 	}
 }
@@ -795,24 +826,49 @@ static void stream_free(void *ud, int completed)
 	struct cell *k = ud;
 	(void)completed;
 	if (!k->done) {
-		k->client_fd = -1;
-		pthread_mutex_lock(&k->c->lock);
-		int first = k->c->intr_ms == 0;
-		if (first) {
-			k->c->intr_ms = mono_ms();
-			k->c->intr_count = 1;
-		}
-		pthread_mutex_unlock(&k->c->lock);
-		if (first)
-			ctx_kill(k->c, SIGINT);
-		while (!k->done)
-			json_decref(cell_next(k));
+		/* the client left: interrupt the cell, finish it quietly */
+		cell_interrupt_once(k);
+		json_decref(cell_drain(k));
 	}
 	struct daemon *d = k->d;
 	struct dsb *s = k->s;
 	cell_free(k);
 	dsb_busy(s, -1);
 	dsb_release(d, s);
+}
+
+/* A buffered cell: parked until its result.  A client that hangs up
+ * interrupts the cell, which is finished quietly. */
+static void code_wait(struct http_req *req, int why)
+{
+	struct cell *k = req->state;
+	json_t *ev = NULL;
+	if (why == HTTP_WAKE_GONE || why == HTTP_WAKE_STOP) {
+		req->client_fd = -1; /* its hang-up has been seen */
+		cell_interrupt_once(k);
+		if (why == HTTP_WAKE_STOP)
+			ev = cell_drain(k);
+	}
+	for (;;) {
+		int ms = 250;
+		if (!k->done)
+			ev = cell_step(k, &ms);
+		if (!ev && !k->done) {
+			http_park(req, k->c->efd, ms, code_wait);
+			return;
+		}
+		if (k->done) {
+			struct dsb *s = k->s;
+			json_t *res = ev ? ev : json_pack("{s:s}", "status", "error");
+			json_object_del(res, "type");
+			cell_free(k);
+			req->state = NULL;
+			http_json(req, 200, res);
+			dsb_put(req->d, s);
+			return;
+		}
+		json_decref(ev);
+	}
 }
 
 static int handle_code(struct http_req *req)
@@ -883,7 +939,6 @@ static int handle_code(struct http_req *req)
 	k->d = d;
 	k->s = s;
 	k->c = c;
-	k->client_fd = req->client_fd;
 	k->displays = json_array();
 	k->started = mono_ms();
 	if (need_start) {
@@ -931,18 +986,9 @@ static int handle_code(struct http_req *req)
 		dsb_put(d, s);
 		return 0;
 	}
-	json_t *res = NULL;
-	while (!k->done) {
-		json_t *ev = cell_next(k);
-		if (k->done)
-			res = ev;
-		else
-			json_decref(ev);
-	}
-	json_object_del(res, "type");
-	cell_free(k);
-	http_json(req, 200, res);
-	dsb_put(d, s);
+	/* The wait owns k and the dsb_get() of s. */
+	req->state = k;
+	code_wait(req, HTTP_WAKE_READY);
 	return 0;
 }
 

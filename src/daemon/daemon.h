@@ -78,7 +78,8 @@ struct dsb {
 	int64_t last_active_ms;     /* last API call for it */
 	int busy;                   /* API calls in progress + running execs */
 	char *end_reason;           /* "ttl", "idle", "deleted", "lost", ... */
-	json_t *options;            /* as given (normalised), for GET */
+	json_t *options;            /* as given (normalised), for GET; its env
+	                             * is in the registry only sealed */
 	json_t *metadata;           /* {"label": "value"} */
 	/* changes log: a window of the newest entries, bounded in bytes
 	 * (changes.c) */
@@ -147,6 +148,7 @@ struct daemon {
 	size_t nsbs, capsbs;
 	sqlite3 *db;
 	pthread_mutex_t db_lock;
+	unsigned char seal_key[32]; /* registry.c: <data-dir>/registry.key */
 	struct daemon_metrics m;    /* updated with __atomic builtins */
 	volatile int stopping;
 	int64_t started_ms;
@@ -161,6 +163,7 @@ struct daemon {
 	 * plus those reserved by scans in progress.  changes_lock is a leaf. */
 	pthread_mutex_t changes_lock;
 	uint64_t changes_used;
+	struct http_server *http;   /* http.c, while it serves */
 };
 
 int64_t daemon_now_ms(void);    /* wall clock */

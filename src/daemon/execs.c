@@ -37,7 +37,8 @@
  * Finishing.  After on_exit, one thread runs finish_exec(): frees the proc,
  * scans the workspace for the exec's changes, builds the result, counts
  * metrics and drops the exec's busy count.  That thread is the request's
- * (buffered), the stream's reader (streamed), a watcher thread started with
+ * worker when its parked wait ends (buffered), the stream's reader on a
+ * worker (streamed), a watcher thread started with
  * the exec (background: a thread per *running* background exec, never one
  * per idle sandbox) or, when the sandbox ends, execs_release(), which kills
  * every exec and finishes those that have ended, so that a client that
@@ -1093,7 +1094,7 @@ struct stream {
 	struct dsb *s;
 	struct dexec *e;
 	struct waiter *w;
-	int client_fd;
+	int waited;                 /* the last read parked on w */
 	int owner;                  /* the exec's own stream (queue) vs a follower */
 	enum phase phase;
 	/* follower's position in the retained chunks */
@@ -1296,7 +1297,9 @@ static int stream_step(struct stream *st, int *wait_ms)
 	return 1;
 }
 
-static ssize_t stream_read(void *ud, char *out, size_t max)
+/* The stream's read function (http.h): NDJSON lines, or HTTP_STREAM_WAIT
+ * on the stream's waiter eventfd when the exec has nothing new. */
+static ssize_t stream_read(void *ud, char *out, size_t max, struct http_wait *w)
 {
 	struct stream *st = ud;
 	for (;;) {
@@ -1311,18 +1314,24 @@ static ssize_t stream_read(void *ud, char *out, size_t max)
 		st->len = st->off = 0;
 		if (st->phase == PH_DONE)
 			return 0;
+		int fd = waiter_fd(st->w);
+		if (st->waited) {
+			/* Before looking: news after this wakes the next wait. */
+			drain_fd(fd);
+			st->waited = 0;
+		}
 		int wait_ms;
 		int rc = stream_step(st, &wait_ms);
 		if (rc < 0)
-			return -1;
+			return HTTP_STREAM_ERROR;
 		if (rc > 0)
 			continue;
-		int fd = waiter_fd(st->w);
-		rc = http_wait(st->client_fd, fd, fd < 0 && wait_ms > 20 ? 20 : wait_ms);
-		if (rc < 0)
-			return -1; /* the client is gone: stream_free kills the command */
-		if (rc > 0)
-			drain_fd(fd);
+		/* Nothing new: park (a client that goes away meanwhile ends the
+		 * stream, and stream_free kills the command). */
+		st->waited = 1;
+		w->fd = fd;
+		w->timeout_ms = fd < 0 && wait_ms > 20 ? 20 : wait_ms;
+		return HTTP_STREAM_WAIT;
 	}
 }
 
@@ -1363,7 +1372,6 @@ static int stream_answer(struct http_req *req, struct dsb *s, struct dexec *e, i
 	st->s = s;
 	st->e = e;
 	st->owner = owner;
-	st->client_fd = req->client_fd;
 	st->w = waiter_add(e);
 	exec_ref(e);
 	dsb_hold(s);
@@ -1385,27 +1393,49 @@ static void *watcher_main(void *arg)
 
 /* ---- routes ------------------------------------------------------------- */
 
-/* Buffered: wait for the end while watching the client; one that hangs up
- * kills the command. */
-static void wait_buffered(struct http_req *req, struct dexec *e, struct waiter *w)
+/* Buffered: the request parks until the command ends (a client that hangs
+ * up kills it), then answers with the result. */
+struct buffered {
+	struct dsb *s;
+	struct dexec *e;
+	struct waiter *w;
+};
+
+static void buffered_answer(struct http_req *req, struct buffered *b)
 {
-	int fd = waiter_fd(w);
-	for (;;) {
-		pthread_mutex_lock(&e->lock);
-		int exited = e->exited;
-		pthread_mutex_unlock(&e->lock);
-		if (exited)
-			return;
-		int rc = http_wait(req->client_fd, fd, fd < 0 ? 20 : 30000);
-		if (rc < 0) {
-			exec_discard_output(e);
-			exec_kill(e, SIGKILL, NULL);
-			wait_exited(e);
-			return;
-		}
-		if (rc > 0)
-			drain_fd(fd);
+	waiter_remove(b->e, b->w);
+	finish_and_wait(b->e);
+	json_t *o = json_deep_copy(b->e->result);
+	add_output(b->e, o);
+	http_json(req, 200, o);
+	exec_unref(b->e);
+	dsb_put(req->d, b->s);
+	free(b);
+	req->state = NULL;
+}
+
+static void buffered_wait(struct http_req *req, int why)
+{
+	struct buffered *b = req->state;
+	struct dexec *e = b->e;
+	int fd = waiter_fd(b->w);
+	if (why == HTTP_WAKE_GONE || why == HTTP_WAKE_STOP) {
+		exec_discard_output(e);
+		exec_kill(e, SIGKILL, NULL);
+		wait_exited(e);
+		buffered_answer(req, b);
+		return;
 	}
+	/* Drain before looking: news after this wakes the next wait. */
+	drain_fd(fd);
+	pthread_mutex_lock(&e->lock);
+	int exited = e->exited;
+	pthread_mutex_unlock(&e->lock);
+	if (exited) {
+		buffered_answer(req, b);
+		return;
+	}
+	http_park(req, fd, fd < 0 ? 20 : 30000, buffered_wait);
 }
 
 static int handle_exec(struct http_req *req)
@@ -1417,7 +1447,7 @@ static int handle_exec(struct http_req *req)
 		exec_req_free(&r);
 		return http_error(req, 400, "bad_request", "%s", msg);
 	}
-	if (d->stopping) {
+	if (__atomic_load_n(&d->stopping, __ATOMIC_RELAXED)) {
 		exec_req_free(&r);
 		return http_error(req, 503, "shutting_down", "sandlotd is shutting down");
 	}
@@ -1461,13 +1491,21 @@ static int handle_exec(struct http_req *req)
 
 	switch (mode) {
 	case MODE_BUFFERED: {
-		wait_buffered(req, e, w);
-		waiter_remove(e, w);
-		finish_and_wait(e);
-		json_t *o = json_deep_copy(e->result);
-		add_output(e, o);
-		http_json(req, 200, o);
-		break;
+		struct buffered *b = malloc(sizeof(*b));
+		if (!b) {
+			exec_discard_output(e);
+			exec_kill(e, SIGKILL, NULL);
+			wait_exited(e);
+			waiter_remove(e, w);
+			finish_and_wait(e);
+			http_error(req, 500, "internal", "out of memory");
+			break;
+		}
+		/* The wait owns the request's exec reference and dsb_get(). */
+		*b = (struct buffered){ .s = s, .e = e, .w = w };
+		req->state = b;
+		buffered_wait(req, HTTP_WAKE_READY);
+		return 0;
 	}
 	case MODE_STREAM:
 		if (stream_answer(req, s, e, 1) < 0) {
@@ -1679,6 +1717,7 @@ static int stdin_begin(struct http_req *req)
 	st->e = e;
 	st->eof = eof && strcmp(eof, "1") == 0;
 	req->state = st;
+	http_long_wait(req); /* feeding waits while the command does not read */
 	return 0;
 }
 

@@ -377,8 +377,9 @@ struct get_state {
 	sandlot_file_reader_t *r;
 };
 
-static ssize_t get_read(void *ud, char *buf, size_t max)
+static ssize_t get_read(void *ud, char *buf, size_t max, struct http_wait *w)
 {
+	(void)w; /* a file read waits only for the sandbox */
 	struct get_state *st = ud;
 	sandlot_error_t *err = NULL;
 	ssize_t n = sandlot_file_reader_read(st->r, buf, max, &err);
@@ -1061,8 +1062,8 @@ static int ain_abort(struct http_req *req)
 
 /* ---- GET .../files/archive: DIR → tar ----------------------------------------
  *
- * Produced lazily on the connection's thread: each time libmicrohttpd wants
- * bytes and the output buffer is empty, one step runs — the next header
+ * Produced lazily on a worker thread: each time the HTTP layer wants bytes
+ * and the output buffer is empty, one step runs — the next header
  * (listing a directory or opening a file first), or the next 64 KiB of the
  * file being sent — and libarchive's write callback appends to the buffer.
  * Memory: one buffer of about 64 KiB plus the listings of the directories
@@ -1100,6 +1101,7 @@ struct aout {
 	uint64_t total;             /* file data announced in headers so far */
 	int closed;                 /* the end-of-archive was written */
 	int error;
+	int discard;                /* aout_free: refuse every further byte */
 	char *out;
 	size_t out_len, out_off, out_cap;
 	char io[IO_CHUNK];
@@ -1108,6 +1110,12 @@ struct aout {
 static la_ssize_t aout_write(struct archive *a, void *ud, const void *buf, size_t n)
 {
 	struct aout *st = ud;
+	if (st->discard) {
+		/* The stream is over (cut): nothing more is produced, not even
+		 * the zeros that would pad the entry in progress. */
+		archive_set_error(a, EPIPE, "the archive stream has ended");
+		return -1;
+	}
 	if (st->out_len + n > st->out_cap) {
 		size_t cap = st->out_cap ? st->out_cap : 2 * IO_CHUNK;
 		while (cap < st->out_len + n)
@@ -1290,8 +1298,9 @@ static int aout_step(struct aout *st)
 	return 0;
 }
 
-static ssize_t aout_read(void *ud, char *buf, size_t max)
+static ssize_t aout_read(void *ud, char *buf, size_t max, struct http_wait *w)
 {
+	(void)w; /* each step waits only for the sandbox */
 	struct aout *st = ud;
 	while (st->out_off == st->out_len) {
 		st->out_off = st->out_len = 0;
@@ -1314,8 +1323,10 @@ static void aout_free(void *ud, int completed)
 	struct aout *st = ud;
 	sandlot_file_reader_close(st->r);
 	if (st->a) {
-		if (!st->closed)
-			archive_write_fail(st->a); /* no end-of-archive into the void */
+		/* No end-of-archive after a cut: the writer fails its last
+		 * writes and frees everything.  (Not archive_write_fail(): then
+		 * libarchive does not close its output stage and leaks it.) */
+		st->discard = !st->closed;
 		archive_write_free(st->a);
 	}
 	archive_entry_free(st->e);

@@ -1,8 +1,15 @@
-/* sandlotd's HTTP layer: libmicrohttpd underneath, a route table above.
+/* sandlotd's HTTP layer: a front door (gate.h) and libmicrohttpd underneath,
+ * a route table above.
  *
- * Threads: libmicrohttpd runs one thread per connection
- * (MHD_USE_THREAD_PER_CONNECTION), so a handler may block — on a sandbox
- * call, or while streaming a response.  An idle sandbox costs no thread.
+ * Threads.  Connections cost no thread: the door's thread holds those
+ * that have not sent a complete request head yet, libmicrohttpd's few
+ * threads (internal epoll, a thread pool) read and write the rest.  No
+ * handler code runs on either: every handler call is a job on the worker
+ * pool (workq.h) while its connection is suspended, so a handler may block
+ * for a sandbox call (a creation, a file operation, a scan).  It must not
+ * block for as long as a user's command runs: it parks instead
+ * (http_park(), or HTTP_STREAM_WAIT from a stream's read function), which
+ * costs no thread until there is news.
  *
  * A route is matched on method and path pattern ("/v1/sandboxes/{}/exec":
  * each {} captures one non-empty segment without '/').  Three kinds:
@@ -21,7 +28,9 @@
  *             answer given by begin()/chunk() is sent once the rest of
  *             the body has been read and dropped (libmicrohttpd cannot
  *             answer mid-body); bodies over 64 MiB are not drained: the
- *             connection is closed after the answer instead.
+ *             connection is closed after the answer instead.  The calls
+ *             of one request never overlap; the connection reads on while
+ *             chunk() works (up to 128 KiB ahead), then waits for it.
  *   NOBODY    GET/DELETE style; a body, if sent, is ignored.
  *
  * A route's method "*" matches every method, and a pattern ending in "*"
@@ -29,8 +38,9 @@
  * a star).
  *
  * Every handler answers exactly once with one of the http_* response
- * functions.  Answers are JSON (application/json) except raw file bytes,
- * tar archives, NDJSON streams and /metrics.
+ * functions, or parks and answers from its continuation.  Answers are JSON
+ * (application/json) except raw file bytes, tar archives, NDJSON streams
+ * and /metrics.
  */
 #ifndef SANDLOT_DAEMON_HTTP_H
 #define SANDLOT_DAEMON_HTTP_H
@@ -70,9 +80,9 @@ struct http_req {
 	const char *params[4];       /* captured {} segments, URL-decoded */
 	int nparams;
 	json_t *json;                /* JSON routes: parsed body or NULL */
-	void *state;                 /* RAW routes: handler's own state */
+	void *state;                 /* handler's own state (RAW routes, parked requests) */
 	void *conn;                  /* struct MHD_Connection * */
-	int client_fd;               /* the client's socket (disconnect checks) */
+	int client_fd;               /* the client's socket (the HTTP layer's) */
 	const char *route;           /* the matched pattern, for logs/metrics */
 	int status;                  /* set when answered */
 	int answered;
@@ -100,6 +110,11 @@ void http_headers_each(struct http_req *req, int (*fn)(void *ud, const char *nam
 /* Whether the client asked for NDJSON (Accept: application/x-ndjson). */
 int http_wants_ndjson(struct http_req *req);
 
+/* From a RAW route's begin(): its chunk() and end() may wait for a
+ * command (feeding a stdin it does not read): they run on a pool of
+ * workers of their own, so that such waits never hold up other requests. */
+void http_long_wait(struct http_req *req);
+
 /* One extra header for whatever answer the request gets (set it before
  * answering; a second call replaces the first).  name and value are not
  * copied: pass strings that outlive the request (literals). */
@@ -119,13 +134,44 @@ int http_error_from(struct http_req *req, const sandlot_error_t *err);
 int http_empty(struct http_req *req, int status);              /* e.g. 204 */
 int http_text(struct http_req *req, int status, const char *content_type, const char *text);
 
-/* A streamed body of unknown length (chunked).  `read` is called from the
- * connection's thread whenever libmicrohttpd can send: it returns bytes
- * written into buf (> 0), 0 at the end of the body, or -1 to abort the
- * connection (e.g. the client went away: see http_client_gone).  It may
- * block.  `free` is called once when the response is done, whatever the
- * outcome, with `completed` = 1 if the body ended normally. */
-typedef ssize_t (*http_stream_read_fn)(void *ud, char *buf, size_t max);
+/* ---- waiting without a thread ----------------------------------------- */
+
+/* Why a parked request or stream was woken (workq.h). */
+enum { HTTP_WAKE_READY = 1, HTTP_WAKE_TIMEOUT = 2, HTTP_WAKE_GONE = 3, HTTP_WAKE_STOP = 4 };
+
+/* Instead of answering, park the request: once the handler (or
+ * continuation) returns, `fn(req, why)` is called on a worker thread when
+ * fd becomes readable (HTTP_WAKE_READY), timeout_ms passes (timeout, <0:
+ * none), the client hangs up (HTTP_WAKE_GONE) or sandlotd stops
+ * (HTTP_WAKE_STOP).  fd may be -1, and must stay open until fn runs.  fn
+ * answers, or parks again; keep what it needs in req->state.  Returns 0. */
+typedef void (*http_resume_fn)(struct http_req *req, int why);
+int http_park(struct http_req *req, int fd, int timeout_ms, http_resume_fn fn);
+
+/* ---- streamed answers --------------------------------------------------- */
+
+/* A streamed body of unknown length (chunked: a stream cut by an error
+ * ends without the terminating chunk, so that no client takes a part for
+ * the whole).
+ *
+ * `read` runs on a worker thread and fills buf with up to max bytes.  It
+ * returns the bytes written (> 0), 0 at the end of the body,
+ * HTTP_STREAM_ERROR to cut the body short, or HTTP_STREAM_WAIT when it has
+ * nothing now: then it sets w->fd (readable when there may be news, or -1)
+ * and w->timeout_ms (when to look again anyway, or -1), and is called
+ * again after that — or the stream ends there if the client went away.  It
+ * may block as long as a sandbox call takes, not for a command.
+ *
+ * `free` is called once, on a worker thread, when the answer is done
+ * whatever the outcome, with `completed` = 1 if the body ended normally (0:
+ * cut, or the client went away).  It may block (to kill a command). */
+#define HTTP_STREAM_ERROR (-1)
+#define HTTP_STREAM_WAIT (-2)
+struct http_wait {
+	int fd;
+	int timeout_ms;
+};
+typedef ssize_t (*http_stream_read_fn)(void *ud, char *buf, size_t max, struct http_wait *w);
 typedef void (*http_stream_free_fn)(void *ud, int completed);
 int http_stream(struct http_req *req, int status, const char *content_type,
 		http_stream_read_fn read, http_stream_free_fn free_fn, void *ud);
@@ -147,8 +193,9 @@ void http_resp_free(struct http_resp *r);
 
 /* Switching protocols (101, a WebSocket): send the response r made with
  * http_resp_upgrade(), after which the connection is the handler's:
- * `upgraded` is called once with the client's socket (non-blocking use is
- * fine; never close it), the bytes the server had already read past the
+ * `upgraded` is called once, on a libmicrohttpd thread (so it must not
+ * block), with the client's socket (non-blocking use is fine; never close
+ * it), the bytes the server had already read past the
  * request, and a handle that http_upgrade_close() takes when the handler is
  * done with the socket (exactly once, from any thread).  If the upgrade
  * never happens (the client went away first), `dropped` is called instead,
@@ -159,25 +206,31 @@ struct http_resp *http_resp_upgrade(http_upgrade_fn upgraded, void (*dropped)(vo
 				    void *ud);
 void http_upgrade_close(void *handle);
 
-/* While streaming: wait up to timeout_ms for `wake_fd` (an eventfd or pipe,
- * may be -1) to become readable or for the client to hang up.  Returns 1 if
- * wake_fd is readable, 0 on timeout, -1 if the client is gone. */
-int http_wait(int client_fd, int wake_fd, int timeout_ms);
-
 /* ---- server ------------------------------------------------------------- */
 
 struct http_server;
 
-/* Listen on "unix:PATH" (mode 0660, stale socket replaced) or
- * "tcp:HOST:PORT" (bearer token required when token != NULL).  Routes are
- * served from `routes` (terminated by a zero entry). */
-struct http_server *http_start(struct daemon *d, const char *listen, const char *token,
+struct http_config {
+	const char *const *listens;   /* "unix:PATH" (mode 0660, stale socket
+	                               * replaced) or "tcp:HOST:PORT" */
+	int nlisten;
+	const char *token;            /* required on TCP listeners */
+	unsigned max_connections;     /* see gate.h */
+	unsigned max_per_peer;
+	unsigned header_timeout_s;
+};
+
+/* Listen and serve routes (terminated by a zero entry). */
+struct http_server *http_start(struct daemon *d, const struct http_config *cfg,
 			       const struct http_route *routes, sandlot_error_t **err);
-/* Stop accepting new connections (and remove the unix socket file); the
+/* Stop accepting new connections (and remove the unix socket files); the
  * requests in progress continue.  Idempotent. */
 void http_quiesce(struct http_server *s);
 /* Stop accepting and wait for running requests (bounded by timeout_ms,
  * after which connections are closed). */
 void http_stop(struct http_server *s, unsigned timeout_ms);
+/* Prometheus lines of the HTTP layer (connections, workers); a new
+ * string or NULL. */
+char *http_metrics(struct http_server *s);
 
 #endif

@@ -1,10 +1,11 @@
 /* sandlotd: options, start-up (registry, recovery), signals, shutdown.
  *
  * Threads: the main thread only waits for SIGTERM/SIGINT (blocked in every
- * thread, taken with sigwaitinfo) and then shuts down; libmicrohttpd runs a
- * listener thread per server and a thread per connection; the reaper runs
- * once a second; with --pool, one refill thread (pool.c); libsandlot has
- * its own I/O thread.  No thread per sandbox.
+ * thread, taken with sigwaitinfo) and then shuts down; the HTTP layer has
+ * its front door, libmicrohttpd's few threads, a parking thread and
+ * bounded pools of request workers (http.h) — no thread per connection;
+ * the reaper runs once a second; with --pool, one refill thread (pool.c);
+ * libsandlot has its own I/O thread.  No thread per sandbox.
  *
  * Shutdown order: stop accepting (sockets closed and unlinked), stop the
  * pool's refill and destroy its ready sandboxes, stop the reaper, end
@@ -98,6 +99,15 @@ static const char help[] =
 	"        --storage-size SIZE    grow the data dir's storage pool to at least\n"
 	"                               SIZE at start-up (it also grows by itself, as\n"
 	"                               far as the data filesystem has room)\n"
+	"        --max-connections N    client connections at most, on every\n"
+	"                               listener together (default 8192)\n"
+	"        --max-connections-per-peer N\n"
+	"                               TCP connections at most from one client\n"
+	"                               address (IPv6: one /64) (default 1024)\n"
+	"        --header-timeout SECONDS\n"
+	"                               a new connection must have sent its whole\n"
+	"                               request line and headers this long after it\n"
+	"                               was accepted, whatever it trickles (default 10)\n"
 	"    -h, --help                 show this help\n"
 	"\n"
 	"SIGNALS\n"
@@ -111,7 +121,8 @@ static const char help[] =
 enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MAX, OPT_POOL,
        OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE, OPT_MAX_DOWNLOAD, OPT_CHANGES_SCAN,
        OPT_CHANGES_ANSWER, OPT_CHANGES_LOG, OPT_CHANGES_TOTAL, OPT_OVERCOMMIT,
-       OPT_STORAGE_SIZE };
+       OPT_STORAGE_SIZE, OPT_MAX_CONN,
+       OPT_MAX_PEER, OPT_HEADER_TIMEOUT };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -130,6 +141,9 @@ static const struct option opts[] = {
 	{ "changes-total-bytes", required_argument, NULL, OPT_CHANGES_TOTAL },
 	{ "disk-overcommit", required_argument, NULL, OPT_OVERCOMMIT },
 	{ "storage-size", required_argument, NULL, OPT_STORAGE_SIZE },
+	{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
+	{ "max-connections-per-peer", required_argument, NULL, OPT_MAX_PEER },
+	{ "header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -225,15 +239,99 @@ static char *read_token(const char *path)
 	return tok;
 }
 
-/* Every sandbox holds a few descriptors in the daemon and every connection
- * one more: take the soft limit up to the hard one. */
-static void raise_nofile(void)
+/* Every sandbox holds a few descriptors in the daemon (its protocol
+ * socket, its init's pidfd, its uid-range lock, its workspace lock) and
+ * every connection one more: take the soft limit up to the hard one, and
+ * both up to what the limits need (root may raise the hard limit, up to
+ * fs.nr_open).  If that fails the connection limit shrinks to fit, with a
+ * warning.  Returns the soft limit in force. */
+static unsigned long long raise_nofile(struct http_config *hc, unsigned max_sandboxes)
 {
+	unsigned long long need = (unsigned long long)hc->max_connections +
+				  4ull * max_sandboxes + 1024;
 	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 0;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
+		struct rlimit up = { need, need };
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+			rl = up;
+	}
+	if (rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
 	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+		unsigned long long room = rl.rlim_cur > 4ull * max_sandboxes + 1024 + 16
+			? rl.rlim_cur - 4ull * max_sandboxes - 1024 : 16;
+		fprintf(stderr, "sandlotd: warning: RLIMIT_NOFILE is %llu, too low for %u connections "
+			"and %u sandboxes: at most %llu connections\n",
+			(unsigned long long)rl.rlim_cur, hc->max_connections, max_sandboxes, room);
+		hc->max_connections = (unsigned)room;
+		if (hc->max_per_peer > hc->max_connections)
+			hc->max_per_peer = hc->max_connections;
+	}
+	return rl.rlim_cur;
+}
+
+/* Log the memory cgroup sandlotd runs in and its limit (docs/daemon.md,
+ * "A cgroup of its own"): a daemon without a limit is a warning.  cgroup
+ * v1's memory hierarchy when mounted (hybrid hosts), else v2. */
+static void report_cgroup(void)
+{
+	char *text = sandlot__read_file("/proc/self/cgroup", 65536);
+	if (!text)
+		return;
+	char v1[1024] = "", v2[1024] = "";
+	int have_v1 = 0, have_v2 = 0;
+	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c2 = '\0';
+		const char *ctrls = c1 + 1, *path = c2 + 1;
+		if (!*ctrls) {
+			have_v2 = snprintf(v2, sizeof(v2), "%s", path) < (int)sizeof(v2);
+			continue;
+		}
+		char list[256];
+		snprintf(list, sizeof(list), ",%s,", ctrls);
+		if (strstr(list, ",memory,"))
+			have_v1 = snprintf(v1, sizeof(v1), "%s", path) < (int)sizeof(v1);
+	}
+	free(text);
+	char file[1200];
+	char *limit = NULL;
+	const char *where = NULL;
+	if (have_v1) {
+		snprintf(file, sizeof(file), "/sys/fs/cgroup/memory%s/memory.limit_in_bytes",
+			 strcmp(v1, "/") == 0 ? "" : v1);
+		limit = sandlot__read_file(file, 64);
+		where = v1;
+	}
+	if (!limit && have_v2) {
+		snprintf(file, sizeof(file), "/sys/fs/cgroup%s/memory.max", strcmp(v2, "/") == 0 ? "" : v2);
+		limit = sandlot__read_file(file, 64);
+		where = v2;
+	}
+	unsigned long long bytes = 0;
+	if (limit) {
+		limit[strcspn(limit, "\n")] = '\0';
+		char *end;
+		bytes = strtoull(limit, &end, 10);
+		/* v1 says "no limit" with the largest page multiple of a long */
+		if (*end || end == limit || bytes >= (1ull << 62))
+			bytes = 0;
+	}
+	if (bytes)
+		daemon_log("cgroup", "memory_cgroup=\"%s\" memory_limit=%llu", where, bytes);
+	else
+		daemon_log("cgroup", "level=warn memory_cgroup=\"%s\" memory_limit=none msg=\"sandlotd "
+			   "runs without a memory limit of its own (see docs/daemon.md, A cgroup of its "
+			   "own)\"", where ? where : "?");
+	free(limit);
 }
 
 /* The route tables of every module, one after the other. */
@@ -298,6 +396,8 @@ int main(int argc, char **argv)
 	d.cfg.changes_log_bytes = (uint64_t)16 << 20;
 	d.cfg.changes_total_bytes = (uint64_t)256 << 20;
 	d.cfg.disk_overcommit = 1;
+	struct http_config hc = { .max_connections = 8192, .max_per_peer = 1024,
+				  .header_timeout_s = 10 };
 
 	int c;
 	opterr = 0;
@@ -392,6 +492,24 @@ int main(int argc, char **argv)
 					   &d.cfg.changes_total_bytes) < 0)
 				return 2;
 			break;
+		case OPT_MAX_CONN:
+			if (parse_uint("--max-connections", optarg, 1000000, &hc.max_connections) < 0)
+				return 2;
+			if (hc.max_connections < 16)
+				return usage_error("--max-connections must be at least 16");
+			break;
+		case OPT_MAX_PEER:
+			if (parse_uint("--max-connections-per-peer", optarg, 1000000, &hc.max_per_peer) < 0)
+				return 2;
+			if (hc.max_per_peer == 0)
+				return usage_error("--max-connections-per-peer must be at least 1");
+			break;
+		case OPT_HEADER_TIMEOUT:
+			if (parse_uint("--header-timeout", optarg, 3600, &hc.header_timeout_s) < 0)
+				return 2;
+			if (hc.header_timeout_s == 0)
+				return usage_error("--header-timeout must be at least 1 second");
+			break;
 		case 'h':
 			fputs(help, stdout);
 			return 0;
@@ -457,8 +575,8 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	raise_nofile();
 	setvbuf(stderr, NULL, _IOLBF, 0);
+	unsigned long long nofile = raise_nofile(&hc, d.cfg.max_sandboxes);
 
 	pthread_mutex_init(&d.lock, NULL);
 	pthread_mutex_init(&d.db_lock, NULL);
@@ -528,32 +646,27 @@ int main(int argc, char **argv)
 		pool_stop(&d);
 		goto fail;
 	}
-	struct http_server *servers[MAX_LISTEN];
-	int nservers = 0;
-	for (int i = 0; i < nlisten; i++) {
-		int tcp = strncmp(listens[i], "tcp:", 4) == 0;
-		servers[nservers] = http_start(&d, listens[i], tcp ? token : NULL, routes, &err);
-		if (!servers[nservers]) {
-			fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
-			sandlot_error_free(err);
-			for (int k = 0; k < nservers; k++)
-				http_stop(servers[k], 0);
-			pool_stop(&d);
-			free(routes);
-			goto fail;
-		}
-		nservers++;
+	hc.listens = listens;
+	hc.nlisten = nlisten;
+	hc.token = token;
+	struct http_server *server = http_start(&d, &hc, routes, &err);
+	if (!server) {
+		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		sandlot_error_free(err);
+		pool_stop(&d);
+		free(routes);
+		goto fail;
 	}
 	reaper_start(&d);
-	struct rlimit rl = { 0, 0 };
-	getrlimit(RLIMIT_NOFILE, &rl);
+	report_cgroup();
 	for (int i = 0; i < nlisten; i++)
 		daemon_log("listening", "address=\"%s\"%s", listens[i],
 			   strncmp(listens[i], "tcp:", 4) == 0 ? " auth=bearer" : "");
 	daemon_log("started", "pid=%d data_dir=\"%s\" max_sandboxes=%u default_ttl=%u "
-		   "default_idle_timeout=%u nofile=%llu", (int)getpid(), d.cfg.data_dir,
-		   d.cfg.max_sandboxes, d.cfg.default_ttl_s, d.cfg.default_idle_s,
-		   (unsigned long long)rl.rlim_cur);
+		   "default_idle_timeout=%u nofile=%llu max_connections=%u "
+		   "max_connections_per_peer=%u header_timeout=%u", (int)getpid(), d.cfg.data_dir,
+		   d.cfg.max_sandboxes, d.cfg.default_ttl_s, d.cfg.default_idle_s, nofile,
+		   hc.max_connections, hc.max_per_peer, hc.header_timeout_s);
 
 	int sig;
 	for (;;) {
@@ -568,12 +681,10 @@ int main(int argc, char **argv)
 	daemon_log("stopping", "signal=%s running=%u", sig == SIGINT ? "INT" : "TERM",
 		   __atomic_load_n(&d.nrunning, __ATOMIC_SEQ_CST));
 	uint64_t t0 = sandlot__now_ms();
-	for (int i = 0; i < nservers; i++)
-		http_quiesce(servers[i]);
+	http_quiesce(server);
 	pool_stop(&d);
 	sandboxes_shutdown(&d);
-	for (int i = 0; i < nservers; i++)
-		http_stop(servers[i], 5000);
+	http_stop(server, 5000);
 	/* No request runs any more: nothing takes a prepared cgroup. */
 	prepare_stop(&d);
 	sandboxes_free(&d);

@@ -84,7 +84,8 @@ static int health(struct http_req *req)
 {
 	struct daemon *d = req->d;
 	json_t *o = json_object();
-	json_object_set_new(o, "status", json_string(d->stopping ? "stopping" : "ok"));
+	int stopping = __atomic_load_n(&d->stopping, __ATOMIC_RELAXED);
+	json_object_set_new(o, "status", json_string(stopping ? "stopping" : "ok"));
 	json_object_set_new(o, "version", json_string(SANDLOT_VERSION));
 	json_object_set_new(o, "sandboxes",
 			    json_integer(__atomic_load_n(&d->nrunning, __ATOMIC_RELAXED)));
@@ -192,6 +193,11 @@ static int metrics(struct http_req *req)
 	if (ports) {
 		bprintf(&b, "%s", ports);
 		free(ports);
+	}
+	char *http = d->http ? http_metrics(d->http) : NULL;
+	if (http) {
+		bprintf(&b, "%s", http);
+		free(http);
 	}
 	bprintf(&b, "# HELP sandlot_uptime_seconds Seconds since sandlotd started.\n"
 		    "# TYPE sandlot_uptime_seconds gauge\nsandlot_uptime_seconds %lld\n",

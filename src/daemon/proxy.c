@@ -31,10 +31,14 @@
  *             server cannot send an answer while a request body is still
  *             coming (the port's URL relays such full-duplex streams).
  *
- * Blocking: the handlers run on the connection's own thread (http.h) and
- * block on the upstream socket, watching the client's for a hang-up.
- * Removing the port or ending the sandbox shuts the upstream socket down
- * (ports_track), which ends a request in progress.
+ * Waiting: the request body goes up from the worker pool for calls that
+ * may wait (http_long_wait(): send_up() waits while the server takes
+ * nothing, watching the client for a hang-up, at most
+ * PROXY_WRITE_TIMEOUT_MS); waiting for the answer's head and for its body
+ * parks on the upstream socket (http_park(), HTTP_STREAM_WAIT), so a slow
+ * server inside holds no thread.  Removing the port or ending the sandbox
+ * shuts the upstream socket down (ports_track), which ends a request in
+ * progress.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -285,28 +289,9 @@ static int send_up(struct prx *p, const char *data, size_t len)
 }
 
 /* The steps below never block: each says PROXY_AGAIN when it needs the
- * server's socket to become readable, and proxy_wait() is what waits (on
- * the connection's own thread, watching the client for a hang-up). */
+ * server's socket to become readable, and the request or the answer's
+ * stream then parks on it. */
 #define PROXY_AGAIN (-2)
-
-/* Wait until the server's socket is readable: 0, or -1 if the client
- * went away. */
-static int proxy_wait(struct prx *p)
-{
-	for (;;) {
-		struct pollfd pf[2] = { { .fd = p->up, .events = POLLIN },
-					{ .fd = p->client_fd, .events = POLLRDHUP } };
-		int r = poll(pf, p->client_fd >= 0 ? 2 : 1, -1);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -1;
-		if (p->client_fd >= 0 && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
-			return -1;
-		if (pf[0].revents)
-			return 0;
-	}
-}
 
 /* Read what the server has: bytes read, 0 at its EOF, PROXY_AGAIN, or -1. */
 static ssize_t read_up(struct prx *p, char *buf, size_t len)
@@ -357,19 +342,6 @@ bad:
 				"or 128 headers"
 			      : "the server inside did not answer with HTTP";
 	return -1;
-}
-
-static int read_head(struct prx *p, const char **why)
-{
-	for (;;) {
-		int rc = head_step(p, why);
-		if (rc != PROXY_AGAIN)
-			return rc < 0 ? -1 : 0;
-		if (proxy_wait(p) < 0) {
-			*why = "the client went away";
-			return -1;
-		}
-	}
 }
 
 /* ---- the answer's body, as the client takes it ------------------------------------- */
@@ -429,16 +401,16 @@ static ssize_t body_step(struct prx *p, char *buf, size_t max)
 	}
 }
 
-static ssize_t body_read(void *ud, char *buf, size_t max)
+static ssize_t body_read(void *ud, char *buf, size_t max, struct http_wait *w)
 {
 	struct prx *p = ud;
-	for (;;) {
-		ssize_t n = body_step(p, buf, max);
-		if (n != PROXY_AGAIN)
-			return n;
-		if (proxy_wait(p) < 0)
-			return -1;
+	ssize_t n = body_step(p, buf, max);
+	if (n == PROXY_AGAIN) {
+		w->fd = p->up;
+		w->timeout_ms = -1;
+		return HTTP_STREAM_WAIT;
 	}
+	return n < 0 ? HTTP_STREAM_ERROR : n;
 }
 
 static void body_done(void *ud, int completed)
@@ -531,6 +503,7 @@ static int proxy_begin(struct http_req *req)
 	p->port = (unsigned)port;
 	p->client_fd = req->client_fd;
 	p->head_req = strcmp(req->method, "HEAD") == 0;
+	http_long_wait(req); /* send_up() waits while the server takes nothing */
 	answer_init(&p->ans, p->head_req);
 	req->state = p;
 	p->s = dsb_get(d, req, req->params[0]);
@@ -606,10 +579,16 @@ static int proxy_chunk(struct http_req *req, const char *data, size_t len)
 	return 0;
 }
 
+static int proxy_head(struct http_req *req, int why);
+
+static void proxy_head_wait(struct http_req *req, int why)
+{
+	proxy_head(req, why);
+}
+
 static int proxy_end(struct http_req *req)
 {
 	struct prx *p = req->state;
-	req->state = NULL;
 	if (p->chunked_up && !p->write_failed && !p->timed_out && !p->early_overflow)
 		send_up(p, "0\r\n\r\n", 5);
 	if (p->early_overflow)
@@ -621,15 +600,33 @@ static int proxy_end(struct http_req *req)
 		return proxy_error(req, p, 504, "gateway_timeout",
 				   "the server on port %u took none of the request for %u s", p->port,
 				   PROXY_WRITE_TIMEOUT_MS / 1000);
-	const char *why = NULL;
-	if (read_head(p, &why) < 0)
+	return proxy_head(req, HTTP_WAKE_READY);
+}
+
+/* The answer's head, then the answer: parked on the upstream socket until
+ * the head is complete (p stays in req->state meanwhile). */
+static int proxy_head(struct http_req *req, int why)
+{
+	struct prx *p = req->state;
+	if (why == HTTP_WAKE_GONE || why == HTTP_WAKE_STOP)
 		return proxy_error(req, p, 502, "bad_gateway", "port %u of sandbox %s: %s", p->port,
-				   p->s->id, why);
+				   p->s->id, why == HTTP_WAKE_GONE ? "the client went away"
+				   : "sandlotd is stopping");
+	const char *reason = NULL;
+	int rc = head_step(p, &reason);
+	if (rc == PROXY_AGAIN)
+		return http_park(req, p->up, -1, proxy_head_wait);
+	if (rc < 0)
+		return proxy_error(req, p, 502, "bad_gateway", "port %u of sandbox %s: %s", p->port,
+				   p->s->id, reason);
+	req->state = NULL;
 	if (p->ans.status == 101) {
-		if (!p->upgrade_req || !answer_upgraded(&p->ans))
+		if (!p->upgrade_req || !answer_upgraded(&p->ans)) {
+			req->state = p;
 			return proxy_error(req, p, 502, "bad_gateway",
 					   "the server on port %u switched protocols (101) without being "
 					   "asked to", p->port);
+		}
 		return answer_upgrade(req, p);
 	}
 	answer_resume(&p->ans);

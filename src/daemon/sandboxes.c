@@ -1390,7 +1390,7 @@ static void *shutdown_worker(void *arg)
 void sandboxes_shutdown(struct daemon *d)
 {
 	pthread_mutex_lock(&d->lock);
-	d->stopping = 1;
+	__atomic_store_n(&d->stopping, 1, __ATOMIC_RELAXED); /* read unlocked by the HTTP layer */
 	__atomic_store_n(&reaper_quit, 1, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&d->reaper_cond);
 	pthread_mutex_unlock(&d->lock);

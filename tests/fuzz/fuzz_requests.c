@@ -163,6 +163,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (ran) {
 		int rc = route->handle(&r.pub);
+		/* Parked: resumed as though the client had gone, which must end
+		 * in an answer after a few turns. */
+		for (int turns = 0; r.park_fn; turns++) {
+			check(turns < 16);
+			http_resume_fn fn = r.park_fn;
+			r.park_fn = NULL;
+			fn(&r.pub, HTTP_WAKE_GONE);
+		}
 		if (route->body == HTTP_RAW && rc == 0 && !r.pub.answered && route->abort)
 			route->abort(&r.pub); /* begin accepted it: the body never comes */
 		else

@@ -15,6 +15,7 @@ struct fuzz_req {
 	size_t nheader;
 	int answers;                       /* answers given (1 is right) */
 	json_t *body;                      /* the first answer's JSON body */
+	http_resume_fn park_fn;            /* parked: resume with this */
 };
 
 #endif

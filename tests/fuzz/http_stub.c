@@ -3,7 +3,8 @@
  * and headers the target sets, and an answer is recorded in it (status and
  * JSON body) instead of being sent.  Mirrors http.c's contract: one answer
  * per request (a second one is counted, and is a bug), JSON bodies are
- * stolen, streams are freed at once as if the client had gone. */
+ * stolen, streams are freed at once as if the client had gone, and a
+ * parked request is resumed with HTTP_WAKE_GONE. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -123,9 +124,25 @@ int http_stream(struct http_req *req, int status, const char *content_type,
 	return 0;
 }
 
-int http_wait(int client_fd, int wake_fd, int timeout_ms)
+/* Parked: recorded, and resumed by fuzz_requests.c once the handler
+ * returns, as though the client had gone. */
+int http_park(struct http_req *req, int fd, int timeout_ms, http_resume_fn fn)
 {
-	return -1; /* the client is gone */
+	(void)fd;
+	(void)timeout_ms;
+	priv(req)->park_fn = fn;
+	return 0;
+}
+
+void http_long_wait(struct http_req *req)
+{
+	(void)req; /* one thread here: nothing to move */
+}
+
+char *http_metrics(struct http_server *s)
+{
+	(void)s;
+	return NULL;
 }
 
 void http_headers_each(struct http_req *req, int (*fn)(void *ud, const char *name,

@@ -486,6 +486,59 @@ def test_cp_stdin_and_stdout(cli, sb):
     assert r.rc == 0 and r.out == data
 
 
+def kill_sandbox_init(sandlotd):
+    """The sandlot-init of the daemon's only sandbox dies (SIGKILL): every
+    transfer from that sandbox fails from then on."""
+    import hostscan
+    inits = [p for p in hostscan.init_pids() if hostscan.ppid(p) == sandlotd.proc.pid]
+    assert len(inits) == 1, inits
+    os.kill(inits[0], signal.SIGKILL)
+
+
+def test_cp_tree_cut_mid_download_fails_and_leaves_no_partial_file(cli, sandlotd, sb, tmp_path):
+    r = sh(cli, sb, "mkdir out && echo small > out/a.txt && head -c 256M /dev/urandom > out/b.bin")
+    assert r.rc == 0, r
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    p = cli.popen(["cp", f"{sb}:out", str(dest)])
+
+    def writing_b():
+        if p.poll() is not None:
+            return True
+        for root, _, files in os.walk(dest):
+            for f in files:
+                if f != "a.txt" and os.stat(os.path.join(root, f)).st_size > 0:
+                    return True
+        return False
+    # The big file is being written: stop the CLI there, kill the sandbox,
+    # let the CLI go on to find the rest of the archive missing.
+    assert wait_until(writing_b, 60, interval=0.002)
+    os.killpg(p.pid, signal.SIGSTOP)
+    assert p.poll() is None, "the download finished before it could be cut"
+    kill_sandbox_init(sandlotd)
+    os.killpg(p.pid, signal.SIGCONT)
+    out, err = p.communicate(timeout=60)
+    res = f"rc={p.returncode} stderr={err.decode(errors='replace')}"
+    assert p.returncode != 0, res
+    assert "cut short" in err.decode(), res
+    left = sorted(str(q.relative_to(dest)) for q in dest.rglob("*"))
+    assert left == ["out", "out/a.txt"], left
+    assert (dest / "out" / "a.txt").read_text() == "small\n"
+
+
+def test_cp_tree_to_stdout_cut_mid_download_fails(cli, sandlotd, sb):
+    r = sh(cli, sb, "mkdir out && head -c 64M /dev/urandom > out/b.bin")
+    assert r.rc == 0, r
+    p = cli.popen(["cp", f"{sb}:out", "-"])
+    got = p.stdout.read(2 << 20)
+    assert len(got) == 2 << 20
+    kill_sandbox_init(sandlotd)
+    rest, err = p.communicate(timeout=60)
+    assert len(got) + len(rest) < 60 << 20
+    assert p.returncode != 0, (p.returncode, err)
+    assert "cut short" in err.decode(), err
+
+
 def test_cp_upload_shows_in_changes(cli, sb, tmp_path):
     f = tmp_path / "up.txt"
     f.write_text("hi\n")

@@ -653,6 +653,53 @@ def test_background_stdin_conflicts(sb):
     assert st["stdout"] == "given\n" and st["result"]["exit_code"] == 0
 
 
+def test_stdin_feeds_that_wait_do_not_hold_up_other_requests(sandlotd):
+    """More stdin uploads than the daemon has handler threads, each to a
+    command that never reads: they wait on a pool of their own, and every
+    other request is still served at once."""
+    import threading
+    d = sandlotd
+    n = 264  # more than the 256 threads of the handlers' pool
+    sids = [d.create(pids=200, memory="256M"), d.create(pids=200, memory="256M")]
+    execs = []
+    for i in range(n):
+        r = post_exec(d, sids[i % 2], {"argv": ["sleep", "600"], "background": True})
+        assert r.status == 202, r
+        execs.append((sids[i % 2], r.json()["exec_id"]))
+    body = b"x" * (1 << 20)  # beyond what init takes before the command reads
+    done = []
+
+    def feed(sid, eid):
+        try:
+            r = d.request("POST", f"/v1/sandboxes/{sid}/execs/{eid}/stdin", body=body, timeout=120)
+            done.append(r.status)
+        except Exception as e:  # noqa: BLE001 - the sandbox goes away under it
+            done.append(repr(e))
+    threads = [threading.Thread(target=feed, args=x, daemon=True) for x in execs]
+    for t in threads:
+        t.start()
+
+    def busy_workers():
+        for line in d.get("/metrics").body.decode().splitlines():
+            if line.startswith('sandlot_http_workers{state="busy"} '):
+                return float(line.split()[-1])
+        return 0
+    # every feed that found a thread is stuck in the sandbox's stdin
+    assert wait_until(lambda: busy_workers() >= 256, 60, interval=0.2), busy_workers()
+    assert not done, done[:3]
+    t0 = time.monotonic()
+    assert d.get("/v1/health", timeout=10).status == 200
+    other = d.create()
+    assert d.exec(other, argv=["true"])["exit_code"] == 0
+    assert d.delete(f"/v1/sandboxes/{other}").status == 204
+    assert time.monotonic() - t0 < 10
+    for sid in sids:
+        assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+    for t in threads:
+        t.join(60)
+    assert len(done) == n
+
+
 def test_background_keeps_running_and_buffers_capped(sb):
     d, sid = sb
     r = post_exec(d, sid, {"command": "head -c 300000 /dev/zero | tr '\\0' z; echo; sleep 0.5; echo end",

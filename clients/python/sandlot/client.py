@@ -433,7 +433,10 @@ class _Download(io.RawIOBase):
         except socket.timeout:
             raise RequestTimeoutError(f"{self._what}: sandlotd stopped sending") from None
         except (OSError, http.client.HTTPException) as e:
-            raise ConnectionLostError(f"{self._what}: the download broke: {e}") from None
+            # The answer is chunked and ends with a last chunk: a stream the
+            # daemon cut (or a connection that died) lacks it.
+            raise ConnectionLostError(f"{self._what}: the download was cut short ({e!r}): "
+                                      "what arrived is incomplete") from None
         return n
 
     def close(self):
@@ -1044,22 +1047,7 @@ class Sandbox(_SandboxBase):
         temporary name and renamed, so a failed download leaves nothing.
         ``max_bytes``: as for open_file."""
         with self.open_file(path, max_bytes=max_bytes) as src:
-            if hasattr(dest, "write"):
-                return _copy(src, dest)
-            dest = os.fspath(dest)
-            d = os.path.dirname(os.path.abspath(dest))
-            fd, tmp = tempfile.mkstemp(prefix=".sandlot-", dir=d)
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    n = _copy(src, out)
-                os.replace(tmp, dest)
-                return n
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            return _save(src, dest)
 
     def stat(self, path):
         """{"name", "path", "type", "size", "allocated", "mode", "modified_at"};
@@ -1112,22 +1100,18 @@ class Sandbox(_SandboxBase):
 
     def download_archive(self, path, dest, *, max_bytes=None):
         """Stream the tree at ``path`` as tar into ``dest`` (a local path or a
-        writable file object); returns the number of bytes.  ``max_bytes``:
-        as for open_archive."""
+        writable file object); returns the number of bytes.  A local file is
+        written to a temporary name and renamed when the archive is whole.
+        ``max_bytes``: as for open_archive."""
         with self.open_archive(path, max_bytes=max_bytes) as src:
-            if hasattr(dest, "write"):
-                return _copy(src, dest)
-            with open(dest, "wb") as out:
-                return _copy(src, out)
+            return _save(src, dest)
 
     def snapshot(self, dest):
-        """The workspace (/home/user) as tar into ``dest`` (path or file object)."""
+        """The workspace (/home/user) as tar into ``dest`` (path or file
+        object; a path is written to a temporary name and renamed)."""
         conn, resp = self.client._open("GET", self._path("/snapshot"), context=f"sandbox {self.id}")
         with _Download(conn, resp, f"snapshot of {self.id}") as src:
-            if hasattr(dest, "write"):
-                return _copy(src, dest)
-            with open(dest, "wb") as out:
-                return _copy(src, out)
+            return _save(src, dest)
 
     def upload_dir(self, local_dir, path="/home/user"):
         """Copy a local directory tree (regular files and directories) into
@@ -1167,10 +1151,9 @@ class Sandbox(_SandboxBase):
                         os.makedirs(target, exist_ok=True)
                     elif m.isfile():
                         os.makedirs(os.path.dirname(target), exist_ok=True)
-                        f = tar.extractfile(m)
-                        with open(target, "wb") as out:
-                            _copy(f, out)
-                        os.chmod(target, m.mode & 0o777)
+                        # whole or not at all: a cut archive leaves no part of
+                        # a file under its name
+                        _save(tar.extractfile(m), target, mode=m.mode & 0o777)
                         count += 1
         return count
 
@@ -1260,6 +1243,30 @@ def _opt_int(v):
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise ValueError(f"max_bytes must be a positive whole number, not {v!r}")
     return str(v)
+
+
+def _save(src, dest, mode=None):
+    """Copy the file object src to dest: a writable file object, or a local
+    path written through a temporary file in its directory that replaces
+    dest only once src ended normally (an error leaves nothing).  Returns
+    the bytes copied."""
+    if hasattr(dest, "write"):
+        return _copy(src, dest)
+    dest = os.fspath(dest)
+    fd, tmp = tempfile.mkstemp(prefix=".sandlot-", dir=os.path.dirname(os.path.abspath(dest)))
+    try:
+        with os.fdopen(fd, "wb") as out:
+            n = _copy(src, out)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, dest)
+        return n
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _copy(src, dst):

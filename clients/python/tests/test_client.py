@@ -256,6 +256,79 @@ def test_tar_dirs_and_archives(sb, tmp_path):
         assert "proj/top.txt" in tar.getnames()
 
 
+def _kill_init(sandlotd, sid):
+    """SIGKILL the sandlot-init of sandbox sid (its pid is in the daemon's
+    "created" log line): every transfer from the sandbox fails after it."""
+    import re
+    log = sandlotd.log_path.read_text(errors="replace")
+    m = re.search(rf"event=created sandbox={sid} .*?init_pid=(\d+)", log)
+    assert m, f"no created line for {sid}"
+    os.kill(int(m.group(1)), 9)
+
+
+class _Pause:
+    """Holds the client's downloads after their first 2 MiB until go()."""
+
+    def __init__(self, monkeypatch):
+        self.read = 0
+        self.reached = threading.Event()
+        self.released = threading.Event()
+        orig = sandlot.client._Download.readinto
+
+        def readinto(dl, b):
+            if self.read >= 2 << 20 and not self.released.is_set():
+                self.reached.set()
+                self.released.wait(60)
+            n = orig(dl, b)
+            self.read += n or 0
+            return n
+        monkeypatch.setattr(sandlot.client._Download, "readinto", readinto)
+
+    def cut_and_go(self, sandlotd, sid):
+        assert self.reached.wait(60), "the download did not get going"
+        _kill_init(sandlotd, sid)
+        self.released.set()
+
+
+@pytest.mark.parametrize("how", ["download_archive", "snapshot", "download_dir"])
+def test_a_download_cut_mid_stream_fails_and_leaves_no_partial_file(client, sandlotd, tmp_path,
+                                                                   monkeypatch, how):
+    sb = client.create(memory="256M")
+    try:
+        assert sb.exec("mkdir out && echo small > out/a.txt && "
+                       "head -c 64M /dev/urandom > out/b.bin").exit_code == 0
+        pause = _Pause(monkeypatch)
+        dest = tmp_path / "dest"
+        errors = []
+
+        def download():
+            try:
+                if how == "download_archive":
+                    sb.download_archive("out", dest)
+                elif how == "snapshot":
+                    sb.snapshot(dest)
+                else:
+                    sb.download_dir("out", dest)
+            except Exception as e:  # noqa: BLE001 - checked below
+                errors.append(e)
+        t = threading.Thread(target=download)
+        t.start()
+        pause.cut_and_go(sandlotd, sb.id)
+        t.join(60)
+        assert not t.is_alive()
+        assert len(errors) == 1, "a cut download passed for a whole one"
+        assert isinstance(errors[0], sandlot.ConnectionLostError), repr(errors[0])
+        assert "cut short" in str(errors[0]), str(errors[0])
+        if how == "download_dir":
+            left = sorted(str(p.relative_to(dest)) for p in dest.rglob("*"))
+            assert left == ["a.txt"], left
+            assert (dest / "a.txt").read_text() == "small\n"
+        else:
+            assert sorted(os.listdir(tmp_path)) == [], os.listdir(tmp_path)
+    finally:
+        sb.destroy(missing_ok=True)
+
+
 def test_changes_cursor(sb):
     c0 = sb.changes()["cursor"]
     sb.exec("echo 1 > one.txt; mkdir d")

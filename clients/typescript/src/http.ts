@@ -203,13 +203,36 @@ export class Transport {
   /** A request whose answer is raw bytes, buffered. */
   async bytes(o: RequestOptions): Promise<Uint8Array> {
     const res = await this.open(o);
-    return new Uint8Array(await readAll(res, o.signal));
+    try {
+      return new Uint8Array(await readAll(res, o.signal));
+    } catch (e) {
+      throw o.signal?.aborted ? e : cutShort(o, e);
+    }
   }
 
-  /** A request whose answer is raw bytes, as a web stream. */
+  /**
+   * A request whose answer is raw bytes, as a web stream.  A body that
+   * breaks off (sandlotd cut the stream, or the connection died: the
+   * chunked answer lacks its last chunk) errors the stream with a
+   * SandlotError (code "io"), so that a part is never taken for the whole.
+   */
   async stream(o: RequestOptions): Promise<ReadableStream<Uint8Array>> {
     const res = await this.open(o);
-    return Readable.toWeb(res) as unknown as ReadableStream<Uint8Array>;
+    const it = (res as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
+    return new ReadableStream<Uint8Array>({
+      async pull(ctl) {
+        try {
+          const { value, done } = await it.next();
+          if (done) ctl.close();
+          else ctl.enqueue(new Uint8Array(value.buffer, value.byteOffset, value.byteLength));
+        } catch (e) {
+          ctl.error(o.signal?.aborted ? abortError(o.signal) : cutShort(o, e));
+        }
+      },
+      cancel() {
+        res.destroy();
+      },
+    });
   }
 
   /** A request whose answer is NDJSON: yields one parsed object per line. */
@@ -237,6 +260,13 @@ export class Transport {
       res.destroy();
     }
   }
+}
+
+/** The error of an answer whose body broke off before its end. */
+function cutShort(o: RequestOptions, e: unknown): SandlotError {
+  if (e instanceof SandlotError) return e;
+  return new SandlotError(`${o.method} ${o.path}: the download was cut short (${(e as Error).message}): ` +
+    "what arrived is incomplete", { code: "io", cause: e });
 }
 
 function parseLine<T>(o: RequestOptions, line: string): T {

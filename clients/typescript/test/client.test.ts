@@ -232,6 +232,37 @@ describe("Sandlot client", { skip }, () => {
     await assert.rejects(d.client.create({ ports: [8000, 8000] }), /listed twice/);
   });
 
+  test("a download cut mid-stream errors with a SandlotError, never a short archive", async () => {
+    for (const how of ["archive", "file"] as const) {
+      const cut = await c.create({ memory: "256M" });
+      try {
+        const r = await cut.exec("mkdir out && head -c 64M /dev/urandom > out/b.bin");
+        assert.equal(r.exit_code, 0);
+        const stream = how === "archive" ? await cut.downloadArchive({ path: "out" })
+          : await cut.readFileStream("out/b.bin");
+        const reader = stream.getReader();
+        let got = 0;
+        while (got < 2 << 20) {
+          const { value, done } = await reader.read();
+          assert.ok(!done, "ended before 2 MiB");
+          got += value!.length;
+        }
+        // The sandbox's init dies: the rest of the body cannot come.
+        d.killInit(cut.id);
+        await assert.rejects(async () => {
+          for (;;) {
+            const { value, done } = await reader.read();
+            if (done) break;
+            got += value!.length;
+          }
+        }, (e: unknown) => e instanceof SandlotError && e.code === "io" && /cut short/.test(e.message));
+        assert.ok(got < 60 << 20, `${got} bytes`);
+      } finally {
+        await cut.delete().catch(() => {});
+      }
+    }
+  });
+
   test("changes report what commands and file calls did", async () => {
     const fresh = await c.create();
     try {

@@ -72,6 +72,14 @@ export class Daemon {
     return [...new Set([...text.matchAll(/event=created sandbox=(sb-[a-z2-7]{26})/g)].map((m) => m[1]!))];
   }
 
+  /** SIGKILL the sandlot-init of sandbox id (its pid is in the "created" log line). */
+  killInit(id: string): void {
+    const text = fs.readFileSync(this.logPath, "utf8");
+    const m = new RegExp(`event=created sandbox=${id} .*?init_pid=(\\d+)`).exec(text);
+    if (!m) throw new Error(`no created line for ${id}`);
+    process.kill(Number(m[1]), "SIGKILL");
+  }
+
   /**
    * Checks that the tests left no running sandbox, stops the daemon
    * (SIGTERM, exit 0 expected), and returns the leftovers found on the host.
