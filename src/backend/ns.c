@@ -4,7 +4,9 @@
  * Parent side (host root, this file):
  *   1. take a host uid range, create the cgroup, prepare storage and the
  *      seccomp program — all before clone, so the child needs no malloc;
- *   2. clone into new user, pid, mount, net, ipc and uts namespaces;
+ *   2. create the network namespace (as host root, so the sandbox's user
+ *      namespace does not own it: src/linux/netns.h) and, from inside it,
+ *      clone into new user, pid, mount, ipc and uts namespaces;
  *   3. write the child's uid/gid maps, put it into the cgroup, make it
  *      immune to the OOM killer (commands are not), then release it;
  *   4. read the status pipe: empty EOF means init finished its setup.
@@ -36,6 +38,7 @@
 #include "init/init.h"
 #include "linux/cgroup.h"
 #include "linux/nsconnect.h"
+#include "linux/netns.h"
 #include "linux/seccomp.h"
 #include "linux/storage.h"
 #include "linux/syscalls.h"
@@ -47,6 +50,7 @@ struct ns_state {
 	struct sandlot_uid_slot slot;
 	sandlot_cgroup_t *cg;
 	struct sandlot_storage storage;
+	int netns_fd;
 };
 
 static void ns_kill_init(struct ns_state *ns)
@@ -76,6 +80,9 @@ static void ns_release(struct ns_state *ns)
 	sandlot__trace("destroy: cgroup");
 	sandlot__storage_release(&ns->storage);
 	sandlot__uid_slot_release(&ns->slot);
+	if (ns->netns_fd >= 0)
+		close(ns->netns_fd);
+	ns->netns_fd = -1;
 }
 
 /* Child after clone: only raw syscalls (the parent may be multi-threaded,
@@ -224,6 +231,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	if (!ns)
 		return sandlot__error(err, ENOMEM, "out of memory");
 	ns->pidfd = -1;
+	ns->netns_fd = -1;
 	ns->slot.lock_fd = -1;
 	ns->storage.mount_fd = -1;
 
@@ -323,15 +331,22 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		.init_path = sb->init_path, .argv = argv,
 	};
 
-	const unsigned long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET |
-				    CLONE_NEWIPC | CLONE_NEWUTS;
-	int added = 0;
+	/* No CLONE_NEWNET: the child starts in the namespace this thread is
+	 * in between netns_new and netns_leave, which the host owns. */
+	const unsigned long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC |
+				    CLONE_NEWUTS;
+	int added = 0, net_saved = -1;
 	pid_t pid = -1;
+	if (sandlot__netns_new(&ns->netns_fd, &net_saved, err) < 0) {
+		sandlot__cgroup_join_close(&join);
+		goto fail;
+	}
 	if (join.dir_fd >= 0) {
 		pid = sys_clone3_fork(flags, join.dir_fd);
 		added = pid >= 0;
 		if (pid < 0 && errno != ENOSYS && errno != E2BIG && errno != EINVAL) {
 			sandlot__error_errno(err, errno, "clone sandbox namespaces into its cgroup");
+			sandlot__netns_leave(&net_saved);
 			sandlot__cgroup_join_close(&join);
 			goto fail;
 		}
@@ -340,13 +355,15 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		added = join.ntasks > 0; /* the child joins by itself */
 		pid = sys_clone_fork(flags | SIGCHLD);
 	}
+	if (pid == 0)
+		child_main(&ca);
+	int clone_errno = errno;
+	sandlot__netns_leave(&net_saved);
 	if (pid < 0) {
-		sandlot__error_errno(err, errno, "clone sandbox namespaces");
+		sandlot__error_errno(err, clone_errno, "clone sandbox namespaces");
 		sandlot__cgroup_join_close(&join);
 		goto fail;
 	}
-	if (pid == 0)
-		child_main(&ca);
 	sandlot__cgroup_join_close(&join);
 	ns->pid = pid;
 	ns->pidfd = sys_pidfd_open(pid, 0);
@@ -468,6 +485,12 @@ static int ns_port_connect(struct sandlot *sb, uint16_t port, unsigned timeout_m
 	return sandlot__netns_connect_loopback(nsfd, port, (int)timeout_ms, err);
 }
 
+static int ns_netns_fd(const struct sandlot *sb)
+{
+	const struct ns_state *ns = sb->backend;
+	return ns ? ns->netns_fd : -1;
+}
+
 const struct sandlot_backend_ops sandlot__backend_ns = {
 	.name = "ns",
 	.start = ns_start,
@@ -477,4 +500,5 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.events = ns_events,
 	.init_pid = ns_init_pid,
 	.port_connect = ns_port_connect,
+	.netns_fd = ns_netns_fd,
 };

@@ -47,8 +47,34 @@ enum { OPT_CPUS = 1100, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE };
 	{ "ttl", required_argument, NULL, OPT_TTL },                    \
 	{ "idle-timeout", required_argument, NULL, OPT_IDLE },          \
 	{ "image", required_argument, NULL, OPT_IMAGE },                \
-	{ "port", required_argument, NULL, 'p' }
+	{ "port", required_argument, NULL, 'p' },                       \
+	CLI_NET_OPTIONS
+/* --net, --allow-host, --deny-host (netopt.c; also `run`). */
+enum { OPT_NET = 1200, OPT_ALLOW_HOST, OPT_DENY_HOST };
+#define CLI_NET_OPTIONS                                                 \
+	{ "net", required_argument, NULL, OPT_NET },                    \
+	{ "allow-host", required_argument, NULL, OPT_ALLOW_HOST },      \
+	{ "deny-host", required_argument, NULL, OPT_DENY_HOST }
+#define CLI_NET_OPTIONS_HELP                                                              \
+	"        --net MODE          network: none (the default: loopback only), open\n"   \
+	"                            (the public internet) or allowlist (see\n"           \
+	"                            --allow-host); docs/network.md\n"                      \
+	"        --allow-host RULE   allow a host name, *.SUFFIX (its subdomains) or\n"    \
+	"                            an IPv4 range (repeatable; implies --net\n"          \
+	"                            allowlist)\n"                                          \
+	"        --deny-host RULE    deny one, even if allowed otherwise (repeatable)\n"
 struct json_t;
+/* Network option c with value arg into body["network"]: 0 stored, 1 not a
+ * network option, EXIT_USAGE after saying why. */
+int cli_net_option(const char *verb, int c, const char *arg, struct json_t *body);
+/* After the options: infer the mode from --allow-host, and refuse
+ * combinations that mean nothing.  0 or EXIT_USAGE. */
+int cli_net_finish(const char *verb, struct json_t *body);
+/* The policy of body["network"] (after cli_net_finish) into opts, for
+ * `run`; *allow and *deny are arrays the caller frees.  0, or -1 out of
+ * memory. */
+int cli_net_policy(struct json_t *body, sandlot_options_t *opts, const char ***allow,
+		   const char ***deny);
 /* Put sandbox option c (getopt's code) with value arg into a create
  * request's body (--env pairs into env).  0 when stored; 1 when c is not a
  * sandbox option; EXIT_USAGE after saying why the value is bad. */

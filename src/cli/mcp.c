@@ -100,6 +100,7 @@ static const char mcp_help[] =
 	"    -p, --port PORT         expose PORT of the sandbox (repeatable): a server\n"
 	"                            listening on it inside is reachable at a URL on\n"
 	"                            the host's 127.0.0.1 (also: the expose_port tool)\n"
+	CLI_NET_OPTIONS_HELP
 	"        --ttl DURATION      delete the sandbox DURATION after its creation\n"
 	"                            (the next tool call then starts a new one;\n"
 	"                            default: the daemon's)\n"
@@ -1837,6 +1838,8 @@ static int parse_options(struct mcp *m, int argc, char **argv, const char **host
 	}
 	if (rc == 0 && optind < argc)
 		rc = cli_usage_error("mcp", "unexpected argument \"%s\"", argv[optind]);
+	if (rc == 0)
+		rc = cli_net_finish("mcp", body);
 	if (json_object_size(env))
 		json_object_set(body, "env", env);
 	json_decref(env);

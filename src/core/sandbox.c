@@ -10,6 +10,7 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "net/policy.h"
 
 #define DEFAULT_MEMORY (512ull << 20)
 #define DEFAULT_DISK (1ull << 30)
@@ -198,6 +199,10 @@ static int validate(const sandlot_options_t *opts, int check_image, sandlot_erro
 		return -1;
 	if (opts->hostname && check_hostname(opts->hostname, err) < 0)
 		return -1;
+	struct sl_policy *net = sandlot__net_policy_of(opts, err);
+	if (!net)
+		return -1;
+	sl_policy_unref(net);
 	if (!sandlot__backend_for(opts->image, err))
 		return -1;
 	if (check_image && opts->image && strcmp(opts->image, "host") != 0) {
@@ -219,6 +224,8 @@ static void free_sandbox(sandlot_t *sb)
 	if (sb->conn_open)
 		sandlot__conn_free(&sb->conn);
 	pthread_mutex_destroy(&sb->env_lock);
+	pthread_mutex_destroy(&sb->net_lock);
+	sl_policy_unref(sb->net_policy);
 	sandlot__image_release(&sb->img);
 	sandlot__strv_free(sb->env);
 	free(sb->image);
@@ -250,6 +257,8 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sb->img.lock_fd = sb->img.root_fd = -1;
 	sb->refs = 1;
 	pthread_mutex_init(&sb->env_lock, NULL);
+	pthread_mutex_init(&sb->net_lock, NULL);
+	sb->net_fds[0] = sb->net_fds[1] = sb->net_fds[2] = -1;
 	if (!sb->opts.memory_bytes)
 		sb->opts.memory_bytes = DEFAULT_MEMORY;
 	if (!sb->opts.disk_bytes)
@@ -270,6 +279,11 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sb->data_dir = strdup(dd && *dd ? dd : "/var/lib/sandlot");
 	sb->workspace_image = opts->workspace_image ? strdup(opts->workspace_image) : NULL;
 	sb->opts.workspace_image = sb->workspace_image;
+	/* Compiled once: the strings of opts need not outlive this call. */
+	sb->net_policy = sandlot__net_policy_of(opts, err);
+	sb->opts.net_allow = sb->opts.net_deny = NULL;
+	if (!sb->net_policy)
+		goto fail;
 	if (!sb->image || !sb->hostname || !sb->data_dir ||
 	    (opts->workspace_image && !sb->workspace_image)) {
 		sandlot__error(err, ENOMEM, "out of memory");
@@ -320,6 +334,9 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	if (sandlot__conn_wait_hello(&sb->conn, 10000, err) < 0)
 		goto fail_started;
 	sandlot__trace("hello");
+	if (sandlot__net_start(sb, err) < 0)
+		goto fail_started;
+	sandlot__trace("network");
 	if (sandlot__changes_baseline(sb, err) < 0)
 		goto fail_started;
 	sandlot__trace("baseline scan");
@@ -357,6 +374,7 @@ void sandlot_destroy(sandlot_t *sb)
 	if (sb->ops)
 		sb->ops->kill(sb);
 	sandlot__trace("destroy: kill");
+	sandlot__net_stop(sb);
 	if (sb->conn_open)
 		sandlot__conn_shutdown(&sb->conn);
 	if (sb->ops)

@@ -231,7 +231,7 @@ static void append_other_entries(char *out, size_t cap, const char *path, const 
 
 /* The files of /etc that sandlot writes itself: users (the sandbox user
  * is uid cfg->uid, named cfg->user_name), name service, hosts, hostname,
- * an empty resolver configuration.  With an image, its other users and
+ * the resolver (sandlot's, on loopback).  With an image, its other users and
  * groups are kept (so its files show their owners' names). */
 static int write_generated_etc(const struct init_config *cfg, const char *dir, const char *image_etc)
 {
@@ -265,7 +265,9 @@ static int write_generated_etc(const struct init_config *cfg, const char *dir, c
 		{ "group", group },
 		{ "nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\n"
 				   "hosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n" },
-		{ "resolv.conf", "# sandlot: no network by default\n" },
+		/* sandlot answers DNS there when the sandbox has a network
+		 * (and every query to port 53 anywhere is redirected to it). */
+		{ "resolv.conf", "nameserver 127.0.0.1\n" },
 		{ "hosts", hosts },
 		{ "hostname", hn },
 	};
@@ -469,22 +471,6 @@ static int build_proc(void)
 	return 0;
 }
 
-static int loopback_up(void)
-{
-	cleanup_close int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		FAIL("socket for loopback");
-	struct ifreq ifr;
-	memset(&ifr, 0, sizeof(ifr));
-	strcpy(ifr.ifr_name, "lo");
-	if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
-		FAIL("get loopback flags");
-	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
-		FAIL("bring loopback up");
-	return 0;
-}
-
 static int load_filter(struct init_config *cfg)
 {
 	struct stat st;
@@ -519,8 +505,8 @@ int init_setup(struct init_config *cfg)
 		FAIL("cgroup namespace");
 	if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
 		FAIL("sethostname");
-	if (loopback_up() < 0)
-		return -1;
+	/* Loopback is up already: the host made the network namespace (as
+	 * root of the initial user namespace, so nothing here may change it). */
 
 	/* Nothing we mount may propagate back to the host. */
 	if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
