@@ -11,6 +11,7 @@
  *   pool.c        the warm pool (--pool) and its refill thread
  *   ports.c       exposed ports: host listeners, the relay thread, routes
  *   proxy.c       the HTTP (and WebSocket) proxy to exposed ports
+ *   network.c     network policies over the API, the network log, egress metrics
  *
  * Locking: d->lock guards the table of sandboxes; each dsb has its own lock
  * for its fields.  Order: d->lock → dsb->lock → d->db_lock.  Never call
@@ -370,6 +371,26 @@ char *ports_metrics(void);
 /* ---- proxy.c ------------------------------------------------------------ */
 
 extern const struct http_route proxy_routes[];
+/* ---- network.c ---------------------------------------------------------- */
+
+/* A network policy as a request gave it; the strings point into the
+ * request's JSON. */
+struct network_req {
+	sandlot_net_policy_t policy;
+	const char **allow, **deny;
+};
+void network_req_free(struct network_req *n);
+/* Parse "network" (an object {"mode", "allow", "deny"}, or a mode string)
+ * and check its rules.  0, or -1 having answered 400. */
+int network_parse(struct http_req *req, json_t *v, struct network_req *out);
+/* {"mode", "allow", "deny"} of a sandbox now (normalised rules). */
+json_t *network_json(sandlot_t *sb);
+/* The policy of a sandbox's normalised options (resume): into o, with the
+ * lists in out (free with network_req_free). 0, or -1 out of memory. */
+int network_from_json(json_t *opts, sandlot_options_t *o, struct network_req *out);
+extern const struct http_route network_routes[];
+/* The sandlot_egress_* lines of /metrics (to be freed). */
+char *network_metrics(void);
 
 /* ---- misc.c ------------------------------------------------------------- */
 

@@ -68,6 +68,19 @@ static const char help[] =
 	"                               ready, so that creations with the default\n"
 	"                               limits return at once (repeatable, one per\n"
 	"                               image; default 0: no pool)\n"
+	"        --resolver ADDR[:PORT]\n"
+	"                               upstream DNS server for sandboxes with a\n"
+	"                               network (IPv4; repeatable; default: the\n"
+	"                               nameservers of /etc/resolv.conf)\n"
+	"        --egress-allow-range CIDR\n"
+	"                               let sandboxes reach this range although it is\n"
+	"                               closed by default (private, loopback,\n"
+	"                               link-local, CGNAT, this host's addresses),\n"
+	"                               when their policy allows it (repeatable;\n"
+	"                               docs/network.md)\n"
+	"        --egress-max-connections N\n"
+	"                               TCP connections a sandbox may have open at\n"
+	"                               once through the egress proxy (default 256)\n"
 	"        --paused-retention SECONDS\n"
 	"                               how long a paused sandbox, and the workspace\n"
 	"                               of an expired one, is kept for sandboxes\n"
@@ -84,7 +97,8 @@ static const char help[] =
 	"    0 after a clean stop, 1 if it could not start, 2 for bad arguments.\n";
 
 enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MAX, OPT_POOL,
-       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE };
+       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE, OPT_RESOLVER, OPT_EGRESS_RANGE,
+       OPT_EGRESS_MAX_CONN };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -96,6 +110,9 @@ static const struct option opts[] = {
 	{ "pool", required_argument, NULL, OPT_POOL },
 	{ "default-image", required_argument, NULL, OPT_DEFAULT_IMAGE },
 	{ "paused-retention", required_argument, NULL, OPT_PAUSED_RETENTION },
+	{ "resolver", required_argument, NULL, OPT_RESOLVER },
+	{ "egress-allow-range", required_argument, NULL, OPT_EGRESS_RANGE },
+	{ "egress-max-connections", required_argument, NULL, OPT_EGRESS_MAX_CONN },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -175,7 +192,7 @@ static struct http_route *all_routes(void)
 {
 	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
 					      file_routes, workspace_routes, code_routes, port_routes,
-					      proxy_routes };
+					      proxy_routes, network_routes };
 	size_t n = 0;
 	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
 		for (const struct http_route *r = tables[t]; r->method; r++)
@@ -200,6 +217,12 @@ int main(int argc, char **argv)
 	 * up in --data-dir, and "N" means --default-image. */
 	const char *pool_args[64];
 	int npool = 0;
+	/* The egress engine's settings (sandlot_net_configure). */
+	char resolvers[8 * 24] = "";
+	int nresolvers = 0;
+	const char *ranges[65];
+	int nranges = 0;
+	unsigned max_conn = 0;
 	d.cfg.data_dir = "/var/lib/sandlot";
 	d.cfg.default_image = "host";
 	d.cfg.max_sandboxes = 2000;
@@ -257,6 +280,24 @@ int main(int argc, char **argv)
 				       &d.cfg.paused_retention_s) < 0)
 				return 2;
 			break;
+		case OPT_RESOLVER:
+			if (nresolvers == 8 || strlen(optarg) > 22 || strchr(optarg, ','))
+				return usage_error("invalid --resolver \"%s\": one IPv4 ADDR[:PORT] per "
+						   "option, at most 8", optarg);
+			snprintf(resolvers + strlen(resolvers), sizeof(resolvers) - strlen(resolvers),
+				 "%s%s", nresolvers++ ? "," : "", optarg);
+			break;
+		case OPT_EGRESS_RANGE:
+			if (nranges == 64)
+				return usage_error("at most 64 --egress-allow-range options");
+			ranges[nranges++] = optarg;
+			break;
+		case OPT_EGRESS_MAX_CONN:
+			if (parse_uint("--egress-max-connections", optarg, 65536, &max_conn) < 0)
+				return 2;
+			if (max_conn == 0)
+				return usage_error("--egress-max-connections must be at least 1");
+			break;
 		case 'h':
 			fputs(help, stdout);
 			return 0;
@@ -280,6 +321,18 @@ int main(int argc, char **argv)
 			sandlot_error_free(e);
 			return 1;
 		}
+	}
+	ranges[nranges] = NULL;
+	sandlot_net_config_t netcfg = {
+		.resolver = nresolvers ? resolvers : NULL,
+		.allow_ranges = ranges,
+		.max_connections = max_conn,
+	};
+	sandlot_error_t *nerr = NULL;
+	if (sandlot_net_configure(&netcfg, &nerr) < 0) {
+		int rc = usage_error("%s", sandlot_error_message(nerr));
+		sandlot_error_free(nerr);
+		return rc;
 	}
 	for (int i = 0; i < npool; i++) {
 		char msg[512];

@@ -160,6 +160,11 @@ static int metrics(struct http_req *req)
 		LOAD(m->bytes_uploaded));
 	counter(&b, "sandlot_bytes_downloaded_total", "File bytes read from sandboxes.",
 		LOAD(m->bytes_downloaded));
+	char *net = network_metrics();
+	if (net) {
+		bprintf(&b, "%s", net);
+		free(net);
+	}
 	char *pool = pool_metrics(d);
 	if (pool) {
 		bprintf(&b, "%s", pool);

@@ -601,6 +601,7 @@ struct create_req {
 	char wpath[4200];        /* its image; opts.workspace_image points here */
 	uint16_t ports[PORTS_MAX]; /* exposed ports */
 	unsigned nports;
+	struct network_req net;  /* opts.network, net_allow, net_deny */
 };
 
 static void create_req_free(struct create_req *c)
@@ -610,6 +611,7 @@ static void create_req_free(struct create_req *c)
 	free(c->env);
 	json_decref(c->norm);
 	json_decref(c->metadata);
+	network_req_free(&c->net);
 }
 
 static const char *json_type_name(const json_t *v)
@@ -787,13 +789,12 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 			}
 			c->opts.env = (const char *const *)c->env;
 		} else if (strcmp(key, "network") == 0) {
-			if (!plain_string(v))
-				goto wrong_type_string;
-			if (strcmp(json_string_value(v), "none") != 0) {
-				bad(req, "field \"network\": only \"none\" is supported (loopback only), "
-				    "not \"%.64s\"", json_string_value(v));
+			network_req_free(&c->net);
+			if (network_parse(req, v, &c->net) < 0)
 				goto fail;
-			}
+			c->opts.network = c->net.policy.mode;
+			c->opts.net_allow = c->net.policy.allow;
+			c->opts.net_deny = c->net.policy.deny;
 		} else if (strcmp(key, "ports") == 0) {
 			char msg[256];
 			if (ports_parse(v, c->ports, &c->nports, msg, sizeof(msg)) < 0) {
@@ -873,11 +874,12 @@ wrong_type_string:
 		sandlot_error_free(e);
 		goto fail;
 	}
-	c->norm = json_pack("{s:s, s:I, s:o, s:i, s:I, s:o, s:s}", "image", c->opts.image,
+	/* "network" is filled in from the sandbox once it exists (normalised). */
+	c->norm = json_pack("{s:s, s:I, s:o, s:i, s:I, s:o}", "image", c->opts.image,
 			    "memory", (json_int_t)c->opts.memory_bytes, "cpus",
 			    c->opts.cpus_milli ? json_real(c->opts.cpus_milli / 1000.0) : json_null(),
 			    "pids", (int)c->opts.pids, "disk", (json_int_t)c->opts.disk_bytes, "env",
-			    env_norm, "network", "none");
+			    env_norm);
 	return c->norm ? 0 : (http_error(req, 500, "internal", "out of memory"), -1);
 fail:
 	json_decref(env_norm);
@@ -997,6 +999,7 @@ static int create_sandbox(struct http_req *req)
 	s->has_workspace = sandbox_has_workspace(d, s->id);
 	s->auto_resume = c.auto_resume;
 	s->paused_retention_seconds = c.retention;
+	json_object_set_new(c.norm, "network", network_json(sb));
 	json_decref(s->options);
 	s->options = c.norm;
 	c.norm = NULL;

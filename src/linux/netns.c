@@ -223,6 +223,8 @@ static const char ruleset_redirect[] =
 	/* redirected packets: not seen as going to a local address here */
 	"    ct status dnat accept\n"
 	"    fib daddr type local accept\n"
+	/* a dropped SYN is retried for minutes; a reset fails connect() now */
+	"    meta l4proto tcp reject with tcp reset\n"
 	"  }\n"
 	"}\n";
 
@@ -234,6 +236,7 @@ static const char ruleset_drop[] =
 	"    type filter hook output priority 0; policy drop;\n"
 	"    ct state established,related accept\n"
 	"    fib daddr type local accept\n"
+	"    meta l4proto tcp reject with tcp reset\n"
 	"  }\n"
 	"}\n";
 
