@@ -48,7 +48,7 @@ class Response:
 
 
 class Daemon:
-    def __init__(self, base, extra_args=(), data_dir=None, socket_path=None, env=None):
+    def __init__(self, base, extra_args=(), data_dir=None, socket_path=None, env=None, prefix=()):
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.sock = Path(socket_path) if socket_path else self.base / "sandlot.sock"
@@ -57,12 +57,15 @@ class Daemon:
         self.env = dict(os.environ, **(env or {}))
         self.proc = None
         self.log_path = self.base / "sandlotd.log"
+        # Run through this (e.g. nsenter --net=... for the fake internet);
+        # it must exec sandlotd, so that self.proc is the daemon itself.
+        self.prefix = list(prefix)
 
     # -- lifecycle -----------------------------------------------------------
     def start(self, timeout=10):
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(SANDLOTD), "--listen", f"unix:{self.sock}", "--data-dir", str(self.data_dir),
+            [*self.prefix, str(SANDLOTD), "--listen", f"unix:{self.sock}", "--data-dir", str(self.data_dir),
              *self.extra_args],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + timeout

@@ -1,0 +1,225 @@
+"""A fake internet for the network tests, built from network namespaces the
+test makes itself (no real network is touched, nothing is left behind).
+
+    HOST ("sle<pid>h")                     NET ("sle<pid>n"): the internet
+    sandlotd runs here                     dnsmasq on 198.51.100.53 (query log)
+    198.51.100.1/24 --------- veth -------- 198.51.100.2/24
+    default via .2                          .10 allowed.test    .11 blocked.test
+    127.0.0.1:8080 and .1:8080: a           .12 cdn.allowed.test .20 pypi.test
+      "host service" that must never        .21 npm.test
+      see a connection                      10.0.0.5, 169.254.169.254, 100.64.0.5:
+                                              "private", "metadata", "CGNAT" hosts
+                                            TLS on 443 and 8443, HTTP on 80, UDP
+                                            echo on 7 and 443, on every address,
+                                            each connection logged with the
+                                            address it reached and its SNI/Host
+
+The daemon under test runs in HOST (`nsenter --net`, so it keeps the host's
+mounts and cgroups), with --resolver 198.51.100.53.  A test CA signs one
+certificate for every test name; sandboxes get the CA file uploaded.
+"""
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import read_line_with_deadline, wait_until
+
+HERE = Path(__file__).resolve().parent
+NAMES = {
+    "allowed.test": "198.51.100.10",
+    "blocked.test": "198.51.100.11",
+    "cdn.allowed.test": "198.51.100.12",
+    "rebind.allowed.test": "10.0.0.5",
+    "meta.allowed.test": "169.254.169.254",
+    "lo.allowed.test": "127.0.0.1",
+    "zero.allowed.test": "0.0.0.0",
+    "cgnat.allowed.test": "100.64.0.5",
+    "hostself.allowed.test": "198.51.100.1",
+    "pypi.test": "198.51.100.20",
+    "files.pypi.test": "198.51.100.20",
+    "npm.test": "198.51.100.21",
+}
+INSIDE = ("10.0.0.5", "169.254.169.254", "100.64.0.5")
+
+
+def sh(*argv, check=True, **kw):
+    return subprocess.run([str(a) for a in argv], check=check, capture_output=True, text=True,
+                          **kw)
+
+
+class FakeNet:
+    def __init__(self, base):
+        self.base = Path(base)
+        self.base.mkdir(parents=True, exist_ok=True)
+        tag = f"sle{os.getpid() % 100000}"
+        self.host_ns, self.net_ns = tag + "h", tag + "n"
+        self.veth_h, self.veth_n = tag + "a", tag + "b"
+        self.procs = []
+        self.server_log = self.base / "servers.log"
+        self.dns_log = self.base / "dnsmasq.log"
+        self.host_log = self.base / "host-service.log"
+        self.docroot = self.base / "www"
+        self.docroot.mkdir(exist_ok=True)
+
+    # -- set-up --------------------------------------------------------------
+    def start(self):
+        try:
+            self._netns()
+            self._ca()
+            self._dnsmasq()
+            self._servers()
+            self._host_service()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _netns(self):
+        for ns in (self.host_ns, self.net_ns):
+            sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", self.veth_h, "netns", self.host_ns, "type", "veth", "peer",
+           "name", self.veth_n, "netns", self.net_ns)
+        H = ("ip", "-n", self.host_ns)
+        N = ("ip", "-n", self.net_ns)
+        sh(*H, "addr", "add", "198.51.100.1/24", "dev", self.veth_h)
+        sh(*H, "link", "set", self.veth_h, "up")
+        sh(*H, "link", "set", "lo", "up")
+        sh(*H, "route", "add", "default", "via", "198.51.100.2")
+        sh(*N, "addr", "add", "198.51.100.2/24", "dev", self.veth_n)
+        sh(*N, "link", "set", self.veth_n, "up")
+        sh(*N, "link", "set", "lo", "up")
+        for a in ("198.51.100.10", "198.51.100.11", "198.51.100.12", "198.51.100.20",
+                  "198.51.100.21", "198.51.100.53") + INSIDE:
+            sh(*N, "addr", "add", a + "/32", "dev", self.veth_n)
+        for a in INSIDE:
+            sh(*H, "route", "add", a + "/32", "via", "198.51.100.2")
+
+    def _ca(self):
+        d = self.base
+        self.ca = d / "ca.pem"
+        self.cert, self.key = d / "server.pem", d / "server.key"
+        sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+           "-subj", "/CN=sandlot test CA", "-keyout", d / "ca.key", "-out", self.ca,
+           "-addext", "basicConstraints=critical,CA:TRUE",
+           "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=allowed.test",
+           "-keyout", self.key, "-out", d / "server.csr")
+        san = ",".join(f"DNS:{n}" for n in ("allowed.test", "*.allowed.test", "blocked.test",
+                                             "pypi.test", "*.pypi.test", "npm.test"))
+        (d / "ext.cnf").write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\n"
+                                   "extendedKeyUsage=serverAuth\n")
+        sh("openssl", "x509", "-req", "-in", d / "server.csr", "-CA", self.ca, "-CAkey",
+           d / "ca.key", "-CAcreateserial", "-days", "2", "-out", self.cert,
+           "-extfile", d / "ext.cnf")
+
+    def nsrun(self, ns, argv, **kw):
+        return subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", *map(str, argv)], **kw)
+
+    def _dnsmasq(self):
+        args = ["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv",
+                "--no-hosts", "--bind-interfaces", "--listen-address=198.51.100.53",
+                "--port=53", "--user=root", "--pid-file=", "--log-queries",
+                f"--log-facility={self.dns_log}", "--cache-size=0"]
+        args += [f"--address=/{n}/{a}" for n, a in NAMES.items()]
+        p = self.nsrun(self.net_ns, args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        ok = wait_until(lambda: p.poll() is not None or self.dns_ready(), 10)
+        if p.poll() is not None or not ok:
+            raise RuntimeError(f"dnsmasq did not start: {self.dns_log.read_text(errors='replace') if self.dns_log.exists() else ''}")
+
+    def dns_ready(self):
+        r = subprocess.run(["nsenter", f"--net=/run/netns/{self.net_ns}", "python3", "-c",
+                            "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM);"
+                            "s.settimeout(0.5); s.sendto(bytes.fromhex('abcd01000001000000000000"
+                            "0570726f626504746573740000010001'), ('198.51.100.53', 53));"
+                            "s.recv(512)"], capture_output=True)
+        return r.returncode == 0
+
+    def _servers(self):
+        p = self.nsrun(self.net_ns, ["/usr/bin/python3", HERE / "fakenet_servers.py", self.cert,
+                                     self.key, self.server_log, self.docroot],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.procs.append(p)
+        line = read_line_with_deadline(p.stdout, time.monotonic() + 20)
+        if line.strip() != b"ready":
+            raise RuntimeError(f"fake internet servers did not start: {line!r} "
+                               f"{p.stderr.read1(4000) if p.poll() is not None else b''!r}")
+
+    def _host_service(self):
+        code = ("import socket, sys, threading\n"
+                "log = open(sys.argv[1], 'a', buffering=1)\n"
+                "def serve(addr):\n"
+                "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                "    s.bind((addr, 8080)); s.listen(16)\n"
+                "    while True:\n"
+                "        c, peer = s.accept(); log.write(f'{addr} {peer[0]}\\n'); c.close()\n"
+                "for a in ('127.0.0.1', '198.51.100.1'):\n"
+                "    threading.Thread(target=serve, args=(a,), daemon=True).start()\n"
+                "print('ready', flush=True)\n"
+                "threading.Event().wait()\n")
+        p = self.nsrun(self.host_ns, ["/usr/bin/python3", "-c", code, self.host_log],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        if read_line_with_deadline(p.stdout, time.monotonic() + 10).strip() != b"ready":
+            raise RuntimeError("the host service did not start")
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            for s in (p.stdout, p.stderr):
+                if s:
+                    s.close()
+        self.procs = []
+        for ns in (self.host_ns, self.net_ns):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+    # -- observations ---------------------------------------------------------
+    def server_events(self):
+        if not self.server_log.exists():
+            return []
+        return [json.loads(ln) for ln in self.server_log.read_text().splitlines() if ln.strip()]
+
+    def arrivals(self, since=0.0, addr=None):
+        """Connections the servers saw after `since` (time.time()), at addr."""
+        return [e for e in self.server_events()
+                if e["t"] >= since and (addr is None or e.get("addr") == addr)]
+
+    def dns_queries(self):
+        """Names dnsmasq was asked for (its query log)."""
+        if not self.dns_log.exists():
+            return []
+        out = []
+        for ln in self.dns_log.read_text(errors="replace").splitlines():
+            # "... query[A] allowed.test from 198.51.100.1"
+            if " query[" in ln:
+                name = ln.split(" query[", 1)[1].split("] ", 1)[1].split(" ", 1)[0]
+                if name != "probe.test":   # dns_ready()'s
+                    out.append(name)
+        return out
+
+    def host_service_hits(self):
+        return self.host_log.read_text().splitlines() if self.host_log.exists() else []
+
+    def daemon_prefix(self):
+        return ["nsenter", f"--net=/run/netns/{self.host_ns}"]
+
+
+def available():
+    """Why the fake internet cannot be built here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    for tool in ("ip", "nsenter", "dnsmasq", "openssl"):
+        if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
+            return f"{tool} is not installed (make test-deps installs it)"
+    return None
+
+
+def is_inside(addr):
+    return ipaddress.ip_address(addr).is_private
