@@ -37,7 +37,7 @@ echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 if [ ! -f "$ASAN_BUILD/build.ninja" ]; then
 	meson setup "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 fi
-targets=$(cd "$ASAN_BUILD" && ninja -t targets all | grep -oE '^tests/[^:]*(test-[a-z-]+|fuzz-proto-replay)' | sort -u)
+targets=$(cd "$ASAN_BUILD" && ninja -t targets all | grep -oE '^tests/[^:]*(test-[a-z-]+|fuzz-[a-z]+-replay)' | sort -u)
 # shellcheck disable=SC2086
 if ninja -C "$ASAN_BUILD" $targets >/dev/null; then
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \

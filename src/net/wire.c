@@ -108,7 +108,9 @@ int sl_dns_parse_query(const uint8_t *msg, size_t len, struct sl_dns_query *q)
 			break;
 		if (l > 63) /* compression pointers (0xc0) and the reserved label types */
 			goto formerr;
-		if (off + l > len || tl + l + 1 > 255)
+		/* At most 255 bytes on the wire, the terminating zero included
+		 * (RFC 1035 3.1): text of at most 253. */
+		if (off + l > len || (off - 1 - SL_DNS_HEADER) + 1 + l + 1 > 255)
 			goto formerr;
 		if (tl)
 			text[tl++] = '.';
