@@ -6,10 +6,12 @@ ASAN_BUILD ?= build-asan
 PYTEST ?= /usr/bin/python3 -m pytest
 
 # nettle-dev: SHA-256 of image trees; debootstrap: sandlot image build;
-# libhttp-parser-dev: the answers of servers behind the port proxy
-BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev libhttp-parser-dev e2fsprogs nettle-dev debootstrap
-# matplotlib, pandas, numpy: the interpreter and seccomp tests run real data-science code
-TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy
+# libhttp-parser-dev: the answers of servers behind the port proxy;
+# libnftables-dev, libc-ares-dev: the egress engine (docs/network.md)
+BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev libhttp-parser-dev e2fsprogs nettle-dev debootstrap libnftables-dev libc-ares-dev
+# matplotlib, pandas, numpy: the interpreter and seccomp tests run real data-science code;
+# dnsmasq-base, openssl, socat, curl, nftables: the fake internet of the network tests
+TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy dnsmasq-base openssl socat curl nftables
 
 .PHONY: all deps test-deps demo check unit asan integration mcp-check ts-check image-minimal image-python-data clean
 

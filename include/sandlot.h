@@ -271,6 +271,63 @@ SANDLOT_API void sandlot_net_stats(sandlot_net_stats_t *out);
 /* Name of reason index i of refused_by_reason, NULL past the last. */
 SANDLOT_API const char *sandlot_net_reason_name(unsigned i);
 
+/* ---- packages ----------------------------------------------------------- */
+
+/* Package installs (docs/network.md, "Packages").  pip packages go to the
+ * sandbox user's site-packages (pip --user, under /home/user/.local), npm
+ * packages to /home/user/node_modules.  The downloads happen in a separate,
+ * short-lived sandbox of the same image whose network is the sandbox's
+ * policy plus the registries, and which runs no package code (pip
+ * downloads wheels only; npm runs no install scripts); what it fetched is
+ * kept in a host-side cache (root-only) that no sandbox can write, then
+ * copied into the sandbox, which installs it offline.  A second install of
+ * the same pinned packages (pip name==version, npm name@x.y.z) downloads
+ * nothing. */
+typedef struct sandlot_packages {
+	/* "pandas==2.2.0", "requests>=2,<3", "uvicorn[standard]": requirement
+	 * specifiers only (no options, URLs, paths or markers). */
+	const char *const *pip;
+	/* "lodash@4", "@types/node@20.11.0", "left-pad": registry packages only
+	 * (no git, URL, file or alias specifiers). */
+	const char *const *npm;
+} sandlot_packages_t;
+
+typedef struct sandlot_packages_config {
+	const char *pip_index;          /* default https://pypi.org/simple */
+	/* Hosts the download may reach besides the index's; default
+	 * files.pythonhosted.org with the default index, none otherwise. */
+	const char *const *pip_hosts;
+	const char *npm_registry;       /* default https://registry.npmjs.org/ */
+	const char *const *npm_hosts;   /* besides the registry's host; default none */
+	const char *ca_file;            /* a PEM bundle pip and npm also trust, or NULL */
+	const char *cache_dir;          /* default <data dir>/cache/packages */
+} sandlot_packages_config_t;
+
+/* Process-wide, before the first install (EBUSY after).  Without a call,
+ * SANDLOT_PIP_INDEX, SANDLOT_PIP_HOSTS, SANDLOT_NPM_REGISTRY,
+ * SANDLOT_NPM_HOSTS, SANDLOT_PACKAGE_CA and SANDLOT_PACKAGE_CACHE
+ * (comma-separated lists) from the environment, else the defaults. */
+SANDLOT_API int sandlot_packages_configure(const sandlot_packages_config_t *cfg,
+					   sandlot_error_t **err);
+
+/* Check the specifiers without installing: EINVAL naming the bad one. */
+SANDLOT_API int sandlot_packages_validate(const sandlot_packages_t *pk, sandlot_error_t **err);
+
+typedef struct sandlot_install_result {
+	char *output;          /* what pip and npm printed (at most 256 KiB); free() it */
+	int from_cache;        /* nothing was downloaded */
+	uint64_t duration_ms;
+} sandlot_install_result_t;
+
+/* Install packages into a running sandbox; blocks until done (at most 10
+ * minutes for the download and 10 for the install).  0, or -1: EINVAL (a
+ * bad specifier), ENOENT (pip or npm missing from the image), EIO (the
+ * installer failed: the message says which and why, out->output has all
+ * it printed), or the error of the download sandbox.  out is filled in
+ * both cases. */
+SANDLOT_API int sandlot_install_packages(sandlot_t *sb, const sandlot_packages_t *pk,
+					 sandlot_install_result_t *out, sandlot_error_t **err);
+
 /* ---- processes --------------------------------------------------------- */
 
 typedef enum { SANDLOT_STDOUT = 1, SANDLOT_STDERR = 2 } sandlot_stream_t;

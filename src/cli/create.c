@@ -45,6 +45,7 @@ static const char create_help[] =
 	"                            through sandlotd's API (repeatable; at most 32;\n"
 	"                            see sandlot port)\n"
 	CLI_NET_OPTIONS_HELP
+	CLI_PACKAGE_OPTIONS_HELP
 	"        --json              print the whole sandbox object as JSON (one line)\n"
 	"                            instead of its id\n"
 	CLI_CLIENT_OPTIONS_HELP

@@ -101,6 +101,7 @@ static const char mcp_help[] =
 	"                            listening on it inside is reachable at a URL on\n"
 	"                            the host's 127.0.0.1 (also: the expose_port tool)\n"
 	CLI_NET_OPTIONS_HELP
+	CLI_PACKAGE_OPTIONS_HELP
 	"        --ttl DURATION      delete the sandbox DURATION after its creation\n"
 	"                            (the next tool call then starts a new one;\n"
 	"                            default: the daemon's)\n"

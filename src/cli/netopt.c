@@ -51,6 +51,30 @@ int cli_net_option(const char *verb, int c, const char *arg, json_t *body)
 		json_array_append_new(list, json_string(arg));
 		return 0;
 	}
+	case OPT_PIP:
+	case OPT_NPM: {
+		const char *key = c == OPT_PIP ? "pip" : "npm";
+		const char *one[2] = { arg, NULL };
+		sandlot_packages_t pk = { c == OPT_PIP ? one : NULL, c == OPT_NPM ? one : NULL };
+		sandlot_error_t *err = NULL;
+		if (sandlot_packages_validate(&pk, &err) < 0) {
+			int rc = cli_usage_error(verb, "--%s: %s", key, sandlot_error_message(err));
+			sandlot_error_free(err);
+			return rc;
+		}
+		json_t *p = json_object_get(body, "packages");
+		if (!p) {
+			p = json_object();
+			json_object_set_new(body, "packages", p);
+		}
+		json_t *list = json_object_get(p, key);
+		if (!list) {
+			list = json_array();
+			json_object_set_new(p, key, list);
+		}
+		json_array_append_new(list, json_string(arg));
+		return 0;
+	}
 	default:
 		return 1;
 	}

@@ -85,6 +85,12 @@ static const char run_help[] =
 	"                           an IPv4 range (repeatable; implies --net\n"
 	"                           allowlist)\n"
 	"        --deny-host RULE   deny one, even if allowed otherwise (repeatable)\n"
+	"        --pip SPEC         install a pip package before the command, e.g.\n"
+	"                           pandas==2.2.0 (repeatable; from $SANDLOT_PIP_INDEX,\n"
+	"                           default PyPI, reachable only for the install;\n"
+	"                           docs/network.md)\n"
+	"        --npm SPEC         install an npm package, e.g. lodash@4, into\n"
+	"                           /home/user/node_modules (repeatable)\n"
 	"    -l, --lang LANG        run code instead of COMMAND, one-shot: python\n"
 	"                           (python3), javascript (node) or bash, with the\n"
 	"                           code from -c CODE, from FILE (uploaded to\n"
@@ -150,6 +156,7 @@ static const struct option run_opts[] = {
 	{ "language", required_argument, NULL, 'l' },
 	{ "code", required_argument, NULL, 'c' },
 	CLI_NET_OPTIONS,
+	CLI_PACKAGE_OPTIONS,
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -415,8 +422,11 @@ int cmd_run(int argc, char **argv)
 	char code_remote[64] = "";
 	const char **cmd = NULL;
 	json_t *net = json_object(); /* {"network": {...}} from the network options */
+	cleanup_free const char **pip = calloc((size_t)argc + 1, sizeof(char *));
+	cleanup_free const char **npm = calloc((size_t)argc + 1, sizeof(char *));
+	size_t npip = 0, nnpm = 0;
 	const char **net_allow = NULL, **net_deny = NULL;
-	if (!env || !up || !down || !net) {
+	if (!env || !up || !down || !net || !pip || !npm) {
 		json_decref(net);
 		return EXIT_SANDLOT;
 	}
@@ -543,6 +553,12 @@ int cmd_run(int argc, char **argv)
 			rc = cli_usage_error("run", "option %s needs a value",
 					     argv[optind - 1 - (optarg && !strcmp(optarg, "--"))]);
 			goto out;
+		case OPT_PIP:
+			pip[npip++] = optarg;
+			break;
+		case OPT_NPM:
+			npm[nnpm++] = optarg;
+			break;
 		case OPT_NET:
 		case OPT_ALLOW_HOST:
 		case OPT_DENY_HOST:
@@ -565,6 +581,9 @@ int cmd_run(int argc, char **argv)
 	}
 	if ((rc = cli_net_finish("run", net)) != 0)
 		goto out;
+	sandlot_packages_t packages = { npip ? pip : NULL, nnpm ? npm : NULL };
+	if (sandlot_packages_validate(&packages, &err) < 0)
+		USAGE_FROM_ERR(npip && strstr(sandlot_error_message(err), "pip") ? "--pip" : "--npm");
 	rc = EXIT_SANDLOT;
 	if (cli_net_policy(net, &opts, &net_allow, &net_deny) < 0)
 		goto out;
@@ -633,6 +652,22 @@ int cmd_run(int argc, char **argv)
 	for (size_t i = 0; i < nup; i++) {
 		if (transfer_upload(sb, &up[i], &err) < 0) {
 			cli_err("--upload %s: %s", up[i].local, sandlot_error_message(err));
+			sandlot_error_free(err);
+			sandlot_destroy(sb);
+			rc = EXIT_SANDLOT;
+			goto out;
+		}
+	}
+	if (npip || nnpm) {
+		sandlot_install_result_t ir;
+		int r = sandlot_install_packages(sb, &packages, &ir, &err);
+		/* The installers' output goes with the command's errors: stderr
+		 * (in --json mode, only when they fail). */
+		if (r < 0 || !json)
+			sandlot__write_all(2, ir.output, strlen(ir.output));
+		free(ir.output);
+		if (r < 0) {
+			cli_err("installing packages: %s", sandlot_error_message(err));
 			sandlot_error_free(err);
 			sandlot_destroy(sb);
 			rc = EXIT_SANDLOT;

@@ -602,6 +602,7 @@ struct create_req {
 	uint16_t ports[PORTS_MAX]; /* exposed ports */
 	unsigned nports;
 	struct network_req net;  /* opts.network, net_allow, net_deny */
+	struct packages_req packages; /* installed before the answer */
 };
 
 static void create_req_free(struct create_req *c)
@@ -612,6 +613,7 @@ static void create_req_free(struct create_req *c)
 	json_decref(c->norm);
 	json_decref(c->metadata);
 	network_req_free(&c->net);
+	packages_req_free(&c->packages);
 }
 
 static const char *json_type_name(const json_t *v)
@@ -801,6 +803,10 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 				bad(req, "field \"ports\": %s", msg);
 				goto fail;
 			}
+		} else if (strcmp(key, "packages") == 0) {
+			packages_req_free(&c->packages);
+			if (packages_parse(req, v, &c->packages) < 0)
+				goto fail;
 		} else if (strcmp(key, "ttl_seconds") == 0) {
 			if (parse_seconds(req, key, v, &c->ttl) < 0)
 				goto fail;
@@ -859,8 +865,8 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 			c->metadata = json_deep_copy(v);
 		} else {
 			bad(req, "unknown field \"%.64s\" (known: image, memory, cpus, pids, disk, env, "
-			    "network, ports, ttl_seconds, idle_timeout_seconds, metadata, auto_resume, "
-			    "paused_retention_seconds, from_snapshot)", key);
+			    "network, packages, ports, ttl_seconds, idle_timeout_seconds, metadata, "
+			    "auto_resume, paused_retention_seconds, from_snapshot)", key);
 			goto fail;
 		}
 		continue;
@@ -976,8 +982,35 @@ static int create_sandbox(struct http_req *req)
 		create_req_free(&c);
 		return 0;
 	}
+	json_t *installed = NULL;
+	if (c.packages.any) {
+		/* Before anyone can use it: a failed install is a failed create. */
+		json_t *e;
+		int st = packages_install(d, NULL, sb, &c.packages, &installed, &e);
+		if (e) {
+			char gone[32];
+			snprintf(gone, sizeof(gone), "%s", sandlot_id(sb));
+			sandlot_destroy(sb);
+			workspace_remove(d, gone);
+			pthread_mutex_lock(&d->lock);
+			d->ncreating--;
+			pthread_mutex_unlock(&d->lock);
+			__atomic_add_fetch(&d->m.create_failures, 1, __ATOMIC_RELAXED);
+			create_req_free(&c);
+			return http_json(req, st, json_pack("{s:o}", "error", e));
+		}
+		json_object_set_new(c.norm, "packages",
+				    json_pack("{s:o, s:o}", "pip", json_array(), "npm", json_array()));
+		for (int m = 0; m < 2; m++) {
+			const char **l = m ? c.packages.npm : c.packages.pip;
+			json_t *a = json_object_get(json_object_get(c.norm, "packages"), m ? "npm" : "pip");
+			for (size_t i = 0; l && l[i]; i++)
+				json_array_append_new(a, json_string(l[i]));
+		}
+	}
 	struct dsb *s = dsb_alloc(sandlot_id(sb));
 	if (!s) {
+		json_decref(installed);
 		char gone[32];
 		snprintf(gone, sizeof(gone), "%s", sandlot_id(sb));
 		sandlot_destroy(sb);
@@ -1034,6 +1067,8 @@ static int create_sandbox(struct http_req *req)
 	registry_save(d, s);
 	json_t *body = to_json_locked(s);
 	pthread_mutex_unlock(&s->lock);
+	if (installed) /* what the installers said, once */
+		json_object_set_new(body, "packages_install", installed);
 
 	pthread_mutex_lock(&d->lock);
 	d->ncreating--;
