@@ -36,6 +36,7 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "linux/cgroup.h"
 #include "net/policy.h"
 
 #define MAX_SPECS 64
@@ -701,8 +702,15 @@ static int fetch(sandlot_t *sb, enum mgr m, const char *const *specs, int mgrfd,
 	if (store(f, remote, mgrfd, name, keytext, err) < 0)
 		goto out;
 	rc = 0;
-out:
+out:;
+	char fid[32];
+	snprintf(fid, sizeof(fid), "%s", sandlot_id(f));
 	sandlot_destroy(f);
+	/* sandlot_destroy() gives the kernel about a second to let go of the
+	 * cgroup; nobody would retry later for this sandbox (sandlotd does for
+	 * its own), so wait a little longer here, on a loaded host. */
+	for (int i = 0; i < 40 && sandlot__cgroup_remove_named(fid, 0); i++)
+		usleep(100 * 1000);
 	return rc;
 }
 

@@ -18,9 +18,14 @@ The daemon under test runs in HOST (`nsenter --net`, so it keeps the host's
 mounts and cgroups), with --resolver 198.51.100.53.  A test CA signs one
 certificate for every test name; sandboxes get the CA file uploaded.
 """
+import base64
+import hashlib
+import io
 import ipaddress
 import json
 import os
+import tarfile
+import zipfile
 import shutil
 import subprocess
 import time
@@ -206,6 +211,66 @@ class FakeNet:
 
     def host_service_hits(self):
         return self.host_log.read_text().splitlines() if self.host_log.exists() else []
+
+    # -- package registries ------------------------------------------------------
+    def add_wheel(self, name, version, code):
+        """A pure-Python wheel of module `name`, listed in the PEP 503 index
+        at https://pypi.test/simple/NAME/."""
+        dist = f"{name}-{version}.dist-info"
+        files = {
+            f"{name}/__init__.py": code.encode(),
+            f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+            f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: sandlot-tests\n"
+                             b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+        }
+        record = ""
+        for path, data in files.items():
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record += f"{path},sha256={digest},{len(data)}\n"
+        files[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as z:
+            for path, data in files.items():
+                z.writestr(path, data)
+        whl = f"{name}-{version}-py3-none-any.whl"
+        (self.docroot / "files").mkdir(exist_ok=True)
+        (self.docroot / "files" / whl).write_bytes(buf.getvalue())
+        sha = hashlib.sha256(buf.getvalue()).hexdigest()
+        d = self.docroot / "simple" / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "index.html").write_text(
+            f'<html><body><a href="../../files/{whl}#sha256={sha}">{whl}</a></body></html>\n')
+        (self.docroot / "simple" / "index.html").write_text(
+            "".join(f'<a href="{p.name}/">{p.name}</a>\n'
+                    for p in (self.docroot / "simple").iterdir() if p.is_dir()))
+
+    def add_npm(self, name, version, index_js, scripts=None):
+        """An npm package at https://npm.test/NAME (packument) with its tarball."""
+        pkg = {"name": name, "version": version, "main": "index.js"}
+        if scripts:
+            pkg["scripts"] = scripts
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as t:
+            for path, data in (("package/package.json", json.dumps(pkg).encode()),
+                               ("package/index.js", index_js.encode())):
+                info = tarfile.TarInfo(path)
+                info.size = len(data)
+                info.mode = 0o644
+                t.addfile(info, io.BytesIO(data))
+        tgz = buf.getvalue()
+        d = self.docroot / name
+        (d / "-").mkdir(parents=True, exist_ok=True)
+        fname = f"{name}-{version}.tgz"
+        (d / "-" / fname).write_bytes(tgz)
+        packument = {
+            "name": name, "dist-tags": {"latest": version},
+            "versions": {version: dict(pkg, dist={
+                "tarball": f"https://npm.test/{name}/-/{fname}",
+                "shasum": hashlib.sha1(tgz).hexdigest(),
+                "integrity": "sha512-" + base64.b64encode(hashlib.sha512(tgz).digest()).decode(),
+            })},
+        }
+        (d / "index.json").write_text(json.dumps(packument))
 
     def daemon_prefix(self):
         return ["nsenter", f"--net=/run/netns/{self.host_ns}"]

@@ -65,7 +65,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_error(404)
                 return
             if os.path.isdir(path):
-                path = os.path.join(path, "index.html")
+                # a package index page, or an npm packument
+                json_index = os.path.join(path, "index.json")
+                path = json_index if os.path.exists(json_index) else os.path.join(path, "index.html")
             try:
                 with open(path, "rb") as f:
                     body = f.read()

@@ -37,7 +37,9 @@ def d(net, session_dirs, tmp_path_factory):
     from daemon import Daemon
     base = tmp_path_factory.mktemp("netd")
     dm = Daemon(base, data_dir=session_dirs["data_dir"] / "netd",
-                extra_args=["--resolver", "198.51.100.53", "--egress-max-connections", "8"],
+                extra_args=["--resolver", "198.51.100.53", "--egress-max-connections", "8",
+                            "--pip-index", "https://pypi.test/simple",
+                            "--npm-registry", "https://npm.test/", "--package-ca", str(net.ca)],
                 prefix=net.daemon_prefix()).start()
     yield dm
     rc = dm.stop()
@@ -493,3 +495,104 @@ def test_run_with_allow_host(net, sandlot, tmp_path):
     r = subprocess.run(argv + ["--net", "open", "--allow-host", "x.test", "--", "true"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 2 and "--allow-host cannot be used with --net open" in r.stderr, r
+
+
+# ---- packages ---------------------------------------------------------------------------------
+
+def registry_hits(net, since, addr):
+    return [e for e in net.arrivals(since, addr) if e["kind"] == "http"]
+
+
+def install(b, **packages):
+    return b.d.post(f"/v1/sandboxes/{b.id}/packages", json_body=packages, timeout=300)
+
+
+def test_pip_install_from_the_registry_then_from_the_cache(box, net):
+    net.add_wheel("sltestpkg", "1.0", "VALUE = 42\n")
+    a = box()   # no network of its own
+    t0 = time.time()
+    r = install(a, pip=["sltestpkg==1.0"])
+    assert r.status == 200, r
+    res = r.json()
+    assert res["from_cache"] is False and "Successfully installed sltestpkg-1.0" in res["output"], res
+    assert res["packages"] == {"pip": ["sltestpkg==1.0"], "npm": []}, res
+    assert registry_hits(net, t0, "198.51.100.20"), "nothing was downloaded from pypi.test"
+    out = a.sh("python3 -c 'import sltestpkg; print(sltestpkg.VALUE, sltestpkg.__file__)'")
+    assert out["stdout"].startswith("42 /home/user/.local/lib/python3"), out
+    # The registry was open for the download only, and not to this sandbox.
+    assert a.probe("https", "pypi.test", "/simple/").get("error") == "gaierror"
+    assert not [e for e in a.log() if e["name"] and "pypi.test" in e["name"]], a.log()
+    assert a.d.get(f"/v1/sandboxes/{a.id}").json()["options"]["packages"]["pip"] == ["sltestpkg==1.0"]
+
+    # This sandbox's copy is its own: changing it changes nobody else's.
+    a.sh("f=$(python3 -c 'import sltestpkg; print(sltestpkg.__file__)'); echo 'VALUE = 666' > $f")
+    b = box()
+    t1 = time.time()
+    r = install(b, pip=["sltestpkg==1.0"])
+    assert r.status == 200 and r.json()["from_cache"] is True, r
+    assert registry_hits(net, t1, "198.51.100.20") == [], "the second install downloaded"
+    out = b.sh("python3 -c 'import sltestpkg; print(sltestpkg.VALUE)'")
+    assert out["stdout"] == "42\n", out
+
+
+def test_npm_install_on_create_then_from_the_cache(box, net):
+    net.add_npm("sltest-left", "1.0.0", "module.exports = (s, n) => String(s).padStart(n);\n",
+                scripts={"postinstall": "node -e \"require('fs').writeFileSync('ran', 'yes')\""})
+    t0 = time.time()
+    a = box(packages={"npm": ["sltest-left@1.0.0"]})
+    assert a.record["packages_install"]["from_cache"] is False, a.record
+    assert a.record["options"]["packages"] == {"pip": [], "npm": ["sltest-left@1.0.0"]}, a.record
+    assert registry_hits(net, t0, "198.51.100.21"), "nothing was downloaded from npm.test"
+    out = a.sh("node -e \"console.log(require('sltest-left')('x', 3))\"; "
+               "cat node_modules/sltest-left/ran")
+    assert out["stdout"] == "  x\nyes", out   # its install script ran here, in the sandbox
+    b = box()
+    t1 = time.time()
+    r = install(b, npm=["sltest-left@1.0.0"])
+    assert r.status == 200 and r.json()["from_cache"] is True, r
+    assert registry_hits(net, t1, "198.51.100.21") == []
+    out = b.sh("node -e \"console.log(require('sltest-left')('y', 2))\"")
+    assert out["stdout"] == " y\n", out
+
+
+def test_failed_install_says_why_and_leaves_the_sandbox_usable(box, net, d):
+    b = box(ALLOW)
+    r = install(b, pip=["sltest-missing==9.9"])
+    assert r.status == 422, r
+    e = r.json()["error"]
+    assert e["code"] == "package_install_failed", e
+    assert "pip download failed" in e["message"], e
+    assert "No matching distribution found for sltest-missing==9.9" in e["output"], e
+    assert b.sh("echo alive")["stdout"] == "alive\n"
+    # Its own policy is as it was.
+    assert b.d.get(f"/v1/sandboxes/{b.id}/network").json()["allow"] == ["allowed.test"]
+    # A create whose packages fail is a failed create, with the output.
+    r = d.post("/v1/sandboxes", json_body={"packages": {"npm": ["sltest-missing@1.0.0"]}},
+               timeout=300)
+    assert r.status == 422 and "npm download failed" in r.json()["error"]["message"], r
+    assert "404" in r.json()["error"]["output"], r
+
+
+@pytest.mark.parametrize("packages,want", [
+    ({"pip": ["--index-url=https://evil.example/simple"]}, "invalid pip package"),
+    ({"pip": ["pkg @ https://evil.example/pkg.whl"]}, "invalid pip package"),
+    ({"pip": ["../../etc"]}, "invalid pip package"),
+    ({"pip": ["pkg; python_version>'3'"]}, "invalid pip package"),
+    ({"npm": ["git+https://github.com/x/y.git"]}, "invalid npm package"),
+    ({"npm": ["x@npm:evil@1"]}, "invalid npm package"),
+    ({"npm": ["file:../x"]}, "invalid npm package"),
+    ({"cargo": ["serde"]}, "unknown field"),
+    ({"pip": "pandas"}, "array"),
+])
+def test_bad_package_specifiers_are_refused(box, packages, want):
+    b = box()
+    r = install(b, **packages)
+    assert r.status == 400 and want in r.json()["error"]["message"], r
+
+
+def test_the_cache_is_out_of_every_sandbox(box, d):
+    cache = Path(d.data_dir) / "cache" / "packages"
+    assert cache.is_dir() and (cache.stat().st_mode & 0o777) == 0o700 and cache.stat().st_uid == 0
+    b = box()
+    out = b.sh("ls -a / /tmp /var/lib 2>&1; find / -xdev -name 'KEY' 2>/dev/null | head")
+    assert "sandlot-packages" not in out["stdout"] and "cache" not in out["stdout"], out
