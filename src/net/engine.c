@@ -661,7 +661,7 @@ struct sl_net *sandlot__net_attach(const char *id, int fds[3], struct sl_policy 
 	n->policy = p;
 	n->next_seq = 1;
 	memcpy(n->fds, fds, sizeof(n->fds));
-	n->tokens = sl_cfg.dns_qps;
+	n->tokens = 2.0 * sl_cfg.dns_qps; /* a full burst to start with */
 	n->tokens_ms = sl_now_ms();
 	struct cmd c = { .kind = CMD_ATTACH, .net = n };
 	engine_call(&c);

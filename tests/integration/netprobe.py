@@ -203,6 +203,30 @@ def main(argv):
             tcp = "--tcp" in args
             args = [a for a in args if a != "--tcp"]
             return dns(args[0], args[1], args[2] if len(args) > 2 else "A", tcp)
+        if cmd == "dnsflood":
+            import threading
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.connect((args[0], 53))
+            n = int(args[1])
+            rcodes = {}
+
+            def receive():   # while sending, so that no reply waits in a full buffer
+                s.settimeout(2)
+                try:
+                    for _ in range(n):
+                        r = s.recv(512)
+                        rcodes[r[3] & 15] = rcodes.get(r[3] & 15, 0) + 1
+                except socket.timeout:
+                    pass
+            t = threading.Thread(target=receive)
+            t.start()
+            for i in range(n):
+                s.send(struct.pack(">HHHHHH", i, 0x0100, 1, 0, 0, 0) +
+                       b"\x07allowed\x04test\x00" + struct.pack(">HH", 28, 1))
+                if i % 20 == 19:
+                    time.sleep(0.001)
+            t.join()
+            return {"rcodes": {str(k): v for k, v in rcodes.items()}}
         if cmd == "hello":
             return hello(args[0], args[1], args[2])
         if cmd == "hold":

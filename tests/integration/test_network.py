@@ -391,6 +391,27 @@ def test_connection_cap(box, net):
     assert any(e["reason"] == "connection_limit" for e in b.log()), b.log()
 
 
+def test_dns_rate_limit(box):
+    b = box(ALLOW)
+    r = b.probe("dnsflood", "198.51.100.53", 600)
+    # A burst of 200, then 100 a second: most of 600 at once are refused.
+    assert r["rcodes"].get("0", 0) >= 200 and r["rcodes"].get("5", 0) >= 100, r
+    limited = [e for e in b.log() if e["reason"] == "rate_limit"]
+    assert 1 <= len(limited) <= 5, limited   # logged once a second, not per query
+
+
+def test_pause_and_resume_keep_the_policy(box, net):
+    b = box(ALLOW)
+    assert b.probe("https", "allowed.test")["status"] == 200
+    assert b.set_network({"mode": "allowlist", "allow": ["blocked.test"]}).status == 200
+    r = b.d.post(f"/v1/sandboxes/{b.id}/pause")
+    assert r.status == 200, r
+    r = b.d.post(f"/v1/sandboxes/{b.id}/resume")
+    assert r.status == 200 and r.json()["options"]["network"]["allow"] == ["blocked.test"], r
+    assert b.probe("https", "blocked.test")["status"] == 200
+    assert b.probe("https", "allowed.test").get("error") == "gaierror"
+
+
 def test_log_paging_and_metrics(box, d):
     b = box(ALLOW)
     b.probe("https", "allowed.test")
@@ -596,3 +617,30 @@ def test_the_cache_is_out_of_every_sandbox(box, d):
     b = box()
     out = b.sh("ls -a / /tmp /var/lib 2>&1; find / -xdev -name 'KEY' 2>/dev/null | head")
     assert "sandlot-packages" not in out["stdout"] and "cache" not in out["stdout"], out
+
+
+# ---- the real registries (optional) ---------------------------------------------------------------
+
+def reachable(host):
+    import socket
+    try:
+        socket.create_connection((host, 443), timeout=3).close()
+        return None
+    except OSError as e:
+        return f"{host}:443 is not reachable from this machine ({e})"
+
+
+@pytest.mark.parametrize("manager,spec,check", [
+    ("pip", "tomli==2.0.1", "python3 -c 'import tomli; print(tomli.loads(\"a = 1\")[\"a\"])'"),
+    ("npm", "left-pad@1.3.0", "node -e \"console.log(require('left-pad')('1', 2, '0'))\""),
+])
+def test_real_registry_through_the_allowlist(sandlot, manager, spec, check):
+    host = "pypi.org" if manager == "pip" else "registry.npmjs.org"
+    why = reachable(host)
+    if why:
+        pytest.skip(why)
+    # The host's CA bundle: node trusts only its own otherwise, which is
+    # not what this host's operator chose.
+    env = {"SANDLOT_PACKAGE_CA": "/etc/ssl/certs/ca-certificates.crt"}
+    r = sandlot.run([f"--{manager}", spec, "--", "sh", "-c", check], extra_env=env, timeout=300)
+    assert r.rc == 0 and r.stdout in ("1\n", "01\n"), r

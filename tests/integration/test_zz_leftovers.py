@@ -44,6 +44,11 @@ def test_nothing_left_behind(session_dirs, sandlot):
         procs = hostscan.cgroup_procs(cg) or []
         if not procs or all(hostscan.ppid(p) in (0, 1) or not os.path.exists(f"/proc/{p}") for p in procs):
             problems.append(f"cgroup left: {cg} (procs {procs})")
+    # The fake internet's namespaces (test_network.py, fakenet.py).
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for ln in netns.splitlines():
+        if ln.startswith(f"sle{os.getpid() % 100000}"):
+            problems.append(f"network namespace left: {ln}")
     storage = data_dir / "storage"
     if storage.is_dir() and list(storage.iterdir()):
         problems.append(f"storage images left: {sorted(os.listdir(storage))}")
