@@ -105,7 +105,7 @@ struct sandlot {
 	pthread_mutex_t net_lock;
 	struct sl_policy *net_policy;  /* the policy now (never NULL once created) */
 	struct sl_net *net;            /* the egress engine's attachment, once it had a network */
-	int net_fds[3];                /* listeners until handed to the engine, else -1 */
+	struct nft_ctx *net_nft;       /* the namespace's nftables context, once it had a network */
 	int net_redirect;              /* the ruleset in the namespace redirects (not just drops) */
 };
 

@@ -50,7 +50,7 @@ static int apply_locked(sandlot_t *sb, struct sl_policy *p, sandlot_error_t **er
 	}
 	if (!sb->net) {
 		int fds[3] = { -1, -1, -1 };
-		if (sandlot__netns_egress(nsfd, 1, fds, err) < 0) {
+		if (sandlot__netns_egress(nsfd, 1, fds, &sb->net_nft, err) < 0) {
 			sl_policy_unref(p);
 			return sandlot__error_wrap(err, "set up the sandbox's network");
 		}
@@ -58,7 +58,7 @@ static int apply_locked(sandlot_t *sb, struct sl_policy *p, sandlot_error_t **er
 		sb->net = sandlot__net_attach(sb->id, fds, sl_policy_ref(p), err);
 		if (!sb->net) {
 			int none[3] = { 0, 0, 0 };
-			sandlot__netns_egress(nsfd, 0, none, NULL); /* back to dropping */
+			sandlot__netns_egress(nsfd, 0, none, &sb->net_nft, NULL); /* back to dropping */
 			sb->net_redirect = 0;
 			sl_policy_unref(p);
 			return sandlot__error_wrap(err, "set up the sandbox's network");
@@ -70,7 +70,7 @@ static int apply_locked(sandlot_t *sb, struct sl_policy *p, sandlot_error_t **er
 	/* Narrowing to none: stop new connections first, then close the old. */
 	int keep[3] = { 0, 0, 0 }; /* listeners exist: only the rules change */
 	if (!want_redirect && sb->net_redirect) {
-		if (sandlot__netns_egress(nsfd, 0, keep, err) < 0) {
+		if (sandlot__netns_egress(nsfd, 0, keep, &sb->net_nft, err) < 0) {
 			sl_policy_unref(p);
 			return sandlot__error_wrap(err, "change the sandbox's network");
 		}
@@ -80,7 +80,7 @@ static int apply_locked(sandlot_t *sb, struct sl_policy *p, sandlot_error_t **er
 	sl_policy_unref(sb->net_policy);
 	sb->net_policy = p;
 	if (want_redirect && !sb->net_redirect) {
-		if (sandlot__netns_egress(nsfd, 1, keep, err) < 0) {
+		if (sandlot__netns_egress(nsfd, 1, keep, &sb->net_nft, err) < 0) {
 			/* The engine has the policy but nothing reaches it: say so,
 			 * and record the truth. */
 			sandlot__net_set_policy(sb->net, sl_policy_compile(NULL, NULL));
@@ -110,7 +110,10 @@ void sandlot__net_stop(sandlot_t *sb)
 	pthread_mutex_lock(&sb->net_lock);
 	sandlot__net_detach(sb->net);
 	sb->net = NULL;
+	struct nft_ctx *nft = sb->net_nft;
+	sb->net_nft = NULL;
 	pthread_mutex_unlock(&sb->net_lock);
+	sandlot__netns_egress_close(nft);
 }
 
 int sandlot_set_network(sandlot_t *sb, const sandlot_net_policy_t *policy, sandlot_error_t **err)

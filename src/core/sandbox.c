@@ -258,7 +258,6 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sb->refs = 1;
 	pthread_mutex_init(&sb->env_lock, NULL);
 	pthread_mutex_init(&sb->net_lock, NULL);
-	sb->net_fds[0] = sb->net_fds[1] = sb->net_fds[2] = -1;
 	if (!sb->opts.memory_bytes)
 		sb->opts.memory_bytes = DEFAULT_MEMORY;
 	if (!sb->opts.disk_bytes)

@@ -48,12 +48,18 @@ void sandlot__netns_leave(int *saved_fd);
  * With redirect == 0 the ruleset only drops (the sandbox is back to
  * loopback only, and fails fast).  fds[] receives the listeners
  * (SANDLOT_NETNS_FD_*) the first time; later calls leave fds[] alone
- * when fds[0] >= 0.  On failure nothing is half-applied to the ruleset
- * (one nftables transaction) and fds[] is unchanged. */
+ * when fds[0] >= 0.  *nft is the nftables context the rules go through,
+ * made on the first call (NULL before) and reused after; release it with
+ * sandlot__netns_egress_close().  On failure nothing is half-applied to
+ * the ruleset (one nftables transaction) and fds[] is unchanged. */
 enum { SANDLOT_NETNS_FD_PROXY, SANDLOT_NETNS_FD_DNS_UDP, SANDLOT_NETNS_FD_DNS_TCP,
        SANDLOT_NETNS_NFDS };
+struct nft_ctx;
 int sandlot__netns_egress(int ns_fd, int redirect, int fds[SANDLOT_NETNS_NFDS],
-			  sandlot_error_t **err);
+			  struct nft_ctx **nft, sandlot_error_t **err);
+/* Free the context: slow (its socket's close waits for RCU, milliseconds),
+ * so on a teardown path. */
+void sandlot__netns_egress_close(struct nft_ctx *nft);
 
 /* Where the proxy listens inside each sandbox: a port below 1024, which
  * nothing in the sandbox may bind (see above), on 127.0.0.1. */

@@ -149,6 +149,7 @@ struct sl_net {
 	struct sl_ev ev[3];
 	struct sl_conn *conns;
 	unsigned nconns;
+	size_t pipe_bytes;              /* big pipes of its connections (proxy.c) */
 	struct sl_dnsq *dnsqs;
 	unsigned ndnsqs;
 	struct sl_dns_tcp *dns_tcps;
