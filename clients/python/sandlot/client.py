@@ -543,23 +543,32 @@ class Client:
 
     # -- sandboxes -------------------------------------------------------
     def create(self, *, image=None, memory=None, cpus=None, pids=None, disk=None, env=None,
-               network=None, ttl_seconds=None, idle_timeout_seconds=None, metadata=None,
-               auto_resume=None, paused_retention_seconds=None, from_snapshot=None, ports=None,
-               **extra):
+               network=None, packages=None, ttl_seconds=None, idle_timeout_seconds=None,
+               metadata=None, auto_resume=None, paused_retention_seconds=None, from_snapshot=None,
+               ports=None, allowed_domains=None, **extra):
         """Create a sandbox (POST /v1/sandboxes); returns its Sandbox.
 
         Sizes are bytes or strings like "512M"; ``metadata`` are labels
         (str -> str); ``from_snapshot`` the id of a paused or expired
         sandbox whose files the new one starts with; ``ports`` the ports to
-        expose (see Sandbox.ports).  Options the daemon does not know are
-        refused by it (BadRequestError naming the field)."""
+        expose (see Sandbox.ports).  ``network`` is a policy ({"mode":
+        "allowlist", "allow": [...], "deny": [...]}, "none" or "open";
+        docs/network.md), ``allowed_domains`` a shorthand for an allowlist of
+        those names; ``packages`` ({"pip": [...], "npm": [...]}) are installed
+        before this returns (PackageInstallError with the installers' output
+        if they cannot be).  Options the daemon does not know are refused by
+        it (BadRequestError naming the field)."""
+        network = _network(network, allowed_domains)
+        if isinstance(network, str):
+            network = {"mode": network}
         body = {k: v for k, v in dict(
             image=image, memory=memory, cpus=cpus, pids=pids, disk=disk, env=env, network=network,
-            ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds, metadata=metadata,
-            auto_resume=auto_resume, paused_retention_seconds=paused_retention_seconds,
-            from_snapshot=from_snapshot, ports=list(ports) if ports is not None else None,
-            **extra).items() if v is not None}
-        info = self._call("POST", "/v1/sandboxes", json_body=body)
+            packages=packages, ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds,
+            metadata=metadata, auto_resume=auto_resume,
+            paused_retention_seconds=paused_retention_seconds, from_snapshot=from_snapshot,
+            ports=list(ports) if ports is not None else None, **extra).items() if v is not None}
+        info = self._call("POST", "/v1/sandboxes", json_body=body,
+                          timeout=None if packages else _UNSET)
         return Sandbox(self, info["id"], info)
 
     def get(self, sandbox_id):
@@ -588,6 +597,21 @@ class Client:
         """DELETE the sandbox: kills everything, removes its files."""
         self._call("DELETE", f"/v1/sandboxes/{_q(sandbox_id)}", expect_json=False,
                    context=f"sandbox {sandbox_id}")
+
+
+def _network(network, allowed_domains):
+    """The "network" field from create()'s network= and allowed_domains=."""
+    if allowed_domains is None:
+        return network
+    if isinstance(allowed_domains, str):
+        raise ValueError("allowed_domains must be a list of host names, not one string")
+    if network not in (None, "allowlist") and not (isinstance(network, dict) and
+                                                   network.get("mode", "allowlist") == "allowlist"):
+        raise ValueError("allowed_domains needs an allowlist: leave network= out")
+    policy = dict(network) if isinstance(network, dict) else {}
+    policy["mode"] = "allowlist"
+    policy["allow"] = list(policy.get("allow", [])) + [str(d) for d in allowed_domains]
+    return policy
 
 
 def _late_answer(conn, method):
@@ -784,6 +808,43 @@ class Sandbox:
         host = f"[{ep.host}]" if ":" in ep.host else ep.host
         headers = {"Authorization": f"Bearer {self.client._token}"} if self.client._token else {}
         return f"{scheme}://{host}:{ep.port}{self._path(f'/ports/{int(port)}/')}", headers
+
+    # -- network and packages (docs/network.md) ---------------------------
+    def set_network(self, network=None, *, allow=None, deny=None):
+        """Replace the network policy: a policy dict, "none" or "open", or
+        ``allow=[...]`` (an allowlist) with ``deny=[...]``.  When it returns,
+        connections the new policy does not allow have been closed."""
+        if network is None:
+            network = {"mode": "allowlist" if allow is not None else "none"}
+        elif isinstance(network, str):
+            network = {"mode": network}
+        else:
+            network = dict(network)
+        if allow is not None:
+            network["allow"] = list(allow)
+        if deny is not None:
+            network["deny"] = list(deny)
+        return self._set(self._call("PUT", "/network", json_body=network))
+
+    def network(self):
+        """The policy in force: {"mode", "allow", "deny"}."""
+        return self._call("GET", "/network")
+
+    def network_log(self, after=0):
+        """The network log after seq ``after``: {"events": [...], "next",
+        "dropped"}; each event a DNS query or connection, allowed or refused,
+        with the reason."""
+        return self._call("GET", "/network/log", query=[("after", str(int(after)))])
+
+    def install_packages(self, pip=None, npm=None):
+        """Install pip requirements and npm packages (pip --user; node_modules
+        in /home/user).  Returns {"output", "from_cache", "duration_ms",
+        "packages"}; raises PackageInstallError (its ``output`` is what the
+        installer printed) when they cannot be installed."""
+        body = {k: list(v) for k, v in (("pip", pip), ("npm", npm)) if v}
+        if not body:
+            raise ValueError("give pip= or npm= packages to install")
+        return self._call("POST", "/packages", json_body=body, timeout=None)
 
     # -- exec ------------------------------------------------------------
     def _exec_body(self, command, argv, cwd, env, stdin, timeout, output, output_limit):

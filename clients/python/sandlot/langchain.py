@@ -55,6 +55,9 @@ ARGS_JSON_SCHEMA = {
                      "description": "python, javascript or bash"},
         "timeout": {"type": "number", "minimum": 0,
                     "description": "seconds before the run is interrupted (optional)"},
+        "packages": {"type": "array", "items": {"type": "string"},
+                     "description": "packages to install first: pip requirements for python "
+                                    "(e.g. pandas==2.2.0), npm packages for javascript"},
     },
     "required": ["code"],
 }
@@ -76,6 +79,9 @@ def _args_schema():
         code: str = Field(..., description="the code to run")
         language: str = Field("python", description="python, javascript or bash")
         timeout: Optional[float] = Field(None, description="seconds before the run is interrupted")
+        packages: Optional[list] = Field(
+            None, description="packages to install first: pip requirements for python "
+                              "(e.g. pandas==2.2.0), npm packages for javascript")
 
     return SandlotToolInput
 
@@ -84,10 +90,16 @@ class SandlotTool(_BaseTool):
     """Runs ``code`` in a sandlot sandbox (see the module doc).
 
     Constructor: ``SandlotTool(sandbox=None, *, client=None,
-    sandbox_options=None, default_timeout=60.0, max_output_chars=20000)``.
-    ``sandbox`` is a sandlot.Sandbox (or an id); without one, a sandbox is
-    created with ``client`` (default ``Client()``) and ``sandbox_options``
-    (create's keyword arguments) on first use, and destroyed by ``close()``.
+    sandbox_options=None, default_timeout=60.0, max_output_chars=20000,
+    allow_network=False, allowed_domains=None)``.  ``sandbox`` is a
+    sandlot.Sandbox (or an id); without one, a sandbox is created with
+    ``client`` (default ``Client()``) and ``sandbox_options`` (create's
+    keyword arguments) on first use, and destroyed by ``close()``.
+    ``allowed_domains`` (["api.github.com", "*.githubusercontent.com"])
+    gives the sandbox it creates an allowlist; ``allow_network=True``
+    without domains the public internet (docs/network.md).  Packages the
+    model asks for are installed whatever the network: sandlotd downloads
+    them, not the sandbox.
     """
 
     name: str = "sandlot_run_code"
@@ -99,6 +111,8 @@ class SandlotTool(_BaseTool):
     sandbox_options: object = None
     default_timeout: object = 60.0
     max_output_chars: int = 20000
+    allow_network: bool = False
+    allowed_domains: object = None
 
     # The sandbox holder: a private attribute of the pydantic model when
     # BaseTool is one (a leading underscore keeps it out of the fields).
@@ -106,6 +120,20 @@ class SandlotTool(_BaseTool):
 
     def __init__(self, sandbox=None, **kwargs):
         kwargs["sandbox"] = sandbox
+        domains = kwargs.get("allowed_domains")
+        if domains is not None or kwargs.get("allow_network"):
+            if isinstance(domains, str):
+                raise TypeError("allowed_domains must be a list of host names")
+            opts = dict(kwargs.get("sandbox_options") or {})
+            if domains:
+                opts["allowed_domains"] = list(domains)
+            else:
+                opts["network"] = "open"
+            kwargs["sandbox_options"] = opts
+            kwargs.setdefault("description", DESCRIPTION.replace(
+                "There is no network access.",
+                f"Network access: {', '.join(domains)} only." if domains
+                else "It can reach the public internet."))
         if HAVE_LANGCHAIN:
             super().__init__(**kwargs)
         else:
@@ -120,7 +148,7 @@ class SandlotTool(_BaseTool):
             object.__setattr__(self, "_holder", holder)
 
     # -- the tool --------------------------------------------------------
-    def _run(self, code, language="python", timeout=None, run_manager=None):
+    def _run(self, code, language="python", timeout=None, packages=None, run_manager=None):
         if not isinstance(code, str) or not code.strip():
             raise ToolException("code must be a non-empty string")
         language = (language or "python").lower()
@@ -131,6 +159,16 @@ class SandlotTool(_BaseTool):
         elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise ToolException(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         sb = self._holder.sandbox
+        if packages:
+            if isinstance(packages, str) or not all(isinstance(p, str) for p in packages):
+                raise ToolException("packages must be a list of strings")
+            if language == "bash":
+                raise ToolException("packages are for python (pip) or javascript (npm), not bash")
+            try:
+                sb.install_packages(**{"pip" if language == "python" else "npm": list(packages)})
+            except SandlotError as e:
+                out = getattr(e, "output", "")
+                raise ToolException(f"sandlot: {e}" + (f"\n{out[-4000:]}" if out else "")) from e
         try:
             r = sb.run_code(code, language=language, timeout=timeout or None)
         except SandlotError as e:
