@@ -174,7 +174,7 @@ def test_create_get_list_delete(sandlotd):
     assert sb["ended_at"] is None and sb["end_reason"] is None
     assert sb["options"] == {"image": "host", "memory": 64 << 20, "cpus": 0.5, "pids": 32,
                              "disk": 32 << 20, "env": {"GREETING": "hello"},
-                             "network": "none", "ports": []}
+                             "network": {"mode": "none", "allow": [], "deny": []}, "ports": []}
     assert sb["metadata"] == {"team": "a", "run": "1"}
     assert sb["ttl_seconds"] == 0 and sb["idle_timeout_seconds"] == 0
 
