@@ -454,15 +454,19 @@ static pid_t ns_init_pid(const struct sandlot *sb)
 	return ns ? ns->pid : 0;
 }
 
-/* The sandbox's network namespace is its init's: entered through the
- * pidfd (Linux 5.8+; the pid is our unreaped child, so it cannot have been
- * reused), or through /proc/PID/ns/net where setns() takes no pidfd. */
+/* The sandbox's network namespace: the one ns_start() made for it (whose
+ * descriptor we hold), else its init's, entered through the pidfd (Linux
+ * 5.8+; the pid is our unreaped child, so it cannot have been reused), or
+ * through /proc/PID/ns/net where setns() takes no pidfd. */
 static int ns_port_connect(struct sandlot *sb, uint16_t port, unsigned timeout_ms,
 			   sandlot_error_t **err)
 {
 	struct ns_state *ns = sb->backend;
 	if (!ns || ns->pid <= 0)
 		return sandlot__error(err, EPIPE, "the sandbox is gone");
+	/* The namespace the host made for the sandbox (ns_start). */
+	if (ns->netns_fd >= 0)
+		return sandlot__netns_connect_loopback(ns->netns_fd, port, (int)timeout_ms, err);
 	if (ns->pidfd >= 0) {
 		sandlot_error_t *e = NULL;
 		int fd = sandlot__netns_connect_loopback(ns->pidfd, port, (int)timeout_ms, &e);
