@@ -11,9 +11,10 @@ PYTEST ?= /usr/bin/python3 -m pytest
 BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev libhttp-parser-dev e2fsprogs nettle-dev debootstrap libnftables-dev libc-ares-dev
 # matplotlib, pandas, numpy: the interpreter and seccomp tests run real data-science code;
 # dnsmasq-base, openssl, socat, curl, nftables: the fake internet of the network tests
-TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy dnsmasq-base openssl socat curl nftables
+# clang, libclang-rt-14-dev: libFuzzer targets (scripts/fuzz.sh)
+TEST_DEPS = python3-pytest bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy dnsmasq-base openssl socat curl nftables clang libclang-rt-14-dev
 
-.PHONY: all deps test-deps demo check unit asan integration mcp-check ts-check image-minimal image-python-data clean
+.PHONY: all deps test-deps demo check unit asan tsan fuzz integration mcp-check ts-check image-minimal image-python-data clean
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -50,10 +51,18 @@ image-python-data: deps all
 unit: all
 	$(MESON) test -C $(BUILD) --suite unit --print-errorlogs
 
-asan:
-	@[ -f $(ASAN_BUILD)/build.ninja ] || $(MESON) setup $(ASAN_BUILD) -Db_sanitize=address,undefined -Db_lundef=false
-	ninja -C $(ASAN_BUILD) $$(cd $(ASAN_BUILD) && ninja -t targets all | grep -o '^tests/[^:]*test-[a-z-]*' | sort -u)
-	$(MESON) test -C $(ASAN_BUILD) --suite unit --print-errorlogs
+# The unit tests under ASan+UBSan; also leaves sandlotd and the CLI built
+# so in $(ASAN_BUILD)/bin (SANDLOT_TEST_BIN_DIR for the integration tests).
+asan: all
+	BUILD=$(BUILD) ASAN_BUILD=$(ASAN_BUILD) scripts/sanitize-build.sh asan
+	$(MESON) test -C $(ASAN_BUILD) --suite unit --print-errorlogs --no-rebuild
+
+# sandlotd under ThreadSanitizer in build-tsan/bin, and the concurrency
+# tests of tests/tsan-tests.txt against it.
+tsan: all
+	BUILD=$(BUILD) scripts/sanitize-build.sh tsan
+	SANDLOT_TEST_BIN_DIR=$(CURDIR)/build-tsan/bin TSAN_OPTIONS=halt_on_error=1:exitcode=66:suppressions=$(CURDIR)/tests/tsan.supp \
+		$(PYTEST) -q $$(grep -v '^#' tests/tsan-tests.txt)
 
 integration: all
 	$(PYTEST) -q tests/integration
@@ -80,5 +89,10 @@ ts-check: all
 	cd clients/typescript && $(NPM) run --silent build && $(NPM) run --silent build:test
 	cd clients/typescript && node --test --test-concurrency=1 --test-reporter=$(TS_REPORTER) dist-test/*.test.js
 
+# Every libFuzzer target for FUZZ_SECONDS (default 20) each.
+fuzz:
+	@scripts/apt-install.sh clang libclang-rt-14-dev
+	scripts/fuzz.sh
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-tsan build-fuzz

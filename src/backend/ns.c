@@ -88,7 +88,8 @@ static void ns_release(struct ns_state *ns)
 /* Child after clone: only raw syscalls (the parent may be multi-threaded,
  * so malloc and stdio locks may be held by threads that do not exist here).
  * Reports a failure as "errno message" on the status pipe. */
-static __attribute__((noreturn)) void child_fail(int status_fd, const char *what)
+static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_fail(int status_fd,
+									  const char *what)
 {
 	char buf[160];
 	int e = errno, n = 0;
@@ -104,10 +105,10 @@ static __attribute__((noreturn)) void child_fail(int status_fd, const char *what
 	for (const char *p = what; *p && n < (int)sizeof(buf) - 2; p++)
 		buf[n++] = *p;
 	buf[n++] = '\n';
-	if (write(status_fd, buf, (size_t)n) < 0) {
+	if (sys_write(status_fd, buf, (size_t)n) < 0) {
 		/* nothing more we can do */
 	}
-	_exit(127);
+	sys_exit_group(127);
 }
 
 struct child_args {
@@ -117,7 +118,7 @@ struct child_args {
 	char *const *argv;
 };
 
-static __attribute__((noreturn)) void child_main(const struct child_args *a)
+static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struct child_args *a)
 {
 	char c;
 	/* Into the sandbox's cgroup before anything else (v1; on v2 the
@@ -128,10 +129,10 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	 * parent gave up on us. */
 	ssize_t n;
 	do
-		n = read(a->sync_rd, &c, 1);
+		n = sys_read(a->sync_rd, &c, 1);
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
-		_exit(1);
+		sys_exit_group(1);
 	/* Raw syscalls: see sys_setgroups0() (glibc's wrappers can deadlock
 	 * here when the parent is multi-threaded, as sandlotd is). */
 	if (sys_setgroups0() < 0)
@@ -145,21 +146,22 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	int hi[5];
 	for (int i = 0; i < 5; i++) {
 		hi[i] = -1;
-		if (src[i] >= 0 && (hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 100)) < 0)
+		if (src[i] >= 0 && (hi[i] = sys_dupfd_cloexec(src[i], 100)) < 0)
 			child_fail(a->status_wr, "dup");
 	}
 	int status_fd = hi[1];
 	for (int i = 0; i < 5; i++)
-		if (hi[i] >= 0 && dup2(hi[i], INIT_FD_PROTO + i) < 0)
+		if (hi[i] >= 0 && sys_dup2(hi[i], INIT_FD_PROTO + i) < 0)
 			child_fail(status_fd, "dup2");
-	if (dup2(a->devnull, 0) < 0 || dup2(a->devnull, 1) < 0 || dup2(a->devnull, 2) < 0)
+	if (sys_dup2(a->devnull, 0) < 0 || sys_dup2(a->devnull, 1) < 0 ||
+	    sys_dup2(a->devnull, 2) < 0)
 		child_fail(status_fd, "dup2 stdio");
 	if (sys_close_range(INIT_FD_IMAGE + 1, ~0U, 0) < 0) {
 		for (int fd = INIT_FD_IMAGE + 1; fd < 1024; fd++)
-			close(fd);
+			sys_close(fd);
 	}
 	char *const envp[] = { NULL };
-	execve(a->init_path, a->argv, envp);
+	sys_execve(a->init_path, a->argv, envp);
 	child_fail(INIT_FD_STATUS, "exec sandlot-init");
 }
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "sandlot.h"
+#include "common/lines.h"
 
 /* Exit statuses of our own (the command's status is passed through). */
 #define EXIT_USAGE 2        /* bad arguments: sizes, durations, paths, options */
@@ -21,7 +22,7 @@ int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((forma
 int cli_option_error(const char *verb, int c, char **argv);
 
 /* Read all of fd (a FILE or stdin; `what` names it in messages), at most
- * max bytes, into a malloc'd *out.  0, or an exit status after printing
+ * max bytes, into a malloc'd *out, NUL-terminated (*outlen bytes before the NUL).  0, or an exit status after printing
  * why (2 for an unreadable or too large input). */
 int cli_read_all(const char *verb, int fd, const char *what, size_t max, char **out, size_t *outlen);
 
@@ -127,15 +128,9 @@ int cmd_network(int argc, char **argv);
 
 /* NDJSON exec event stream (exec.c; also used by logs.c): writes stdout and
  * stderr data to fds 1 and 2 as they arrive and keeps the exit event. */
-/* A partial line of an NDJSON stream (client_lines_feed() in client.h). */
-struct client_lines {
-	char *buf;               /* a partial line (no '\n' yet) */
-	size_t len, cap;
-};
-
 struct exec_stream {
 	const char *verb;
-	struct client_lines lines;
+	struct sl_lines lines;   /* a partial NDJSON line */
 	int base64;              /* data fields are base64 (we asked for it) */
 	int broken_pipe;         /* our stdout or stderr is gone */
 	int bad;                 /* a line that is not an event: message printed */

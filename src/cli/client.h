@@ -143,24 +143,7 @@ char *client_escape(const char *s);
 const char *client_str(json_t *o, const char *key);
 /* Write all of buf to fd; 0 or -1 (errno). */
 int client_write_all(int fd, const void *buf, size_t len);
-/* Decode base64 (standard alphabet, padding optional, whitespace skipped)
- * into out, which has room for len / 4 * 3 + 3 bytes.  Returns the decoded
- * length, or -1 for a character outside the alphabet or data after '='. */
-ssize_t client_base64_decode(const char *in, size_t len, unsigned char *out);
 
-/* NDJSON streams: complete lines out of the chunks a sink receives
- * (struct client_lines is in cli.h). */
-/* Call on_line for each complete line in data (without its '\n'; a line
- * wholly inside data is passed without a copy); keep a partial one for the
- * next call.  Returns 0; -1 if on_line returned < 0 or memory ran out; -2
- * if a line grew past max bytes (nothing more is read). */
-int client_lines_feed(struct client_lines *l, const char *data, size_t len, size_t max,
-		      int (*on_line)(void *ud, const char *line, size_t len), void *ud);
-/* The last line when it came without its '\n' (at the end of a stream):
- * on_line's result, 0 if there is none. */
-int client_lines_flush(struct client_lines *l,
-		       int (*on_line)(void *ud, const char *line, size_t len), void *ud);
-void client_lines_free(struct client_lines *l);
 
 /* SIGINT, SIGTERM and SIGHUP blocked and delivered through the returned
  * non-blocking signalfd (-1 with errno on failure), SIGPIPE ignored: for

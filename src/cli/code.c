@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "common/base64.h"
 #include "common/cleanup.h"
 
 static const char code_help[] =
@@ -98,7 +99,7 @@ struct code_args {
 };
 
 struct code_stream {
-	struct client_lines lines;
+	struct sl_lines lines;
 	int broken_pipe;
 	int bad;
 	unsigned images;             /* images seen */
@@ -129,8 +130,8 @@ static void show_image(struct code_stream *s, const char *mime, const char *b64,
 		out_text(s, 2, msg, (size_t)m);
 		return;
 	}
-	unsigned char *raw = malloc(len / 4 * 3 + 4);
-	ssize_t rl = raw ? client_base64_decode(b64, len, raw) : -1;
+	unsigned char *raw = malloc(sandlot__base64_decoded_max(len));
+	ssize_t rl = raw ? sandlot__base64_decode(b64, len, raw) : -1;
 	if (rl < 0) {
 		fprintf(stderr, "sandlot code: an image from sandlotd is not base64\n");
 		free(raw);
@@ -218,7 +219,7 @@ static int on_line(void *ud, const char *line, size_t len)
 static int stream_sink(void *ud, const char *data, size_t len)
 {
 	struct code_stream *s = ud;
-	int rc = client_lines_feed(&s->lines, data, len, LINE_MAX_BYTES, on_line, s);
+	int rc = sl_lines_feed(&s->lines, data, len, LINE_MAX_BYTES, on_line, s);
 	if (rc == -2) {
 		fprintf(stderr, "sandlot code: an event from sandlotd is too large\n");
 		s->bad = 1;
@@ -377,7 +378,7 @@ static int code_run(const struct code_args *a, const char *host, const char *tok
 	client_req_free(&intr);
 
 	if (client_done(&req) && !a->json)
-		client_lines_flush(&st.lines, on_line, &st); /* a last event without its newline */
+		sl_lines_flush(&st.lines, on_line, &st); /* a last event without its newline */
 	if (!client_done(&req)) {
 		rc = 128 + sig;
 	} else if (req.transport || req.status == 0 || req.status >= 300) {
@@ -404,7 +405,7 @@ static int code_run(const struct code_args *a, const char *host, const char *tok
 	json_decref(body);
 	json_decref(intr_body);
 	json_decref(st.result);
-	client_lines_free(&st.lines);
+	sl_lines_free(&st.lines);
 	client_free(&cl);
 	return rc;
 }

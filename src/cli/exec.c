@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "common/base64.h"
 #include "common/cleanup.h"
 
 static const char exec_help[] =
@@ -86,10 +87,10 @@ static int emit(struct exec_stream *s, int fd, json_t *data)
 		return 0;
 	int rc;
 	if (s->base64) {
-		unsigned char *raw = malloc(len / 4 * 3 + 4);
+		unsigned char *raw = malloc(sandlot__base64_decoded_max(len));
 		if (!raw)
 			return -1;
-		ssize_t n = client_base64_decode(text, len, raw);
+		ssize_t n = sandlot__base64_decode(text, len, raw);
 		if (n < 0) {
 			free(raw);
 			fprintf(stderr, "sandlot %s: sandlotd sent output that is not base64\n", s->verb);
@@ -165,7 +166,7 @@ static int on_line(void *ud, const char *line, size_t len)
 int exec_stream_sink(void *ud, const char *data, size_t len)
 {
 	struct exec_stream *s = ud;
-	int rc = client_lines_feed(&s->lines, data, len, STREAM_LINE_MAX, on_line, s);
+	int rc = sl_lines_feed(&s->lines, data, len, STREAM_LINE_MAX, on_line, s);
 	if (rc == -2) {
 		fprintf(stderr, "sandlot %s: an event from sandlotd is too large\n", s->verb);
 		s->bad = 1;
@@ -175,7 +176,7 @@ int exec_stream_sink(void *ud, const char *data, size_t len)
 
 void exec_stream_free(struct exec_stream *s)
 {
-	client_lines_free(&s->lines);
+	sl_lines_free(&s->lines);
 	json_decref(s->result);
 	s->result = NULL;
 }

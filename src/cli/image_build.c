@@ -600,7 +600,8 @@ static int hash_dir(int dfd, const char *rel, struct sha256_ctx *tree, struct tr
 		if (!(names[n++] = strdup(de->d_name)))
 			goto fail;
 	}
-	qsort(names, n, sizeof(char *), cmp_names);
+	if (n) /* an empty directory: names is NULL, which qsort may not be given */
+		qsort(names, n, sizeof(char *), cmp_names);
 	int rc = 0;
 	for (size_t i = 0; i < n && rc == 0 && !interrupted; i++) {
 		struct stat st;

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "common/base64.h"
 #include "common/cleanup.h"
 
 static const char logs_help[] =
@@ -60,8 +61,8 @@ static int write_field(int fd, json_t *status, const char *key)
 	size_t len = json_string_length(v);
 	if (strcmp(client_str(status, "output"), "base64") != 0)
 		return client_write_all(fd, text, len);
-	unsigned char *raw = malloc(len / 4 * 3 + 4);
-	ssize_t n = raw ? client_base64_decode(text, len, raw) : -1;
+	unsigned char *raw = malloc(sandlot__base64_decoded_max(len));
+	ssize_t n = raw ? sandlot__base64_decode(text, len, raw) : -1;
 	int rc = n < 0 ? -2 : client_write_all(fd, raw, (size_t)n);
 	free(raw);
 	return rc;

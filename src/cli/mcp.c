@@ -42,6 +42,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "common/base64.h"
 #include "common/cleanup.h"
 #include "common/json.h"
 
@@ -451,29 +452,9 @@ static int abandoned(const struct call *k)
 
 static json_t *base64_json(const unsigned char *in, size_t len)
 {
-	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	size_t olen = (len + 2) / 3 * 4;
-	char *out = malloc(olen + 1);
-	if (!out)
-		return NULL;
-	size_t o = 0, i = 0;
-	for (; i + 3 <= len; i += 3) {
-		uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-		out[o++] = tab[v >> 18];
-		out[o++] = tab[(v >> 12) & 63];
-		out[o++] = tab[(v >> 6) & 63];
-		out[o++] = tab[v & 63];
-	}
-	if (i < len) {
-		uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < len ? (uint32_t)in[i + 1] << 8 : 0);
-		out[o++] = tab[v >> 18];
-		out[o++] = tab[(v >> 12) & 63];
-		out[o++] = i + 1 < len ? tab[(v >> 6) & 63] : '=';
-		out[o++] = '=';
-	}
-	json_t *s = json_stringn_nocheck(out, o);
-	free(out);
-	return s;
+	size_t olen;
+	cleanup_free char *out = sandlot__base64_encode_alloc(in, len, &olen);
+	return out ? json_stringn_nocheck(out, olen) : NULL;
 }
 
 /* "sandlot://sb-.../home/user/a%20b.bin": where a binary file came from. */
@@ -1247,12 +1228,12 @@ static void tool_write_file(struct call *k)
 	size_t len = json_string_length(content);
 	cleanup_free unsigned char *decoded = NULL;
 	if (enc && !strcmp(enc, "base64")) {
-		decoded = malloc(len / 4 * 3 + 3);
+		decoded = malloc(sandlot__base64_decoded_max(len));
 		if (!decoded) {
 			fail(k, "out of memory");
 			return;
 		}
-		ssize_t n = client_base64_decode(data, len, decoded);
+		ssize_t n = sandlot__base64_decode(data, len, decoded);
 		if (n < 0) {
 			fail(k, "content is not valid base64 (encoding is \"base64\")");
 			return;

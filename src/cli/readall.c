@@ -37,6 +37,18 @@ int cli_read_all(const char *verb, int fd, const char *what, size_t max, char **
 			break;
 		len += (size_t)n;
 	}
+	/* NUL-terminated: `run --lang` passes short code on as an argv string
+	 * (without the terminator it went on into uninitialised memory, which
+	 * ASan's malloc fill showed as bytes that are not UTF-8). */
+	if (len == cap) {
+		char *nb = realloc(buf, cap + 1);
+		if (!nb) {
+			free(buf);
+			return EXIT_SANDLOT;
+		}
+		buf = nb;
+	}
+	buf[len] = '\0';
 	*out = buf;
 	*outlen = len;
 	return 0;

@@ -168,14 +168,19 @@ static int directive(struct recipe *r, int line, char *text, char *msg, size_t l
 			return fail(msg, len, path, line, "file needs exactly SRC and DEST");
 		if (dst[0] != '/')
 			return fail(msg, len, path, line, "file DEST must be absolute, not \"%s\"", dst);
-		char full[4200];
-		struct stat st;
-		snprintf(full, sizeof(full), "%s/%s", src[0] == '/' ? "" : r->dir, src);
-		if (lstat(full, &st) < 0)
-			return fail(msg, len, path, line, "file %s: %s", full, strerror(errno));
-		if (push(&r->steps, &r->nsteps, line, full, dst, 0))
+		/* Allocated, not a fixed buffer: a long SRC cut short could name
+		 * another file (a run of slashes cut down to "/"). */
+		char *full = NULL;
+		if (asprintf(&full, "%s/%s", src[0] == '/' ? "" : r->dir, src) < 0)
 			return fail(msg, len, path, line, "out of memory");
-		return 0;
+		struct stat st;
+		int rc = 0;
+		if (lstat(full, &st) < 0)
+			rc = fail(msg, len, path, line, "file %.1024s: %s", full, strerror(errno));
+		else if (push(&r->steps, &r->nsteps, line, full, dst, 0))
+			rc = fail(msg, len, path, line, "out of memory");
+		free(full);
+		return rc;
 	}
 	if (!strcmp(d, "run")) {
 		if (push(&r->steps, &r->nsteps, line, arg, NULL, 1))
@@ -193,7 +198,8 @@ static int directive(struct recipe *r, int line, char *text, char *msg, size_t l
 	return fail(msg, len, path, line, "unknown directive \"%.40s\" (known: %s)", d, known);
 }
 
-int recipe_parse(const char *path, struct recipe *r, char *msg, size_t len)
+/* path and dir set, nothing else. */
+static int recipe_begin(const char *path, struct recipe *r, char *msg, size_t len)
 {
 	memset(r, 0, sizeof(*r));
 	r->path = strdup(path);
@@ -201,6 +207,15 @@ int recipe_parse(const char *path, struct recipe *r, char *msg, size_t len)
 	r->dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
 	if (!r->path || !r->dir)
 		return fail(msg, len, path, 0, "out of memory");
+	return 0;
+}
+
+static int parse_text(struct recipe *r, char *msg, size_t len);
+
+int recipe_parse(const char *path, struct recipe *r, char *msg, size_t len)
+{
+	if (recipe_begin(path, r, msg, len) < 0)
+		return -1;
 	struct stat st;
 	if (stat(path, &st) < 0)
 		return fail(msg, len, path, 0, "%s", strerror(errno));
@@ -212,7 +227,28 @@ int recipe_parse(const char *path, struct recipe *r, char *msg, size_t len)
 	r->text_len = strlen(r->text);
 	if (r->text_len != (size_t)st.st_size)
 		return fail(msg, len, path, 0, "contains a NUL byte: not a recipe");
+	return parse_text(r, msg, len);
+}
 
+int recipe_parse_text(const char *path, const char *text, size_t text_len, struct recipe *r,
+		      char *msg, size_t len)
+{
+	if (recipe_begin(path, r, msg, len) < 0)
+		return -1;
+	if (text_len > RECIPE_MAX)
+		return fail(msg, len, path, 0, "not a recipe (a text file of at most 1 MiB)");
+	if (memchr(text, 0, text_len))
+		return fail(msg, len, path, 0, "contains a NUL byte: not a recipe");
+	if (!(r->text = strndup(text, text_len)))
+		return fail(msg, len, path, 0, "out of memory");
+	r->text_len = text_len;
+	return parse_text(r, msg, len);
+}
+
+/* Parse r->text (NUL-free) into r. */
+static int parse_text(struct recipe *r, char *msg, size_t len)
+{
+	const char *path = r->path;
 	char *copy = strdup(r->text);
 	if (!copy)
 		return fail(msg, len, path, 0, "out of memory");

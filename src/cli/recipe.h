@@ -43,6 +43,12 @@ struct recipe {
 /* Read and check `path`.  0, or -1 with "PATH:LINE: reason" (or "PATH:
  * reason") in msg. */
 int recipe_parse(const char *path, struct recipe *r, char *msg, size_t msglen);
+/* The same for a recipe given as text (text_len bytes, not NUL-terminated;
+ * a NUL byte is an error), read as if from `path` (file SRC is relative to
+ * its directory, and messages name it).  The fuzz entry point's way in. */
+int recipe_parse_text(const char *path, const char *text, size_t text_len, struct recipe *r,
+		      char *msg, size_t msglen);
+/* Frees what recipe_parse*() made, after success or failure alike. */
 void recipe_free(struct recipe *r);
 
 /* The recipe line that asked for Debian package `name` (with or without

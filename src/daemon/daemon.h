@@ -152,6 +152,23 @@ struct daemon {
 
 int64_t daemon_now_ms(void);    /* wall clock */
 
+/* Fault-injection points, for tests that must reach both sides of a race
+ * (tests/README.md).  Only a build configured with -Dfault_injection=true
+ * has them; in any other (the default, the Makefile's build/, a package)
+ * daemon_fault() is an empty inline function and no environment can reach
+ * it.  Where compiled in, SANDLOT_FAULT=NAME in sandlotd's environment makes
+ * the point NAME log "fault_point point=NAME" and stop the whole daemon
+ * (SIGSTOP), so that a test can kill -9 it exactly there; sandlotd logs
+ * "fault_injection point=NAME" at start when one is armed. */
+#ifdef SANDLOT_FAULT_INJECTION
+void daemon_fault(const char *name);
+#else
+static inline void daemon_fault(const char *name)
+{
+	(void)name;
+}
+#endif
+
 /* ---- sandboxes.c -------------------------------------------------------- */
 
 /* Look up a sandbox for an API call and take a reference that also marks it
@@ -236,6 +253,10 @@ void execs_release(struct dsb *s);
 /* ---- files.c ------------------------------------------------------------ */
 
 extern const struct http_route file_routes[];
+/* The query parameters the file routes check (path, mode, recursive), on
+ * their own: 0, or -1 having answered 400.  The routes check them once they
+ * hold the sandbox; tests/fuzz/fuzz_requests.c, which has none, here. */
+int files_check_query(struct http_req *req);
 
 /* ---- registry.c --------------------------------------------------------- */
 

@@ -61,6 +61,7 @@
 #include <unistd.h>
 
 #include "daemon/daemon.h"
+#include "common/base64.h"
 #include "common/util.h"
 
 #define DEFAULT_TIMEOUT_MS 300000u
@@ -128,75 +129,6 @@ struct dexec {
 };
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/* Standard base64 with padding; a new NUL-terminated string or NULL. */
-static char *b64_encode(const unsigned char *in, size_t len, size_t *out_len)
-{
-	size_t n = (len + 2) / 3 * 4;
-	char *out = malloc(n + 1);
-	if (!out)
-		return NULL;
-	size_t o = 0, i = 0;
-	for (; i + 2 < len; i += 3) {
-		uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-		out[o++] = b64chars[v >> 18];
-		out[o++] = b64chars[(v >> 12) & 63];
-		out[o++] = b64chars[(v >> 6) & 63];
-		out[o++] = b64chars[v & 63];
-	}
-	if (i < len) {
-		uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < len ? (uint32_t)in[i + 1] << 8 : 0);
-		out[o++] = b64chars[v >> 18];
-		out[o++] = b64chars[(v >> 12) & 63];
-		out[o++] = i + 1 < len ? b64chars[(v >> 6) & 63] : '=';
-		out[o++] = '=';
-	}
-	out[o] = 0;
-	if (out_len)
-		*out_len = o;
-	return out;
-}
-
-/* Decode standard base64 (padding optional, whitespace skipped).  Returns
- * a new buffer (*out_len bytes) or NULL if the input is not base64. */
-static unsigned char *b64_decode(const char *in, size_t len, size_t *out_len)
-{
-	unsigned char *out = malloc(len / 4 * 3 + 3);
-	if (!out)
-		return NULL;
-	uint32_t acc = 0;
-	int bits = 0, pad = 0;
-	size_t o = 0;
-	for (size_t i = 0; i < len; i++) {
-		char c = in[i];
-		if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
-			continue;
-		if (c == '=') {
-			pad++;
-			continue;
-		}
-		const char *p = c ? strchr(b64chars, c) : NULL;
-		if (!p || pad) {
-			free(out);
-			return NULL;
-		}
-		acc = acc << 6 | (uint32_t)(p - b64chars);
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			out[o++] = (unsigned char)(acc >> bits);
-		}
-	}
-	/* 6 leftover bits cannot come from whole bytes; padding beyond "==" is junk. */
-	if (bits >= 6 || pad > 2) {
-		free(out);
-		return NULL;
-	}
-	*out_len = o;
-	return out;
-}
 
 /* Bytes at the end of buf that start a UTF-8 sequence it does not finish
  * (0-3): held back so that a character split between two pieces of output
@@ -569,7 +501,7 @@ static json_t *output_json(struct dexec *e, const char *buf, size_t len)
 {
 	if (!e->base64)
 		return json_text(buf, len);
-	char *b = b64_encode((const unsigned char *)buf, len, &len);
+	char *b = sandlot__base64_encode_alloc(buf, len, &len);
 	json_t *s = b ? json_stringn(b, len) : NULL;
 	free(b);
 	return s ? s : json_string("");
@@ -722,7 +654,13 @@ static json_t *exec_status(struct dexec *e, int with_output)
 	json_t *result = finished ? json_deep_copy(e->result) : NULL;
 	pthread_mutex_unlock(&e->lock);
 	json_object_set_new(o, "state", json_string(finished ? "exited" : "running"));
-	json_object_set(o, "command", e->command);
+	/* A copy, as sandboxes.c copies options and metadata: the answer is
+	 * written out after exec_unref(), and the last reference to e may go
+	 * in another thread.  jansson's reference count is atomic, but its
+	 * last decrement has no acquire ordering (and ThreadSanitizer, which
+	 * does not see into the library, reported the free racing with the
+	 * writer's read of a shared command). */
+	json_object_set_new(o, "command", json_deep_copy(e->command));
 	json_object_set_new(o, "mode", json_string(mode_names[e->mode]));
 	json_object_set_new(o, "output", json_string(e->base64 ? "base64" : "text"));
 	json_object_set_new(o, "started_at", json_time(e->started_ms));
@@ -997,10 +935,14 @@ static int parse_exec_req(json_t *body, struct exec_req *r, char *msg, size_t ms
 	} else if (in64) {
 		if (!json_is_string(in64))
 			return BAD("\"stdin_base64\" must be a string");
-		r->stdin_data = b64_decode(json_string_value(in64), json_string_length(in64),
-					   &r->stdin_len);
+		size_t n = json_string_length(in64);
+		r->stdin_data = malloc(sandlot__base64_decoded_max(n));
 		if (!r->stdin_data)
+			return BAD("out of memory");
+		ssize_t got = sandlot__base64_decode(json_string_value(in64), n, r->stdin_data);
+		if (got < 0)
 			return BAD("\"stdin_base64\" is not valid base64");
+		r->stdin_len = (size_t)got;
 		r->has_stdin = 1;
 	}
 	return 0;

@@ -1329,6 +1329,15 @@ int files_archive_get(struct http_req *req)
 
 /* ---- routes ------------------------------------------------------------------ */
 
+int files_check_query(struct http_req *req)
+{
+	uint32_t mode;
+	if (!path_param(req, NULL) || mode_param(req, 0644, &mode) < 0 ||
+	    flag_param(req, "recursive") < 0)
+		return -1;
+	return 0;
+}
+
 const struct http_route file_routes[] = {
 	{ "PUT", "/v1/sandboxes/{}/files", HTTP_RAW, put_begin, put_chunk, put_end, put_abort },
 	{ "GET", "/v1/sandboxes/{}/files", HTTP_NOBODY, get_file, NULL, NULL, NULL },

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/percent.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
 
@@ -503,48 +504,6 @@ int http_wants_ndjson(struct http_req *req)
 
 /* ---- routing ------------------------------------------------------------ */
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-/* Percent-decode [s, s+n) into a new string.  NULL (errno EINVAL) on a bad
- * escape or an encoded NUL. */
-static char *pct_decode(const char *s, size_t n)
-{
-	char *out = malloc(n + 1);
-	if (!out)
-		return NULL;
-	size_t o = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (s[i] == '%') {
-			if (i + 2 >= n) {
-				free(out);
-				errno = EINVAL;
-				return NULL;
-			}
-			int a = hexval(s[i + 1]), b = hexval(s[i + 2]);
-			if (a < 0 || b < 0 || (a == 0 && b == 0)) {
-				free(out);
-				errno = EINVAL;
-				return NULL;
-			}
-			out[o++] = (char)(a * 16 + b);
-			i += 2;
-		} else {
-			out[o++] = s[i];
-		}
-	}
-	out[o] = '\0';
-	return out;
-}
-
 /* Match the raw path against a pattern.  Returns 1 on a match (captures
  * stored as [start, len) pairs), 0 otherwise.  A final '*' matches any
  * rest, empty included. */
@@ -702,7 +661,7 @@ static void first_call(struct req *r, const char *method)
 	pub->route = found->pattern;
 	r->rt = found;
 	for (int i = 0; i < ncap; i++) {
-		char *v = pct_decode(pub->path + cap[i][0], cap[i][1]);
+		char *v = sandlot__percent_decode(pub->path + cap[i][0], cap[i][1]);
 		if (!v) {
 			early_error(r, 400, "bad_request", "bad percent-encoding in the request path");
 			return;

@@ -445,6 +445,10 @@ int main(int argc, char **argv)
 	}
 	if (registry_open(&d, &err) < 0 || registry_load(&d, &err) < 0) {
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		sandlot_error_free(err);
+		sandboxes_free(&d);
+		registry_close(&d);
+		free(token);
 		return 1;
 	}
 	sandboxes_recover(&d);
@@ -452,8 +456,8 @@ int main(int argc, char **argv)
 	 * registry does not own — as those of pooled sandboxes are not. */
 	if (pool_start(&d, &err) < 0) {
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
-		registry_close(&d);
-		return 1;
+		sandlot_error_free(err);
+		goto fail;
 	}
 
 	if (ports_start(&d, &err) < 0) {
@@ -465,7 +469,8 @@ int main(int argc, char **argv)
 	struct http_route *routes = all_routes();
 	if (!routes) {
 		fputs("sandlotd: out of memory\n", stderr);
-		return 1;
+		pool_stop(&d);
+		goto fail;
 	}
 	struct http_server *servers[MAX_LISTEN];
 	int nservers = 0;
@@ -474,11 +479,12 @@ int main(int argc, char **argv)
 		servers[nservers] = http_start(&d, listens[i], tcp ? token : NULL, routes, &err);
 		if (!servers[nservers]) {
 			fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+			sandlot_error_free(err);
 			for (int k = 0; k < nservers; k++)
 				http_stop(servers[k], 0);
 			pool_stop(&d);
-			registry_close(&d);
-			return 1;
+			free(routes);
+			goto fail;
 		}
 		nservers++;
 	}
@@ -520,4 +526,13 @@ int main(int argc, char **argv)
 	free(token);
 	daemon_log("stopped", "ms=%llu", (unsigned long long)(sandlot__now_ms() - t0));
 	return 0;
+
+fail:
+	/* Start-up failed after recovery: nothing runs yet; free what recovery
+	 * and the pool loaded. */
+	sandboxes_free(&d);
+	pool_free(&d);
+	registry_close(&d);
+	free(token);
+	return 1;
 }

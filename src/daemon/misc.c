@@ -1,4 +1,5 @@
 /* Health, Prometheus metrics and the structured log. */
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,24 @@ void daemon_log(const char *event, const char *fmt, ...)
 	}
 	fwrite(line, 1, (size_t)n, stderr);
 }
+
+#ifdef SANDLOT_FAULT_INJECTION
+void daemon_fault(const char *name)
+{
+	const char *armed = getenv("SANDLOT_FAULT");
+	if (!armed || strcmp(armed, name) != 0)
+		return;
+	daemon_log("fault_point", "point=%s", name);
+	raise(SIGSTOP);
+}
+
+__attribute__((constructor)) static void fault_announce(void)
+{
+	const char *armed = getenv("SANDLOT_FAULT");
+	if (armed && *armed)
+		daemon_log("fault_injection", "point=%s", armed);
+}
+#endif
 
 static int health(struct http_req *req)
 {

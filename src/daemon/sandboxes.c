@@ -54,7 +54,14 @@
 #define SHUTDOWN_WORKERS 16
 
 static struct daemon *g_daemon;   /* for dsb_busy/dsb_put wake-ups */
+/* Set once by sandboxes_shutdown(); the reaper reads it between sandboxes,
+ * outside d->lock, hence atomic. */
 static int reaper_quit;
+
+static int reaper_quitting(void)
+{
+	return __atomic_load_n(&reaper_quit, __ATOMIC_ACQUIRE);
+}
 
 static const char *const state_names[DSB_NSTATES] = {
 	[DSB_STARTING] = "starting", [DSB_RUNNING] = "running", [DSB_EXPIRED] = "expired",
@@ -1066,6 +1073,10 @@ static int create_sandbox(struct http_req *req)
 	s->state = DSB_RUNNING;
 	registry_save(d, s);
 	json_t *body = to_json_locked(s);
+	/* What the log line says, read before the table makes s visible: from
+	 * then on a DELETE, the reaper or the shutdown may change it. */
+	int init_pid = (int)s->init_pid;
+	unsigned ttl = s->ttl_seconds, idle = s->idle_timeout_seconds;
 	pthread_mutex_unlock(&s->lock);
 	if (installed) /* what the installers said, once */
 		json_object_set_new(body, "packages_install", installed);
@@ -1080,8 +1091,7 @@ static int create_sandbox(struct http_req *req)
 	pthread_mutex_unlock(&d->lock);
 	__atomic_add_fetch(&d->m.sandboxes_created, 1, __ATOMIC_RELAXED);
 	daemon_log("created", "sandbox=%s ms=%.1f init_pid=%d ttl=%u idle=%u%s%s", s->id, ms,
-		   (int)s->init_pid, s->ttl_seconds, s->idle_timeout_seconds,
-		   pooled ? " pool=" : "", pooled ? pooled : "");
+		   init_pid, ttl, idle, pooled ? " pool=" : "", pooled ? pooled : "");
 	if (stopping) {
 		/* Shutdown began while we created it: it must not outlive us. */
 		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
@@ -1327,7 +1337,7 @@ static void reap_once(struct daemon *d)
 		return;
 	int64_t now = daemon_now_ms();
 	size_t nended = 0;
-	for (size_t i = 0; i < n && !reaper_quit; i++) {
+	for (size_t i = 0; i < n && !reaper_quitting(); i++) {
 		struct dsb *s = v[i];
 		enum dsb_state end_as = DSB_RUNNING;
 		const char *reason = NULL;
@@ -1367,7 +1377,7 @@ static void reap_once(struct daemon *d)
 	}
 	cgroup_retry_run();
 	/* Forget ended sandboxes after an hour, and the oldest beyond MAX_ENDED. */
-	if (!reaper_quit) {
+	if (!reaper_quitting()) {
 		qsort(v, n, sizeof(*v), by_ended);
 		size_t excess = nended > MAX_ENDED ? nended - MAX_ENDED : 0;
 		for (size_t i = 0; i < n; i++) {
@@ -1393,11 +1403,11 @@ static void *reaper_main(void *arg)
 {
 	struct daemon *d = arg;
 	pthread_mutex_lock(&d->lock);
-	while (!reaper_quit) {
+	while (!reaper_quitting()) {
 		pthread_mutex_unlock(&d->lock);
 		reap_once(d);
 		pthread_mutex_lock(&d->lock);
-		if (reaper_quit)
+		if (reaper_quitting())
 			break;
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
@@ -1531,7 +1541,7 @@ void sandboxes_shutdown(struct daemon *d)
 {
 	pthread_mutex_lock(&d->lock);
 	d->stopping = 1;
-	reaper_quit = 1;
+	__atomic_store_n(&reaper_quit, 1, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&d->reaper_cond);
 	pthread_mutex_unlock(&d->lock);
 	if (d->reaper_started) {

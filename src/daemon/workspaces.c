@@ -199,6 +199,7 @@ static int do_pause(struct daemon *d, struct dsb *s, struct outcome *o)
 			    "sandbox %s has no kept workspace (it was made without one), so it cannot "
 			    "be paused", s->id);
 	}
+	daemon_fault("pause-before-registry");
 	uint64_t t0 = sandlot__now_ns();
 	s->state = DSB_PAUSED;
 	s->transition = 1;
@@ -207,6 +208,7 @@ static int do_pause(struct daemon *d, struct dsb *s, struct outcome *o)
 	pid_t pid = s->init_pid;
 	registry_save(d, s);
 	pthread_mutex_unlock(&s->lock);
+	daemon_fault("pause-after-registry");
 	__atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
 	/* Kills its commands and init, destroys the handle (or leaves that to
 	 * the reaper while a request still holds it), then workspace_destroyed()

@@ -22,6 +22,7 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "linux/syscalls.h"
 
 #define CG_NAME_MAX 128
 #define CG_FILE_MAX (64 * 1024)
@@ -466,10 +467,10 @@ int sandlot__cgroup_join_prepare(sandlot_cgroup_t *cg, struct sandlot_cgroup_joi
 	return 0;
 }
 
-int sandlot__cgroup_join_self(const struct sandlot_cgroup_join *j)
+SANDLOT_CLONE_CHILD int sandlot__cgroup_join_self(const struct sandlot_cgroup_join *j)
 {
 	for (int i = 0; i < j->ntasks; i++)
-		if (write(j->tasks_fd[i], "0", 1) != 1)
+		if (sys_write(j->tasks_fd[i], "0", 1) != 1)
 			return -1;
 	return 0;
 }

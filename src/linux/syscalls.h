@@ -5,6 +5,7 @@
 #define SANDLOT_LINUX_SYSCALLS_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <stddef.h>
@@ -91,6 +92,66 @@ static inline int sys_setresgid(gid_t r, gid_t e, gid_t s)
 static inline pid_t sys_clone_fork(unsigned long flags)
 {
 	return (pid_t)syscall(__NR_clone, flags, NULL, NULL, NULL, 0UL);
+}
+
+/* What the child of sys_clone_fork() calls between the clone and the exec,
+ * as raw syscalls too.  glibc's wrappers would do, but a library that
+ * interposes on them may not: ThreadSanitizer's interceptors keep a table
+ * of descriptors, shared with the parent's threads, which the child of a
+ * raw clone touches unsynchronized (the sanitized daemon's child reported
+ * a race in dup2() and died of it before exec).  Functions that run there
+ * are marked SANDLOT_CLONE_CHILD, which also keeps a sanitizer's
+ * instrumentation out of them. */
+#if defined(__SANITIZE_THREAD__)
+#define SANDLOT_CLONE_CHILD __attribute__((no_sanitize("thread")))
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SANDLOT_CLONE_CHILD __attribute__((no_sanitize("thread")))
+#endif
+#endif
+#ifndef SANDLOT_CLONE_CHILD
+#define SANDLOT_CLONE_CHILD
+#endif
+
+static inline ssize_t sys_read(int fd, void *buf, size_t len)
+{
+	return (ssize_t)syscall(__NR_read, fd, buf, len);
+}
+
+static inline ssize_t sys_write(int fd, const void *buf, size_t len)
+{
+	return (ssize_t)syscall(__NR_write, fd, buf, len);
+}
+
+static inline int sys_close(int fd)
+{
+	return (int)syscall(__NR_close, fd);
+}
+
+/* fcntl(fd, F_DUPFD_CLOEXEC, min). */
+static inline int sys_dupfd_cloexec(int fd, int min)
+{
+	return (int)syscall(__NR_fcntl, fd, F_DUPFD_CLOEXEC, min);
+}
+
+/* dup2() semantics (dup3 refuses oldfd == newfd; not every architecture
+ * has dup2). */
+static inline int sys_dup2(int oldfd, int newfd)
+{
+	if (oldfd == newfd)
+		return syscall(__NR_fcntl, oldfd, F_GETFD) < 0 ? -1 : newfd;
+	return (int)syscall(__NR_dup3, oldfd, newfd, 0);
+}
+
+static inline int sys_execve(const char *path, char *const argv[], char *const envp[])
+{
+	return (int)syscall(__NR_execve, path, argv, envp);
+}
+
+static inline __attribute__((noreturn)) void sys_exit_group(int status)
+{
+	for (;;)
+		syscall(__NR_exit_group, status);
 }
 
 #ifndef CLONE_INTO_CGROUP

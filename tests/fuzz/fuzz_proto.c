@@ -10,15 +10,17 @@
  *   - the records that decode re-encode to the same payload bytes;
  *   - an accessor that succeeds was given exactly the right length;
  *   - the reader never holds more than one maximal frame.
+ * Its seeds (corpus/proto) are written by `fuzz-proto-replay --write-seeds
+ * DIR` from the encoder, fuzz_write_seeds() below.
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/proto.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 #define FRAME_MAX ((size_t)SANDLOT_PROTO_HEADER + SANDLOT_PROTO_MAX_PAYLOAD)
 
@@ -154,4 +156,185 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	check(n1 == n2 && pos1 == pos2 && broken1 == broken2);
 	return 0;
+}
+
+/* --- replay driver hooks (tests/fuzz/fuzz.h) ------------------------------- */
+
+struct blob {
+	uint8_t *p;
+	size_t n;
+};
+
+static void seed_append(struct blob *b, struct sl_msg *m)
+{
+	if (sl_msg_finish(m) < 0)
+		abort();
+	b->p = realloc(b->p, b->n + m->len);
+	memcpy(b->p + b->n, m->buf, m->len);
+	b->n += m->len;
+	sl_msg_free(m);
+}
+
+static int seed_write(const char *dir, const char *name, struct blob *b)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(b->p, 1, b->n, f) != b->n || fclose(f) != 0) {
+		fprintf(stderr, "write %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	free(b->p);
+	b->p = NULL;
+	b->n = 0;
+	return 0;
+}
+
+int fuzz_write_seeds(const char *dir)
+{
+	struct blob b = { 0 };
+	struct sl_msg m;
+	int rc = 0;
+
+	sl_msg_begin(&m, SL_MSG_HELLO, 0, 0);
+	sl_msg_put_u32(&m, SL_TAG_VERSION, SANDLOT_PROTO_VERSION);
+	seed_append(&b, &m);
+	rc |= seed_write(dir, "hello", &b);
+
+	sl_msg_begin(&m, SL_MSG_EXEC, 0, 1);
+	sl_msg_put_str(&m, SL_TAG_ARG, "sh");
+	sl_msg_put_str(&m, SL_TAG_ARG, "-c");
+	sl_msg_put_str(&m, SL_TAG_ARG, "echo hi");
+	sl_msg_put_str(&m, SL_TAG_ENV, "PATH=/usr/bin:/bin");
+	sl_msg_put_str(&m, SL_TAG_CWD, "/home/user");
+	sl_msg_put_u8(&m, SL_TAG_STDIN, 1);
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_STDIN, SANDLOT_PROTO_FLAG_END, 1);
+	sl_msg_put_raw(&m, "input\n", 6);
+	seed_append(&b, &m);
+	rc |= seed_write(dir, "exec-stdin", &b);
+
+	sl_msg_begin(&m, SL_MSG_STARTED, 0, 1);
+	sl_msg_put_u32(&m, SL_TAG_PID, 42);
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_STDOUT, 0, 1);
+	sl_msg_put_raw(&m, "hi\n", 3);
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_STDOUT, SANDLOT_PROTO_FLAG_END, 1);
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_STDERR, SANDLOT_PROTO_FLAG_END, 1);
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_EXIT, 0, 1);
+	sl_msg_put_u32(&m, SL_TAG_SIGNAL, 9);
+	sl_msg_put_u8(&m, SL_TAG_CORE, 1);
+	seed_append(&b, &m);
+	rc |= seed_write(dir, "exec-output", &b);
+
+	sl_msg_begin(&m, SL_MSG_FWRITE, 0, 2);
+	sl_msg_put_str(&m, SL_TAG_PATH, "out/data.bin");
+	sl_msg_put_u32(&m, SL_TAG_MODE, 0644);
+	sl_msg_put_u32(&m, SL_TAG_FLAGS, 1);
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_DATA, 0, 2);
+	sl_msg_put_raw(&m, "\0\1\2\3binary\xff", 11);
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_DATA, SANDLOT_PROTO_FLAG_END, 2);
+	seed_append(&b, &m);
+	rc |= seed_write(dir, "fwrite", &b);
+
+	sl_msg_begin(&m, SL_MSG_ENTRIES, 0, 3);
+	for (int i = 0; i < 3; i++) {
+		sl_msg_put_str(&m, SL_TAG_NAME, i == 0 ? "a.txt" : i == 1 ? "dir" : "link");
+		sl_msg_put_u8(&m, SL_TAG_FTYPE, (uint8_t)("fdl"[i]));
+		sl_msg_put_u32(&m, SL_TAG_MODE, 0755);
+		sl_msg_put_u64(&m, SL_TAG_SIZE, 4096);
+		sl_msg_put_i64(&m, SL_TAG_MTIME_NS, 1700000000123456789ll);
+	}
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_OK, 0, 3);
+	seed_append(&b, &m);
+	rc |= seed_write(dir, "list-entries", &b);
+
+	sl_msg_begin(&m, SL_MSG_CHANGES, 0, 4);
+	sl_msg_put_u8(&m, SL_TAG_KIND, 'c');
+	sl_msg_put_str(&m, SL_TAG_PATH, "/home/user/new.txt");
+	sl_msg_put_u8(&m, SL_TAG_FTYPE, 'f');
+	sl_msg_put_u64(&m, SL_TAG_SIZE, 5);
+	sl_msg_put_u8(&m, SL_TAG_KIND, 'd');
+	sl_msg_put_str(&m, SL_TAG_PATH, "/home/user/old");
+	sl_msg_put_u8(&m, SL_TAG_FTYPE, 'd');
+	sl_msg_put_u64(&m, SL_TAG_SIZE, 0);
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_OK, 0, 4);
+	sl_msg_put_u8(&m, SL_TAG_TRUNCATED, 1);
+	seed_append(&b, &m);
+	rc |= seed_write(dir, "scan-changes", &b);
+
+	sl_msg_begin(&m, SL_MSG_ERROR, 0, 5);
+	sl_msg_put_u32(&m, SL_TAG_ERRNO, ENOENT);
+	sl_msg_put_str(&m, SL_TAG_MESSAGE, "command not found: foo");
+	seed_append(&b, &m);
+	rc |= seed_write(dir, "error", &b);
+
+	sl_msg_begin(&m, SL_MSG_PING, 0, 6);
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_CREDIT, 0, 1);
+	sl_msg_put_u32(&m, SL_TAG_CREDIT, 65536);
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_KILL, 0, 1);
+	sl_msg_put_u32(&m, SL_TAG_SIGNAL, 15);
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_STAT, 0, 7);
+	sl_msg_put_str(&m, SL_TAG_PATH, "x");
+	sl_msg_put_bytes(&m, 999, "future", 6); /* unknown tag */
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_SHUTDOWN, 0, 0);
+	seed_append(&b, &m);
+	rc |= seed_write(dir, "control-mix", &b);
+
+	/* Malformed: reserved bits, too long, unknown type, broken record,
+	 * string with NUL, integer of the wrong size. */
+	uint8_t h[SANDLOT_PROTO_HEADER];
+	sl_header_encode(h, 0, SL_MSG_PING, 0, 1);
+	h[7] = 0x80;
+	b.p = malloc(sizeof(h));
+	memcpy(b.p, h, sizeof(h));
+	b.n = sizeof(h);
+	rc |= seed_write(dir, "bad-reserved", &b);
+
+	sl_header_encode(h, SANDLOT_PROTO_MAX_PAYLOAD + 1, SL_MSG_DATA, 0, 1);
+	b.p = malloc(sizeof(h));
+	memcpy(b.p, h, sizeof(h));
+	b.n = sizeof(h);
+	rc |= seed_write(dir, "bad-length", &b);
+
+	sl_msg_begin(&m, SL_MSG_PING, 0, 1);
+	seed_append(&b, &m);
+	b.p[4] = 0x7f;
+	rc |= seed_write(dir, "bad-type", &b);
+
+	sl_msg_begin(&m, SL_MSG_FREAD, 0, 8);
+	sl_msg_put_bytes(&m, SL_TAG_PATH, "a\0b", 3);
+	sl_msg_put_u8(&m, SL_TAG_MODE, 1); /* u32 expected */
+	sl_msg_put_raw(&m, "\x0b\x00\xff\xff", 4); /* a record cut short */
+	seed_append(&b, &m);
+	rc |= seed_write(dir, "bad-records", &b);
+	return rc ? 1 : 0;
+}
+
+/* A run of frames whose headers mostly pass, with payloads whose record
+ * lengths are often small. */
+size_t fuzz_generate(uint64_t (*rng)(void), uint8_t *buf, size_t max)
+{
+	size_t n = 0;
+	while (n + SANDLOT_PROTO_HEADER + 64 < max && rng() % 8) {
+		uint32_t len = (uint32_t)(rng() % 64);
+		static const uint8_t types[] = { 0x01, 0x03, 0x10, 0x17, 0x21, 0x25 };
+		sl_header_encode(buf + n, len, types[rng() % sizeof(types)],
+				 (uint8_t)(rng() % 16 == 0 ? 2 : rng() & 1), (uint32_t)rng());
+		n += SANDLOT_PROTO_HEADER;
+		for (uint32_t k = 0; k < len; k++)
+			buf[n++] = (uint8_t)(k % 6 == 2 ? rng() % 12 : rng());
+	}
+	return n;
 }

@@ -93,7 +93,8 @@ static void mutate(struct blob *in, struct blob *other, struct blob *out)
 	out->p = xrealloc(NULL, INPUT_MAX + 64);
 	if (n > INPUT_MAX)
 		n = INPUT_MAX;
-	memcpy(out->p, in->p, n);
+	if (n) /* an empty corpus file has no buffer (memcpy from NULL is undefined) */
+		memcpy(out->p, in->p, n);
 	out->n = n;
 	int rounds = 1 + (int)(rng() % 4);
 	for (int i = 0; i < rounds; i++) {

@@ -15,6 +15,7 @@ as root, after `make`:
 SANDLOT_TEST_BIN_DIR=DIR tests the sandlot and sandlot-init in DIR instead
 of build/bin.
 """
+import atexit
 import json
 import os
 import shutil
@@ -37,9 +38,87 @@ BIN_DIR = Path(os.environ.get("SANDLOT_TEST_BIN_DIR") or REPO / "build" / "bin")
 SANDLOT = BIN_DIR / "sandlot"
 SANDLOT_INIT = BIN_DIR / "sandlot-init"
 
+
+def sanitized(program):
+    """Whether `program` was built with ASan, TSan or UBSan."""
+    try:
+        data = Path(program).read_bytes()
+    except OSError:
+        return False
+    return any(m in data for m in (b"__asan_init", b"__tsan_init", b"__ubsan_handle"))
+
+
+# The daemon as shipped, for the few tests that measure what a sanitizer
+# changes (resident memory: ASan's quarantine and shadow alone are hundreds
+# of MiB): SANDLOT_PLAIN_BIN_DIR, else BIN_DIR when it is not sanitized,
+# else build/bin.
+PLAIN_BIN_DIR = Path(os.environ.get("SANDLOT_PLAIN_BIN_DIR") or
+                     (BIN_DIR if not sanitized(BIN_DIR / "sandlotd") else REPO / "build" / "bin")
+                     ).resolve()
+
 # Generous bound for one `sandlot run` that should finish quickly; a hang
 # fails the test instead of blocking the suite.
 DEFAULT_TIMEOUT = 60
+
+
+# --------------------------------------------------------------------------
+# sanitizer reports
+#
+# With a sanitized build (scripts/check.sh runs the suite with
+# SANDLOT_TEST_BIN_DIR=build-asan/bin: sandlotd and the CLI under ASan+UBSan)
+# every report goes to a file of its own in SANITIZER_DIR (log_path), and
+# the first error ends the program (halt_on_error) with status 66.  After
+# each test, a report that appeared during it fails the test and is printed
+# in full: a daemon that died of one is named with the reason, and a leak
+# found at exit is not lost in a log.  Harmless for plain builds: their
+# programs never read these variables.
+if os.environ.get("SANDLOT_SANITIZER_REPORTS"):
+    SANITIZER_DIR = Path(os.environ["SANDLOT_SANITIZER_REPORTS"])  # check.sh's: it removes it
+    SANITIZER_DIR.mkdir(parents=True, exist_ok=True)
+else:
+    SANITIZER_DIR = Path(tempfile.mkdtemp(prefix="sandlot-sanitizer-", dir="/var/tmp"))
+    # Every report in it failed its test and was printed there.
+    atexit.register(shutil.rmtree, SANITIZER_DIR, ignore_errors=True)
+os.environ["SANDLOT_SANITIZER_REPORTS"] = str(SANITIZER_DIR)
+
+
+def _sanitizer_options(var, options):
+    have = os.environ.get(var, "")
+    if "log_path=" not in have:
+        have = ":".join(x for x in (f"log_path={SANITIZER_DIR}/report", options, have) if x)
+    os.environ[var] = have
+
+
+_sanitizer_options("ASAN_OPTIONS", "halt_on_error=1:exitcode=66:detect_leaks=1")
+_sanitizer_options("UBSAN_OPTIONS", "halt_on_error=1:exitcode=66:print_stacktrace=1")
+_sanitizer_options("TSAN_OPTIONS", "halt_on_error=1:exitcode=66")
+
+
+def sanitizer_reports():
+    """New sanitizer reports (files not yet marked .reported)."""
+    return sorted(p for p in SANITIZER_DIR.iterdir() if not p.name.endswith(".reported"))
+
+
+def sanitizer_report_of(pid):
+    """The sanitizer report of process `pid` (reported or not), or ""."""
+    for p in (SANITIZER_DIR / f"report.{pid}", SANITIZER_DIR / f"report.{pid}.reported"):
+        try:
+            return p.read_text(errors="replace")[:20000]
+        except OSError:
+            pass
+    return ""
+
+
+def take_sanitizer_reports():
+    """The text of every new report; each is marked as reported."""
+    out = []
+    for p in sanitizer_reports():
+        try:
+            out.append(f"--- {p.name}\n" + p.read_text(errors="replace")[:20000])
+        except OSError:
+            continue
+        p.rename(p.with_name(p.name + ".reported"))
+    return out
 
 
 class Result:
@@ -208,14 +287,27 @@ def session_dirs():
     base = Path(tempfile.mkdtemp(prefix="sandlot-it-", dir="/var/tmp"))
     data_dir = base / "data"
     _SESSION["data_dir"] = data_dir
+    hostscan.owner()  # tells our sandboxes from other users' from now on
     _SESSION["baseline"] = hostscan.snapshot()
     yield {"base": base, "data_dir": data_dir}
+    hostscan.owner().stop()
     shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
 def sandlot(session_dirs):
     return Sandlot(session_dirs["data_dir"])
+
+
+@pytest.fixture(autouse=True)
+def no_sanitizer_report(request):
+    """Set up before (so torn down after) every other fixture of the test,
+    daemons included: a report written when a daemon stops counts."""
+    yield
+    reports = take_sanitizer_reports()
+    if reports:
+        pytest.fail("sanitizer report(s) during this test:\n" + "\n".join(reports),
+                    pytrace=False)
 
 
 @pytest.fixture(autouse=True)
@@ -240,6 +332,23 @@ def session_baseline():
 
 # --------------------------------------------------------------------------
 # sandlotd
+
+@pytest.fixture
+def plain_sandlotd(session_dirs, tmp_path_factory):
+    """Like `sandlotd`, but always the daemon as shipped (PLAIN_BIN_DIR),
+    never a sanitized build: for bounds on its resident memory."""
+    from daemon import Daemon
+    binary = PLAIN_BIN_DIR / "sandlotd"
+    if not os.access(binary, os.X_OK) or sanitized(binary):
+        pytest.fail(f"no plain (unsanitized) sandlotd at {binary}: run `make`, or set "
+                    "SANDLOT_PLAIN_BIN_DIR", pytrace=False)
+    base = tmp_path_factory.mktemp("sandlotd-plain", numbered=True)
+    d = Daemon(base, data_dir=session_dirs["data_dir"] / "daemon" / base.name,
+               binary=binary).start()
+    yield d
+    rc = d.stop()
+    assert rc == 0, f"sandlotd exited with {rc} on SIGTERM:\n{d.logs()}"
+
 
 @pytest.fixture
 def sandlotd(session_dirs, tmp_path_factory):

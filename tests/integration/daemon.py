@@ -14,7 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import BIN_DIR
+import hostscan
+from conftest import BIN_DIR, sanitizer_report_of
 
 SANDLOTD = BIN_DIR / "sandlotd"
 
@@ -48,7 +49,9 @@ class Response:
 
 
 class Daemon:
-    def __init__(self, base, extra_args=(), data_dir=None, socket_path=None, env=None, prefix=()):
+    def __init__(self, base, extra_args=(), data_dir=None, socket_path=None, env=None,
+                 binary=None, prefix=()):
+        self.binary = Path(binary) if binary else SANDLOTD
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.sock = Path(socket_path) if socket_path else self.base / "sandlot.sock"
@@ -56,6 +59,7 @@ class Daemon:
         self.extra_args = list(extra_args)
         self.env = dict(os.environ, **(env or {}))
         self.proc = None
+        self.pid = None          # of the last start, kept after it ended
         self.log_path = self.base / "sandlotd.log"
         # Run through this (e.g. nsenter --net=... for the fake internet);
         # it must exec sandlotd, so that self.proc is the daemon itself.
@@ -63,11 +67,14 @@ class Daemon:
 
     # -- lifecycle -----------------------------------------------------------
     def start(self, timeout=10):
+        hostscan.owner().add_log(self.log_path)
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [*self.prefix, str(SANDLOTD), "--listen", f"unix:{self.sock}", "--data-dir", str(self.data_dir),
+            [*self.prefix, str(self.binary), "--listen", f"unix:{self.sock}",
+             "--data-dir", str(self.data_dir),
              *self.extra_args],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
+        self.pid = self.proc.pid
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -103,11 +110,22 @@ class Daemon:
         self.proc = None
         self.log.close()
 
-    def logs(self):
+    def log_text(self):
+        """The whole log, for checks of what it says (logs() is its end, for messages)."""
         try:
-            return self.log_path.read_text(errors="replace")[-5000:]
+            return self.log_path.read_text(errors="replace")
         except OSError:
             return ""
+
+    def logs(self):
+        """The end of the log, and the sanitizer report of the last run if
+        it wrote one (so that an assertion on the exit status shows why)."""
+        try:
+            text = self.log_path.read_text(errors="replace")[-5000:]
+        except OSError:
+            text = ""
+        report = sanitizer_report_of(self.pid) if self.pid else ""
+        return text + (f"\n--- sanitizer report of sandlotd {self.pid}:\n{report}" if report else "")
 
     # -- requests ------------------------------------------------------------
     def conn(self, timeout=60):

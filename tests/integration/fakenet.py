@@ -17,6 +17,14 @@ test makes itself (no real network is touched, nothing is left behind).
 The daemon under test runs in HOST (`nsenter --net`, so it keeps the host's
 mounts and cgroups), with --resolver 198.51.100.53.  A test CA signs one
 certificate for every test name; sandboxes get the CA file uploaded.
+
+Nothing outlives the tests: every name carries the test process's pid
+(hostscan.fakenet_tag()); stop() ends the processes and removes the
+namespaces (and with them the veth pair), and says what is left; the
+processes get SIGKILL (the daemon SIGTERM) if the test process dies first
+(setpriv --pdeathsig), and the namespaces of a test process that is gone
+are removed by the next fake internet that starts.  The check is
+hostscan.fakenet_leftovers().
 """
 import base64
 import hashlib
@@ -32,6 +40,7 @@ import time
 from pathlib import Path
 
 from conftest import read_line_with_deadline, wait_until
+import hostscan
 
 HERE = Path(__file__).resolve().parent
 NAMES = {
@@ -60,7 +69,7 @@ class FakeNet:
     def __init__(self, base):
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
-        tag = f"sle{os.getpid() % 100000}"
+        tag = hostscan.fakenet_tag()
         self.host_ns, self.net_ns = tag + "h", tag + "n"
         self.veth_h, self.veth_n = tag + "a", tag + "b"
         self.procs = []
@@ -72,6 +81,7 @@ class FakeNet:
 
     # -- set-up --------------------------------------------------------------
     def start(self):
+        sweep_stale()
         try:
             self._netns()
             self._ca()
@@ -86,6 +96,7 @@ class FakeNet:
     def _netns(self):
         for ns in (self.host_ns, self.net_ns):
             sh("ip", "netns", "add", ns)
+            hostscan.fakenet_register_netns(ns)
         sh("ip", "link", "add", self.veth_h, "netns", self.host_ns, "type", "veth", "peer",
            "name", self.veth_n, "netns", self.net_ns)
         H = ("ip", "-n", self.host_ns)
@@ -122,7 +133,13 @@ class FakeNet:
            "-extfile", d / "ext.cnf")
 
     def nsrun(self, ns, argv, **kw):
-        return subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", *map(str, argv)], **kw)
+        """Start argv in namespace ns.  setpriv and nsenter exec what follows
+        them, so the Popen is the program itself; it is killed if this
+        process dies (the parent-death signal survives exec)."""
+        p = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "nsenter",
+                              f"--net=/run/netns/{ns}", *map(str, argv)], **kw)
+        hostscan.fakenet_register_process(p.pid)
+        return p
 
     def _dnsmasq(self):
         args = ["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv",
@@ -174,6 +191,11 @@ class FakeNet:
             raise RuntimeError("the host service did not start")
 
     def stop(self):
+        """End the processes and remove the namespaces.  Returns problems
+        (strings): an nftables table the daemon left in the host namespace
+        (its rules belong in each sandbox's own), and anything that is still
+        there after the removal."""
+        problems = []
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
@@ -182,8 +204,16 @@ class FakeNet:
                 if s:
                     s.close()
         self.procs = []
+        if os.path.exists(f"/run/netns/{self.host_ns}"):
+            r = sh("ip", "netns", "exec", self.host_ns, "nft", "list", "tables", check=False)
+            if r.stdout.strip():
+                problems.append(f"nftables tables in the fake host namespace: {r.stdout.strip()}")
         for ns in (self.host_ns, self.net_ns):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            if os.path.exists(f"/run/netns/{ns}"):
+                r = sh("ip", "netns", "del", ns, check=False)
+                if r.returncode != 0:
+                    problems.append(f"ip netns del {ns}: {r.stderr.strip()}")
+        return problems + hostscan.fakenet_leftovers()
 
     # -- observations ---------------------------------------------------------
     def server_events(self):
@@ -273,14 +303,29 @@ class FakeNet:
         (d / "index.json").write_text(json.dumps(packument))
 
     def daemon_prefix(self):
-        return ["nsenter", f"--net=/run/netns/{self.host_ns}"]
+        """What runs sandlotd (or the CLI) in HOST: nsenter, with a SIGTERM
+        if the test process dies first, so that the daemon ends its
+        sandboxes and goes too."""
+        return ["setpriv", "--pdeathsig", "TERM", "nsenter", f"--net=/run/netns/{self.host_ns}"]
+
+
+def sweep_stale():
+    """Remove the namespaces of fake internets whose test process is gone
+    (killed before it could stop its own): names of the form sle<pid>h and
+    sle<pid>n with no process <pid>.  Their processes died with the test
+    process (parent-death signal), so nothing is killed here."""
+    for name in hostscan.netns_names():
+        tag, kind = name[:-1], name[-1:]
+        if kind in ("h", "n") and tag.startswith("sle") and tag[3:].isdigit() \
+                and not os.path.exists(f"/proc/{tag[3:]}"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 def available():
     """Why the fake internet cannot be built here, or None."""
     if os.geteuid() != 0:
         return "needs root (network namespaces)"
-    for tool in ("ip", "nsenter", "dnsmasq", "openssl"):
+    for tool in ("ip", "nsenter", "setpriv", "dnsmasq", "openssl", "nft"):
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
             return f"{tool} is not installed (make test-deps installs it)"
     return None

@@ -3,12 +3,17 @@ devices, mounts.  Used to find a sandbox's processes and to check that
 nothing is left behind.
 
 Other people may run sandboxes on the same machine while the tests run, so
-leftovers are attributed to this test session where possible: loop devices
-and storage images by the session's data directory, processes by ancestry
-(a sandbox init that is our descendant, or an orphan reparented to PID 1).
+leftovers are attributed to this test session: loop devices, storage images
+and mounts by the session's data directory, processes by ancestry (a
+sandbox init that is our descendant), cgroups by the sandbox id (`Owner`:
+a sandbox whose cgroup held a process of ours, or that a daemon of ours
+logged as created).
 """
 import glob
 import os
+import platform
+import re
+import threading
 
 CGROUP_GLOBS = (
     "/sys/fs/cgroup/*/sandlot/sb-*",   # v1 controllers, and v2 "unified" on hybrid hosts
@@ -66,6 +71,39 @@ def status(pid):
         k, _, v = line.partition(":")
         out[k] = v.strip()
     return out
+
+
+# write(2) and writev(2), by architecture (/proc/PID/syscall gives the number).
+WRITE_SYSCALLS = {"x86_64": {1, 20}, "aarch64": {64, 66}}.get(platform.machine(), set())
+
+
+def blocked_writing(pid):
+    """Whether `pid` sleeps in write(2)/writev(2): a pipe or socket it
+    writes to is full.  False if gone."""
+    st = state(pid)
+    sc = read(f"/proc/{pid}/syscall")
+    if not st or not sc:
+        return False
+    try:
+        nr = int(sc.split()[0])
+    except (ValueError, IndexError):
+        return False  # "running", or no syscall
+    return st == "S" and nr in WRITE_SYSCALLS
+
+
+def io_counter(pid, key):
+    """A field of /proc/PID/io (rchar, wchar, ...), None if gone."""
+    for line in (read(f"/proc/{pid}/io") or "").splitlines():
+        k, _, v = line.partition(":")
+        if k == key:
+            return int(v)
+    return None
+
+
+def state(pid):
+    """The state letter of a process (R, S, D, Z, T...), "" if gone."""
+    stat = read(f"/proc/{pid}/stat")
+    return stat[stat.rindex(")") + 2] if stat else ""
 
 
 def ppid(pid):
@@ -147,12 +185,205 @@ def netns_names():
         return set()
 
 
+def net_ns_inode(pid_or_path):
+    """The inode of a process's (pid) or a file's (/run/netns/NAME) network
+    namespace, None if gone."""
+    path = f"/proc/{pid_or_path}/ns/net" if isinstance(pid_or_path, int) else pid_or_path
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def start_time(pid):
+    """A process's start time (clock ticks since boot), to tell it from a
+    later process given the same pid; None if gone."""
+    stat = read(f"/proc/{pid}/stat")
+    return int(stat[stat.rindex(")") + 2:].split()[19]) if stat else None
+
+
+def nft_tables():
+    """The nftables tables of this network namespace ("family name"), or
+    None if nft cannot list them."""
+    import shutil
+    import subprocess
+    nft = shutil.which("nft") or "/usr/sbin/nft"
+    if not os.access(nft, os.X_OK):
+        return None
+    r = subprocess.run([nft, "list", "tables"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    return {ln[len("table "):].strip() for ln in r.stdout.splitlines() if ln.startswith("table ")}
+
+
+# ---- the network tests' fake internet (fakenet.py) --------------------------
+#
+# Named "sle<pid>..." after this process: its two network namespaces
+# (/run/netns/sle<pid>h and ...n), the veth pair between them (sle<pid>a,
+# sle<pid>b: they live in those namespaces and go with them), and the
+# processes it starts there (registered here, by pid and start time).
+
+def fakenet_tag(pid=None):
+    return f"sle{pid or os.getpid()}"
+
+
+_fakenet = {"pids": {}, "netns": {}}  # pid -> start time; name -> inode
+
+
+def fakenet_register_process(pid):
+    _fakenet["pids"][pid] = start_time(pid)
+
+
+def fakenet_register_netns(name):
+    _fakenet["netns"][name] = net_ns_inode(f"/run/netns/{name}")
+
+
+def fakenet_leftovers():
+    """What is left of this process's fake internets: their named network
+    namespaces, links named after them in this namespace, their processes
+    (still running, or any process still inside one of their namespaces)."""
+    tag = fakenet_tag()
+    problems = []
+    for n in sorted(netns_names()):
+        if n.startswith(tag):
+            problems.append(f"fake internet network namespace left: /run/netns/{n}")
+    try:
+        links = os.listdir("/sys/class/net")
+    except OSError:
+        links = []
+    for link in sorted(links):
+        if link.startswith(tag):
+            problems.append(f"fake internet link left in the host's namespace: {link}")
+    for pid, started in sorted(_fakenet["pids"].items()):
+        if started is not None and start_time(pid) == started:
+            problems.append(f"fake internet process {pid} still running: "
+                            f"{b' '.join(cmdline(pid)).decode(errors='replace')}")
+    inodes = {i: n for n, i in _fakenet["netns"].items() if i is not None}
+    if inodes:
+        for pid in pids():
+            n = inodes.get(net_ns_inode(pid))
+            if n:
+                problems.append(f"process {pid} still in the fake internet's namespace {n}: "
+                                f"{b' '.join(cmdline(pid)).decode(errors='replace')}")
+    return problems
+
+
+def network_leftovers(before):
+    """fakenet_leftovers(), and any nftables table sandlot's egress rules
+    use ("inet sandlot") that appeared in the host's own network namespace
+    since the `before` snapshot: those rules belong in a sandbox's
+    namespace only."""
+    problems = fakenet_leftovers()
+    now = nft_tables()
+    if now is not None:
+        for t in sorted(now - (before.get("nft_tables") or set())):
+            if t.endswith(" sandlot"):
+                problems.append(f"nftables table left in the host's network namespace: {t}")
+    return problems
+
+
+def sandbox_id(cgroup_path):
+    return os.path.basename(cgroup_path)
+
+
+CREATED_RE = re.compile(r"event=created sandbox=(sb-[a-z2-7]+)")
+
+
+class Owner:
+    """Which sandboxes (by id) and sandbox inits are this test session's.
+
+    An empty cgroup or an orphaned init says nothing about whose it was, and
+    on a shared machine another user's sandbox may be between its cgroup's
+    creation and its init's arrival, or between its end and the removal of
+    its cgroup, at the moment a test looks.  So a thread looks every 20 ms:
+    a sandbox cgroup holding a process descended from this one (a `sandlot
+    run` of ours, or an init of one of our daemons) is ours, as is that
+    init; one holding only other processes is not.  Sandboxes too short-lived
+    to be seen are ours when a daemon of ours logged their creation
+    (add_log()).  A cgroup never seen holding anything, and not logged by us,
+    is not counted as ours."""
+
+    def __init__(self, me=None, interval=0.02):
+        self.me = me or os.getpid()
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.ours = set()        # sandbox ids
+        self.foreign = set()
+        self.inits = set()       # init pids seen in a cgroup of ours
+        self.logs = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="hostscan-owner", daemon=True)
+        self.thread.start()
+
+    def add_log(self, path):
+        """A log of one of our daemons, read for "event=created" lines."""
+        with self.lock:
+            self.logs.append(str(path))
+
+    def _run(self):
+        while not self.stopping.wait(self.interval):
+            self.scan()
+
+    def scan(self):
+        for cg in sandbox_cgroups():
+            sid = sandbox_id(cg)
+            with self.lock:
+                if sid in self.ours or sid in self.foreign:
+                    continue
+            procs = cgroup_procs(cg)
+            if not procs:
+                continue
+            mine = [p for p in procs if is_descendant(p, self.me)]
+            with self.lock:
+                if mine:
+                    self.ours.add(sid)
+                    self.inits.update(p for p in mine if is_sandlot_init(p))
+                else:
+                    self.foreign.add(sid)
+
+    def is_ours(self, sid):
+        self.scan()
+        with self.lock:
+            if sid in self.ours:
+                return True
+            if sid in self.foreign:
+                return False
+            logs = list(self.logs)
+        for path in logs:
+            text = read(path) or ""
+            if sid in text and sid in CREATED_RE.findall(text):
+                with self.lock:
+                    self.ours.add(sid)
+                return True
+        return False
+
+    def is_our_init(self, pid):
+        with self.lock:
+            return pid in self.inits
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(5)
+
+
+_owner = None
+
+
+def owner():
+    """The session's Owner, started on first use."""
+    global _owner
+    if _owner is None:
+        _owner = Owner()
+    return _owner
+
+
 def snapshot():
     return {
         "inits": init_pids(),
         "cgroups": sandbox_cgroups(),
         "mounts": sandlot_mounts(),
         "netns": netns_names(),
+        "nft_tables": nft_tables(),
     }
 
 
@@ -161,14 +392,17 @@ def leftovers(before, data_dir, me=None):
 
     - a loop device whose backing file is in this session's data dir;
     - a storage image left in <data_dir>/storage;
-    - a sandlot-init that appeared since `before` and is ours (a
-      descendant of this process) or an orphan (parent is PID 1);
-    - a sandbox cgroup that appeared since `before` and holds no process
-      (a live sandbox of someone else always holds its init);
-    - a new mount mentioning sandlot in our mount namespace;
-    - a new named network namespace.
+    - a sandlot-init that appeared since `before` and is ours: a
+      descendant of this process, or an orphan (parent is PID 1) that was
+      one (Owner);
+    - a cgroup of one of our sandboxes (Owner) that appeared since `before`
+      and holds no process;
+    - a new mount of our data directory, or of a loop device backed by a
+      file in it, in our mount namespace;
+    - a new named network namespace named after one of our sandboxes.
     """
     me = me or os.getpid()
+    own = owner()
     problems = []
     dd = str(data_dir)
     for dev, bf in sorted(loop_backing_files().items()):
@@ -180,15 +414,19 @@ def leftovers(before, data_dir, me=None):
             problems.append(f"storage file left: {storage}/{name}")
     for p in sorted(init_pids() - before["inits"]):
         parent = ppid(p)
-        if is_descendant(p, me) or parent in (0, 1):
+        if is_descendant(p, me) or (parent in (0, 1) and own.is_our_init(p)):
             who = "orphaned (parent is PID 1)" if parent in (0, 1) else f"parent {parent}"
             problems.append(f"sandlot-init pid {p} still running, {who}, host uids {uids(p)}")
     for cg in sorted(sandbox_cgroups() - before["cgroups"]):
         procs = cgroup_procs(cg)
-        if procs is not None and not procs:
+        if procs is not None and not procs and own.is_ours(sandbox_id(cg)):
             problems.append(f"empty sandbox cgroup left: {cg}")
+    ours = {dev for dev, bf in loop_backing_files().items() if bf.startswith(dd)}
     for ln in sorted(sandlot_mounts() - before["mounts"]):
-        problems.append(f"mount left: {ln}")
+        if dd in ln or any(f" {dev} " in ln for dev in ours):
+            problems.append(f"mount left: {ln}")
     for n in sorted(netns_names() - before["netns"]):
-        problems.append(f"network namespace left: /run/netns/{n}")
+        m = re.search(r"sb-[a-z2-7]+", n)
+        if m and own.is_ours(m.group(0)):
+            problems.append(f"network namespace left: /run/netns/{n}")
     return problems

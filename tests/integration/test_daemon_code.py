@@ -11,8 +11,15 @@ import threading
 import time
 
 import pytest
+from conftest import wait_until
 
 NDJSON = {"Accept": "application/x-ndjson"}
+
+
+def context(d, sid, cid):
+    r = d.get(f"/v1/sandboxes/{sid}/contexts")
+    assert r.status == 200, r
+    return next(c for c in r.json()["contexts"] if c["id"] == cid)
 
 
 def code(d, sid, src, lang="python", timeout=60, **kw):
@@ -53,18 +60,29 @@ def test_timeout_interrupts_and_keeps_state(sandlotd):
 def test_interrupt_route(sandlotd):
     sid = sandlotd.create()
     code(sandlotd, sid, "keep = 7")
+    # The cell says it runs (a stdout event on its NDJSON stream) before
+    # the interrupt is sent.
+    c, r = sandlotd.stream("POST", f"/v1/sandboxes/{sid}/code",
+                           json_body={"language": "python",
+                                      "code": "import time\nprint('running', flush=True)\n"
+                                              "while True: time.sleep(0.01)"},
+                           headers=NDJSON)
+    assert r.status == 200
+    assert json.loads(r.readline()) == {"type": "stdout", "data": "running\n"}
     out = {}
-    th = threading.Thread(target=lambda: out.update(r=code(sandlotd, sid, "import time\nwhile True: time.sleep(0.01)")))
+    th = threading.Thread(target=lambda: out.update(r=[json.loads(l) for l in r if l.strip()]))
     th.start()
-    time.sleep(0.5)
     busy = sandlotd.post(f"/v1/sandboxes/{sid}/code",
                          json_body={"language": "python", "code": "1"})
     assert busy.status == 409 and busy.error_code() == "context_busy"
     r = sandlotd.post(f"/v1/sandboxes/{sid}/code/interrupt", json_body={"context": "default-python"})
     assert r.status == 200 and r.json()["interrupted"] is True
     th.join(10)
-    assert out["r"]["status"] == "interrupted"
-    assert out["r"]["error"]["name"] == "KeyboardInterrupt"
+    c.close()
+    result = out["r"][-1]
+    assert result["type"] == "result", out
+    assert result["status"] == "interrupted"
+    assert result["error"]["name"] == "KeyboardInterrupt"
     assert code(sandlotd, sid, "keep")["value"] == "7"
 
 
@@ -115,7 +133,8 @@ def test_interpreter_killed_between_cells_is_reported_by_the_next_cell(sandlotd)
     assert pid.isdigit()
     r = sandlotd.exec(sid, argv=["kill", "-KILL", pid])
     assert r["exit_code"] == 0, r
-    time.sleep(0.2)
+    # The daemon has seen the interpreter die when its context says so.
+    assert wait_until(lambda: not context(sandlotd, sid, "default-python")["alive"], 10)
     # The death happened while no cell ran: the next cell says the state
     # is gone (and runs in a fresh interpreter); the one after does not.
     r = code(sandlotd, sid, "'w' in globals()")

@@ -300,15 +300,25 @@ def test_idle_expiry_and_keepalive(sandlotd):
     d = sandlotd
     idle = d.create(**SMALL, idle_timeout_seconds=2)
     kept = d.create(**SMALL, idle_timeout_seconds=2)
-    t0 = time.monotonic()
-    # keep one alive for 4 s; the other goes after about 2 s
-    while time.monotonic() - t0 < 4:
-        r = d.post(f"/v1/sandboxes/{kept}/keepalive")
-        assert r.status == 200, r
-        time.sleep(0.5)
+
+    def keep_alive_until(cond, timeout):
+        """Keepalives on `kept` every 0.5 s until cond() holds."""
+        end = time.monotonic() + timeout
+        while not cond():
+            assert time.monotonic() < end, "timed out"
+            r = d.post(f"/v1/sandboxes/{kept}/keepalive")
+            assert r.status == 200, r
+            time.sleep(0.5)  # the keepalives' pace, while polling cond
+
+    # The other one goes after about 2 s.
+    keep_alive_until(lambda: state(d, idle)["state"] == "expired", 20)
     s = state(d, idle)
-    assert s["state"] == "expired" and s["end_reason"] == "idle", s
-    assert not sandbox_cgroups(idle)
+    assert s["end_reason"] == "idle", s
+    assert wait_until(lambda: not sandbox_cgroups(idle), 10)
+    # A sandbox made now with the same idle timeout expires well after
+    # `kept` would have without its keepalives.
+    control = d.create(**SMALL, idle_timeout_seconds=2)
+    keep_alive_until(lambda: state(d, control)["state"] == "expired", 20)
     assert state(d, kept)["state"] == "running"
     # GET is not activity: watching it does not keep it alive
     assert wait_state(d, kept, "expired", 5)
@@ -321,7 +331,10 @@ def test_keepalive_sets_ttl(sandlotd):
     r = d.post(f"/v1/sandboxes/{sid}/keepalive", json_body={"ttl_seconds": 30})
     assert r.status == 200, r
     assert r.json()["ttl_seconds"] == 30
-    time.sleep(3)
+    # Past the first TTL: a sandbox made now with it has expired.
+    control = d.create(**SMALL, ttl_seconds=2)
+    assert wait_state(d, control, "expired", 10)
+    assert wait_until(lambda: not sandbox_cgroups(control), 10)
     assert state(d, sid)["state"] == "running"
     r = d.post(f"/v1/sandboxes/{sid}/keepalive", json_body={"ttl_seconds": 0})
     assert r.status == 200 and r.json()["expires_at"] is None, r
@@ -349,18 +362,23 @@ def test_running_exec_is_not_idle(sandlotd):
     d = sandlotd
     sid = d.create(**SMALL, idle_timeout_seconds=2)
     probe = d.post(f"/v1/sandboxes/{sid}/exec", json_body={"argv": ["true"]})
-    if probe.status == 404 and probe.json()["error"]["code"] == "unknown_route":
-        pytest.skip("exec routes not built yet (src/daemon/execs.c)")
     assert probe.status == 200, probe
     result = {}
 
     def run():
         result["r"] = d.post(f"/v1/sandboxes/{sid}/exec",
-                             json_body={"argv": ["sleep", "5"]}, timeout=30)
+                             json_body={"argv": ["sleep", "6"]}, timeout=30)
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(4)
+    assert wait_until(lambda: any(e["state"] == "running" for e in
+                                  d.get(f"/v1/sandboxes/{sid}/execs").json()["execs"]), 10)
+    # A sandbox made now with the same idle timeout expires later than this
+    # one would have: once the reaper has ended it, it has passed this
+    # one's deadline too.
+    control = d.create(**SMALL, idle_timeout_seconds=2)
+    assert wait_state(d, control, "expired", 10)
+    assert wait_until(lambda: not sandbox_cgroups(control), 10)
     assert state(d, sid)["state"] == "running", "expired while a command ran"
     t.join(20)
     assert result["r"].status == 200 and result["r"].json()["exit_code"] == 0, result
@@ -684,7 +702,7 @@ def test_kill9_then_restart_reports_lost(own_daemon):
         assert_error(d.post(f"/v1/sandboxes/{sid}/keepalive"), 410, "sandbox_ended")
     assert d.get("/v1/sandboxes").json()["sandboxes"] == []
     assert len(d.get("/v1/sandboxes?state=lost").json()["sandboxes"]) == 3
-    assert "event=lost" in d.logs()
+    assert "event=lost" in d.log_text()
     problems = wait_until(lambda: not no_leftovers_of(ids, d.data_dir), 5) or \
         no_leftovers_of(ids, d.data_dir)
     assert problems is True, problems
@@ -709,7 +727,7 @@ def test_sigterm_destroys_and_records(own_daemon):
     for sid in ids:
         s = state(d, sid)
         assert s["state"] == "deleted" and s["end_reason"] == "sandlotd stopped", s
-    assert "event=lost" not in d.logs().split("event=started")[-1]
+    assert "event=lost" not in d.log_text().split("event=started")[-1]
     assert d.stop() == 0
 
 
@@ -719,9 +737,7 @@ def test_sigterm_with_a_request_in_flight(own_daemon):
     d = own_daemon().start()
     sid = d.create(**SMALL)
     probe = d.post(f"/v1/sandboxes/{sid}/exec", json_body={"argv": ["true"]})
-    if probe.status == 404 and probe.json()["error"]["code"] == "unknown_route":
-        d.stop()
-        pytest.skip("exec routes not built yet (src/daemon/execs.c)")
+    assert probe.status == 200, probe
     out = {}
 
     def run():
@@ -733,7 +749,8 @@ def test_sigterm_with_a_request_in_flight(own_daemon):
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(1)
+    assert wait_until(lambda: any(e["state"] == "running" for e in
+                                  d.get(f"/v1/sandboxes/{sid}/execs").json()["execs"]), 10)
     t0 = time.monotonic()
     assert d.stop() == 0
     assert time.monotonic() - t0 < 10

@@ -387,7 +387,15 @@ def test_client_gone_mid_upload_leaves_no_partial_file(sandlotd):
     s.sendall(f"PUT {url} HTTP/1.1\r\nHost: x\r\nContent-Length: {20 * MIB}\r\n\r\n".encode())
     for _ in range(3):
         s.sendall(os.urandom(MIB))
-    time.sleep(0.3)
+
+    def uploaded():
+        for line in sandlotd.get("/metrics").body.decode().splitlines():
+            if line.startswith("sandlot_bytes_uploaded_total "):
+                return float(line.split()[1])
+        return 0
+    # The daemon is writing the file (it has taken bytes of it) when the
+    # client goes.
+    assert wait_until(lambda: uploaded() >= MIB, 10)
     s.close()
 
     def clean():
@@ -645,7 +653,8 @@ def test_archive_out_file_growing_while_read(sandlotd):
         "command": "while :; do head -c 65536 /dev/zero; done >> /home/user/g/log",
         "background": True, "timeout_ms": 60000})
     assert r.status in (200, 201, 202), r
-    time.sleep(0.3)
+    # The writer is appending when the archive is read.
+    assert wait_until(lambda: int(sh(sandlotd, sid, "stat -c %s /home/user/g/log")) > 3000000, 10)
     c = sandlotd.conn(60)
     c.request("GET", files_url(sid, "files/archive", path="g"))
     resp = c.getresponse()

@@ -160,10 +160,7 @@ def test_hits_are_fast_and_the_pool_refills(pool_daemon):
         assert ID_RE.match(sbx["id"]) and sbx["state"] == "running"
         times.append(dt)
         assert d.exec(sbx["id"], argv=["echo", "hi"])["stdout"] == "hi\n"
-    # A hit is a pop and a registry row: milliseconds, where a cold create
-    # takes tens of them.  The bound is loose for a loaded test machine.
-    assert statistics.median(times) < 0.05, times
-    assert "pool=hit" in d.logs()
+    assert "pool=hit" in d.log_text()
 
     # The refill makes the 3 taken back, one at a time, in the background.
     assert wait_until(lambda: pool_full(d), 30), health(d)
@@ -172,8 +169,20 @@ def test_hits_are_fast_and_the_pool_refills(pool_daemon):
     assert m['sandlot_pool_hits_total{image="host"}'] == 3
     assert m['sandlot_pool_misses_total{image="host",reason="empty"}'] == 0
     assert m['sandlot_pool_misses_total{image="host",reason="options"}'] == 0
-    assert m['sandlot_pool_refill_failures_total{image="host"}'] == 0
+    assert m['sandlot_pool_refill_failures_total{image="host"}'] == 0, \
+        [ln for ln in d.log_text().splitlines() if "pool_refill_failed" in ln]
     assert health(d)["sandboxes"] == 3  # the 3 handed out; pooled ones are not counted
+
+    # A hit is a pop and a registry row: milliseconds, where a cold create
+    # (options the pool cannot serve) takes tens of them.  Compared with
+    # cold creates of the same daemon, in the same run, so that the check
+    # holds under a sanitizer and on a loaded machine alike.
+    cold = []
+    for _ in range(3):
+        sbx, hdr, dt = create(d, memory="128M")
+        assert hdr == "miss", hdr
+        cold.append(dt)
+    assert statistics.median(times) < statistics.median(cold) / 2, (times, cold)
 
 
 def test_handouts_are_clean_and_never_reused(pool_daemon):
@@ -239,14 +248,18 @@ def test_all_live_sandboxes_have_distinct_uid_ranges(pool_daemon):
 
 
 def test_clocks_env_and_metadata_start_at_handout(pool_daemon):
-    d = pool_daemon("--pool", "2")
-    time.sleep(1.5)  # the pooled sandboxes were made over a second before
+    d = pool_daemon("--pool", "2")  # returns with the pool full
+    full_at = time.time()
+    # Not synchronization: the clocks can only tell a hand-out from the pool
+    # fill if time passed between them.
+    time.sleep(1.5)
     before = time.time()
     sbx, hdr, _ = create(d, ttl_seconds=60, idle_timeout_seconds=30, env={"FOO": "bar baz",
                          "HOME": "/tmp"}, metadata={"team": "a"})
     assert hdr == "hit"
     created = _ts(sbx["created_at"])
     assert before - 0.5 <= created <= time.time() + 0.5, (before, sbx)
+    assert created > full_at + 1, (full_at, sbx)  # not the pool fill's time
     assert abs(_ts(sbx["expires_at"]) - created - 60) < 0.01, sbx
     assert abs(_ts(sbx["last_active_at"]) - created) < 0.01, sbx
     assert sbx["metadata"] == {"team": "a"}
@@ -290,7 +303,7 @@ def test_options_the_pool_cannot_serve_are_cold_created(pool_daemon):
     # the same values as the defaults are a hit
     sbx, hdr, _ = create(d, memory="512M", pids=256, disk="1G", network="none", image="host")
     assert hdr == "hit"
-    assert "pool=options" in d.logs()
+    assert "pool=options" in d.log_text()
 
 
 def test_a_network_policy_is_applied_on_hand_out(pool_daemon):
@@ -360,15 +373,17 @@ def test_a_pooled_sandbox_that_died_is_never_handed_out(pool_daemon):
     assert len(victims) == 2, victims
     for p in victims:
         os.kill(p, signal.SIGKILL)  # the sandboxes' inits, children of our daemon
-    # Before the once-a-second check: a hand-out itself checks that the
-    # sandbox is alive (and misses otherwise).
-    time.sleep(0.1)
+    # Dead (zombies: the daemon reaps them when it destroys the sandbox),
+    # and the next hand-out comes before the pool's once-a-second check
+    # could notice: a hand-out itself checks that the sandbox is alive (and
+    # misses otherwise).
+    assert wait_until(lambda: all(hostscan.state(p) in ("Z", "") for p in victims), 5)
     sbx, hdr, _ = create(d)
     assert hdr in ("hit", "miss")
     assert d.exec(sbx["id"], argv=["echo", "alive"])["stdout"] == "alive\n"
     assert init_pid_of(d, sbx["id"]) not in victims
     assert wait_until(lambda: pool_full(d) and not (pooled_inits(d) & victims), 30), health(d)
-    assert "event=pool_drop" in d.logs()
+    assert "event=pool_drop" in d.log_text()
     sbx, hdr, _ = create(d)
     assert hdr == "hit"
     assert d.exec(sbx["id"], argv=["true"])["exit_code"] == 0
@@ -420,7 +435,7 @@ def test_kill9_with_a_full_pool_then_restart_cleans_up(pool_daemon):
     # the previous run's pooled sandboxes: markers, cgroups and images gone
     assert wait_until(lambda: not leftovers_of(pooled_ids, d.data_dir), 10), \
         leftovers_of(pooled_ids, d.data_dir)
-    assert "event=pool_recover markers=2" in d.logs()
+    assert "event=pool_recover markers=2" in d.log_text()
     assert d.get("/v1/sandboxes?state=all").json()["sandboxes"] == []
     sbx, hdr, _ = create(d)
     assert hdr == "hit"
@@ -447,7 +462,7 @@ def test_bad_pool_arguments(tmp_path, arg, msg):
 def test_per_image_setting_and_zero(pool_daemon):
     d = pool_daemon("--pool", "5", "--pool", "host=2")  # the last one for an image wins
     assert pool_state(d) == {"size": 2, "ready": 2}
-    assert "pools=\"host=2\"" in d.logs()
+    assert "pools=\"host=2\"" in d.log_text()
     d2 = pool_daemon("--pool", "host=0", wait_full=False)
     assert "pool" not in health(d2)
     r = d2.post("/v1/sandboxes", json_body={})

@@ -396,7 +396,7 @@ def test_ports_proxy_passes_request_and_drops_token(own_daemon, tmp_path):
     ws_exercise(s)
     s.close()
     assert d.delete(f"/v1/sandboxes/{sid}").status == 204
-    log = d.logs()
+    log = d.log_text()
     assert token not in log
 
 

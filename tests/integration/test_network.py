@@ -28,7 +28,8 @@ def net(tmp_path_factory, session_dirs):
         pytest.skip(f"the fake internet cannot be built here: {why}")
     n = fakenet.FakeNet(tmp_path_factory.mktemp("fakenet")).start()
     yield n
-    n.stop()
+    problems = n.stop()
+    assert not problems, "left by the fake internet:\n  " + "\n  ".join(problems)
 
 
 @pytest.fixture(scope="module")

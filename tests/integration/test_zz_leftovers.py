@@ -21,9 +21,10 @@ def test_nothing_left_behind(session_dirs, sandlot):
     wait_until(lambda: not hostscan.leftovers(before, data_dir), 10)
     problems = hostscan.leftovers(before, data_dir)
 
-    # No sandbox init anywhere that is orphaned or ours.
+    # No sandbox init of ours orphaned (hostscan.Owner: other users' are not ours).
+    own = hostscan.owner()
     for pid in hostscan.init_pids() - before["inits"]:
-        if hostscan.ppid(pid) in (0, 1):
+        if hostscan.ppid(pid) in (0, 1) and own.is_our_init(pid):
             problems.append(f"orphaned sandlot-init {pid}")
     # losetup agrees with /sys/block.
     losetup = shutil.which("losetup") or "/usr/sbin/losetup"
@@ -38,17 +39,14 @@ def test_nothing_left_behind(session_dirs, sandlot):
     for ln in open("/proc/self/mountinfo"):
         if any(f" {dev} " in ln for dev in ours) or str(data_dir) in ln:
             problems.append(f"mount: {ln.strip()}")
-    # Every sandbox cgroup made during the session is gone (those of other
-    # users of this machine hold a live init and are left alone).
+    # Every sandbox cgroup of ours made during the session is gone.
     for cg in hostscan.sandbox_cgroups() - before["cgroups"]:
-        procs = hostscan.cgroup_procs(cg) or []
-        if not procs or all(hostscan.ppid(p) in (0, 1) or not os.path.exists(f"/proc/{p}") for p in procs):
-            problems.append(f"cgroup left: {cg} (procs {procs})")
-    # The fake internet's namespaces (test_network.py, fakenet.py).
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    for ln in netns.splitlines():
-        if ln.startswith(f"sle{os.getpid() % 100000}"):
-            problems.append(f"network namespace left: {ln}")
+        if own.is_ours(hostscan.sandbox_id(cg)):
+            problems.append(f"cgroup left: {cg} (procs {hostscan.cgroup_procs(cg)})")
+    # Nothing of the network tests' fake internet (fakenet.py): its network
+    # namespaces, veths and processes, and no egress nftables table outside
+    # a sandbox's own namespace.
+    problems += hostscan.network_leftovers(before)
     storage = data_dir / "storage"
     if storage.is_dir() and list(storage.iterdir()):
         problems.append(f"storage images left: {sorted(os.listdir(storage))}")

@@ -192,10 +192,61 @@ class Host:
     def interrupt(self):
         os.kill(self.proc.pid, signal.SIGINT)
 
-    def run_interrupted(self, code, delay=0.5, timeout=30):
-        """Send a cell, SIGINT the host after `delay`, again every 2 s until the cell answers."""
-        rid = self.send(code)
-        time.sleep(delay)
+    def sigint_delivered(self):
+        """Whether no SIGINT is pending for the host process or any of its threads
+        (/proc/PID/status ShdPnd, /proc/PID/task/*/status SigPnd): the kernel has handed every
+        one sent to a signal handler."""
+        paths = ["/proc/%d/status" % self.proc.pid]
+        try:
+            paths += ["/proc/%d/task/%s/status" % (self.proc.pid, t)
+                      for t in os.listdir("/proc/%d/task" % self.proc.pid)]
+        except OSError:
+            return True                 # gone
+        for path in paths:
+            try:
+                with open(path) as f:
+                    for line in f:
+                        k, _, v = line.partition(":")
+                        if k in ("ShdPnd", "SigPnd") and int(v, 16) & (1 << (signal.SIGINT - 1)):
+                            return False
+            except OSError:
+                continue
+        return True
+
+    def interrupt_idle(self, times=1):
+        """SIGINT the idle host `times` times, each delivered before the next is sent (pending
+        signals of one kind merge into one) and the last before this returns."""
+        for _ in range(times):
+            self.interrupt()
+            deadline = time.monotonic() + 10
+            while not self.sigint_delivered():
+                assert time.monotonic() < deadline, "SIGINT still pending after 10 s"
+                time.sleep(0.005)
+
+    RUNNING = "cell-is-running"
+
+    def send_running(self, code, timeout=30):
+        """Send a cell that prints a line where it is stuck, and return its id once that line
+        has arrived.  The line is printed where the code says RUNNING (JavaScript code that
+        gets stuck later, in a callback or after an await: "await null; RUNNING while (true)
+        {}"), else first."""
+        say = {"python": "print(%r, flush=True)\n" % self.RUNNING,
+               "javascript": "console.log(%r);\n" % self.RUNNING,
+               "bash": "echo %s\n" % self.RUNNING}[self.lang]
+        rid = self.send(code.replace("RUNNING ", say) if "RUNNING " in code else say + code)
+        deadline = time.monotonic() + timeout
+        while True:
+            _, msg = self.next_timed(max(0.1, deadline - time.monotonic()))
+            assert msg is not None, "host died: %r" % self._stderr()
+            if msg["id"] != rid:
+                continue
+            if msg["type"] == "stdout" and self.RUNNING in msg["data"]:
+                return rid
+            assert msg["type"] != "result", "the cell ended before it said it runs: %r" % msg
+
+    def run_interrupted(self, code, timeout=30):
+        """Send a cell, SIGINT the host once it runs, again every 2 s until the cell answers."""
+        rid = self.send_running(code)
         deadline = time.monotonic() + timeout
         cell = None
         while time.monotonic() < deadline:
@@ -483,9 +534,7 @@ def test_interrupt_a_blocking_wait(host):
 def test_interrupt_while_idle_is_harmless(host):
     setup, _, read, expected = LOOPS[host.lang]
     host.run(setup)
-    for _ in range(3):
-        host.interrupt()
-        time.sleep(0.1)
+    host.interrupt_idle(3)
     assert host.proc.poll() is None
     assert _readback(host, read) == expected
 
@@ -653,7 +702,13 @@ def test_python_fork_child_never_speaks_the_protocol(py):
     assert int(c.value) > 0
     c = py.run("os.waitpid(pid, 0)[1]")
     assert c.value == "0"
-    time.sleep(0.3)
+    # The child has exited: whatever it wrote to the protocol pipe is there before the answer
+    # to the next cell, and every message until that answer must be the next cell's own.
+    seen = []
+    rid = py.send("'after'")
+    c = py.collect(rid, on_message=seen.append)
+    assert c.value == "'after'"
+    assert all(m["id"] == rid for m in seen), seen
     assert py.q.empty()
 
 
@@ -848,9 +903,9 @@ def test_bash_background_job_and_exit_status(sh):
     assert sh.run("true").result["exit_code"] == 0
 
 
-@pytest.mark.parametrize("code", ["Promise.resolve().then(() => { while (true) {} }); 1",
-                                  "process.nextTick(() => { while (true) {} }); 1",
-                                  "setImmediate(() => { while (true) {} }); 1"])
+@pytest.mark.parametrize("code", ["Promise.resolve().then(() => { RUNNING while (true) {} }); 1",
+                                  "process.nextTick(() => { RUNNING while (true) {} }); 1",
+                                  "setImmediate(() => { RUNNING while (true) {} }); 1"])
 def test_js_interrupt_a_callback_the_cell_queued(js, code):
     js.run("let kept = 'yes'")
     c = js.run_interrupted(code)
@@ -862,7 +917,7 @@ def test_js_interrupt_a_loop_after_an_await(js):
     # Outside vm's breakOnSigint (the loop runs in a promise reaction): the worker thread stops
     # it through the inspector and the cell is reported interrupted, state intact.
     js.run("let kept = 'yes'")
-    c = js.run_interrupted("await null; while (true) {}")
+    c = js.run_interrupted("await null; RUNNING while (true) {}")
     assert c.status == "interrupted", c.result
     assert js.run("kept").value == "'yes'"
     c = js.run("await null; while (true) {}", timeout_ms=300)
@@ -873,9 +928,15 @@ def test_js_interrupt_a_loop_after_an_await(js):
 @pytest.mark.parametrize("schedule", ["f()", "setImmediate(f)", "process.nextTick(f)",
                                       "require('fs').stat('/', f)", "Promise.resolve().then(f)"])
 def test_js_interrupt_a_stuck_background_callback(js, schedule):
-    js.run("let kept = 'yes'; const f = () => { while (true) {} }; setTimeout(() => { %s }, 100); 'later'"
-           % schedule)
-    time.sleep(0.5)                      # the host is now stuck between cells
+    js.run("let kept = 'yes'; const f = () => { console.log('stuck'); while (true) {} }; "
+           "setTimeout(() => { %s }, 100); 'later'" % schedule)
+    # The host is stuck between cells once the callback said so.
+    deadline = time.monotonic() + 30
+    while True:
+        _, msg = js.next_timed(max(0.1, deadline - time.monotonic()))
+        assert msg is not None, "host died"
+        if msg["type"] == "stdout" and "stuck" in msg["data"]:
+            break
     js.interrupt()
     c = js.run("kept", timeout=10)
     assert c.value == "'yes'"
@@ -885,8 +946,9 @@ def test_js_interrupt_a_stuck_background_callback(js, schedule):
 STUCK = {
     "python": ["while True:\n    pass", "import time\ntime.sleep(100)",
                "import asyncio\nawait asyncio.sleep(100)"],
-    "javascript": ["while (true) {}", "await new Promise(() => {})", "await null; while (true) {}",
-                   "setTimeout(() => { for (;;) {} }, 0); await new Promise(() => {})"],
+    "javascript": ["while (true) {}", "await new Promise(() => {})",
+                   "await null; RUNNING while (true) {}",
+                   "setTimeout(() => { RUNNING for (;;) {} }, 0); await new Promise(() => {})"],
     "bash": ["while :; do :; done", "sleep 100", "cat /dev/zero | sleep 100"],
 }
 
@@ -896,15 +958,13 @@ def test_repeated_interrupts_and_signal_storms(host):
     host.run(setup)
     for i in range(12):
         code = STUCK[host.lang][i % len(STUCK[host.lang])]
-        c = host.run_interrupted(code, delay=0.2 + 0.05 * (i % 3))
+        c = host.run_interrupted(code)
         assert c.status == "interrupted", (i, code, c.result)
         if i % 4 == 3:                   # two signals back to back while idle
             host.interrupt()
-            host.interrupt()
-            time.sleep(0.3)
+            host.interrupt_idle()
         if i % 4 == 1:                   # two signals back to back while a cell runs
-            rid = host.send(code)
-            time.sleep(0.3)
+            rid = host.send_running(code)
             host.interrupt()
             host.interrupt()
             c = host.collect(rid, timeout=10)

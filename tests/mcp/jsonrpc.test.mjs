@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { Daemon, RawServer, skipReason, sleep, textOf, waitFor } from './harness.mjs';
+import { Daemon, RawServer, skipReason, textOf, waitFor } from './harness.mjs';
 
 describe('sandlot mcp: JSON-RPC and session edge cases', { skip: skipReason }, () => {
   let d;
@@ -175,7 +175,11 @@ describe('sandlot mcp: JSON-RPC and session edge cases', { skip: skipReason }, (
     await s.initialize();
     s.send({ jsonrpc: '2.0', id: 'long', method: 'tools/call', params: { name: 'run_command', arguments: { command: 'sleep 60' } } });
     await waitFor(async () => (await d.sandboxes()).length === 1, 10000, 'the sandbox');
-    await sleep(300);
+    const sb = (await d.sandboxes())[0].id;
+    await waitFor(async () => {
+      const r = await d.request('GET', `/v1/sandboxes/${sb}/execs`);
+      return r.json.execs.some((e) => e.state === 'running');
+    }, 10000, 'the command to run');
     const t0 = Date.now();
     s.proc.kill('SIGTERM');
     const { code } = await s.wait();
@@ -214,7 +218,10 @@ describe('sandlot mcp: JSON-RPC and session edge cases', { skip: skipReason }, (
       // a cancelled run_code cell is interrupted, the interpreter keeps its state
       await s.callTool('run_code', { language: 'python', code: 'kept = 5' });
       s.send({ jsonrpc: '2.0', id: 'cell', method: 'tools/call', params: { name: 'run_code', arguments: { language: 'python', code: 'import time\ntime.sleep(60)' } } });
-      await sleep(500);
+      await waitFor(async () => {
+        const r = await d.request('GET', `/v1/sandboxes/${sb}/contexts`);
+        return r.json.contexts.some((c) => c.language === 'python' && c.busy);
+      }, 10000, 'the cell to run');
       s.send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'cell' } });
       const b = await s.callTool('run_code', { language: 'python', code: 'kept * 2' }, 20000);
       assert.match(textOf(b.result), /--- result ---\n10\n/);
@@ -265,7 +272,15 @@ describe('sandlot mcp: JSON-RPC and session edge cases', { skip: skipReason }, (
       await s.initialize();
       await s.callTool('write_file', { path: 'keep.txt', content: 'kept' });
       const [sb] = await d.sandboxes();
-      await sleep(4500);
+      // No call of ours until the server's keepalives have moved the sandbox's last activity a
+      // second past the point where it would have expired without them (a GET of the sandbox
+      // is not activity).
+      const at = (t) => Date.parse(t);
+      await waitFor(async () => {
+        const r = await d.request('GET', `/v1/sandboxes/${sb.id}`);
+        assert.equal(r.json.state, 'running');
+        return at(r.json.last_active_at) >= at(sb.last_active_at) + 3000;
+      }, 15000, 'a keepalive past the idle timeout');
       const a = await s.callTool('read_file', { path: 'keep.txt' });
       assert.deepEqual(a.result.content, [{ type: 'text', text: 'kept' }]);
       assert.equal((await d.sandboxes())[0].id, sb.id);

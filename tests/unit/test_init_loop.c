@@ -213,8 +213,8 @@ static void stop_init_status(struct client *c, int want)
 		kill(c->init, SIGKILL);
 		waitpid(c->init, NULL, 0);
 	}
-	/* Leftovers would have been re-parented to us (subreaper). */
-	usleep(20000);
+	/* Leftovers have been re-parented to us (subreaper): the kernel does
+	 * that as init exits, before init can be reaped. */
 	int leftovers = 0;
 	while ((r = waitpid(-1, &st, WNOHANG)) != -1) {
 		if (r == 0) {
@@ -562,9 +562,11 @@ static void test_killed_signal(void)
 	sl_msg_begin(&m, SL_MSG_KILL, 0, 4);
 	sl_msg_put_u8(&m, SL_TAG_SIGNAL, 9);
 	send_msg(&c, &m);
+	/* Init answers in order: once the PING is answered, the two KILLs were
+	 * handled.  Had one sent SIGKILL, the sleep would end by it whatever
+	 * came later (a SIGKILL sent makes the exit status SIGKILL at once). */
 	send_empty(&c, SL_MSG_PING, 40);
 	CHECK_EQ_INT(expect_reply(&c, 40, NULL), 0);
-	usleep(50000);
 	send_u32(&c, SL_MSG_KILL, 4, SL_TAG_SIGNAL, SIGTERM);
 	struct result r;
 	run_to_exit(&c, 4, &r);
@@ -1606,12 +1608,19 @@ static void test_shutdown(void)
 	struct client c;
 	start_init(&c);
 	skip_hello(&c);
-	send_exec(&c, 1, (const char *[]){ "sh", "-c", "setsid sleep 30 & sleep 30", NULL }, 0, NULL);
+	/* The session leader says it runs (after setsid) before the shutdown. */
+	send_exec(&c, 1,
+		  (const char *[]){ "sh", "-c", "setsid sh -c 'echo ready; exec sleep 30' & sleep 30",
+				    NULL },
+		  0, NULL);
 	struct frame f;
 	CHECK_EQ_INT(next_frame(&c, &f), 1);
 	CHECK_EQ_INT(f.type, SL_MSG_STARTED);
 	frame_free(&f);
-	usleep(100000);
+	CHECK_EQ_INT(next_frame(&c, &f), 1);
+	CHECK_EQ_INT(f.type, SL_MSG_STDOUT);
+	CHECK(f.len == 6 && memcmp(f.p, "ready\n", 6) == 0);
+	frame_free(&f);
 	send_empty(&c, SL_MSG_SHUTDOWN, 0);
 	CHECK_EQ_INT(next_frame(&c, &f), -1);
 	stop_init(&c);

@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# SANDLOT_MUST_WORK=1 makes unlisted skips fail (tests/mustwork.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
+from mustwork import pytest_runtest_makereport  # noqa: E402,F401
 
 from .pyclient_daemon import Daemon, SANDLOTD  # noqa: E402
 

@@ -149,8 +149,13 @@ def test_exec_stream_wait_and_close_kills(sb):
     first = [next(s) for _ in range(2)]
     assert first[1] == {"type": "stdout", "data": "started\n"}
     s.close()
-    time.sleep(2.5)
-    assert not sb.exists("after.txt")   # the command was killed with the stream
+    # the command was killed with the stream (not left to end by itself)
+    deadline = time.monotonic() + 10
+    while sb.exec_status(s.exec_id)["state"] != "exited":
+        assert time.monotonic() < deadline, sb.exec_status(s.exec_id)
+        time.sleep(0.02)
+    assert sb.exec_status(s.exec_id)["result"]["signal"] is not None
+    assert not sb.exists("after.txt")
 
 
 def test_background_exec_status_kill(sb):

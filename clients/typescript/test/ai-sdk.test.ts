@@ -1,4 +1,5 @@
 /** The AI SDK sandbox session and harness provider against a real sandlotd. */
+import * as fs from "node:fs";
 import { after, before, describe, test } from "node:test";
 import * as assert from "node:assert/strict";
 import { ToolLoopAgent, tool, type Experimental_SandboxSession } from "ai";
@@ -66,9 +67,12 @@ describe("AI SDK sandbox session", { skip }, () => {
 
   test("run honours abortSignal", async () => {
     const ctl = new AbortController();
-    setTimeout(() => ctl.abort(new Error("user cancelled")), 150);
     const t0 = Date.now();
-    await assert.rejects(s.run({ command: "sleep 30", abortSignal: ctl.signal }), /user cancelled/);
+    const run = s.run({ command: "sleep 30", abortSignal: ctl.signal });
+    // Aborted while the command runs.
+    assert.ok(await waitFor(async () => (await sb.execs()).some((e) => e.state === "running"), 10_000));
+    ctl.abort(new Error("user cancelled"));
+    await assert.rejects(run, /user cancelled/);
     assert.ok(Date.now() - t0 < 5000);
     // The abort closes the stream; sandlotd notices and kills the command.
     assert.ok(
@@ -194,11 +198,22 @@ describe("AI SDK sandbox session", { skip }, () => {
     ])
       await assert.rejects(call(), /aborted early/);
     // A stream that never ends, aborted mid-upload: no file appears.
+    // Aborted once the upload is under way (50 KiB taken from the stream); then, once sandlotd
+    // has ended the request (its log says so), the file is not there.
+    const puts = () => fs.readFileSync(d.logPath, "utf8").split("\n")
+      .filter((l) => l.includes(`method=PUT path="/v1/sandboxes/${sb.id}/files"`)).length;
+    const putsBefore = puts();
     const ctl2 = new AbortController();
-    const endless = new ReadableStream<Uint8Array>({ pull: async (c) => { await sleep(20); c.enqueue(new Uint8Array(1024)); } });
-    setTimeout(() => ctl2.abort(new Error("upload cancelled")), 200);
+    let pulled = 0;
+    const endless = new ReadableStream<Uint8Array>({
+      pull: async (c) => {
+        await sleep(20); // the stream's own pace
+        c.enqueue(new Uint8Array(1024));
+        if (++pulled === 50) ctl2.abort(new Error("upload cancelled"));
+      },
+    });
     await assert.rejects(s.writeFile({ path: "endless.bin", content: endless, abortSignal: ctl2.signal }), /upload cancelled/);
-    await sleep(100);
+    assert.ok(await waitFor(async () => puts() > putsBefore, 10_000), "sandlotd never ended the upload");
     assert.equal(await s.stat({ path: "endless.bin" }), null);
   });
 

@@ -95,8 +95,12 @@ describe("Sandlot client", { skip }, () => {
     await assert.rejects(sb.exec("true", { signal: ctl.signal }), /stop now/);
     const ctl2 = new AbortController();
     const t0 = Date.now();
-    setTimeout(() => ctl2.abort(), 200);
-    await assert.rejects(sb.exec("sleep 30", { signal: ctl2.signal }), (e: unknown) => (e as Error).name === "AbortError");
+    const ex = sb.exec("sleep 30", { signal: ctl2.signal });
+    // Aborted while the command runs.
+    for (let i = 0; i < 200 && !(await sb.execs()).some((e) => e.state === "running"); i++) await sleep(50);
+    assert.ok((await sb.execs()).some((e) => e.state === "running"), "the exec never ran");
+    ctl2.abort();
+    await assert.rejects(ex, (e: unknown) => (e as Error).name === "AbortError");
     assert.ok(Date.now() - t0 < 5000);
   });
 
