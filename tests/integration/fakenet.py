@@ -21,8 +21,8 @@ certificate for every test name; sandboxes get the CA file uploaded.
 Nothing outlives the tests: every name carries the test process's pid
 (hostscan.fakenet_tag()); stop() ends the processes and removes the
 namespaces (and with them the veth pair), and says what is left; the
-processes get SIGKILL (the daemon SIGTERM) if the test process dies first
-(setpriv --pdeathsig), and the namespaces of a test process that is gone
+processes are killed (the daemon gets SIGTERM) if the test process dies
+first (setpriv --pdeathsig, nsrun()), and the namespaces of a test process that is gone
 are removed by the next fake internet that starts.  The check is
 hostscan.fakenet_leftovers().
 """
@@ -35,6 +35,7 @@ import os
 import tarfile
 import zipfile
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -133,11 +134,16 @@ class FakeNet:
            "-extfile", d / "ext.cnf")
 
     def nsrun(self, ns, argv, **kw):
-        """Start argv in namespace ns.  setpriv and nsenter exec what follows
-        them, so the Popen is the program itself; it is killed if this
-        process dies (the parent-death signal survives exec)."""
-        p = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "nsenter",
-                              f"--net=/run/netns/{ns}", *map(str, argv)], **kw)
+        """Start argv in namespace ns, in a process group of its own under a
+        small sh that gets SIGTERM if this process dies (setpriv
+        --pdeathsig) and then kills it: a parent-death signal set on the
+        program itself would not do, as it is cleared when a program
+        changes its credentials (dnsmasq does, even as --user=root).
+        stop() kills the whole group."""
+        guard = 'trap \'kill -9 "$child"; exit 1\' TERM; "$@" & child=$!; wait "$child"'
+        p = subprocess.Popen(["setpriv", "--pdeathsig", "TERM", "sh", "-c", guard, "sh",
+                              "nsenter", f"--net=/run/netns/{ns}", *map(str, argv)],
+                             start_new_session=True, **kw)
         hostscan.fakenet_register_process(p.pid)
         return p
 
@@ -197,8 +203,10 @@ class FakeNet:
         there after the removal."""
         problems = []
         for p in self.procs:
-            if p.poll() is None:
-                p.kill()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             p.wait()
             for s in (p.stdout, p.stderr):
                 if s:
