@@ -492,6 +492,47 @@ def test_sandbox_root_cannot_change_the_rules(box, net):
     assert "redirect to :1" in r.stdout, r
 
 
+def fd_targets(pid):
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass   # closed meanwhile
+    return out
+
+
+def test_deleted_sandboxes_release_their_network_namespaces(box, d, net):
+    """A sandbox's namespace lives as long as the sandbox: the daemon's
+    descriptor of it, its listeners and its nftables socket go with the
+    sandbox, and then no process is left in it."""
+    sockets = lambda: sum(t.startswith("socket:") for t in fd_targets(d.pid))  # noqa: E731
+    before = sockets()
+    made = [box(ALLOW), box(), box({"mode": "open"})]
+    inodes = []
+    for i, b in enumerate(made):
+        pid = sandbox_pid(b, 876.5 + i)
+        ino = hostscan.net_ns_inode(pid)
+        assert ino and ino != hostscan.net_ns_inode(d.pid), (ino, d.pid)
+        inodes.append(ino)
+    assert len(set(inodes)) == 3, inodes
+    held = fd_targets(d.pid)
+    for ino in inodes:
+        assert f"net:[{ino}]" in held, (ino, held)
+    assert sockets() > before
+    for b in made:
+        b.close()
+
+    def released():
+        targets = fd_targets(d.pid)
+        return (not any(f"net:[{ino}]" in targets for ino in inodes)
+                and not [p for p in hostscan.pids() if hostscan.net_ns_inode(p) in inodes]
+                and sockets() <= before)
+    assert wait_until(released, 15), (
+        [t for t in fd_targets(d.pid) if t.startswith("net:")], sockets(), before,
+        [p for p in hostscan.pids() if hostscan.net_ns_inode(p) in inodes])
+
+
 def test_vsock_is_denied(sandlot):
     r = sandlot.py("import socket, errno\n"
                    "try:\n    socket.socket(40, socket.SOCK_STREAM); print('made')\n"
