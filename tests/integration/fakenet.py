@@ -97,7 +97,6 @@ class FakeNet:
     def _netns(self):
         for ns in (self.host_ns, self.net_ns):
             sh("ip", "netns", "add", ns)
-            hostscan.fakenet_register_netns(ns)
         sh("ip", "link", "add", self.veth_h, "netns", self.host_ns, "type", "veth", "peer",
            "name", self.veth_n, "netns", self.net_ns)
         H = ("ip", "-n", self.host_ns)
@@ -212,6 +211,15 @@ class FakeNet:
                 if s:
                     s.close()
         self.procs = []
+        # Nothing else may be left inside (the daemon under test is stopped
+        # before this; a process that outlived it would keep the namespace).
+        gone = wait_until(lambda: not any(hostscan.processes_in_netns(ns)
+                                          for ns in (self.host_ns, self.net_ns)), 10)
+        if not gone:
+            for ns in (self.host_ns, self.net_ns):
+                for pid in hostscan.processes_in_netns(ns):
+                    problems.append(f"process {pid} still in {ns}: "
+                                    f"{b' '.join(hostscan.cmdline(pid)).decode(errors='replace')}")
         if os.path.exists(f"/run/netns/{self.host_ns}"):
             r = sh("ip", "netns", "exec", self.host_ns, "nft", "list", "tables", check=False)
             if r.stdout.strip():

@@ -222,31 +222,43 @@ def nft_tables():
 # (/run/netns/sle<pid>h and ...n), the veth pair between them (sle<pid>a,
 # sle<pid>b: they live in those namespaces and go with them), and the
 # processes it starts there (registered here, by pid and start time).
+# A process is counted as left inside one of its namespaces only while the
+# namespace's name exists: once it is removed, its inode may be reused by
+# anyone's new namespace.
 
 def fakenet_tag(pid=None):
     return f"sle{pid or os.getpid()}"
 
 
-_fakenet = {"pids": {}, "netns": {}}  # pid -> start time; name -> inode
+_fakenet = {"pids": {}}  # pid -> start time
 
 
 def fakenet_register_process(pid):
     _fakenet["pids"][pid] = start_time(pid)
 
 
-def fakenet_register_netns(name):
-    _fakenet["netns"][name] = net_ns_inode(f"/run/netns/{name}")
+def processes_in_netns(name):
+    """Pids of the processes in the named network namespace (/run/netns/NAME),
+    [] if it is gone.  Only while the name exists: it pins the namespace, so
+    its inode cannot have been reused by another one."""
+    ino = net_ns_inode(f"/run/netns/{name}")
+    if ino is None:
+        return []
+    return [p for p in pids() if p != os.getpid() and net_ns_inode(p) == ino]
 
 
 def fakenet_leftovers():
     """What is left of this process's fake internets: their named network
-    namespaces, links named after them in this namespace, their processes
-    (still running, or any process still inside one of their namespaces)."""
+    namespaces and any process still in them, links named after them in
+    this namespace, their processes still running."""
     tag = fakenet_tag()
     problems = []
     for n in sorted(netns_names()):
         if n.startswith(tag):
             problems.append(f"fake internet network namespace left: /run/netns/{n}")
+            for pid in processes_in_netns(n):
+                problems.append(f"process {pid} still in the fake internet's namespace {n}: "
+                                f"{b' '.join(cmdline(pid)).decode(errors='replace')}")
     try:
         links = os.listdir("/sys/class/net")
     except OSError:
@@ -258,13 +270,6 @@ def fakenet_leftovers():
         if started is not None and start_time(pid) == started:
             problems.append(f"fake internet process {pid} still running: "
                             f"{b' '.join(cmdline(pid)).decode(errors='replace')}")
-    inodes = {i: n for n, i in _fakenet["netns"].items() if i is not None}
-    if inodes:
-        for pid in pids():
-            n = inodes.get(net_ns_inode(pid))
-            if n:
-                problems.append(f"process {pid} still in the fake internet's namespace {n}: "
-                                f"{b' '.join(cmdline(pid)).decode(errors='replace')}")
     return problems
 
 
