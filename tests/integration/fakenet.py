@@ -22,9 +22,9 @@ Nothing outlives the tests: every name carries the test process's pid
 (hostscan.fakenet_tag()); stop() ends the processes and removes the
 namespaces (and with them the veth pair), and says what is left; the
 processes are killed (the daemon gets SIGTERM) if the test process dies
-first (setpriv --pdeathsig, nsrun()), and the namespaces of a test process that is gone
-are removed by the next fake internet that starts.  The check is
-hostscan.fakenet_leftovers().
+first (setpriv --pdeathsig, nsrun()), and the namespaces of a test process
+that is gone are removed by the next fake internet that starts.  The check
+is hostscan.fakenet_leftovers().
 """
 import base64
 import hashlib
