@@ -302,7 +302,9 @@ describe('sandlot mcp with the MCP SDK client', { skip: skipReason }, () => {
     let body = '';
     assert.ok(await waitFor(async () => {
       try {
-        const res = await fetch(`${url}/hello.txt`);
+        // A deadline on each try: a fetch that met the relay's reset while
+        // connecting was seen to never settle (Node 20), which hung the suite.
+        const res = await fetch(`${url}/hello.txt`, { signal: AbortSignal.timeout(2000) });
         body = await res.text();
         return res.status === 200;
       } catch {

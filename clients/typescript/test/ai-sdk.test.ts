@@ -362,7 +362,9 @@ describe("AI SDK harness sandbox provider", { skip }, () => {
     let body = "";
     assert.ok(await waitFor(async () => {
       try {
-        const r = await fetch(ep.url + "index.html");
+        // A deadline on each try: a fetch that met the relay's reset while
+        // connecting was seen to never settle (Node 20), which hung the suite.
+        const r = await fetch(ep.url + "index.html", { signal: AbortSignal.timeout(2000) });
         body = await r.text();
         return r.status === 200;
       } catch {
