@@ -1,5 +1,4 @@
 /** The AI SDK sandbox session and harness provider against a real sandlotd. */
-import * as fs from "node:fs";
 import { after, before, describe, test } from "node:test";
 import * as assert from "node:assert/strict";
 import { ToolLoopAgent, tool, type Experimental_SandboxSession } from "ai";
