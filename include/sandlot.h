@@ -45,9 +45,31 @@ SANDLOT_API void sandlot_error_free(sandlot_error_t *err);
 
 /* ---- sandbox options --------------------------------------------------- */
 
+/* Network (docs/network.md).  Every sandbox has a network namespace of its
+ * own that the host, not the sandbox, owns.  With NONE it has loopback
+ * only.  Otherwise nothing in it has a route out either: DNS and every TCP
+ * connection are redirected to sandlot, which answers DNS itself and
+ * connects from the host side when the policy allows the name (TLS SNI,
+ * HTTP Host) or the address; other UDP, ICMP and IPv6 fail at once.
+ * Private, loopback, link-local (metadata), CGNAT and this host's own
+ * addresses stay closed in every mode unless the operator opens a range
+ * (sandlot_net_configure). */
 typedef enum {
-	SANDLOT_NET_NONE = 0, /* own network namespace with loopback only */
+	SANDLOT_NET_NONE = 0,      /* loopback only (the default) */
+	SANDLOT_NET_ALLOWLIST = 1, /* the names and IPv4 ranges of `allow`, minus `deny` */
+	SANDLOT_NET_OPEN = 2,      /* the public internet, minus `deny` */
 } sandlot_network_t;
+
+/* Rules are host names ("pypi.org"), wildcards ("*.pythonhosted.org": the
+ * subdomains only, not pythonhosted.org itself) and IPv4 ranges
+ * ("203.0.113.0/24", or a single address).  Names are ASCII (the punycode
+ * form of an international name).  A deny rule wins over an allow rule.
+ * Lists are NULL-terminated, at most 256 entries; NULL means empty. */
+typedef struct sandlot_net_policy {
+	sandlot_network_t mode;
+	const char *const *allow;   /* ALLOWLIST only */
+	const char *const *deny;
+} sandlot_net_policy_t;
 
 typedef enum {
 	/* The pool (unless SANDLOT_STORAGE=tmpfs is set). */
@@ -70,6 +92,8 @@ typedef struct sandlot_options {
 	const char *const *env;     /* extra "K=V" for every command; NULL-terminated */
 	const char *hostname;       /* default "sandlot" */
 	sandlot_network_t network;
+	const char *const *net_allow; /* with SANDLOT_NET_ALLOWLIST (sandlot_net_policy_t.allow) */
+	const char *const *net_deny;  /* sandlot_net_policy_t.deny */
 	sandlot_storage_t storage;  /* where /home/user and /tmp live */
 	const char *data_dir;       /* default $SANDLOT_DATA_DIR or /var/lib/sandlot */
 	const char *init_path;      /* default $SANDLOT_INIT or next to the library's user */
@@ -300,6 +324,136 @@ SANDLOT_API int sandlot_usage(sandlot_t *sb, sandlot_usage_t *out, sandlot_error
  * library callbacks. */
 SANDLOT_API int sandlot_port_connect(sandlot_t *sb, unsigned port, unsigned timeout_ms,
 				     sandlot_error_t **err);
+/* ---- network ----------------------------------------------------------- */
+
+/* Check a policy without applying it: EINVAL naming the bad rule. */
+SANDLOT_API int sandlot_net_policy_validate(const sandlot_net_policy_t *policy,
+					    sandlot_error_t **err);
+
+/* Replace the network policy of a running sandbox.  From the moment it
+ * returns, DNS answers and new connections follow the new policy, and every
+ * connection the new policy would not allow has been closed.  0, or -1
+ * with EINVAL (a bad rule; the old policy stays) or the error of setting
+ * the network up (then the sandbox has no network: loopback only). */
+SANDLOT_API int sandlot_set_network(sandlot_t *sb, const sandlot_net_policy_t *policy,
+				    sandlot_error_t **err);
+
+/* The policy a sandbox has now: mode, and the rules (normalised:
+ * lowercase, no trailing dot) as NULL-terminated lists owned by the
+ * sandbox and valid until the next sandlot_set_network() or destroy. */
+SANDLOT_API sandlot_network_t sandlot_network(sandlot_t *sb, const char *const **allow,
+					      const char *const **deny);
+
+/* Process-wide settings of the egress engine, applied to every sandbox with
+ * a network.  Call it before the first such sandbox is created (later:
+ * EBUSY).  Without a call, SANDLOT_RESOLVER and SANDLOT_EGRESS_ALLOW_RANGES
+ * (comma-separated) from the environment are used, else the defaults. */
+typedef struct sandlot_net_config {
+	/* Upstream DNS servers, "ADDR[:PORT]" comma-separated (IPv4).  NULL:
+	 * the nameservers of the host's /etc/resolv.conf. */
+	const char *resolver;
+	/* Closed ranges the operator opens ("10.20.0.0/16"), NULL-terminated. */
+	const char *const *allow_ranges;
+	uint32_t max_connections; /* per sandbox at a time; 0: 256 */
+	uint32_t dns_qps;         /* DNS queries per second per sandbox; 0: 100 */
+} sandlot_net_config_t;
+SANDLOT_API int sandlot_net_configure(const sandlot_net_config_t *cfg, sandlot_error_t **err);
+
+/* One entry of a sandbox's network log: a DNS query or a TCP connection,
+ * allowed or refused, with the reason.  Kept in a ring of the last 1024. */
+typedef struct sandlot_net_event {
+	uint64_t seq;            /* from 1, in order */
+	int64_t time_ms;         /* wall clock, ms since the epoch */
+	const char *layer;       /* "dns", "tls", "http", "tcp" (no name seen) */
+	const char *verdict;     /* "allowed" or "refused" */
+	/* allowed, not_allowed, denied, no_name, bad_name, ip_literal,
+	 * closed_address, address_mismatch, malformed, too_big, timeout,
+	 * connection_limit, rate_limit, resolve_failed, connect_failed,
+	 * policy_changed, unsupported_type, no_address */
+	const char *reason;
+	char name[256];          /* the name asked for (DNS, SNI, Host), or "" */
+	char addr[16];           /* destination (IPv4 dotted), or "" */
+	uint16_t port;           /* destination port, 0 for DNS */
+	uint16_t qtype;          /* DNS query type, 0 otherwise */
+	uint32_t answers;        /* DNS: addresses answered */
+	uint64_t bytes_out;      /* TCP: sent by the sandbox, so far */
+	uint64_t bytes_in;       /* TCP: received by the sandbox, so far */
+} sandlot_net_event_t;
+
+/* Entries with seq > after, oldest first: a new array of *count entries
+ * (free with free()).  *dropped: how many entries after `after` the ring
+ * has already forgotten.  A sandbox without a network has an empty log. */
+SANDLOT_API int sandlot_net_log(sandlot_t *sb, uint64_t after, sandlot_net_event_t **out,
+				size_t *count, uint64_t *dropped, sandlot_error_t **err);
+
+/* Counters of the whole process (for metrics). */
+typedef struct sandlot_net_stats {
+	uint64_t dns_allowed, dns_refused;
+	uint64_t tcp_allowed, tcp_refused;
+	uint64_t bytes_out, bytes_in;
+	uint64_t connections_open;
+	uint64_t refused_by_reason[20]; /* indexed as sandlot_net_reason_name() */
+} sandlot_net_stats_t;
+SANDLOT_API void sandlot_net_stats(sandlot_net_stats_t *out);
+/* Name of reason index i of refused_by_reason, NULL past the last. */
+SANDLOT_API const char *sandlot_net_reason_name(unsigned i);
+
+/* ---- packages ----------------------------------------------------------- */
+
+/* Package installs (docs/network.md, "Packages").  pip packages go to the
+ * sandbox user's site-packages (pip --user, under /home/user/.local), npm
+ * packages to /home/user/node_modules.  The downloads happen in a separate,
+ * short-lived sandbox of the same image whose network is the sandbox's
+ * policy plus the registries, and which runs no package code (pip
+ * downloads wheels only; npm runs no install scripts); what it fetched is
+ * kept in a host-side cache (root-only) that no sandbox can write, then
+ * copied into the sandbox, which installs it offline.  A second install of
+ * the same pinned packages (pip name==version, npm name@x.y.z) downloads
+ * nothing. */
+typedef struct sandlot_packages {
+	/* "pandas==2.2.0", "requests>=2,<3", "uvicorn[standard]": requirement
+	 * specifiers only (no options, URLs, paths or markers). */
+	const char *const *pip;
+	/* "lodash@4", "@types/node@20.11.0", "left-pad": registry packages only
+	 * (no git, URL, file or alias specifiers). */
+	const char *const *npm;
+} sandlot_packages_t;
+
+typedef struct sandlot_packages_config {
+	const char *pip_index;          /* default https://pypi.org/simple */
+	/* Hosts the download may reach besides the index's; default
+	 * files.pythonhosted.org with the default index, none otherwise. */
+	const char *const *pip_hosts;
+	const char *npm_registry;       /* default https://registry.npmjs.org/ */
+	const char *const *npm_hosts;   /* besides the registry's host; default none */
+	const char *ca_file;            /* a PEM bundle pip and npm also trust, or NULL */
+	const char *cache_dir;          /* default <data dir>/cache/packages */
+} sandlot_packages_config_t;
+
+/* Process-wide, before the first install (EBUSY after).  Without a call,
+ * SANDLOT_PIP_INDEX, SANDLOT_PIP_HOSTS, SANDLOT_NPM_REGISTRY,
+ * SANDLOT_NPM_HOSTS, SANDLOT_PACKAGE_CA and SANDLOT_PACKAGE_CACHE
+ * (comma-separated lists) from the environment, else the defaults. */
+SANDLOT_API int sandlot_packages_configure(const sandlot_packages_config_t *cfg,
+					   sandlot_error_t **err);
+
+/* Check the specifiers without installing: EINVAL naming the bad one. */
+SANDLOT_API int sandlot_packages_validate(const sandlot_packages_t *pk, sandlot_error_t **err);
+
+typedef struct sandlot_install_result {
+	char *output;          /* what pip and npm printed (at most 256 KiB); free() it */
+	int from_cache;        /* nothing was downloaded */
+	uint64_t duration_ms;
+} sandlot_install_result_t;
+
+/* Install packages into a running sandbox; blocks until done (at most 10
+ * minutes for the download and 10 for the install).  0, or -1: EINVAL (a
+ * bad specifier), ENOENT (pip or npm missing from the image), EIO (the
+ * installer failed: the message says which and why, out->output has all
+ * it printed), or the error of the download sandbox.  out is filled in
+ * both cases. */
+SANDLOT_API int sandlot_install_packages(sandlot_t *sb, const sandlot_packages_t *pk,
+					 sandlot_install_result_t *out, sandlot_error_t **err);
 
 /* ---- processes --------------------------------------------------------- */
 

@@ -69,6 +69,9 @@ struct sandlot_backend_ops {
 	 * of a relayed pair.  Returns the socket or -1 with err. */
 	int (*port_connect)(struct sandlot *sb, uint16_t port, unsigned timeout_ms,
 			    sandlot_error_t **err);
+	/* The sandbox's network namespace (owned by the backend, open while
+	 * the sandbox is), or -1. */
+	int (*netns_fd)(const struct sandlot *sb);
 };
 
 extern const struct sandlot_backend_ops sandlot__backend_ns;

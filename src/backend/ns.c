@@ -4,7 +4,9 @@
  * Parent side (host root, this file):
  *   1. take a host uid range, create the cgroup, prepare storage and the
  *      seccomp program — all before clone, so the child needs no malloc;
- *   2. clone into new user, pid, mount, net, ipc and uts namespaces;
+ *   2. create the network namespace (as host root, so the sandbox's user
+ *      namespace does not own it: src/linux/netns.h) and, from inside it,
+ *      clone into new user, pid, mount, ipc and uts namespaces;
  *   3. write the child's uid/gid maps, put it into the cgroup, make it
  *      immune to the OOM killer (commands are not), then release it;
  *   4. read the status pipe: empty EOF means init finished its setup.
@@ -38,6 +40,7 @@
 #include "init/init.h"
 #include "linux/cgroup.h"
 #include "linux/nsconnect.h"
+#include "linux/netns.h"
 #include "linux/seccomp.h"
 #include "linux/storage.h"
 #include "linux/syscalls.h"
@@ -83,6 +86,9 @@ static void ns_release(struct ns_state *ns)
 		ns->storage.ephemeral = 0;
 	sandlot__storage_destroy(&ns->storage);
 	sandlot__uid_slot_release(&ns->slot);
+	if (ns->netns_fd >= 0)
+		close(ns->netns_fd);
+	ns->netns_fd = -1;
 	if (ns->cleanup_lock_fd >= 0)
 		close(ns->cleanup_lock_fd);
 	ns->cleanup_lock_fd = -1;
@@ -355,6 +361,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	if (!ns)
 		return sandlot__error(err, ENOMEM, "out of memory");
 	ns->pidfd = -1;
+	ns->netns_fd = -1;
 	ns->slot.lock_fd = -1;
 	ns->storage.mount_fd = ns->storage.lock_fd = -1;
 	ns->helper_fd = -1;
@@ -476,15 +483,22 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		.init_path = sb->init_path, .argv = argv,
 	};
 
-	const unsigned long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET |
-				    CLONE_NEWIPC | CLONE_NEWUTS;
-	int added = 0;
+	/* No CLONE_NEWNET: the child starts in the namespace this thread is
+	 * in between netns_new and netns_leave, which the host owns. */
+	const unsigned long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC |
+				    CLONE_NEWUTS;
+	int added = 0, net_saved = -1;
 	pid_t pid = -1;
+	if (sandlot__netns_new(&ns->netns_fd, &net_saved, err) < 0) {
+		sandlot__cgroup_join_close(&join);
+		goto fail;
+	}
 	if (join.dir_fd >= 0) {
 		pid = sys_clone3_fork(flags, join.dir_fd);
 		added = pid >= 0;
 		if (pid < 0 && errno != ENOSYS && errno != E2BIG && errno != EINVAL) {
 			sandlot__error_errno(err, errno, "clone sandbox namespaces into its cgroup");
+			sandlot__netns_leave(&net_saved);
 			sandlot__cgroup_join_close(&join);
 			goto fail;
 		}
@@ -493,13 +507,15 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		added = join.ntasks > 0; /* the child joins by itself */
 		pid = sys_clone_fork(flags | SIGCHLD);
 	}
+	if (pid == 0)
+		child_main(&ca);
+	int clone_errno = errno;
+	sandlot__netns_leave(&net_saved);
 	if (pid < 0) {
-		sandlot__error_errno(err, errno, "clone sandbox namespaces");
+		sandlot__error_errno(err, clone_errno, "clone sandbox namespaces");
 		sandlot__cgroup_join_close(&join);
 		goto fail;
 	}
-	if (pid == 0)
-		child_main(&ca);
 	sandlot__cgroup_join_close(&join);
 	ns->pid = pid;
 	ns->pidfd = sys_pidfd_open(pid, 0);
@@ -626,15 +642,19 @@ static pid_t ns_init_pid(const struct sandlot *sb)
 	return ns ? ns->pid : 0;
 }
 
-/* The sandbox's network namespace is its init's: entered through the
- * pidfd (Linux 5.8+; the pid is our unreaped child, so it cannot have been
- * reused), or through /proc/PID/ns/net where setns() takes no pidfd. */
+/* The sandbox's network namespace: the one ns_start() made for it (whose
+ * descriptor we hold), else its init's, entered through the pidfd (Linux
+ * 5.8+; the pid is our unreaped child, so it cannot have been reused), or
+ * through /proc/PID/ns/net where setns() takes no pidfd. */
 static int ns_port_connect(struct sandlot *sb, uint16_t port, unsigned timeout_ms,
 			   sandlot_error_t **err)
 {
 	struct ns_state *ns = sb->backend;
 	if (!ns || ns->pid <= 0)
 		return sandlot__error(err, EPIPE, "the sandbox is gone");
+	/* The namespace the host made for the sandbox (ns_start). */
+	if (ns->netns_fd >= 0)
+		return sandlot__netns_connect_loopback(ns->netns_fd, port, (int)timeout_ms, err);
 	if (ns->pidfd >= 0) {
 		sandlot_error_t *e = NULL;
 		int fd = sandlot__netns_connect_loopback(ns->pidfd, port, (int)timeout_ms, &e);
@@ -657,6 +677,12 @@ static int ns_port_connect(struct sandlot *sb, uint16_t port, unsigned timeout_m
 	return sandlot__netns_connect_loopback(nsfd, port, (int)timeout_ms, err);
 }
 
+static int ns_netns_fd(const struct sandlot *sb)
+{
+	const struct ns_state *ns = sb->backend;
+	return ns ? ns->netns_fd : -1;
+}
+
 const struct sandlot_backend_ops sandlot__backend_ns = {
 	.name = "ns",
 	.start = ns_start,
@@ -670,4 +696,5 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.prepare = sandlot__ns_prepare,
 	.new_id = sandlot__ns_new_id,
 	.port_connect = ns_port_connect,
+	.netns_fd = ns_netns_fd,
 };

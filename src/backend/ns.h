@@ -26,6 +26,7 @@ struct ns_state {
 	int cleanup_lock_fd;        /* shared flock on <data_dir>/cleanup.lock, or -1 */
 	int status_fd;              /* init's set-up report, until ready() read it */
 	int detached;               /* the helper owns the teardown: release only frees */
+	int netns_fd;               /* the network namespace the host made for it, or -1 */
 };
 
 /* Remove cgroups and workspaces that a killed sandlot process left, and the

@@ -48,8 +48,45 @@ enum { OPT_CPUS = 1100, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE };
 	{ "ttl", required_argument, NULL, OPT_TTL },                    \
 	{ "idle-timeout", required_argument, NULL, OPT_IDLE },          \
 	{ "image", required_argument, NULL, OPT_IMAGE },                \
-	{ "port", required_argument, NULL, 'p' }
+	{ "port", required_argument, NULL, 'p' },                       \
+	CLI_NET_OPTIONS,                                                \
+	CLI_PACKAGE_OPTIONS
+/* --net, --allow-host, --deny-host, and --pip, --npm (netopt.c; also
+ * `run`, `install`, `network`). */
+enum { OPT_NET = 1200, OPT_ALLOW_HOST, OPT_DENY_HOST, OPT_PIP, OPT_NPM };
+#define CLI_NET_OPTIONS                                                 \
+	{ "net", required_argument, NULL, OPT_NET },                    \
+	{ "allow-host", required_argument, NULL, OPT_ALLOW_HOST },      \
+	{ "deny-host", required_argument, NULL, OPT_DENY_HOST }
+#define CLI_PACKAGE_OPTIONS                                             \
+	{ "pip", required_argument, NULL, OPT_PIP },                    \
+	{ "npm", required_argument, NULL, OPT_NPM }
+#define CLI_PACKAGE_OPTIONS_HELP                                                          \
+	"        --pip SPEC          install a pip package, e.g. pandas==2.2.0\n"           \
+	"                            (repeatable; docs/network.md)\n"                      \
+	"        --npm SPEC          install an npm package, e.g. lodash@4\n"               \
+	"                            (repeatable)\n"
+#define CLI_NET_OPTIONS_HELP                                                              \
+	"        --net MODE          network: none (the default: loopback only), open\n"   \
+	"                            (the public internet) or allowlist (see\n"           \
+	"                            --allow-host); docs/network.md\n"                      \
+	"        --allow-host RULE   allow a host name, *.SUFFIX (its subdomains) or\n"    \
+	"                            an IPv4 range (repeatable; implies --net\n"          \
+	"                            allowlist)\n"                                          \
+	"        --deny-host RULE    deny one, even if allowed otherwise (repeatable)\n"
 struct json_t;
+/* Network option c with value arg into body["network"] (--pip and --npm
+ * into body["packages"]): 0 stored, 1 not one of these, EXIT_USAGE after
+ * saying why. */
+int cli_net_option(const char *verb, int c, const char *arg, struct json_t *body);
+/* After the options: infer the mode from --allow-host, and refuse
+ * combinations that mean nothing.  0 or EXIT_USAGE. */
+int cli_net_finish(const char *verb, struct json_t *body);
+/* The policy of body["network"] (after cli_net_finish) into opts, for
+ * `run`; *allow and *deny are arrays the caller frees.  0, or -1 out of
+ * memory. */
+int cli_net_policy(struct json_t *body, sandlot_options_t *opts, const char ***allow,
+		   const char ***deny);
 /* Put sandbox option c (getopt's code) with value arg into a create
  * request's body (--env pairs into env).  0 when stored; 1 when c is not a
  * sandbox option; EXIT_USAGE after saying why the value is bad. */
@@ -86,6 +123,8 @@ int cmd_image(int argc, char **argv);
 int cmd_port(int argc, char **argv);
 /* "8000" → 8000: a whole number from 1 to 65535, else 0. */
 unsigned cli_parse_port(const char *s);
+int cmd_install(int argc, char **argv);
+int cmd_network(int argc, char **argv);
 
 /* NDJSON exec event stream (exec.c; also used by logs.c): writes stdout and
  * stderr data to fds 1 and 2 as they arrive and keeps the exit event. */

@@ -44,6 +44,8 @@ static const char create_help[] =
 	"                            reachable at a URL on the host's 127.0.0.1 and\n"
 	"                            through sandlotd's API (repeatable; at most 32;\n"
 	"                            see sandlot port)\n"
+	CLI_NET_OPTIONS_HELP
+	CLI_PACKAGE_OPTIONS_HELP
 	"        --json              print the whole sandbox object as JSON (one line)\n"
 	"                            instead of its id\n"
 	CLI_CLIENT_OPTIONS_HELP
@@ -58,7 +60,8 @@ static const char create_help[] =
 	"    sandlot exec \"$id\" -- python3 -c 'print(1)'\n"
 	"    id=$(sandlot create --port 8000)\n"
 	"    sandlot exec \"$id\" -- sh -c 'python3 -m http.server 8000 >log 2>&1 &'\n"
-	"    sandlot port \"$id\"            # 8000  http://127.0.0.1:40123\n";
+	"    sandlot port \"$id\"            # 8000  http://127.0.0.1:40123\n"
+	"    id=$(sandlot create --allow-host pypi.org --allow-host files.pythonhosted.org)\n";
 
 enum { OPT_JSON = 256 };
 
@@ -143,7 +146,7 @@ int cli_sandbox_option(const char *verb, int c, const char *arg, json_t *body, j
 		break;
 	}
 	default:
-		return 1;
+		return cli_net_option(verb, c, arg, body);
 	}
 	if (err) {
 		int rc = cli_usage_error(verb, "%s: %s", opt, sandlot_error_message(err));
@@ -222,6 +225,8 @@ int cmd_create(int argc, char **argv)
 		rc = cli_usage_error("create", "unexpected argument \"%s\"", argv[optind]);
 		goto out;
 	}
+	if ((rc = cli_net_finish("create", body)) != 0)
+		goto out;
 	if (json_object_size(env))
 		json_object_set(body, "env", env);
 	if (json_object_size(labels))

@@ -14,8 +14,8 @@ static const char main_help[] =
 	"\n"
 	"SYNOPSIS\n"
 	"    sandlot run [OPTIONS] -- COMMAND [ARG...]\n"
-	"    sandlot [-H HOST] create | exec | code | cp | ls | rm | logs | changes | port\n"
-	"            [OPTIONS] ...\n"
+	"    sandlot [-H HOST] create | exec | code | cp | ls | rm | logs | changes | port |\n"
+	"                      install | network [OPTIONS] ...\n"
 	"    sandlot [-H HOST] mcp [OPTIONS]\n"
 	"    sandlot image build | ls | inspect | rm [OPTIONS] ...\n"
 	"    sandlot COMMAND --help\n"
@@ -48,6 +48,9 @@ static const char main_help[] =
 	"    changes   Files created, modified and deleted in a sandbox.\n"
 	"    port      List, add and remove a sandbox's exposed ports: servers\n"
 	"              inside reachable at a URL on the host (create --port).\n"
+	"    install   Install pip or npm packages into a sandbox.\n"
+	"    network   Show or change a sandbox's network policy, or its network\n"
+	"              log (docs/network.md).\n"
 	"    mcp       Serve the Model Context Protocol on stdin/stdout for MCP\n"
 	"              hosts: tools to run commands and code and move files in\n"
 	"              one sandbox per session (docs/mcp.md).\n"
@@ -140,6 +143,8 @@ static const struct {
 	{ "mcp", cmd_mcp },
 	{ "image", cmd_image },
 	{ "port", cmd_port },
+	{ "install", cmd_install },
+	{ "network", cmd_network },
 #else
 	{ "run", cmd_run },
 	{ "create", NULL },
@@ -153,6 +158,8 @@ static const struct {
 	{ "mcp", NULL },
 	{ "image", NULL },
 	{ "port", NULL },
+	{ "install", NULL },
+	{ "network", NULL },
 #endif
 };
 

@@ -101,6 +101,8 @@ static const char mcp_help[] =
 	"    -p, --port PORT         expose PORT of the sandbox (repeatable): a server\n"
 	"                            listening on it inside is reachable at a URL on\n"
 	"                            the host's 127.0.0.1 (also: the expose_port tool)\n"
+	CLI_NET_OPTIONS_HELP
+	CLI_PACKAGE_OPTIONS_HELP
 	"        --ttl DURATION      delete the sandbox DURATION after its creation\n"
 	"                            (the next tool call then starts a new one;\n"
 	"                            default: the daemon's)\n"
@@ -1548,7 +1550,7 @@ static const struct arg_spec generated_files_args[] = {
 
 static const struct tool tools[] = {
 	{ "run_command", "Run a shell command",
-	  "Run a shell command in the sandbox (Linux, as an unprivileged user in /home/user, no network) "
+	  "Run a shell command in the sandbox (Linux, as an unprivileged user in /home/user, {network}) "
 	  "and return its exit code, stdout and stderr, and the files it changed. State on disk persists "
 	  "between calls; a non-zero exit is reported as an error result.",
 	  run_command_args, 0, tool_run_command },
@@ -1575,21 +1577,83 @@ static const struct tool tools[] = {
 	{ "expose_port", "Expose a port to the user",
 	  "Make a server that listens on a TCP port inside the sandbox (a web app, a notebook, an API "
 	  "being developed) reachable by the user: returns the URL on this machine where it answers. "
-	  "The sandbox itself still has no network; only this port is reachable, from the host.",
+	  "Only this port is reachable, from the host; nothing else of the sandbox is.",
 	  expose_port_args, 0, tool_expose_port },
 };
 
-static json_t *tools_list(void)
+/* What the session's sandbox can reach (--net, --allow-host, --deny-host),
+ * as the tools' descriptions and the instructions tell the model: "no
+ * network access", "network access only to a, b (...)", or "access to the
+ * public internet (...)".  Malloc'd; NULL without memory. */
+static char *network_phrase(json_t *create_body)
 {
+	json_t *n = json_object_get(create_body, "network");
+	const char *mode = json_string_value(json_object_get(n, "mode"));
+	if (!mode || !strcmp(mode, "none"))
+		return strdup("no network access");
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (!f)
+		return NULL;
+	int open = !strcmp(mode, "open");
+	fputs(open ? "access to the public internet" : "network access only to", f);
+	for (int list = open; list < 2; list++) {
+		json_t *a = json_object_get(n, list ? "deny" : "allow");
+		size_t i, count = json_array_size(a);
+		json_t *v;
+		if (!count)
+			continue;
+		fputs(list ? (open ? " except" : "; not to") : "", f);
+		json_array_foreach(a, i, v) {
+			if (i == 20) {
+				fprintf(f, " and %zu more", count - i);
+				break;
+			}
+			fprintf(f, "%s %s", i ? "," : "", json_string_value(v));
+		}
+	}
+	fputs(open ? " (never to this machine or to private, link-local or metadata addresses)"
+		   : " (by name: DNS, HTTPS and HTTP; nothing else is reachable)", f);
+	if (fclose(f) != 0) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+/* text with its "{network}" replaced by phrase, as a JSON string. */
+static json_t *with_network(const char *text, const char *phrase)
+{
+	const char *at = strstr(text, "{network}");
+	if (!at || !phrase)
+		return json_string(text);
+	char *s = NULL;
+	if (asprintf(&s, "%.*s%s%s", (int)(at - text), text, phrase, at + strlen("{network}")) < 0)
+		return NULL;
+	json_t *j = json_string(s);
+	free(s);
+	return j;
+}
+
+static json_t *tools_list(struct mcp *m)
+{
+	cleanup_free char *net = network_phrase(m->create_body);
+	json_t *n = json_object_get(m->create_body, "network");
+	const char *mode = json_string_value(json_object_get(n, "mode"));
+	/* Code that can reach hosts outside works with an open world. */
+	int open_world = mode && strcmp(mode, "none") != 0;
 	json_t *arr = json_array();
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(tools); i++) {
 		const struct tool *t = &tools[i];
-		json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:o,s:{s:s,s:b,s:b,s:b,s:b}}", "name", t->name,
-						     "title", t->title, "description", t->description,
+		int runs_code = t->fn == tool_run_command || t->fn == tool_run_code;
+		json_array_append_new(arr, json_pack("{s:s,s:s,s:o,s:o,s:{s:s,s:b,s:b,s:b,s:b}}", "name", t->name,
+						     "title", t->title, "description",
+						     with_network(t->description, net),
 						     "inputSchema", input_schema(t), "annotations", "title",
 						     t->title, "readOnlyHint", t->read_only, "destructiveHint",
 						     !t->read_only, "idempotentHint", t->read_only,
-						     "openWorldHint", 0));
+						     "openWorldHint", runs_code && open_world));
 	}
 	return json_pack("{s:o}", "tools", arr);
 }
@@ -1599,8 +1663,8 @@ static json_t *tools_list(void)
 static const char instructions[] =
 	"The tools of this server work in one Linux sandbox kept for the whole session and deleted "
 	"when it ends. Commands and code run as an unprivileged user in /home/user, which is "
-	"writable, as is /tmp; the rest of the file system is read-only, and there is no network "
-	"access. python3 (with numpy, pandas and matplotlib when the host has them) and node are "
+	"writable, as is /tmp; the rest of the file system is read-only, and there is {network}. "
+	"python3 (with numpy, pandas and matplotlib when the host has them) and node are "
 	"available. Relative paths are relative to /home/user. run_code keeps interpreter state "
 	"between calls; generated_files lists what the code wrote.";
 
@@ -1614,15 +1678,16 @@ static json_t *do_initialize(struct mcp *m, json_t *id, json_t *params)
 		if (!strcmp(asked, protocol_versions[i]))
 			version = protocol_versions[i];
 	m->input_errors_as_results = strcmp(version, "2025-11-25") >= 0;
+	cleanup_free char *net = network_phrase(m->create_body);
 	json_t *info = json_object_get(params, "clientInfo");
 	int other = strcmp(asked, version) != 0;
 	mlog("client %s %s, protocol %s%s%.40s%s", *client_str(info, "name") ? client_str(info, "name") : "?",
 	     client_str(info, "version"), version, other ? " (it asked for " : "", other ? asked : "",
 	     other ? ")" : "");
-	return rpc_result(id, json_pack("{s:s,s:{s:{s:b}},s:{s:s,s:s,s:s},s:s}", "protocolVersion", version,
+	return rpc_result(id, json_pack("{s:s,s:{s:{s:b}},s:{s:s,s:s,s:s},s:o}", "protocolVersion", version,
 					"capabilities", "tools", "listChanged", 0, "serverInfo", "name",
 					"sandlot", "title", "sandlot sandbox", "version", "0.1.0",
-					"instructions", instructions));
+					"instructions", with_network(instructions, net)));
 }
 
 static json_t *do_tools_call(struct mcp *m, json_t *id, json_t *params)
@@ -1708,7 +1773,7 @@ static json_t *handle_message(struct mcp *m, json_t *msg)
 	if (!strcmp(name, "ping"))
 		return rpc_result(id, json_object());
 	if (!strcmp(name, "tools/list"))
-		return rpc_result(id, tools_list());
+		return rpc_result(id, tools_list(m));
 	if (!strcmp(name, "tools/call"))
 		return do_tools_call(m, id, params);
 	return rpc_error(id, -32601, "method not found: %.100s", name);
@@ -1816,6 +1881,8 @@ static int parse_options(struct mcp *m, int argc, char **argv, const char **host
 	}
 	if (rc == 0 && optind < argc)
 		rc = cli_usage_error("mcp", "unexpected argument \"%s\"", argv[optind]);
+	if (rc == 0)
+		rc = cli_net_finish("mcp", body);
 	if (json_object_size(env))
 		json_object_set(body, "env", env);
 	json_decref(env);

@@ -33,7 +33,8 @@ static const char run_help[] =
 	"    live, downloads files, destroys the sandbox, and exits with the\n"
 	"    command's status.  COMMAND runs as an unprivileged user in\n"
 	"    /home/user (its HOME) with a read-only view of the host's /usr, no\n"
-	"    network but loopback, and a private writable /home/user and /tmp.\n"
+	"    network but loopback (unless --net or --allow-host says otherwise),\n"
+	"    and a private writable /home/user and /tmp.\n"
 	"    No daemon is needed.  Must run as root.\n"
 	"\n"
 	"OPTIONS\n"
@@ -80,6 +81,20 @@ static const char run_help[] =
 	"                           a directory with a disk quota in the data dir's\n"
 	"                           storage pool; tmpfs keeps files in memory, where\n"
 	"                           they count against --memory\n"
+	"        --net MODE         network: none (the default: loopback only), open\n"
+	"                           (the public internet) or allowlist; DNS comes\n"
+	"                           from the host's resolv.conf, or $SANDLOT_RESOLVER\n"
+	"                           (ADDR[:PORT]); docs/network.md\n"
+	"        --allow-host RULE  allow a host name, *.SUFFIX (its subdomains) or\n"
+	"                           an IPv4 range (repeatable; implies --net\n"
+	"                           allowlist)\n"
+	"        --deny-host RULE   deny one, even if allowed otherwise (repeatable)\n"
+	"        --pip SPEC         install a pip package before the command, e.g.\n"
+	"                           pandas==2.2.0 (repeatable; from $SANDLOT_PIP_INDEX,\n"
+	"                           default PyPI, reachable only for the install;\n"
+	"                           docs/network.md)\n"
+	"        --npm SPEC         install an npm package, e.g. lodash@4, into\n"
+	"                           /home/user/node_modules (repeatable)\n"
 	"    -l, --lang LANG        run code instead of COMMAND, one-shot: python\n"
 	"                           (python3), javascript (node) or bash, with the\n"
 	"                           code from -c CODE, from FILE (uploaded to\n"
@@ -102,6 +117,7 @@ static const char run_help[] =
 	"        -- python3 analyse.py\n"
 	"    sandlot run --json -- sh -c 'echo hi > note.txt'\n"
 	"    sandlot run --lang python -c 'import sys; print(sys.version)'\n"
+	"    sandlot run --allow-host pypi.org -- curl -sI https://pypi.org/simple/\n"
 	"    sandlot run --lang python -u data.csv analyse.py --verbose\n"
 	"    echo 'console.log(6 * 7)' | sandlot run --lang js -\n";
 
@@ -143,6 +159,8 @@ static const struct option run_opts[] = {
 	{ "lang", required_argument, NULL, 'l' },
 	{ "language", required_argument, NULL, 'l' },
 	{ "code", required_argument, NULL, 'c' },
+	CLI_NET_OPTIONS,
+	CLI_PACKAGE_OPTIONS,
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -407,8 +425,15 @@ int cmd_run(int argc, char **argv)
 	cleanup_close int code_fd = -1;
 	char code_remote[64] = "";
 	const char **cmd = NULL;
-	if (!env || !up || !down)
+	json_t *net = json_object(); /* {"network": {...}} from the network options */
+	cleanup_free const char **pip = calloc((size_t)argc + 1, sizeof(char *));
+	cleanup_free const char **npm = calloc((size_t)argc + 1, sizeof(char *));
+	size_t npip = 0, nnpm = 0;
+	const char **net_allow = NULL, **net_deny = NULL;
+	if (!env || !up || !down || !net || !pip || !npm) {
+		json_decref(net);
 		return EXIT_SANDLOT;
+	}
 
 #define USAGE_FROM_ERR(opt)                                                          \
 	do {                                                                         \
@@ -533,6 +558,19 @@ int cmd_run(int argc, char **argv)
 			rc = cli_usage_error("run", "option %s needs a value",
 					     argv[optind - 1 - (optarg && !strcmp(optarg, "--"))]);
 			goto out;
+		case OPT_PIP:
+			pip[npip++] = optarg;
+			break;
+		case OPT_NPM:
+			npm[nnpm++] = optarg;
+			break;
+		case OPT_NET:
+		case OPT_ALLOW_HOST:
+		case OPT_DENY_HOST:
+			if ((rc = cli_net_option("run", c, optarg, net)) != 0)
+				goto out;
+			rc = EXIT_SANDLOT;
+			break;
 		case '?':
 		default:
 			if (optopt && optopt < 256 && argv[optind - 1][1] != '-')
@@ -546,6 +584,14 @@ int cmd_run(int argc, char **argv)
 		rc = cli_usage_error("run", "-c needs --lang (python, javascript or bash)");
 		goto out;
 	}
+	if ((rc = cli_net_finish("run", net)) != 0)
+		goto out;
+	sandlot_packages_t packages = { npip ? pip : NULL, nnpm ? npm : NULL };
+	if (sandlot_packages_validate(&packages, &err) < 0)
+		USAGE_FROM_ERR(npip && strstr(sandlot_error_message(err), "pip") ? "--pip" : "--npm");
+	rc = EXIT_SANDLOT;
+	if (cli_net_policy(net, &opts, &net_allow, &net_deny) < 0)
+		goto out;
 	if (lang) {
 		rc = lang_command(lang, &code, &code_len, &code_buf, argc, argv, &optind, interactive,
 				  &up[nup], &nup, &code_fd, code_remote, &cmd);
@@ -628,6 +674,22 @@ int cmd_run(int argc, char **argv)
 			cli_err("--upload %s: %s", up[i].local, sandlot_error_message(err));
 			sandlot_error_free(err);
 			sandlot_destroy_nowait(sb);
+			rc = EXIT_SANDLOT;
+			goto out;
+		}
+	}
+	if (npip || nnpm) {
+		sandlot_install_result_t ir;
+		int r = sandlot_install_packages(sb, &packages, &ir, &err);
+		/* The installers' output goes with the command's errors: stderr
+		 * (in --json mode, only when they fail). */
+		if (r < 0 || !json)
+			sandlot__write_all(2, ir.output, strlen(ir.output));
+		free(ir.output);
+		if (r < 0) {
+			cli_err("installing packages: %s", sandlot_error_message(err));
+			sandlot_error_free(err);
+			sandlot_destroy(sb);
 			rc = EXIT_SANDLOT;
 			goto out;
 		}
@@ -729,5 +791,8 @@ out:
 		transfer_free(&up[i]);
 	for (size_t i = 0; i < ndown; i++)
 		transfer_free(&down[i]);
+	free(net_allow);
+	free(net_deny);
+	json_decref(net);
 	return rc;
 }

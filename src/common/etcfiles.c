@@ -126,7 +126,9 @@ int sandlot__etc_write(int dirfd, const struct sandlot_etc *e, const char **what
 		group,
 		"passwd: files\ngroup: files\nshadow: files\n"
 		"hosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
-		"# sandlot: no network by default\n",
+		/* sandlot answers DNS there when the sandbox has a network
+		 * (and every query to port 53 anywhere is redirected to it). */
+		"nameserver 127.0.0.1\n",
 		hosts,
 		hn,
 	};

@@ -108,7 +108,20 @@ struct sandlot {
 	int ready_status;
 	char *ready_msg;
 	pthread_mutex_t ready_lock;
+	/* network (network.c), under net_lock */
+	pthread_mutex_t net_lock;
+	struct sl_policy *net_policy;  /* the policy now (never NULL once created) */
+	struct sl_net *net;            /* the egress engine's attachment, once it had a network */
+	struct nft_ctx *net_nft;       /* the namespace's nftables context, once it had a network */
+	int net_redirect;              /* the ruleset in the namespace redirects (not just drops) */
 };
+
+/* Network (network.c).  Compile opts' policy (EINVAL on a bad rule). */
+struct sl_policy *sandlot__net_policy_of(const sandlot_options_t *opts, sandlot_error_t **err);
+/* After the backend started sb: give it the policy in sb->net_policy. */
+int sandlot__net_start(sandlot_t *sb, sandlot_error_t **err);
+/* Destroy: stop serving the sandbox (its processes are dead). */
+void sandlot__net_stop(sandlot_t *sb);
 
 /* Handles that point into a sandbox (procs, readers, writers, requests in
  * flight) hold a reference, so sandlot_destroy() never frees memory they

@@ -12,6 +12,7 @@
 #include "common/util.h"
 #include "linux/cgroup.h"
 #include "linux/storage.h"
+#include "net/policy.h"
 
 #define DEFAULT_MEMORY (512ull << 20)
 #define DEFAULT_DISK (1ull << 30)
@@ -218,6 +219,10 @@ static int validate(const sandlot_options_t *opts, int check_image, sandlot_erro
 		return -1;
 	if (opts->hostname && check_hostname(opts->hostname, err) < 0)
 		return -1;
+	struct sl_policy *net = sandlot__net_policy_of(opts, err);
+	if (!net)
+		return -1;
+	sl_policy_unref(net);
 	if (!sandlot__backend_for(opts->image, err))
 		return -1;
 	if (check_image && opts->image && strcmp(opts->image, "host") != 0) {
@@ -316,6 +321,9 @@ static int wait_ready(sandlot_t *sb, sandlot_error_t **err)
 		return -1;
 	}
 	sandlot__trace("hello");
+	if (sandlot__net_start(sb, err) < 0)
+		return -1;
+	sandlot__trace("network");
 	return 0;
 }
 
@@ -348,6 +356,8 @@ static void free_sandbox(sandlot_t *sb)
 	pthread_mutex_destroy(&sb->env_lock);
 	pthread_mutex_destroy(&sb->ready_lock);
 	free(sb->ready_msg);
+	pthread_mutex_destroy(&sb->net_lock);
+	sl_policy_unref(sb->net_policy);
 	sandlot__image_release(&sb->img);
 	sandlot__strv_free(sb->env);
 	free(sb->image);
@@ -384,6 +394,7 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	/* Without an id of the caller's, the backend may still choose one
 	 * (the ns backend names a sandbox after the prepared cgroup it takes). */
 	sb->id_given = opts->id != NULL;
+	pthread_mutex_init(&sb->net_lock, NULL);
 	if (opts->id)
 		snprintf(sb->id, sizeof(sb->id), "%s", opts->id);
 	else
@@ -397,6 +408,11 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sb->workspace = opts->workspace ? strdup(opts->workspace) : NULL;
 	sb->opts.workspace = sb->workspace;
 	sb->opts.disk_overcommit = sandlot__overcommit(opts);
+	/* Compiled once: the strings of opts need not outlive this call. */
+	sb->net_policy = sandlot__net_policy_of(opts, err);
+	sb->opts.net_allow = sb->opts.net_deny = NULL;
+	if (!sb->net_policy)
+		goto fail;
 	if (!sb->image || !sb->hostname || !sb->data_dir ||
 	    (opts->workspace && !sb->workspace)) {
 		sandlot__error(err, ENOMEM, "out of memory");
@@ -446,10 +462,13 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 		goto fail;
 	}
 	sb->conn_open = 1;
-	if (opts->start_nowait)
+	/* A sandbox with a network is ready only once its policy is in place,
+	 * before any command of the caller's runs. */
+	if (opts->start_nowait && sb->net_policy->mode == SANDLOT_NET_NONE)
 		return sb; /* sandlot_wait_ready() does the rest */
 	if (wait_ready(sb, err) < 0)
 		goto fail_started;
+	sb->ready = 1;
 	/* No baseline scan to ask for: init takes it itself (protocol.md). */
 	return sb;
 
@@ -489,6 +508,7 @@ void sandlot_destroy(sandlot_t *sb)
 	if (sb->ops)
 		sb->ops->kill(sb);
 	sandlot__trace("destroy: kill");
+	sandlot__net_stop(sb);
 	if (sb->conn_open)
 		sandlot__conn_shutdown(&sb->conn);
 	if (sb->ops)

@@ -12,6 +12,8 @@
  *   pool.c        the warm pool (--pool) and its refill thread
  *   ports.c       exposed ports: host listeners, the relay thread, routes
  *   proxy.c       the HTTP (and WebSocket) proxy to exposed ports
+ *   network.c     network policies over the API, the network log, egress metrics
+ *   packages.c    package installs (on create and later)
  *
  * Locking: d->lock guards the table of sandboxes; each dsb has its own lock
  * for its fields.  Order: d->lock → dsb->lock → d->db_lock.  Never call
@@ -452,6 +454,44 @@ char *ports_metrics(void);
 /* ---- proxy.c ------------------------------------------------------------ */
 
 extern const struct http_route proxy_routes[];
+/* ---- network.c ---------------------------------------------------------- */
+
+/* A network policy as a request gave it; the strings point into the
+ * request's JSON. */
+struct network_req {
+	sandlot_net_policy_t policy;
+	const char **allow, **deny;
+};
+void network_req_free(struct network_req *n);
+/* Parse "network" (an object {"mode", "allow", "deny"}, or a mode string)
+ * and check its rules.  0, or -1 having answered 400. */
+int network_parse(struct http_req *req, json_t *v, struct network_req *out);
+/* {"mode", "allow", "deny"} of a sandbox now (normalised rules). */
+json_t *network_json(sandlot_t *sb);
+/* The policy of a sandbox's normalised options (resume): into o, with the
+ * lists in out (free with network_req_free). 0, or -1 out of memory. */
+int network_from_json(json_t *opts, sandlot_options_t *o, struct network_req *out);
+extern const struct http_route network_routes[];
+/* The sandlot_egress_* lines of /metrics (to be freed). */
+char *network_metrics(void);
+
+/* ---- packages.c ---------------------------------------------------------- */
+
+/* "packages" of a request; the strings point into the request's JSON. */
+struct packages_req {
+	const char **pip, **npm;
+	int any;                     /* at least one package */
+};
+void packages_req_free(struct packages_req *p);
+/* Parse and check {"pip": [...], "npm": [...]}.  0, or -1 having answered 400. */
+int packages_parse(struct http_req *req, json_t *v, struct packages_req *out);
+/* Install into sb (the sandbox s, recorded in its options.packages, or
+ * NULL while it is being created).  Returns the HTTP status: 200 with
+ * *result ({"output", "from_cache", "duration_ms", "packages"}), else the
+ * error status with *error ({"code", "message", "output"}). */
+int packages_install(struct daemon *d, struct dsb *s, sandlot_t *sb, const struct packages_req *p,
+		     json_t **result, json_t **error);
+extern const struct http_route package_routes[];
 
 /* ---- misc.c ------------------------------------------------------------- */
 

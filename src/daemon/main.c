@@ -69,6 +69,31 @@ static const char help[] =
 	"                               ready, so that creations with the default\n"
 	"                               limits return at once (repeatable, one per\n"
 	"                               image; default 0: no pool)\n"
+	"        --resolver ADDR[:PORT]\n"
+	"                               upstream DNS server for sandboxes with a\n"
+	"                               network (IPv4; repeatable; default: the\n"
+	"                               nameservers of /etc/resolv.conf)\n"
+	"        --egress-allow-range CIDR\n"
+	"                               let sandboxes reach this range although it is\n"
+	"                               closed by default (private, loopback,\n"
+	"                               link-local, CGNAT, this host's addresses),\n"
+	"                               when their policy allows it (repeatable;\n"
+	"                               docs/network.md)\n"
+	"        --egress-max-connections N\n"
+	"                               TCP connections a sandbox may have open at\n"
+	"                               once through the egress proxy (default 256)\n"
+	"        --pip-index URL        package index for pip installs (default\n"
+	"                               https://pypi.org/simple)\n"
+	"        --pip-host HOST        another host pip installs may reach (repeatable;\n"
+	"                               default files.pythonhosted.org with the\n"
+	"                               default index)\n"
+	"        --npm-registry URL     registry for npm installs (default\n"
+	"                               https://registry.npmjs.org/)\n"
+	"        --npm-host HOST        another host npm installs may reach (repeatable)\n"
+	"        --package-ca FILE      PEM certificates pip and npm also trust (a\n"
+	"                               private registry's CA)\n"
+	"        --package-cache DIR    the host-side package cache (default\n"
+	"                               DATA_DIR/cache/packages)\n"
 	"        --paused-retention SECONDS\n"
 	"                               how long a paused sandbox, and the workspace\n"
 	"                               of an expired one, is kept for sandboxes\n"
@@ -122,7 +147,9 @@ enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MA
        OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE, OPT_MAX_DOWNLOAD, OPT_CHANGES_SCAN,
        OPT_CHANGES_ANSWER, OPT_CHANGES_LOG, OPT_CHANGES_TOTAL, OPT_OVERCOMMIT,
        OPT_STORAGE_SIZE, OPT_MAX_CONN,
-       OPT_MAX_PEER, OPT_HEADER_TIMEOUT };
+       OPT_MAX_PEER, OPT_HEADER_TIMEOUT, OPT_RESOLVER,
+       OPT_EGRESS_RANGE, OPT_EGRESS_MAX_CONN, OPT_PIP_INDEX, OPT_PIP_HOST, OPT_NPM_REGISTRY,
+       OPT_NPM_HOST, OPT_PACKAGE_CA, OPT_PACKAGE_CACHE };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -144,6 +171,15 @@ static const struct option opts[] = {
 	{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
 	{ "max-connections-per-peer", required_argument, NULL, OPT_MAX_PEER },
 	{ "header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT },
+	{ "resolver", required_argument, NULL, OPT_RESOLVER },
+	{ "egress-allow-range", required_argument, NULL, OPT_EGRESS_RANGE },
+	{ "egress-max-connections", required_argument, NULL, OPT_EGRESS_MAX_CONN },
+	{ "pip-index", required_argument, NULL, OPT_PIP_INDEX },
+	{ "pip-host", required_argument, NULL, OPT_PIP_HOST },
+	{ "npm-registry", required_argument, NULL, OPT_NPM_REGISTRY },
+	{ "npm-host", required_argument, NULL, OPT_NPM_HOST },
+	{ "package-ca", required_argument, NULL, OPT_PACKAGE_CA },
+	{ "package-cache", required_argument, NULL, OPT_PACKAGE_CACHE },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -340,7 +376,8 @@ static struct http_route *all_routes(void)
 {
 	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
 					      file_routes, workspace_routes, code_routes, port_routes,
-					      proxy_routes, changes_routes };
+					      proxy_routes, changes_routes, network_routes,
+					      package_routes };
 	size_t n = 0;
 	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
 		for (const struct http_route *r = tables[t]; r->method; r++)
@@ -386,6 +423,15 @@ int main(int argc, char **argv)
 	 * up in --data-dir, and "N" means --default-image. */
 	const char *pool_args[64];
 	int npool = 0;
+	/* The egress engine's settings (sandlot_net_configure). */
+	char resolvers[8 * 24] = "";
+	int nresolvers = 0;
+	const char *ranges[65];
+	int nranges = 0;
+	unsigned max_conn = 0;
+	sandlot_packages_config_t pkgcfg = { 0 };
+	const char *pip_hosts[33], *npm_hosts[33];
+	int npip_hosts = 0, nnpm_hosts = 0;
 	d.cfg.data_dir = "/var/lib/sandlot";
 	d.cfg.default_image = "host";
 	d.cfg.max_sandboxes = 2000;
@@ -510,6 +556,48 @@ int main(int argc, char **argv)
 			if (hc.header_timeout_s == 0)
 				return usage_error("--header-timeout must be at least 1 second");
 			break;
+		case OPT_RESOLVER:
+			if (nresolvers == 8 || strlen(optarg) > 22 || strchr(optarg, ','))
+				return usage_error("invalid --resolver \"%s\": one IPv4 ADDR[:PORT] per "
+						   "option, at most 8", optarg);
+			snprintf(resolvers + strlen(resolvers), sizeof(resolvers) - strlen(resolvers),
+				 "%s%s", nresolvers++ ? "," : "", optarg);
+			break;
+		case OPT_EGRESS_RANGE:
+			if (nranges == 64)
+				return usage_error("at most 64 --egress-allow-range options");
+			ranges[nranges++] = optarg;
+			break;
+		case OPT_EGRESS_MAX_CONN:
+			if (parse_uint("--egress-max-connections", optarg, 65536, &max_conn) < 0)
+				return 2;
+			if (max_conn == 0)
+				return usage_error("--egress-max-connections must be at least 1");
+			break;
+		case OPT_PIP_INDEX:
+			pkgcfg.pip_index = optarg;
+			break;
+		case OPT_NPM_REGISTRY:
+			pkgcfg.npm_registry = optarg;
+			break;
+		case OPT_PIP_HOST:
+		case OPT_NPM_HOST:
+			if ((c == OPT_PIP_HOST ? npip_hosts : nnpm_hosts) == 32)
+				return usage_error("at most 32 --pip-host and 32 --npm-host options");
+			if (c == OPT_PIP_HOST)
+				pip_hosts[npip_hosts++] = optarg;
+			else
+				npm_hosts[nnpm_hosts++] = optarg;
+			break;
+		case OPT_PACKAGE_CA:
+			pkgcfg.ca_file = optarg;
+			break;
+		case OPT_PACKAGE_CACHE:
+			if (optarg[0] != '/')
+				return usage_error("invalid --package-cache \"%s\": must be an absolute "
+						   "path", optarg);
+			pkgcfg.cache_dir = optarg;
+			break;
 		case 'h':
 			fputs(help, stdout);
 			return 0;
@@ -535,6 +623,28 @@ int main(int argc, char **argv)
 			sandlot_error_free(e);
 			return 1;
 		}
+	}
+	ranges[nranges] = NULL;
+	sandlot_net_config_t netcfg = {
+		.resolver = nresolvers ? resolvers : NULL,
+		.allow_ranges = ranges,
+		.max_connections = max_conn,
+	};
+	sandlot_error_t *nerr = NULL;
+	if (sandlot_net_configure(&netcfg, &nerr) < 0) {
+		int rc = usage_error("%s", sandlot_error_message(nerr));
+		sandlot_error_free(nerr);
+		return rc;
+	}
+	pip_hosts[npip_hosts] = npm_hosts[nnpm_hosts] = NULL;
+	if (npip_hosts)
+		pkgcfg.pip_hosts = pip_hosts;
+	if (nnpm_hosts)
+		pkgcfg.npm_hosts = npm_hosts;
+	if (sandlot_packages_configure(&pkgcfg, &nerr) < 0) {
+		int rc = usage_error("%s", sandlot_error_message(nerr));
+		sandlot_error_free(nerr);
+		return rc;
 	}
 	for (int i = 0; i < npool; i++) {
 		char msg[512];

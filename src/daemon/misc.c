@@ -184,6 +184,11 @@ static int metrics(struct http_req *req)
 		    "progress, as --changes-total-bytes counts them.\n"
 		    "# TYPE sandlot_changes_bytes gauge\nsandlot_changes_bytes %llu\n",
 		(unsigned long long)changes_budget_in_use(d));
+	char *net = network_metrics();
+	if (net) {
+		bprintf(&b, "%s", net);
+		free(net);
+	}
 	char *pool = pool_metrics(d);
 	if (pool) {
 		bprintf(&b, "%s", pool);

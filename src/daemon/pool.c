@@ -177,12 +177,16 @@ static int str_eq(const char *a, const char *b)
 }
 
 /* Whether a sandbox made with `have` serves a request for `want` once
- * want->env is applied.  Strings compare by content, everything else by
- * bytes, so any field not named here must be equal too. */
+ * want->env and want's network policy are applied.  Strings compare by
+ * content, everything else by bytes, so any field not named here must be
+ * equal too. */
 static int options_match(const sandlot_options_t *want, const sandlot_options_t *have)
 {
 	sandlot_options_t a = *want;
 	a.env = have->env;
+	a.network = have->network;
+	a.net_allow = have->net_allow;
+	a.net_deny = have->net_deny;
 	if (str_eq(a.image ? a.image : "host", have->image))
 		a.image = have->image;
 	if (str_eq(a.hostname, have->hostname))
@@ -372,11 +376,16 @@ sandlot_t *pool_take(struct daemon *d, const sandlot_options_t *opts, const char
 			continue;
 		}
 		sandlot_error_t *err = NULL;
-		if (sandlot_set_env(sb, opts->env, &err) < 0) {
-			/* Only ENOMEM is possible (the entries were validated): give up
-			 * on this one rather than hand out a wrong environment. */
+		sandlot_net_policy_t net = { opts->network, opts->net_allow, opts->net_deny };
+		int r = sandlot_set_env(sb, opts->env, &err);
+		if (r == 0 && opts->network != SANDLOT_NET_NONE)
+			r = sandlot_set_network(sb, &net, &err);
+		if (r < 0) {
+			/* The entries were validated: what fails here is the host
+			 * (ENOMEM, the network set-up).  Give up on this one rather
+			 * than hand out a wrong environment or network. */
 			char why[300];
-			snprintf(why, sizeof(why), "set env: %s", sandlot_error_message(err));
+			snprintf(why, sizeof(why), "set env or network: %s", sandlot_error_message(err));
 			sandlot_error_free(err);
 			drop(ps, sb, why);
 			pthread_mutex_lock(&ps->lock);

@@ -518,6 +518,8 @@ struct create_req {
 	const char *from_snapshot; /* id, in the request's JSON */
 	uint16_t ports[PORTS_MAX]; /* exposed ports */
 	unsigned nports;
+	struct network_req net;  /* opts.network, net_allow, net_deny */
+	struct packages_req packages; /* installed before the answer */
 };
 
 static void create_req_free(struct create_req *c)
@@ -527,6 +529,8 @@ static void create_req_free(struct create_req *c)
 	free(c->env);
 	json_decref(c->norm);
 	json_decref(c->metadata);
+	network_req_free(&c->net);
+	packages_req_free(&c->packages);
 }
 
 static const char *json_type_name(const json_t *v)
@@ -704,19 +708,22 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 			}
 			c->opts.env = (const char *const *)c->env;
 		} else if (strcmp(key, "network") == 0) {
-			if (!plain_string(v))
-				goto wrong_type_string;
-			if (strcmp(json_string_value(v), "none") != 0) {
-				bad(req, "field \"network\": only \"none\" is supported (loopback only), "
-				    "not \"%.64s\"", json_string_value(v));
+			network_req_free(&c->net);
+			if (network_parse(req, v, &c->net) < 0)
 				goto fail;
-			}
+			c->opts.network = c->net.policy.mode;
+			c->opts.net_allow = c->net.policy.allow;
+			c->opts.net_deny = c->net.policy.deny;
 		} else if (strcmp(key, "ports") == 0) {
 			char msg[256];
 			if (ports_parse(v, c->ports, &c->nports, msg, sizeof(msg)) < 0) {
 				bad(req, "field \"ports\": %s", msg);
 				goto fail;
 			}
+		} else if (strcmp(key, "packages") == 0) {
+			packages_req_free(&c->packages);
+			if (packages_parse(req, v, &c->packages) < 0)
+				goto fail;
 		} else if (strcmp(key, "ttl_seconds") == 0) {
 			if (parse_seconds(req, key, v, &c->ttl) < 0)
 				goto fail;
@@ -775,8 +782,8 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 			c->metadata = json_deep_copy(v);
 		} else {
 			bad(req, "unknown field \"%.64s\" (known: image, memory, cpus, pids, disk, env, "
-			    "network, ports, ttl_seconds, idle_timeout_seconds, metadata, auto_resume, "
-			    "paused_retention_seconds, from_snapshot)", key);
+			    "network, packages, ports, ttl_seconds, idle_timeout_seconds, metadata, "
+			    "auto_resume, paused_retention_seconds, from_snapshot)", key);
 			goto fail;
 		}
 		continue;
@@ -790,11 +797,12 @@ wrong_type_string:
 		sandlot_error_free(e);
 		goto fail;
 	}
-	c->norm = json_pack("{s:s, s:I, s:o, s:i, s:I, s:o, s:s}", "image", c->opts.image,
+	/* "network" is filled in from the sandbox once it exists (normalised). */
+	c->norm = json_pack("{s:s, s:I, s:o, s:i, s:I, s:o}", "image", c->opts.image,
 			    "memory", (json_int_t)c->opts.memory_bytes, "cpus",
 			    c->opts.cpus_milli ? json_real(c->opts.cpus_milli / 1000.0) : json_null(),
 			    "pids", (int)c->opts.pids, "disk", (json_int_t)c->opts.disk_bytes, "env",
-			    env_norm, "network", "none");
+			    env_norm);
 	return c->norm ? 0 : (http_error(req, 500, "internal", "out of memory"), -1);
 fail:
 	json_decref(env_norm);
@@ -881,8 +889,35 @@ static int create_sandbox(struct http_req *req)
 		create_req_free(&c);
 		return 0;
 	}
+	json_t *installed = NULL;
+	if (c.packages.any) {
+		/* Before anyone can use it: a failed install is a failed create. */
+		json_t *e;
+		int st = packages_install(d, NULL, sb, &c.packages, &installed, &e);
+		if (e) {
+			char gone[32];
+			snprintf(gone, sizeof(gone), "%s", sandlot_id(sb));
+			sandlot_destroy(sb);
+			workspace_remove(d, gone);
+			pthread_mutex_lock(&d->lock);
+			d->ncreating--;
+			pthread_mutex_unlock(&d->lock);
+			__atomic_add_fetch(&d->m.create_failures, 1, __ATOMIC_RELAXED);
+			create_req_free(&c);
+			return http_json(req, st, json_pack("{s:o}", "error", e));
+		}
+		json_object_set_new(c.norm, "packages",
+				    json_pack("{s:o, s:o}", "pip", json_array(), "npm", json_array()));
+		for (int m = 0; m < 2; m++) {
+			const char **l = m ? c.packages.npm : c.packages.pip;
+			json_t *a = json_object_get(json_object_get(c.norm, "packages"), m ? "npm" : "pip");
+			for (size_t i = 0; l && l[i]; i++)
+				json_array_append_new(a, json_string(l[i]));
+		}
+	}
 	struct dsb *s = dsb_alloc(sandlot_id(sb));
 	if (!s) {
+		json_decref(installed);
 		char gone[32];
 		snprintf(gone, sizeof(gone), "%s", sandlot_id(sb));
 		sandlot_destroy(sb);
@@ -906,6 +941,7 @@ static int create_sandbox(struct http_req *req)
 	s->has_workspace = workspace_exists(d, s->id);
 	s->auto_resume = c.auto_resume;
 	s->paused_retention_seconds = c.retention;
+	json_object_set_new(c.norm, "network", network_json(sb));
 	json_decref(s->options);
 	s->options = c.norm;
 	c.norm = NULL;
@@ -944,6 +980,8 @@ static int create_sandbox(struct http_req *req)
 	int init_pid = (int)s->init_pid;
 	unsigned ttl = s->ttl_seconds, idle = s->idle_timeout_seconds;
 	pthread_mutex_unlock(&s->lock);
+	if (installed) /* what the installers said, once */
+		json_object_set_new(body, "packages_install", installed);
 
 	pthread_mutex_lock(&d->lock);
 	d->ncreating--;

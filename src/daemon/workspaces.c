@@ -364,11 +364,15 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struc
 	uint64_t t0 = sandlot__now_ns();
 	sandlot_options_t opts;
 	char **env = NULL;
+	struct network_req net = { 0 };
 	sandlot_t *sb = NULL;
 	sandlot_error_t *err = NULL;
 	int gone = !workspace_exists(d, s->id);
 	pthread_mutex_lock(&s->lock);
 	int rc = gone ? 0 : options_from_json(d, s->options, &opts, &env);
+	/* The network policy it had when paused (PUT .../network included). */
+	if (!gone && rc == 0)
+		rc = network_from_json(s->options, &opts, &net);
 	pthread_mutex_unlock(&s->lock);
 	if (gone) {
 		/* Never on a fresh workspace: that would look like a resume and
@@ -385,6 +389,7 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struc
 			create_error(o, err);
 	}
 	free_env(env);
+	network_req_free(&net);
 
 	/* Publish under d->lock, as the create route does, so that a shutdown
 	 * either sees it running (and ends it) or we see the shutdown. */

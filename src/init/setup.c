@@ -471,22 +471,6 @@ static int build_proc(void)
 	return 0;
 }
 
-static int loopback_up(void)
-{
-	cleanup_close int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		FAIL("socket for loopback");
-	struct ifreq ifr;
-	memset(&ifr, 0, sizeof(ifr));
-	strcpy(ifr.ifr_name, "lo");
-	if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
-		FAIL("get loopback flags");
-	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
-		FAIL("bring loopback up");
-	return 0;
-}
-
 static int load_filter(struct init_config *cfg)
 {
 	struct stat st;
@@ -578,8 +562,8 @@ int init_setup(struct init_config *cfg)
 		FAIL("cgroup namespace");
 	if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
 		FAIL("sethostname");
-	if (loopback_up() < 0)
-		return -1;
+	/* Loopback is up already: the host made the network namespace (as
+	 * root of the initial user namespace, so nothing here may change it). */
 
 	/* Nothing we mount may propagate back to the host. */
 	if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)

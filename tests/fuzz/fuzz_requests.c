@@ -1,7 +1,7 @@
 /* Fuzz entry point for sandlotd's request validators: the JSON bodies and
  * query parameters of every route (create, exec, kill, keepalive, code,
  * contexts, pause/resume, files, list filters, changes, ports, the port
- * proxy...).
+ * proxy, network policies, the network log, packages...).
  *
  * The real route handlers run against a daemon with no sandbox and
  * `stopping` set, over the HTTP stand-in of http_stub.c: a request that
@@ -63,7 +63,8 @@ static void setup(void)
 {
 	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
 					      file_routes, workspace_routes, code_routes, port_routes,
-					      proxy_routes, changes_routes, extra_routes };
+					      proxy_routes, changes_routes, network_routes, package_routes,
+					      extra_routes };
 	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
 		for (const struct http_route *r = tables[t]; r->method; r++)
 			if (nroutes < sizeof(routes) / sizeof(routes[0]))

@@ -62,6 +62,9 @@ class Daemon:
         self.proc = None
         self.pid = None          # of the last start, kept after it ended
         self.log_path = self.base / "sandlotd.log"
+        # Run through this (e.g. nsenter --net=... for the fake internet);
+        # it must exec sandlotd, so that self.proc is the daemon itself.
+        self.prefix = list(prefix)
 
     # -- lifecycle -----------------------------------------------------------
     def start(self, timeout=10):

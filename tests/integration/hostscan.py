@@ -354,6 +354,108 @@ def netns_names():
         return set()
 
 
+def net_ns_inode(pid_or_path):
+    """The inode of a process's (pid) or a file's (/run/netns/NAME) network
+    namespace, None if gone."""
+    path = f"/proc/{pid_or_path}/ns/net" if isinstance(pid_or_path, int) else pid_or_path
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def start_time(pid):
+    """A process's start time (clock ticks since boot), to tell it from a
+    later process given the same pid; None if gone."""
+    stat = read(f"/proc/{pid}/stat")
+    return int(stat[stat.rindex(")") + 2:].split()[19]) if stat else None
+
+
+def nft_tables():
+    """The nftables tables of this network namespace ("family name"), or
+    None if nft cannot list them."""
+    import shutil
+    import subprocess
+    nft = shutil.which("nft") or "/usr/sbin/nft"
+    if not os.access(nft, os.X_OK):
+        return None
+    r = subprocess.run([nft, "list", "tables"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    return {ln[len("table "):].strip() for ln in r.stdout.splitlines() if ln.startswith("table ")}
+
+
+# ---- the network tests' fake internet (fakenet.py) --------------------------
+#
+# Named "sle<pid>..." after this process: its two network namespaces
+# (/run/netns/sle<pid>h and ...n), the veth pair between them (sle<pid>a,
+# sle<pid>b: they live in those namespaces and go with them), and the
+# processes it starts there (registered here, by pid and start time).
+# A process is counted as left inside one of its namespaces only while the
+# namespace's name exists: once it is removed, its inode may be reused by
+# anyone's new namespace.
+
+def fakenet_tag(pid=None):
+    return f"sle{pid or os.getpid()}"
+
+
+_fakenet = {"pids": {}}  # pid -> start time
+
+
+def fakenet_register_process(pid):
+    _fakenet["pids"][pid] = start_time(pid)
+
+
+def processes_in_netns(name):
+    """Pids of the processes in the named network namespace (/run/netns/NAME),
+    [] if it is gone.  Only while the name exists: it pins the namespace, so
+    its inode cannot have been reused by another one."""
+    ino = net_ns_inode(f"/run/netns/{name}")
+    if ino is None:
+        return []
+    return [p for p in pids() if p != os.getpid() and net_ns_inode(p) == ino]
+
+
+def fakenet_leftovers():
+    """What is left of this process's fake internets: their named network
+    namespaces and any process still in them, links named after them in
+    this namespace, their processes still running."""
+    tag = fakenet_tag()
+    problems = []
+    for n in sorted(netns_names()):
+        if n.startswith(tag):
+            problems.append(f"fake internet network namespace left: /run/netns/{n}")
+            for pid in processes_in_netns(n):
+                problems.append(f"process {pid} still in the fake internet's namespace {n}: "
+                                f"{b' '.join(cmdline(pid)).decode(errors='replace')}")
+    try:
+        links = os.listdir("/sys/class/net")
+    except OSError:
+        links = []
+    for link in sorted(links):
+        if link.startswith(tag):
+            problems.append(f"fake internet link left in the host's namespace: {link}")
+    for pid, started in sorted(_fakenet["pids"].items()):
+        if started is not None and start_time(pid) == started:
+            problems.append(f"fake internet process {pid} still running: "
+                            f"{b' '.join(cmdline(pid)).decode(errors='replace')}")
+    return problems
+
+
+def network_leftovers(before):
+    """fakenet_leftovers(), and any nftables table sandlot's egress rules
+    use ("inet sandlot") that appeared in the host's own network namespace
+    since the `before` snapshot: those rules belong in a sandbox's
+    namespace only."""
+    problems = fakenet_leftovers()
+    now = nft_tables()
+    if now is not None:
+        for t in sorted(now - (before.get("nft_tables") or set())):
+            if t.endswith(" sandlot"):
+                problems.append(f"nftables table left in the host's network namespace: {t}")
+    return problems
+
+
 def sandbox_id(cgroup_path):
     return os.path.basename(cgroup_path)
 
@@ -456,6 +558,7 @@ def snapshot():
         "cgroups": sandbox_cgroups(),
         "mounts": sandlot_mounts(),
         "netns": netns_names(),
+        "nft_tables": nft_tables(),
     }
 
 

@@ -175,7 +175,7 @@ def test_create_get_list_delete(sandlotd):
     assert sb["ended_at"] is None and sb["end_reason"] is None
     assert sb["options"] == {"image": "host", "memory": 64 << 20, "cpus": 0.5, "pids": 32,
                              "disk": 32 << 20, "env": {"GREETING": "hello"},
-                             "network": "none", "ports": []}
+                             "network": {"mode": "none", "allow": [], "deny": []}, "ports": []}
     assert sb["metadata"] == {"team": "a", "run": "1"}
     assert sb["ttl_seconds"] == 0 and sb["idle_timeout_seconds"] == 0
 
@@ -288,10 +288,11 @@ def test_ttl_expiry(sandlotd):
     assert 1.5 <= took <= 4.5, took
     s = state(d, sid)
     assert s["end_reason"] == "ttl" and s["ended_at"]
-    # The state says expired as soon as the reaper starts ending it; the
-    # teardown (init reaped, cgroups removed) follows within moments.
-    assert wait_until(lambda: not inits_of(d.proc.pid) and not sandbox_cgroups(sid), 5), \
-        (inits_of(d.proc.pid), sandbox_cgroups(sid))
+    # The state is "expired" before the teardown that follows it is over
+    # (init reaped, cgroups removed): up to 50 ms after it here, under the
+    # sanitized daemon on a loaded machine.
+    assert wait_until(lambda: not inits_of(d.proc.pid), 5), inits_of(d.proc.pid)
+    assert wait_until(lambda: not sandbox_cgroups(sid), 5), sandbox_cgroups(sid)
     err = assert_error(d.post(f"/v1/sandboxes/{sid}/keepalive"), 410, "sandbox_ended")
     assert err["state"] == "expired" and err["end_reason"] == "ttl"
     assert "expired" in err["message"]

@@ -309,6 +309,19 @@ def test_options_the_pool_cannot_serve_are_cold_created(pool_daemon):
     assert "pool=options" in d.log_text()
 
 
+def test_a_network_policy_is_applied_on_hand_out(pool_daemon):
+    """A pooled sandbox has no network; one with a policy is handed out with
+    it applied (the policy is not an option a pooled sandbox must share)."""
+    d = pool_daemon("--pool", "1")
+    sbx, hdr, _ = create(d, network={"allow": ["pypi.org"]})
+    assert hdr == "hit", hdr
+    assert sbx["options"]["network"] == {"mode": "allowlist", "allow": ["pypi.org"], "deny": []}
+    r = d.exec(sbx["id"], command="getent hosts blocked.example; echo rc=$?")
+    assert "rc=2" in r["stdout"], r
+    log = d.get(f"/v1/sandboxes/{sbx['id']}/network/log").json()["events"]
+    assert any(e["name"] == "blocked.example" and e["reason"] == "not_allowed" for e in log), log
+
+
 def test_an_empty_pool_misses_and_still_creates(pool_daemon):
     d = pool_daemon("--pool", "1")
     hdrs = []

@@ -69,5 +69,9 @@ def test_nothing_left_behind(session_dirs, sandlot):
         return left
     wait_until(lambda: not pool_remains(), 10)
     problems += pool_remains()
+    # Nothing of the network tests' fake internet (fakenet.py): its network
+    # namespaces, veths and processes, and no egress nftables table outside
+    # a sandbox's own namespace.
+    problems += hostscan.network_leftovers(before)
 
     assert not problems, "left behind after the session:\n  " + "\n  ".join(sorted(set(problems)))

@@ -302,7 +302,9 @@ describe('sandlot mcp with the MCP SDK client', { skip: skipReason }, () => {
     let body = '';
     assert.ok(await waitFor(async () => {
       try {
-        const res = await fetch(`${url}/hello.txt`);
+        // A deadline on each try: a fetch that met the relay's reset while
+        // connecting was seen to never settle (Node 20), which hung the suite.
+        const res = await fetch(`${url}/hello.txt`, { signal: AbortSignal.timeout(2000) });
         body = await res.text();
         return res.status === 200;
       } catch {
@@ -394,6 +396,43 @@ describe('sandlot mcp with the MCP SDK client', { skip: skipReason }, () => {
 
   test('ping', async () => {
     assert.deepEqual(await s.client.ping(), {});
+  });
+
+  test('--allow-host: the sandbox gets the policy, and the model is told what it can reach', async () => {
+    assert.match(s.client.getInstructions(), /there is no network access\./);
+    const plain = (await s.client.listTools()).tools.find((t) => t.name === 'run_command');
+    assert.match(plain.description, /\/home\/user, no network access\)/);
+    assert.equal(plain.annotations.openWorldHint, false);
+    const before = (await d.sandboxes()).map((x) => x.id);
+    const s2 = await connect(d, ['--allow-host', 'pypi.org', '--allow-host', '*.pythonhosted.org',
+      '--deny-host', 'evil.pypi.org']);
+    try {
+      const reach = 'network access only to pypi.org, *.pythonhosted.org; not to evil.pypi.org '
+        + '(by name: DNS, HTTPS and HTTP; nothing else is reachable)';
+      assert.ok(s2.client.getInstructions().includes(`there is ${reach}.`), s2.client.getInstructions());
+      const tools = (await s2.client.listTools()).tools;
+      const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
+      assert.ok(byName.run_command.description.includes(reach), byName.run_command.description);
+      assert.equal(byName.run_command.annotations.openWorldHint, true);
+      assert.equal(byName.run_code.annotations.openWorldHint, true);
+      assert.equal(byName.read_file.annotations.openWorldHint, false);
+      const r = await s2.client.callTool({ name: 'run_command', arguments: { command: 'true' } });
+      assert.equal(r.isError, false, textOf(r));
+      const mine = (await d.sandboxes()).filter((x) => !before.includes(x.id));
+      assert.equal(mine.length, 1);
+      assert.deepEqual(mine[0].options.network, {
+        mode: 'allowlist', allow: ['pypi.org', '*.pythonhosted.org'], deny: ['evil.pypi.org'],
+      });
+    } finally {
+      await s2.client.close();
+    }
+    const open = await connect(d, ['--net', 'open']);
+    try {
+      assert.match(open.client.getInstructions(),
+        /there is access to the public internet \(never to this machine or to private, link-local or metadata addresses\)\./);
+    } finally {
+      await open.client.close();
+    }
   });
 
   test('a second client gets its own sandbox, removed when it closes', async () => {

@@ -1131,6 +1131,72 @@ static void test_set_env(void)
 	sandlot_destroy(sb);
 }
 
+/* Network policies through the library (the enforcement itself is tested
+ * against a fake internet in tests/integration/test_network.py). */
+static void test_network_policy(void)
+{
+	const char *bad[] = { "*.com", NULL };
+	sandlot_net_policy_t p = { SANDLOT_NET_ALLOWLIST, bad, NULL };
+	MUST_FAIL(sandlot_net_policy_validate(&p, E), EINVAL, "too broad");
+	p.mode = SANDLOT_NET_OPEN;
+	const char *one[] = { "x.example", NULL };
+	p.allow = one;
+	MUST_FAIL(sandlot_net_policy_validate(&p, E), EINVAL, "allowlist");
+	sandlot_options_t o;
+	sandlot_options_init(&o);
+	o.network = SANDLOT_NET_ALLOWLIST;
+	o.net_allow = bad;
+	MUST_FAIL(sandlot_options_validate(&o, E), EINVAL, "*.com");
+
+	need_sandbox();
+	const char *allow[] = { "Example.TEST.", "*.pypi.test", "203.0.113.0/24", NULL };
+	sandlot_options_init(&o);
+	o.network = SANDLOT_NET_ALLOWLIST;
+	o.net_allow = allow;
+	sandlot_t *sb = new_sandbox_opts(&o);
+	const char *const *a, *const *d;
+	CHECK_EQ_INT(sandlot_network(sb, &a, &d), SANDLOT_NET_ALLOWLIST);
+	CHECK_STR(a[0], "example.test");
+	CHECK_STR(a[1], "*.pypi.test");
+	CHECK_STR(a[2], "203.0.113.0/24");
+	CHECK(a[3] == NULL && d[0] == NULL);
+	/* A name not allowed: NXDOMAIN from sandlot (no upstream is needed), in the log. */
+	struct run r;
+	run_init(&r);
+	run_sh(sb, "getent hosts blocked.example; echo rc=$?", &r);
+	CHECK(buf_is(&r.out, "rc=2\n"));
+	run_fini(&r);
+	sandlot_net_event_t *ev = NULL;
+	size_t n = 0;
+	uint64_t dropped = 7;
+	MUST(sandlot_net_log(sb, 0, &ev, &n, &dropped, E));
+	CHECK(n >= 1 && dropped == 0);
+	for (size_t i = 0; i < n; i++) {
+		CHECK_STR(ev[i].layer, "dns");
+		CHECK_STR(ev[i].verdict, "refused");
+		CHECK_STR(ev[i].reason, "not_allowed");
+		CHECK_STR(ev[i].name, "blocked.example");
+		CHECK_EQ_INT(ev[i].seq, i + 1);
+	}
+	free(ev);
+	MUST(sandlot_net_log(sb, n, &ev, &n, NULL, E));
+	CHECK(n == 0 && ev == NULL);
+	/* Back to none: loopback only, failing fast. */
+	sandlot_net_policy_t none = { SANDLOT_NET_NONE, NULL, NULL };
+	MUST(sandlot_set_network(sb, &none, E));
+	CHECK_EQ_INT(sandlot_network(sb, &a, &d), SANDLOT_NET_NONE);
+	run_init(&r);
+	run_sh(sb, "python3 -c 'import socket, errno\ntry: socket.create_connection("
+		   "(\"203.0.113.9\", 443), 3)\nexcept OSError as e: print(errno.errorcode[e.errno])'",
+	       &r);
+	if (!buf_is(&r.out, "ECONNREFUSED\n"))
+		show_buf("stdout", &r.out), tap_case_failed = 1;
+	run_fini(&r);
+	MUST_FAIL(sandlot_set_network(sb, &p, E), EINVAL, "allowlist");
+	CHECK_EQ_INT(sandlot_network(sb, NULL, NULL), SANDLOT_NET_NONE);
+	sandlot_destroy(sb);
+}
+
 /* All output arrives before on_exit, exactly once, in order, with more
  * output than the flow-control window. */
 static void test_exec_output_order(void)
@@ -3214,6 +3280,7 @@ int main(void)
 	RUN(test_port_connect);
 	RUN(test_exec_basic);
 	RUN(test_set_env);
+	RUN(test_network_policy);
 	RUN(test_exec_output_order);
 	RUN(test_exec_signals_and_codes);
 	RUN(test_exec_start_errors);

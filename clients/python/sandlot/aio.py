@@ -25,7 +25,8 @@ import stat as _stat
 
 from .client import (
     _CHUNK, _UNSET, CodeResult, ExecResult, _ClientBase, _CodeEvents, _ExecEvents, _SandboxBase,
-    _ChangePages, _changes_query, _context_id, _create_body, _event, _list_query, _opt_int, _q,
+    _ChangePages, _changes_query, _context_id, _create_body, _event, _list_query, _opt_int,
+    _packages_body, _policy_body, _q,
 )
 from .errors import (
     ConnectionLostError, NotFoundError, ProtocolError, RequestTimeoutError, SandboxEndedError,
@@ -437,7 +438,9 @@ class AsyncClient(_ClientBase):
     # -- sandboxes -------------------------------------------------------
     async def create(self, **options):
         """Create a sandbox (Client.create's options); returns its AsyncSandbox."""
-        info = await self._call("POST", "/v1/sandboxes", json_body=_create_body(**options))
+        # Packages are installed before the answer: no deadline for it.
+        info = await self._call("POST", "/v1/sandboxes", json_body=_create_body(**options),
+                                timeout=None if options.get("packages") else _UNSET)
         return AsyncSandbox(self, info["id"], info)
 
     async def get(self, sandbox_id):
@@ -632,6 +635,21 @@ class AsyncSandbox(_SandboxBase):
                                        headers={"Accept": "application/x-ndjson"},
                                        context=f"sandbox {self.id}")
         return AsyncCodeStream(resp, f"code in sandbox {self.id}")
+
+    # -- network and packages (docs/network.md; as Sandbox's) -------------
+    async def set_network(self, network=None, *, allow=None, deny=None):
+        return self._set(await self._call("PUT", "/network",
+                                          json_body=_policy_body(network, allow, deny)))
+
+    async def network(self):
+        return await self._call("GET", "/network")
+
+    async def network_log(self, after=0):
+        return await self._call("GET", "/network/log", query=[("after", str(int(after)))])
+
+    async def install_packages(self, pip=None, npm=None):
+        return await self._call("POST", "/packages", json_body=_packages_body(pip, npm),
+                                timeout=None)
 
     async def create_context(self, language="python"):
         return await self._call("POST", "/contexts", json_body={"language": language})

@@ -604,22 +604,29 @@ class Client(_ClientBase):
 
     # -- sandboxes -------------------------------------------------------
     def create(self, *, image=None, memory=None, cpus=None, pids=None, disk=None, env=None,
-               network=None, ttl_seconds=None, idle_timeout_seconds=None, metadata=None,
-               auto_resume=None, paused_retention_seconds=None, from_snapshot=None, ports=None,
-               **extra):
+               network=None, packages=None, ttl_seconds=None, idle_timeout_seconds=None,
+               metadata=None, auto_resume=None, paused_retention_seconds=None, from_snapshot=None,
+               ports=None, allowed_domains=None, **extra):
         """Create a sandbox (POST /v1/sandboxes); returns its Sandbox.
 
         Sizes are bytes or strings like "512M"; ``metadata`` are labels
         (str -> str); ``from_snapshot`` the id of a paused or expired
         sandbox whose files the new one starts with; ``ports`` the ports to
-        expose (see Sandbox.ports).  Options the daemon does not know are
-        refused by it (BadRequestError naming the field)."""
+        expose (see Sandbox.ports).  ``network`` is a policy ({"mode":
+        "allowlist", "allow": [...], "deny": [...]}, "none" or "open";
+        docs/network.md), ``allowed_domains`` a shorthand for an allowlist of
+        those names; ``packages`` ({"pip": [...], "npm": [...]}) are installed
+        before this returns (PackageInstallError with the installers' output
+        if they cannot be).  Options the daemon does not know are refused by
+        it (BadRequestError naming the field)."""
         body = _create_body(image=image, memory=memory, cpus=cpus, pids=pids, disk=disk, env=env,
-                            network=network, ttl_seconds=ttl_seconds,
-                            idle_timeout_seconds=idle_timeout_seconds, metadata=metadata,
-                            auto_resume=auto_resume, paused_retention_seconds=paused_retention_seconds,
+                            network=network, allowed_domains=allowed_domains, packages=packages,
+                            ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds,
+                            metadata=metadata, auto_resume=auto_resume,
+                            paused_retention_seconds=paused_retention_seconds,
                             from_snapshot=from_snapshot, ports=ports, **extra)
-        info = self._call("POST", "/v1/sandboxes", json_body=body)
+        info = self._call("POST", "/v1/sandboxes", json_body=body,
+                          timeout=None if packages else _UNSET)
         return Sandbox(self, info["id"], info)
 
     def get(self, sandbox_id):
@@ -645,8 +652,11 @@ class Client(_ClientBase):
                    context=f"sandbox {sandbox_id}")
 
 
-def _create_body(**options):
-    """The CreateSandbox body: the options that are not None."""
+def _create_body(allowed_domains=None, **options):
+    """The CreateSandbox body: the options that are not None (``network``
+    from network= and allowed_domains=)."""
+    network = _network(options.get("network"), allowed_domains)
+    options["network"] = {"mode": network} if isinstance(network, str) else network
     if options.get("ports") is not None:
         options["ports"] = list(options["ports"])
     return {k: v for k, v in options.items() if v is not None}
@@ -659,6 +669,43 @@ def _list_query(state, labels):
     for k, v in (labels or {}).items():
         query.append(("label", f"{k}={v}"))
     return query
+
+
+def _policy_body(network, allow, deny):
+    """The PUT .../network body from set_network()'s arguments."""
+    if network is None:
+        network = {"mode": "allowlist" if allow is not None else "none"}
+    elif isinstance(network, str):
+        network = {"mode": network}
+    else:
+        network = dict(network)
+    if allow is not None:
+        network["allow"] = list(allow)
+    if deny is not None:
+        network["deny"] = list(deny)
+    return network
+
+
+def _packages_body(pip, npm):
+    body = {k: list(v) for k, v in (("pip", pip), ("npm", npm)) if v}
+    if not body:
+        raise ValueError("give pip= or npm= packages to install")
+    return body
+
+
+def _network(network, allowed_domains):
+    """The "network" field from create()'s network= and allowed_domains=."""
+    if allowed_domains is None:
+        return network
+    if isinstance(allowed_domains, str):
+        raise ValueError("allowed_domains must be a list of host names, not one string")
+    if network not in (None, "allowlist") and not (isinstance(network, dict) and
+                                                   network.get("mode", "allowlist") == "allowlist"):
+        raise ValueError("allowed_domains needs an allowlist: leave network= out")
+    policy = dict(network) if isinstance(network, dict) else {}
+    policy["mode"] = "allowlist"
+    policy["allow"] = list(policy.get("allow", [])) + [str(d) for d in allowed_domains]
+    return policy
 
 
 def _late_answer(conn, method):
@@ -960,6 +1007,30 @@ class Sandbox(_SandboxBase):
         proxy, with the token (the default over TCP: it works from wherever
         the API does).  NotFoundError if the port is not exposed."""
         return self._port_entry(self.ports(), port, via)
+
+    # -- network and packages (docs/network.md) ---------------------------
+    def set_network(self, network=None, *, allow=None, deny=None):
+        """Replace the network policy: a policy dict, "none" or "open", or
+        ``allow=[...]`` (an allowlist) with ``deny=[...]``.  When it returns,
+        connections the new policy does not allow have been closed."""
+        return self._set(self._call("PUT", "/network", json_body=_policy_body(network, allow, deny)))
+
+    def network(self):
+        """The policy in force: {"mode", "allow", "deny"}."""
+        return self._call("GET", "/network")
+
+    def network_log(self, after=0):
+        """The network log after seq ``after``: {"events": [...], "next",
+        "dropped"}; each event a DNS query or connection, allowed or refused,
+        with the reason."""
+        return self._call("GET", "/network/log", query=[("after", str(int(after)))])
+
+    def install_packages(self, pip=None, npm=None):
+        """Install pip requirements and npm packages (pip --user; node_modules
+        in /home/user).  Returns {"output", "from_cache", "duration_ms",
+        "packages"}; raises PackageInstallError (its ``output`` is what the
+        installer printed) when they cannot be installed."""
+        return self._call("POST", "/packages", json_body=_packages_body(pip, npm), timeout=None)
 
     # -- exec ------------------------------------------------------------
     def exec(self, command=None, *, argv=None, cwd=None, env=None, stdin=None, timeout=None,

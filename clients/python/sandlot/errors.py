@@ -14,6 +14,7 @@ __all__ = [
     "BadRequestError", "AuthError", "NotFoundError", "ConflictError",
     "SandboxPausedError", "ContextBusyError", "SandboxEndedError",
     "PayloadTooLargeError", "TooManySandboxesError", "InsufficientStorageError",
+    "PackageInstallError",
     "ServiceUnavailableError", "ServerError", "error_from_response",
 ]
 
@@ -121,6 +122,15 @@ class TooManySandboxesError(APIError):
     """429 too_many_sandboxes: the daemon's --max-sandboxes, or host capacity."""
 
 
+class PackageInstallError(APIError):
+    """422 package_install_failed / installer_missing: packages could not be
+    installed; ``output`` has what pip or npm printed."""
+
+    @property
+    def output(self):
+        return self.details.get("output", "")
+
+
 class InsufficientStorageError(APIError, OSError):
     """507 insufficient_storage: the sandbox's disk quota is full."""
 
@@ -141,6 +151,8 @@ _BY_CODE = {
     "too_many_sandboxes": TooManySandboxesError,
     "insufficient_storage": InsufficientStorageError,
     "shutting_down": ServiceUnavailableError,
+    "package_install_failed": PackageInstallError,
+    "installer_missing": PackageInstallError,
 }
 _BY_STATUS = {
     400: BadRequestError, 401: AuthError, 403: AuthError, 404: NotFoundError,

@@ -69,6 +69,9 @@ ARGS_JSON_SCHEMA = {
                      "description": "python, javascript or bash"},
         "timeout": {"type": "number", "minimum": 0,
                     "description": "seconds before the run is interrupted (optional)"},
+        "packages": {"type": "array", "items": {"type": "string"},
+                     "description": "packages to install first: pip requirements for python "
+                                    "(e.g. pandas==2.2.0), npm packages for javascript"},
     },
     "required": ["code"],
 }
@@ -90,8 +93,18 @@ def _args_schema():
         code: str = Field(..., description="the code to run")
         language: str = Field("python", description="python, javascript or bash")
         timeout: Optional[float] = Field(None, description="seconds before the run is interrupted")
+        packages: Optional[list] = Field(
+            None, description="packages to install first: pip requirements for python "
+                              "(e.g. pandas==2.2.0), npm packages for javascript")
 
     return SandlotToolInput
+
+
+def _install_failed(e):
+    """The observation for packages that could not be installed: the error
+    and the end of what the installers printed."""
+    out = getattr(e, "output", "")
+    return f"sandlot: {e}" + (f"\n{out[-4000:]}" if out else "")
 
 
 class SandlotTool(_BaseTool):
@@ -99,12 +112,17 @@ class SandlotTool(_BaseTool):
 
     Constructor: ``SandlotTool(sandbox=None, *, client=None,
     sandbox_options=None, timeout_seconds=300, memory_mb=None,
-    max_output_chars=20000)``.  ``sandbox`` is a sandlot.Sandbox (or an
-    id); without one, a sandbox is created with ``client`` (default
-    ``Client()``) and ``sandbox_options`` (create's keyword arguments;
-    ``memory_mb`` is a shorthand for its memory) on first use, and destroyed
-    by ``close()``.  ``timeout_seconds`` is the default limit of a run (0 =
-    none), and the description says so.
+    max_output_chars=20000, allow_network=False, allowed_domains=None)``.
+    ``sandbox`` is a sandlot.Sandbox (or an id); without one, a sandbox is
+    created with ``client`` (default ``Client()``) and ``sandbox_options``
+    (create's keyword arguments; ``memory_mb`` is a shorthand for its
+    memory) on first use, and destroyed by ``close()``.  ``timeout_seconds``
+    is the default limit of a run (0 = none), and the description says so.
+    ``allowed_domains`` (["api.github.com", "*.githubusercontent.com"])
+    gives the sandbox it creates an allowlist; ``allow_network=True``
+    without domains the public internet (docs/network.md).  Packages the
+    model asks for are installed whatever the network: sandlotd downloads
+    them, not the sandbox.
     """
 
     name: str = "sandlot_run_code"
@@ -117,6 +135,8 @@ class SandlotTool(_BaseTool):
     timeout_seconds: object = DEFAULT_TIMEOUT
     memory_mb: object = None
     max_output_chars: int = 20000
+    allow_network: bool = False
+    allowed_domains: object = None
 
     # The sandbox holder: a private attribute of the pydantic model when
     # BaseTool is one (a leading underscore keeps it out of the fields).
@@ -127,13 +147,28 @@ class SandlotTool(_BaseTool):
         timeout = kwargs.get("timeout_seconds", DEFAULT_TIMEOUT)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise ValueError(f"timeout_seconds must be a number of seconds >= 0, got {timeout!r}")
-        kwargs.setdefault("description", _describe(timeout))
+        description = _describe(timeout)
         memory_mb = kwargs.get("memory_mb")
         if memory_mb is not None:
             if isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb <= 0:
                 raise ValueError(f"memory_mb must be a whole number of MiB > 0, got {memory_mb!r}")
             kwargs["sandbox_options"] = {**(kwargs.get("sandbox_options") or {}),
                                          "memory": f"{memory_mb}M"}
+        domains = kwargs.get("allowed_domains")
+        if domains is not None or kwargs.get("allow_network"):
+            if isinstance(domains, str):
+                raise TypeError("allowed_domains must be a list of host names")
+            opts = dict(kwargs.get("sandbox_options") or {})
+            if domains:
+                opts["allowed_domains"] = list(domains)
+            else:
+                opts["network"] = "open"
+            kwargs["sandbox_options"] = opts
+            description = description.replace(
+                "There is no network access.",
+                f"Network access: {', '.join(domains)} only." if domains
+                else "It can reach the public internet.")
+        kwargs.setdefault("description", description)
         if HAVE_LANGCHAIN:
             super().__init__(**kwargs)
         else:
@@ -148,7 +183,7 @@ class SandlotTool(_BaseTool):
             object.__setattr__(self, "_holder", holder)
 
     # -- the tool --------------------------------------------------------
-    def _check(self, code, language, timeout):
+    def _check(self, code, language, timeout, packages):
         if not isinstance(code, str) or not code.strip():
             raise ToolException("code must be a non-empty string")
         language = (language or "python").lower()
@@ -158,20 +193,36 @@ class SandlotTool(_BaseTool):
             timeout = self.timeout_seconds
         elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise ToolException(f"timeout must be a number of seconds >= 0, got {timeout!r}")
-        return language, timeout or None
+        if packages:
+            if isinstance(packages, str) or not all(isinstance(p, str) for p in packages):
+                raise ToolException("packages must be a list of strings")
+            if language == "bash":
+                raise ToolException("packages are for python (pip) or javascript (npm), not bash")
+            packages = {"pip" if language == "python" else "npm": list(packages)}
+        return language, timeout or None, packages
 
-    def _run(self, code, language="python", timeout=None, run_manager=None):
-        language, timeout = self._check(code, language, timeout)
+    def _run(self, code, language="python", timeout=None, packages=None, run_manager=None):
+        language, timeout, packages = self._check(code, language, timeout, packages)
+        if packages:
+            try:
+                self._holder.sandbox.install_packages(**packages)
+            except SandlotError as e:
+                raise ToolException(_install_failed(e)) from e
         try:
             r = self._holder.sandbox.run_code(code, language=language, timeout=timeout)
         except SandlotError as e:
             raise ToolException(f"sandlot: {e}") from e
         return format_code_result(r, self.max_output_chars)
 
-    async def _arun(self, code, language="python", timeout=None, run_manager=None):
-        language, timeout = self._check(code, language, timeout)
+    async def _arun(self, code, language="python", timeout=None, packages=None, run_manager=None):
+        language, timeout, packages = self._check(code, language, timeout, packages)
         try:
             sb = await self._holder.asandbox()
+            if packages:
+                try:
+                    await sb.install_packages(**packages)
+                except SandlotError as e:
+                    raise ToolException(_install_failed(e)) from e
             r = await sb.run_code(code, language=language, timeout=timeout)
         except SandlotError as e:
             raise ToolException(f"sandlot: {e}") from e

@@ -68,7 +68,7 @@ def test_langchain_tool_without_langchain(without_frameworks, client):
     with mod.SandlotTool(client=client, sandbox_options={"memory": "256M"}) as tool:
         assert tool.name == "sandlot_run_code" and "sandbox" in tool.description
         assert tool.args_schema["required"] == ["code"]
-        assert set(tool.args_schema["properties"]) == {"code", "language", "timeout"}
+        assert set(tool.args_schema["properties"]) == {"code", "language", "timeout", "packages"}
         _check_observations(_tool_session(tool))
         assert tool.run("print('plain string input')") == "plain string input"
         with pytest.raises(mod.ToolException):
@@ -81,6 +81,24 @@ def test_langchain_tool_without_langchain(without_frameworks, client):
     assert client.get(sid).state == "deleted"         # the tool created it, close() destroyed it
     with pytest.raises(TypeError):
         mod.SandlotTool(client=client, colour="red")
+
+
+def test_langchain_tool_network_and_packages(without_frameworks, client):
+    mod = importlib.import_module("sandlot.langchain")
+    with mod.SandlotTool(client=client, allowed_domains=["api.github.com"]) as tool:
+        assert "Network access: api.github.com only." in tool.description
+        net = tool.current_sandbox.info["options"]["network"]
+        assert net == {"mode": "allowlist", "allow": ["api.github.com"], "deny": []}
+        out = tool.run({"code": "print(1)", "packages": ["--index-url=https://evil.example"]})
+        assert "invalid pip package" in out, out
+        out = tool.run({"code": "echo 1", "language": "bash", "packages": ["x"]})
+        assert "not bash" in out, out
+    with mod.SandlotTool(client=client, allow_network=True) as tool:
+        assert "public internet" in tool.description
+        assert tool.current_sandbox.info["options"]["network"]["mode"] == "open"
+    with mod.SandlotTool(client=client) as tool:
+        assert "There is no network access." in tool.description
+        assert tool.current_sandbox.info["options"]["network"]["mode"] == "none"
 
 
 def test_langchain_tool_sandbox_errors(without_frameworks, client):

@@ -58,6 +58,33 @@ def test_bad_create_option_names_field(client):
     assert "colour" in ei.value.message
 
 
+def test_network_policy_and_log(client):
+    sb = client.create(allowed_domains=["Example.TEST", "*.pypi.test"])
+    try:
+        assert sb.info["options"]["network"] == {
+            "mode": "allowlist", "allow": ["example.test", "*.pypi.test"], "deny": []}
+        r = sb.exec("getent hosts blocked.example; echo rc=$?")
+        assert "rc=2" in r.stdout, r
+        log = sb.network_log()
+        refused = [e for e in log["events"] if e["name"] == "blocked.example"]
+        assert refused and all(e["verdict"] == "refused" and e["reason"] == "not_allowed"
+                               for e in refused), log
+        assert sb.network_log(after=log["next"])["events"] == []
+        sb.set_network("open", deny=["*.tracker.test"])
+        assert sb.network() == {"mode": "open", "allow": [], "deny": ["*.tracker.test"]}
+        assert sb.set_network().info["options"]["network"]["mode"] == "none"
+        with pytest.raises(sandlot.BadRequestError, match="whole first label"):
+            sb.set_network(allow=["*"])
+        with pytest.raises(sandlot.BadRequestError, match="invalid pip package"):
+            sb.install_packages(pip=["--index-url=https://evil.example"])
+        with pytest.raises(ValueError):
+            sb.install_packages()
+    finally:
+        sb.destroy()
+    with pytest.raises(ValueError, match="allowlist"):
+        client.create(network="open", allowed_domains=["x.test"])
+
+
 def test_keepalive_sets_ttl(sb):
     info = sb.keepalive(ttl_seconds=120).info
     assert info["ttl_seconds"] == 120 and info["expires_at"]

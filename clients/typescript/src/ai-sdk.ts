@@ -18,11 +18,11 @@ import type {
   Experimental_SandboxProcess as SandboxProcess,
   Experimental_SandboxSession as SandboxSession,
 } from "ai";
-import type { HarnessV1NetworkSandboxSession, HarnessV1PortEndpoint, HarnessV1SandboxProvider } from "@ai-sdk/harness";
+import type { HarnessV1NetworkPolicy, HarnessV1NetworkSandboxSession, HarnessV1PortEndpoint, HarnessV1SandboxProvider } from "@ai-sdk/harness";
 import { Sandlot, type Sandbox, type Exec } from "./client.js";
 import { SandlotError, isMissingPath } from "./errors.js";
 import { abortError } from "./http.js";
-import type { CreateSandboxOptions, ExecEvent, ExecResult, FileType } from "./types.js";
+import type { CreateSandboxOptions, ExecEvent, ExecResult, FileType, NetworkPolicy } from "./types.js";
 
 export interface SandlotSessionOptions {
   /**
@@ -374,6 +374,25 @@ export interface SandlotHarnessProviderOptions extends SandlotSessionOptions {
   create?: CreateSandboxOptions;
 }
 
+/**
+ * The harness's network policy as sandlot's: "allow-all" is mode open (the
+ * public internet; private and metadata addresses stay closed), "deny-all"
+ * is none (loopback only), "custom" an allowlist of its hosts and CIDRs with
+ * its denied CIDRs.
+ */
+export function sandlotNetworkPolicy(p: HarnessV1NetworkPolicy): NetworkPolicy {
+  if (p.mode === "allow-all") return { mode: "open" };
+  if (p.mode === "deny-all") return { mode: "none" };
+  if (p.mode === "custom")
+    return {
+      mode: "allowlist",
+      allow: [...(p.allowedHosts ?? []), ...(p.allowedCIDRs ?? [])],
+      deny: [...(p.deniedCIDRs ?? [])],
+    };
+  throw new SandlotError(`unknown network policy mode ${JSON.stringify((p as { mode?: unknown }).mode)}`,
+    { code: "bad_option" });
+}
+
 /** Metadata label carrying the harness session id. */
 export const HARNESS_SESSION_LABEL = "ai-sdk-harness-session";
 /** Metadata label carrying the harness recipe identity. */
@@ -404,6 +423,13 @@ export class SandlotHarnessSession extends SandlotSandboxSession implements Harn
   /** Replaces the exposed ports (those left out close; those kept keep their URL). */
   readonly setPorts = async (ports: ReadonlyArray<number>, o: { abortSignal?: AbortSignal } = {}): Promise<void> => {
     await this.sandbox.setPorts([...ports], { signal: o.abortSignal });
+  };
+  /**
+   * Replaces the sandbox's network policy (sandlotNetworkPolicy()); when it
+   * resolves, connections the new policy does not allow are closed.
+   */
+  readonly setNetworkPolicy = async (policy: HarnessV1NetworkPolicy): Promise<void> => {
+    await this.sandbox.setNetworkPolicy(sandlotNetworkPolicy(policy));
   };
   /** Pauses the sandbox: processes stop, files stay; resumeSession brings it back. */
   readonly stop = async (): Promise<void> => {

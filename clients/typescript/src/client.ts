@@ -8,8 +8,8 @@ import { SandlotError } from "./errors.js";
 import { Transport, type Body, type ConnectionOptions } from "./http.js";
 import type {
   ArchiveResult, Change, ChangesPage, CodeContext, CodeEvent, CodeOptions, CodeResult, CreateSandboxOptions, ExecEvent,
-  ExecOptions, ExecResult, ExecStatus, FileInfo, Health, Language, PortEndpoint, PortInfo, SandboxInfo,
-  SandboxState,
+  ExecOptions, ExecResult, ExecStatus, FileInfo, Health, Language, NetworkLog, NetworkMode, NetworkPolicy,
+  PackageInstallResult, Packages, PortEndpoint, PortInfo, SandboxInfo, SandboxState,
 } from "./types.js";
 
 export interface SignalOption {
@@ -253,6 +253,37 @@ export class Sandbox {
     }
     if (o.protocol === "ws") ep = { ...ep, url: ep.url.replace(/^http:/, "ws:") };
     return ep;
+  }
+
+  // ---- network and packages (docs/network.md) ------------------------------
+
+  /**
+   * Replaces the sandbox's network policy.  When it resolves, DNS and new
+   * connections follow the new policy and the connections it no longer
+   * allows have been closed.
+   */
+  async setNetworkPolicy(policy: NetworkPolicy | NetworkMode, o: SignalOption = {}): Promise<SandboxInfo> {
+    const json = typeof policy === "string" ? { mode: policy } : policy;
+    return (this.info = await this.t.json({ method: "PUT", path: `${this.path}/network`, json, signal: o.signal }));
+  }
+
+  /** The policy in force now. */
+  networkPolicy(o: SignalOption = {}): Promise<Required<NetworkPolicy>> {
+    return this.t.json({ method: "GET", path: `${this.path}/network`, signal: o.signal });
+  }
+
+  /** The network log: DNS queries and connections, allowed and refused, after seq `after`. */
+  networkLog(after = 0, o: SignalOption = {}): Promise<NetworkLog> {
+    return this.t.json({ method: "GET", path: `${this.path}/network/log?after=${after}`, signal: o.signal });
+  }
+
+  /**
+   * Installs pip and npm packages (pip --user; /home/user/node_modules).  The
+   * sandbox itself never gets the registries.  A failure rejects with a
+   * SandlotError whose `output` has what the installers printed.
+   */
+  installPackages(packages: Packages, o: SignalOption = {}): Promise<PackageInstallResult> {
+    return this.t.json({ method: "POST", path: `${this.path}/packages`, json: packages, signal: o.signal, long: true });
   }
 
   // ---- commands ----------------------------------------------------------

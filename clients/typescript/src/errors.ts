@@ -13,14 +13,20 @@ export class SandlotError extends Error {
   readonly state?: string;
   /** For "sandbox_ended": why it ended ("ttl", "idle", "deleted", ...). */
   readonly endReason?: string | null;
+  /** For "package_install_failed" / "installer_missing": what the installers printed. */
+  readonly output?: string;
 
-  constructor(message: string, o: { code: string; status?: number; state?: string; endReason?: string | null; cause?: unknown }) {
+  constructor(
+    message: string,
+    o: { code: string; status?: number; state?: string; endReason?: string | null; output?: string; cause?: unknown },
+  ) {
     super(message, o.cause === undefined ? undefined : { cause: o.cause });
     this.name = "SandlotError";
     this.code = o.code;
     this.status = o.status;
     this.state = o.state;
     this.endReason = o.endReason;
+    this.output = o.output;
   }
 
   /** Builds the error for a 4xx/5xx answer from its JSON body. */
@@ -29,6 +35,7 @@ export class SandlotError extends Error {
     let message = body.toString("utf8").trim().slice(0, 500) || `HTTP ${status}`;
     let state: string | undefined;
     let endReason: string | null | undefined;
+    let output: string | undefined;
     try {
       const e = JSON.parse(body.toString("utf8")).error;
       if (e && typeof e.code === "string") {
@@ -36,11 +43,12 @@ export class SandlotError extends Error {
         message = String(e.message ?? code);
         state = e.state;
         endReason = e.end_reason;
+        output = typeof e.output === "string" ? e.output : undefined;
       }
     } catch {
       /* not JSON: keep the raw text */
     }
-    return new SandlotError(`${what}: ${message} (${code}, HTTP ${status})`, { code, status, state, endReason });
+    return new SandlotError(`${what}: ${message} (${code}, HTTP ${status})`, { code, status, state, endReason, output });
   }
 
   /**

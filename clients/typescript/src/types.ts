@@ -8,6 +8,61 @@ export type Size = number | string;
 
 export type SandboxState = "running" | "paused" | "expired" | "deleted" | "lost" | "failed";
 
+export type NetworkMode = "none" | "allowlist" | "open";
+
+/**
+ * A network policy (docs/network.md).  Rules: host names ("pypi.org"),
+ * wildcards ("*.pythonhosted.org": the subdomains only) and IPv4 ranges
+ * ("203.0.113.0/24").  `deny` wins.  Without `mode`, a policy with
+ * `allow` is an allowlist.
+ */
+export interface NetworkPolicy {
+  mode?: NetworkMode;
+  allow?: string[];
+  deny?: string[];
+}
+
+/** Packages to install: pip requirements and npm registry packages. */
+export interface Packages {
+  pip?: string[];
+  npm?: string[];
+}
+
+export interface PackageInstallResult {
+  /** What pip and npm printed (at most 256 KiB). */
+  output: string;
+  /** Nothing was downloaded (every package came from sandlotd's cache). */
+  from_cache: boolean;
+  duration_ms: number;
+  /** Every package installed in the sandbox so far. */
+  packages: { pip: string[]; npm: string[] };
+}
+
+/** One entry of a sandbox's network log: a DNS query or a TCP connection. */
+export interface NetworkEvent {
+  seq: number;
+  time: string;
+  layer: "dns" | "tls" | "http" | "tcp";
+  verdict: "allowed" | "refused";
+  /** "allowed", "not_allowed", "denied", "no_name", "closed_address", "address_mismatch", ... */
+  reason: string;
+  name: string | null;
+  addr: string | null;
+  port?: number;
+  qtype?: number;
+  answers?: number;
+  bytes_out?: number;
+  bytes_in?: number;
+}
+
+export interface NetworkLog {
+  events: NetworkEvent[];
+  /** The seq of the last entry: pass it as `after` for the next page. */
+  next: number;
+  /** Entries after `after` the ring had already forgotten. */
+  dropped: number;
+}
+
 /** Body of POST /v1/sandboxes.  Every field is optional. */
 export interface CreateSandboxOptions {
   image?: string;
@@ -16,7 +71,10 @@ export interface CreateSandboxOptions {
   pids?: number;
   disk?: Size;
   env?: Record<string, string>;
-  network?: "none";
+  /** Default {mode: "none"}: loopback only. */
+  network?: NetworkPolicy | "none" | "open";
+  /** Installed before the sandbox is handed out (a failure fails the create). */
+  packages?: Packages;
   /** Ports to expose (1-65535, at most 32): see `PortInfo`. */
   ports?: number[];
   ttl_seconds?: number;
@@ -44,11 +102,16 @@ export interface SandboxInfo {
     pids: number;
     disk: number;
     env: Record<string, string>;
-    network: string;
+    /** The policy in force now (rules normalised). */
+    network: Required<NetworkPolicy>;
+    /** Every package installed so far, once any was. */
+    packages?: { pip: string[]; npm: string[] };
     /** The ports exposed now (changed by the ports routes). */
     ports: number[];
     from_snapshot?: string;
   };
+  /** Only in the answer to a create with `packages`. */
+  packages_install?: Omit<PackageInstallResult, "packages">;
   metadata: Record<string, string>;
   /** The exposed ports and where the host reaches them. */
   ports: PortInfo[];

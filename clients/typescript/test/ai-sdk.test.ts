@@ -8,7 +8,7 @@ import { z } from "zod";
 import * as net from "node:net";
 import * as path from "node:path";
 import { Sandlot, SandlotError, type Sandbox } from "sandlot";
-import { SandlotSandboxSession, sandlotHarnessProvider, HARNESS_SESSION_LABEL } from "sandlot/ai-sdk";
+import { SandlotSandboxSession, sandlotHarnessProvider, sandlotNetworkPolicy, HARNESS_SESSION_LABEL } from "sandlot/ai-sdk";
 import { Daemon, readStream, skipReason, sleep, waitFor } from "./daemon.js";
 
 const skip = skipReason();
@@ -298,6 +298,16 @@ describe("AI SDK harness sandbox provider", { skip }, () => {
     assert.deepEqual(session.ports, []);
     await assert.rejects(async () => session.getPortEndpoint({ port: 3000 }),
       (e: unknown) => e instanceof SandlotError && e.code === "port_not_exposed" && /port 3000/.test(e.message));
+    await session.setNetworkPolicy!({ mode: "custom", allowedHosts: ["api.example.test"], allowedCIDRs: ["203.0.113.0/24"],
+      deniedCIDRs: ["203.0.113.7"] });
+    assert.deepEqual((await d.client.info(session.id)).options.network,
+      { mode: "allowlist", allow: ["api.example.test", "203.0.113.0/24"], deny: ["203.0.113.7/32"] });
+    await session.setNetworkPolicy!({ mode: "allow-all" });
+    assert.equal((await d.client.info(session.id)).options.network.mode, "open");
+    await session.setNetworkPolicy!({ mode: "deny-all" });
+    assert.equal((await d.client.info(session.id)).options.network.mode, "none");
+    assert.deepEqual(sandlotNetworkPolicy({ mode: "custom", allowedHosts: ["*.x.test"] }),
+      { mode: "allowlist", allow: ["*.x.test"], deny: [] });
     const info = await d.client.info(session.id);
     assert.equal(info.metadata[HARNESS_SESSION_LABEL], "chat-42");
     assert.equal(info.auto_resume, true);
@@ -351,7 +361,9 @@ describe("AI SDK harness sandbox provider", { skip }, () => {
     let body = "";
     assert.ok(await waitFor(async () => {
       try {
-        const r = await fetch(ep.url + "index.html");
+        // A deadline on each try: a fetch that met the relay's reset while
+        // connecting was seen to never settle (Node 20), which hung the suite.
+        const r = await fetch(ep.url + "index.html", { signal: AbortSignal.timeout(2000) });
         body = await r.text();
         return r.status === 200;
       } catch {

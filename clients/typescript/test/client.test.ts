@@ -329,6 +329,30 @@ describe("Sandlot client", { skip }, () => {
       e instanceof SandlotError && e.status === 400 && /memory/.test(e.message));
   });
 
+  test("network policy: set, read, log; packages: bad specifiers", async () => {
+    assert.deepEqual(sb.info?.options.network, { mode: "none", allow: [], deny: [] });
+    const info = await sb.setNetworkPolicy({ allow: ["Example.TEST", "*.pypi.test"], deny: ["x.pypi.test"] });
+    assert.deepEqual(info.options.network,
+      { mode: "allowlist", allow: ["example.test", "*.pypi.test"], deny: ["x.pypi.test"] });
+    assert.deepEqual(await sb.networkPolicy(), info.options.network);
+    // A name the policy does not allow: refused by sandlot, logged, never sent upstream.
+    const r = await sb.exec("getent hosts blocked.example; echo rc=$?");
+    assert.match(r.stdout, /rc=2/);
+    const log = await sb.networkLog();
+    const refused = log.events.filter((e) => e.name === "blocked.example");
+    assert.ok(refused.length > 0 && refused.every((e) => e.layer === "dns" && e.verdict === "refused" &&
+      e.reason === "not_allowed"), JSON.stringify(log));
+    assert.deepEqual((await sb.networkLog(log.next)).events, []);
+    await assert.rejects(sb.setNetworkPolicy({ mode: "allowlist", allow: ["*"] }), (e: unknown) =>
+      e instanceof SandlotError && e.status === 400 && /whole first label/.test(e.message));
+    await sb.setNetworkPolicy("none");
+    assert.equal((await sb.networkPolicy()).mode, "none");
+    await assert.rejects(sb.installPackages({ pip: ["--index-url=https://evil.example"] }), (e: unknown) =>
+      e instanceof SandlotError && e.status === 400 && /invalid pip package/.test(e.message));
+    await assert.rejects(c.create({ packages: { npm: ["git+https://x/y.git"] } }), (e: unknown) =>
+      e instanceof SandlotError && e.status === 400 && /invalid npm package/.test(e.message));
+  });
+
   test("an unreachable daemon and a bad URL are clear errors", async () => {
     const nowhere = new Sandlot({ socketPath: `${d.base}/no.sock` });
     await assert.rejects(nowhere.health(), (e: unknown) =>

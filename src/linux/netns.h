@@ -1,0 +1,70 @@
+/* Network namespaces owned by the host.
+ *
+ * A sandbox's network namespace is made by the host, as root of the initial
+ * user namespace, before the sandbox's own user namespace exists.  The
+ * kernel checks network privileges (CAP_NET_ADMIN, CAP_NET_RAW,
+ * CAP_NET_BIND_SERVICE) against the user namespace that owns the network
+ * namespace, so "root" inside the sandbox cannot change its routes,
+ * addresses, sysctls or nftables rules, nor bind ports below 1024: the
+ * egress rules sandlot installs there (src/net) stay as they are.  (Cloning
+ * CLONE_NEWUSER|CLONE_NEWNET together would give the new user namespace
+ * the network namespace, and its root all of that.)
+ *
+ * Namespaces are per thread: these functions move only the calling thread,
+ * and always bring it back before returning, except sandlot__netns_new(),
+ * which leaves it inside until sandlot__netns_leave() so that a clone()
+ * made in between starts its child there.
+ */
+#ifndef SANDLOT_LINUX_NETNS_H
+#define SANDLOT_LINUX_NETNS_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+
+/* Move the calling thread into a new network namespace with loopback up.
+ * *ns_fd: the new namespace (the caller owns it; it keeps the namespace
+ * alive), *saved_fd: the one to return to with sandlot__netns_leave().  On
+ * failure the thread is where it was and both are -1. */
+int sandlot__netns_new(int *ns_fd, int *saved_fd, sandlot_error_t **err);
+
+/* Move the calling thread into ns_fd; *saved_fd for sandlot__netns_leave(). */
+int sandlot__netns_enter(int ns_fd, int *saved_fd, sandlot_error_t **err);
+
+/* Back to the namespace saved by _new or _enter, and close *saved_fd.  A
+ * thread that could not go back would create its sockets in a sandbox's
+ * namespace from then on, so failing to is fatal (abort). */
+void sandlot__netns_leave(int *saved_fd);
+
+/* The sandbox's side of egress, set up inside ns_fd (idempotent):
+ * an address on loopback and a default route through it (without a route
+ * connect() fails with ENETUNREACH before the redirect can take it), the
+ * listeners the redirect leads to, and the nftables ruleset:
+ *   redirect: DNS (UDP and TCP port 53, to any address) to the DNS
+ *             listeners, every other TCP connection but DNS over TLS (port
+ *             853) to the proxy listener;
+ *   filter:   everything else leaving the namespace is dropped, which a
+ *             local sender sees at once as EPERM (UDP, QUIC, ICMP).
+ * With redirect == 0 the ruleset only drops (the sandbox is back to
+ * loopback only, and fails fast).  fds[] receives the listeners
+ * (SANDLOT_NETNS_FD_*) the first time; later calls leave fds[] alone
+ * when fds[0] >= 0.  *nft is the nftables context the rules go through,
+ * made on the first call (NULL before) and reused after; release it with
+ * sandlot__netns_egress_close().  On failure nothing is half-applied to
+ * the ruleset (one nftables transaction) and fds[] is unchanged. */
+enum { SANDLOT_NETNS_FD_PROXY, SANDLOT_NETNS_FD_DNS_UDP, SANDLOT_NETNS_FD_DNS_TCP,
+       SANDLOT_NETNS_NFDS };
+struct nft_ctx;
+int sandlot__netns_egress(int ns_fd, int redirect, int fds[SANDLOT_NETNS_NFDS],
+			  struct nft_ctx **nft, sandlot_error_t **err);
+/* Free the context: slow (its socket's close waits for RCU, milliseconds),
+ * so on a teardown path. */
+void sandlot__netns_egress_close(struct nft_ctx *nft);
+
+/* Where the proxy listens inside each sandbox: a port below 1024, which
+ * nothing in the sandbox may bind (see above), on 127.0.0.1. */
+#define SANDLOT_NETNS_PROXY_PORT 1
+/* The sandbox's own address (on loopback, never seen outside it). */
+#define SANDLOT_NETNS_ADDR 0x0afffe01u /* 10.255.254.1 */
+
+#endif
