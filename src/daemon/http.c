@@ -625,9 +625,10 @@ static void stream_park_fired(struct park *p, int why)
  * and stops at the first one still open.  A connection resumed from a
  * park to learn that its client left is neither in the thread's epoll set
  * nor on its ready list then, so nothing but that pass reaches it: behind
- * an older open connection (a kept-alive client) on the same thread it
- * stayed closed but not freed until that one timed out, with its socket
- * and its place in the door's count.  A timeout of its own moves it to
+ * an older open connection (a kept-alive client) on the same thread, or
+ * with nothing else for that thread to do, it stayed closed but not freed
+ * for up to CONN_IDLE_TIMEOUT_S, with its socket and its place in the
+ * door's count.  A timeout of its own moves it to
  * the list of connections with their own timeouts, which every pass walks
  * in full and whose earliest deadline bounds the thread's wait: it is
  * freed within a second. */
