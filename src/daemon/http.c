@@ -900,6 +900,67 @@ int http_wants_ndjson(struct http_req *req)
 	return a && strstr(a, "application/x-ndjson") != NULL;
 }
 
+/* ---- multipart/form-data bodies (http.h) ---------------------------------- */
+
+struct http_form {
+	struct MHD_PostProcessor *pp;
+	http_form_fn fn;
+	void *ud;
+	int failed;
+};
+
+static enum MHD_Result form_it(void *cls, enum MHD_ValueKind kind, const char *key,
+			       const char *filename, const char *content_type,
+			       const char *transfer_encoding, const char *data, uint64_t off,
+			       size_t size)
+{
+	(void)kind;
+	(void)content_type;
+	(void)transfer_encoding;
+	struct http_form *f = cls;
+	if (f->fn(f->ud, key ? key : "", filename, data, size, off) < 0) {
+		f->failed = 1;
+		return MHD_NO;
+	}
+	return MHD_YES;
+}
+
+struct http_form *http_form_new(struct http_req *req, http_form_fn fn, void *ud)
+{
+	const char *ct = http_header(req, "Content-Type");
+	if (!ct || strncasecmp(ct, "multipart/form-data", 19) != 0)
+		return NULL;
+	struct http_form *f = calloc(1, sizeof(*f));
+	if (!f)
+		return NULL;
+	f->fn = fn;
+	f->ud = ud;
+	f->pp = MHD_create_post_processor(req->conn, 64 * 1024, form_it, f);
+	if (!f->pp) {
+		free(f);
+		return NULL;
+	}
+	return f;
+}
+
+int http_form_feed(struct http_form *f, const char *data, size_t len)
+{
+	if (f->failed)
+		return -1;
+	if (len > 0 && MHD_post_process(f->pp, data, len) != MHD_YES)
+		f->failed = 1;
+	return f->failed ? -1 : 0;
+}
+
+int http_form_free(struct http_form *f)
+{
+	if (!f)
+		return -1;
+	int ok = MHD_destroy_post_processor(f->pp) == MHD_YES && !f->failed;
+	free(f);
+	return ok ? 0 : -1;
+}
+
 /* ---- routing ------------------------------------------------------------ */
 
 /* Where the raw URI encodes a NUL byte ("%00"): 0 if nowhere; else 1 and

@@ -110,6 +110,22 @@ void http_headers_each(struct http_req *req, int (*fn)(void *ud, const char *nam
 /* Whether the client asked for NDJSON (Accept: application/x-ndjson). */
 int http_wants_ndjson(struct http_req *req);
 
+/* A multipart/form-data request body, parsed by libmicrohttpd's post
+ * processor (for E2B's file uploads): feed it the body as a RAW route's
+ * chunk() gets it; `fn` is called for each piece of each part's content in
+ * order, with the part's field name, its filename (NULL if none) and the
+ * offset of the piece in the part (0: a new part begins).  fn returns 0,
+ * or -1 to stop (http_form_feed() then fails).  http_form_new() is NULL
+ * when the request's Content-Type is not multipart/form-data (or out of
+ * memory); http_form_free() returns 0 if the body ended where a form
+ * ends, -1 if it was cut short or malformed. */
+struct http_form;
+typedef int (*http_form_fn)(void *ud, const char *field, const char *filename, const char *data,
+			    size_t len, uint64_t off);
+struct http_form *http_form_new(struct http_req *req, http_form_fn fn, void *ud);
+int http_form_feed(struct http_form *f, const char *data, size_t len);
+int http_form_free(struct http_form *f);
+
 /* From a RAW route's begin(): its chunk() and end() may wait for a
  * command (feeding a stdin it does not read): they run on a pool of
  * workers of their own, so that such waits never hold up other requests. */

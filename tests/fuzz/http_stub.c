@@ -52,6 +52,30 @@ size_t http_query_all(struct http_req *req, const char *name, const char **out, 
 	return n;
 }
 
+/* No form parser without libmicrohttpd: uploads answer as for a body
+ * that is not a form. */
+struct http_form *http_form_new(struct http_req *req, http_form_fn fn, void *ud)
+{
+	(void)req;
+	(void)fn;
+	(void)ud;
+	return NULL;
+}
+
+int http_form_feed(struct http_form *f, const char *data, size_t len)
+{
+	(void)f;
+	(void)data;
+	(void)len;
+	return -1;
+}
+
+int http_form_free(struct http_form *f)
+{
+	(void)f;
+	return -1;
+}
+
 int http_wants_ndjson(struct http_req *req)
 {
 	const char *a = http_header(req, "Accept");
