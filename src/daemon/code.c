@@ -1140,6 +1140,224 @@ static int handle_interrupt(struct http_req *req)
 	return http_json(req, 200, o);
 }
 
+/* ---- for other surfaces (daemon.h, code_*) ---------------------------------- */
+
+struct code_cell *code_cell_start(struct daemon *d, struct dsb *s, const char *lang,
+				  const char *ctx_id, const char *code, int *status, char *msg,
+				  size_t msglen)
+{
+	sweep(d);
+	struct ctx *c;
+	char defid[48];
+	if (ctx_id) {
+		c = ctx_find(s->id, ctx_id);
+		if (!c) {
+			*status = 404;
+			snprintf(msg, msglen, "no context %.60s in sandbox %s", ctx_id, s->id);
+			return NULL;
+		}
+	} else {
+		if (!valid_lang(lang)) {
+			*status = 400;
+			snprintf(msg, msglen, "language must be python, javascript or bash");
+			return NULL;
+		}
+		snprintf(defid, sizeof(defid), "default-%s", lang);
+		c = ctx_get_or_add(s->id, defid, lang);
+		if (!c) {
+			*status = 500;
+			snprintf(msg, msglen, "out of memory");
+			return NULL;
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	int busy = c->busy;
+	if (!busy) {
+		c->busy = 1;
+		c->intr_ms = 0;
+		c->intr_count = 0;
+	}
+	int need_start = !c->started || c->exited || !c->proc;
+	pthread_mutex_unlock(&c->lock);
+	if (busy) {
+		ctx_put(c);
+		*status = 409;
+		snprintf(msg, msglen, "context %s is running a cell", c->id);
+		return NULL;
+	}
+	struct cell *k = calloc(1, sizeof(*k));
+	if (!k) {
+		pthread_mutex_lock(&c->lock);
+		c->busy = 0;
+		pthread_mutex_unlock(&c->lock);
+		ctx_put(c);
+		*status = 500;
+		snprintf(msg, msglen, "out of memory");
+		return NULL;
+	}
+	k->d = d;
+	k->s = s;
+	k->c = c;
+	k->displays = json_array();
+	k->started = mono_ms();
+	if (need_start) {
+		pthread_mutex_lock(&c->lock);
+		k->state_lost = c->started && c->exited && !c->death_reported;
+		pthread_mutex_unlock(&c->lock);
+		if (host_start(s, c, msg, msglen) < 0) {
+			cell_free(k);
+			*status = 500;
+			return NULL;
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	c->seq++;
+	snprintf(k->rid, sizeof(k->rid), "c-%llu", (unsigned long long)c->seq);
+	pthread_mutex_unlock(&c->lock);
+	json_t *rq = json_pack("{s:s,s:s,s:s}", "id", k->rid, "kind", "execute", "code", code);
+	char *line = rq ? json_dumps(rq, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+	json_decref(rq);
+	size_t n = line ? strlen(line) : 0;
+	char *nl = line ? realloc(line, n + 2) : NULL;
+	if (!nl) {
+		free(line);
+		cell_free(k);
+		*status = 500;
+		snprintf(msg, msglen, "out of memory");
+		return NULL;
+	}
+	nl[n++] = '\n';
+	sandlot_proc_t *p = proc_get(c);
+	if (p) {
+		sandlot_proc_write_stdin(p, nl, n, NULL); /* a failure shows as the host's exit */
+		proc_put(c);
+	}
+	free(nl);
+	dsb_touch(s);
+	dsb_busy(s, +1);
+	dsb_hold(s);
+	return (struct code_cell *)k;
+}
+
+json_t *code_cell_next(struct code_cell *k, int *fd, int *wait_ms)
+{
+	struct cell *cell = (struct cell *)k;
+	if (cell->done)
+		return NULL;
+	json_t *ev = cell_step(cell, wait_ms);
+	*fd = cell->c->efd;
+	return ev;
+}
+
+int code_cell_done(struct code_cell *k)
+{
+	return ((struct cell *)k)->done;
+}
+
+const char *code_cell_context(struct code_cell *k)
+{
+	return ((struct cell *)k)->c->id;
+}
+
+void code_cell_end(struct code_cell *k)
+{
+	stream_free((struct cell *)k, 0);
+}
+
+int code_ctx_create(struct daemon *d, struct dsb *s, const char *lang, char id[48], char *msg,
+		    size_t msglen)
+{
+	sweep(d);
+	if (!valid_lang(lang)) {
+		snprintf(msg, msglen, "language must be python, javascript or bash");
+		return -1;
+	}
+	sandlot__new_id("ctx-", id);
+	struct ctx *c = ctx_get_or_add(s->id, id, lang);
+	if (!c) {
+		snprintf(msg, msglen, "out of memory");
+		return -1;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->busy = 1;
+	pthread_mutex_unlock(&c->lock);
+	int rc = host_start(s, c, msg, msglen);
+	pthread_mutex_lock(&c->lock);
+	c->busy = 0;
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0) {
+		pthread_mutex_lock(&g_lock);
+		int was = !c->removed;
+		unlink_locked(c);
+		pthread_mutex_unlock(&g_lock);
+		if (was)
+			ctx_put(c);
+	}
+	ctx_put(c);
+	return rc;
+}
+
+json_t *code_ctx_list(struct daemon *d, struct dsb *s)
+{
+	sweep(d);
+	json_t *arr = json_array();
+	pthread_mutex_lock(&g_lock);
+	for (struct ctx *c = g_ctxs; c; c = c->next)
+		if (strcmp(c->sbid, s->id) == 0)
+			json_array_insert_new(arr, 0, json_pack("{s:s,s:s}", "id", c->id,
+								"language", c->lang));
+	pthread_mutex_unlock(&g_lock);
+	return arr;
+}
+
+int code_ctx_restart(struct dsb *s, const char *id, int remove, char *msg, size_t msglen)
+{
+	struct ctx *c = ctx_find(s->id, id);
+	if (!c) {
+		snprintf(msg, msglen, "no context %.60s in sandbox %s", id, s->id);
+		return -ENOENT;
+	}
+	if (remove) {
+		pthread_mutex_lock(&g_lock);
+		int was = !c->removed;
+		unlink_locked(c);
+		pthread_mutex_unlock(&g_lock);
+		if (was)
+			ctx_put(c);
+	}
+	sandlot_proc_t *p = proc_get(c);
+	if (p) {
+		sandlot_proc_close_stdin(p, NULL);
+		sandlot_proc_kill(p, SIGKILL, NULL);
+		proc_put(c);
+	}
+	int rc = 0;
+	if (!remove) {
+		pthread_mutex_lock(&c->lock);
+		int busy = c->busy;
+		if (!busy)
+			c->busy = 1;
+		pthread_mutex_unlock(&c->lock);
+		if (busy) {
+			/* the running cell ends as InterpreterDied; its next one
+			 * starts a fresh host */
+			ctx_put(c);
+			return 0;
+		}
+		pthread_mutex_lock(&c->lock);
+		while (!c->exited && c->started)
+			pthread_cond_wait(&c->cond, &c->lock);
+		c->death_reported = 1; /* asked for: no cell reports it as lost */
+		pthread_mutex_unlock(&c->lock);
+		rc = host_start(s, c, msg, msglen) < 0 ? -EIO : 0;
+		pthread_mutex_lock(&c->lock);
+		c->busy = 0;
+		pthread_mutex_unlock(&c->lock);
+	}
+	ctx_put(c);
+	return rc;
+}
+
 const struct http_route code_routes[] = {
 	{ "POST", "/v1/sandboxes/{}/code", HTTP_JSON, handle_code, NULL, NULL, NULL },
 	{ "POST", "/v1/sandboxes/{}/code/interrupt", HTTP_JSON, handle_interrupt, NULL, NULL, NULL },

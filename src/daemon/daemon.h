@@ -300,6 +300,34 @@ extern const struct http_route exec_routes[];
 /* Kill every running exec of s and free the history (sandbox ending). */
 void execs_release(struct dsb *s);
 
+/* ---- code.c (code contexts, for other surfaces: e2b_interp.c) ------------- */
+
+/* A cell running in a code context of s: in context ctx_id, or (NULL) in
+ * the default context of lang.  The cell holds s (busy, held) until
+ * code_cell_end().  NULL with *status (400, 404, 409, 500) and msg. */
+struct code_cell;
+struct code_cell *code_cell_start(struct daemon *d, struct dsb *s, const char *lang,
+				  const char *ctx_id, const char *code, int *status, char *msg,
+				  size_t msglen);
+/* The cell's next event, as the NDJSON stream of POST .../code gives them
+ * ({"type": "stdout"|"stderr"|"display"|"result", ...}, the "result" last);
+ * NULL when there is none now: wait for *fd to be readable or *wait_ms. */
+json_t *code_cell_next(struct code_cell *k, int *fd, int *wait_ms);
+int code_cell_done(struct code_cell *k);
+const char *code_cell_context(struct code_cell *k);
+/* Free the cell; one not done is interrupted and finished quietly. */
+void code_cell_end(struct code_cell *k);
+/* A new context of lang in s with its host started: 0 with id, or -1
+ * with msg. */
+int code_ctx_create(struct daemon *d, struct dsb *s, const char *lang, char id[48], char *msg,
+		    size_t msglen);
+/* [{"id", "language"}] of s's contexts, oldest first. */
+json_t *code_ctx_list(struct daemon *d, struct dsb *s);
+/* Kill the host of context id and start a fresh one (remove = 0), or
+ * delete the context (remove = 1).  0, -ENOENT (no such context) or -EIO
+ * (the new host failed), with msg. */
+int code_ctx_restart(struct dsb *s, const char *id, int remove, char *msg, size_t msglen);
+
 /* ---- files.c ------------------------------------------------------------ */
 
 extern const struct http_route file_routes[];
