@@ -153,6 +153,8 @@ static ssize_t exec_read(void *ud, char *out, size_t max, struct http_wait *w)
 		json_t *ev = code_cell_next(x->k, &fd, &ms);
 		if (!ev) {
 			if (code_cell_done(x->k)) {
+				code_cell_end(x->k);
+				x->k = NULL;
 				x->finished = 1;
 				continue;
 			}
@@ -163,8 +165,13 @@ static ssize_t exec_read(void *ud, char *out, size_t max, struct http_wait *w)
 		json_t *msgs = json_array();
 		translate(ev, msgs);
 		json_decref(ev);
-		if (code_cell_done(x->k))
+		if (code_cell_done(x->k)) {
+			/* Free the context's cell slot before the client has the
+			 * end: its next call may come before the stream is freed. */
+			code_cell_end(x->k);
+			x->k = NULL;
 			x->finished = 1;
+		}
 		size_t i;
 		json_t *m;
 		json_array_foreach(msgs, i, m)
@@ -191,7 +198,8 @@ static void exec_free(void *ud, int completed)
 {
 	(void)completed;
 	struct exec_stream *x = ud;
-	code_cell_end(x->k);
+	if (x->k)
+		code_cell_end(x->k);
 	free(x->buf);
 	free(x);
 }
