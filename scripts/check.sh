@@ -171,6 +171,14 @@ make -s mcp-check MCP_TAP="$tap"
 count_node_tap "$tap" MCP
 rm -f "$tap"
 
+stage "E2B-compatible API with E2B's SDKs (npm e2b, @e2b/code-interpreter; PyPI e2b, e2b-code-interpreter); sandlotd under ASan+UBSan"
+tap=$(mktemp)
+out=$(mktemp)
+SANDLOT_TEST_BIN_DIR=$PWD/$asan_bin make -s e2b-check E2B_TAP="$tap" 2>&1 | tee "$out"
+count_node_tap "$tap" E2B
+count_pytest "$out"
+rm -f "$tap" "$out"
+
 stage "TypeScript client (clients/typescript): npm ci, tsc, node --test"
 if ! command -v node >/dev/null || [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -lt 20 ]; then
 	echo "SKIP: the TypeScript tests need Node.js 20 or later and npm (not found)"
