@@ -63,13 +63,18 @@ export class Daemon {
       if (Date.now() > deadline) throw new Error(`sandlotd did not answer /v1/health:\n${this.logs()}`);
       await sleep(50);
     }
+    this.conns = new Set();
     this.relay = net.createServer((client) => {
       const up = net.connect(this.sock);
+      this.conns.add(client);
+      this.conns.add(up);
       client.pipe(up);
       up.pipe(client);
       const close = () => {
         client.destroy();
         up.destroy();
+        this.conns.delete(client);
+        this.conns.delete(up);
       };
       client.on('error', close);
       up.on('error', close);
@@ -91,7 +96,12 @@ export class Daemon {
 
   async stop() {
     for (const id of this.sandboxIds) await this.request('DELETE', `/v1/sandboxes/${id}`).catch(() => {});
-    if (this.relay) await new Promise((resolve) => this.relay.close(resolve));
+    if (this.relay) {
+      // The SDKs keep connections alive: cut them, or close() waits for them.
+      const closed = new Promise((resolve) => this.relay.close(resolve));
+      for (const c of this.conns) c.destroy();
+      await closed;
+    }
     let code = null;
     if (this.proc && this.proc.exitCode === null) {
       this.proc.kill('SIGTERM');

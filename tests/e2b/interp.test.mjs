@@ -79,7 +79,9 @@ describe('E2B code interpreter with @e2b/code-interpreter', { skip: skipReason }
     assert.equal((await sbx.runCode('"secret" in globals()', { context: ctx })).text, 'False');
     await sbx.removeCodeContext(ctx);
     assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id));
-    await assert.rejects(sbx.runCode('1', { context: ctx }), (e) => {
+    // (a short requestTimeoutMs: the SDK leaves its request timer running
+    // when it throws for an error status, and node waits for it at exit)
+    await assert.rejects(sbx.runCode('1', { context: ctx, requestTimeoutMs: 3000 }), (e) => {
       assert.ok(e instanceof NotFoundError, `${e}`);
       assert.match(e.message, /no context/);
       return true;
@@ -88,7 +90,7 @@ describe('E2B code interpreter with @e2b/code-interpreter', { skip: skipReason }
 
   test('bad inputs: a language sandlotd has no interpreter for', async () => {
     // The SDK shows only the status of a 400; the body names the language.
-    await assert.rejects(sbx.runCode('1', { language: 'cobol' }), (e) => {
+    await assert.rejects(sbx.runCode('1', { language: 'cobol', requestTimeoutMs: 3000 }), (e) => {
       assert.ok(e instanceof SandboxError, `${e}`);
       assert.match(e.message, /^400/);
       return true;
