@@ -817,6 +817,8 @@ struct upload {
 	sandlot_file_writer_t *w;    /* the file being written */
 	char *wpath;                 /* its path */
 	unsigned parts;
+	uint64_t part_end;           /* off + len of the last piece */
+	char *part_name;             /* filename of the part being written */
 	json_t *written;             /* [{"name", "type", "path"}] */
 	sandlot_error_t *err;        /* why it failed (form callback) */
 	char problem[256];           /* or this */
@@ -832,6 +834,7 @@ static void upload_free(struct http_req *req)
 	if (u->w)
 		sandlot_file_writer_abort(u->w);
 	free(u->wpath);
+	free(u->part_name);
 	free(u->path);
 	json_decref(u->written);
 	sandlot_error_free(u->err);
@@ -872,7 +875,16 @@ static int upload_part(void *ud, const char *field, const char *filename, const 
 		       size_t len, uint64_t off)
 {
 	struct upload *u = ud;
-	if (off == 0) {
+	/* A new part starts at offset 0, but libmicrohttpd may also hand a
+	 * part's start over as an empty piece at 0 before its data (at 0
+	 * again): the same part while nothing of it has come and its name is
+	 * the same. */
+	int same = u->parts > 0 && off == 0 && u->part_end == 0 && u->part_name && filename &&
+		   strcmp(u->part_name, filename) == 0;
+	u->part_end = off + len;
+	if (off == 0 && !same) {
+		free(u->part_name);
+		u->part_name = filename ? strdup(filename) : NULL;
 		if (upload_commit(u) < 0)
 			return -1;
 		if (!filename) {

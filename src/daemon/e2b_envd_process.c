@@ -517,7 +517,13 @@ static struct eproc *find_proc(struct http_req *req, enum e2b_style style, const
 	for (struct eproc *p = procs; p; p = p->next) {
 		if (strcmp(p->sid, sid) != 0)
 			continue;
-		if (tag ? (p->tag && strcmp(p->tag, tag) == 0) : (uint32_t)p->pid == pid) {
+		pthread_mutex_lock(&p->lock);
+		int exited = p->exited; /* ended: its watcher unlists it soon */
+		pid_t ppid = p->pid;
+		pthread_mutex_unlock(&p->lock);
+		if (exited)
+			continue;
+		if (tag ? (p->tag && strcmp(p->tag, tag) == 0) : (uint32_t)ppid == pid) {
 			found = p;
 			__atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED);
 			break;

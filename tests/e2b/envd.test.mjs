@@ -6,6 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import {
   CommandExitError,
   FileType,
+  FilesystemEventType,
   InvalidArgumentError,
   NotFoundError,
   Sandbox,
@@ -216,6 +217,50 @@ describe('E2B envd with the e2b SDK', { skip: skipReason }, () => {
         return true;
       });
       await assert.rejects(sbx.files.read('x.txt', { user: 'mallory' }), /mallory/);
+    });
+
+    test('watchDir reports creations, writes and removals under the directory', async () => {
+      await sbx.files.makeDir('watched/inner');
+      await sbx.files.write('outside.txt', 'not watched');
+      const events = [];
+      let arrived = () => {};
+      const h = await sbx.files.watchDir(
+        'watched',
+        (e) => {
+          events.push(`${e.type} ${e.name}`);
+          arrived();
+        },
+        { recursive: true },
+      );
+      // Wait (bounded) until every expected event has come.
+      const until = async (want) => {
+        const deadline = Date.now() + 20000;
+        while (!want.every((w) => events.includes(w))) {
+          assert.ok(Date.now() < deadline, `waited for ${want}, have ${events}`);
+          await new Promise((r) => {
+            arrived = r;
+            setTimeout(r, 1000);
+          });
+        }
+      };
+      await sbx.files.write('watched/new.txt', 'one');
+      await sbx.commands.run('echo two >> watched/new.txt; echo x > watched/inner/deep.txt; echo y > outside2.txt');
+      await until([
+        `${FilesystemEventType.CREATE} new.txt`,
+        `${FilesystemEventType.CREATE} inner/deep.txt`,
+      ]);
+      await sbx.files.remove('watched/new.txt');
+      await until([`${FilesystemEventType.REMOVE} new.txt`]);
+      await h.stop();
+      assert.ok(!events.some((e) => e.includes('outside')), `${events}`);
+      await assert.rejects(
+        sbx.files.watchDir('/etc', () => {}),
+        (e) => e instanceof InvalidArgumentError || `${e}`,
+      );
+      await assert.rejects(
+        sbx.files.watchDir('watched/none', () => {}),
+        (e) => e instanceof NotFoundError || `${e}`,
+      );
     });
 
     test('a sandbox that does not exist answers as E2B does for one that is gone', async () => {

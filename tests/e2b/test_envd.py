@@ -227,6 +227,19 @@ def test_files_roundtrip_many_list_and_errors(sbx):
         sbx.files.read("/home/user/py")
 
 
+def test_watch_dir(sbx):
+    sbx.files.make_dir("pywatch")
+    h = sbx.files.watch_dir("pywatch", recursive=True)
+    sbx.files.write("pywatch/f.txt", "1")
+    sbx.commands.run("mkdir pywatch/d && echo 2 > pywatch/d/g.txt && echo 3 > py-outside.txt")
+    seen = {(e.type.name, e.name) for e in h.get_new_events()}
+    assert {("CREATE", "f.txt"), ("CREATE", "d"), ("CREATE", "d/g.txt")} <= seen, seen
+    assert not any("outside" in name for _, name in seen)
+    sbx.files.remove("pywatch/f.txt")
+    assert ("REMOVE", "f.txt") in {(e.type.name, e.name) for e in h.get_new_events()}
+    h.stop()
+
+
 def test_run_code_state_chart_error(sbx):
     sbx.run_code("acc = 1")
     lines = []
