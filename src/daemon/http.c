@@ -276,42 +276,6 @@ int http_error(struct http_req *req, int status, const char *code, const char *f
 	return 0;
 }
 
-int http_error_from(struct http_req *req, const sandlot_error_t *err)
-{
-	int st = err ? sandlot_error_status(err) : EIO;
-	const char *msg = err ? sandlot_error_message(err) : "unknown error";
-	switch (st) {
-	case ENOENT:
-		return http_error(req, 404, "not_found", "%s", msg);
-	case EEXIST:
-		return http_error(req, 409, "conflict", "%s", msg);
-	case EISDIR:
-	case ENOTDIR:
-	case EINVAL:
-	case ENAMETOOLONG:
-	case ELOOP:
-		return http_error(req, 400, "bad_request", "%s", msg);
-	case ENOSPC:
-	case EDQUOT:
-		return http_error(req, 507, "insufficient_storage", "%s", msg);
-	case EPIPE:
-		return http_error(req, 410, "sandbox_gone", "%s", msg);
-	case EACCES:
-	case EPERM:
-	case EROFS:
-		return http_error(req, 403, "forbidden", "%s", msg);
-	case ENOTEMPTY:
-	case EBUSY:
-		return http_error(req, 409, "conflict", "%s", msg);
-	case EXDEV:
-		return http_error(req, 400, "bad_request", "%s", msg);
-	case EFBIG:
-		return http_error(req, 507, "insufficient_storage", "%s", msg);
-	default:
-		return http_error(req, 500, "internal", "%s", msg);
-	}
-}
-
 int http_empty(struct http_req *req, int status)
 {
 	struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);

@@ -94,17 +94,6 @@ int http_error(struct http_req *req, int status, const char *code, const char *f
 					     "message", msg, strlen(msg)));
 }
 
-int http_error_from(struct http_req *req, const sandlot_error_t *err)
-{
-	/* A coarse copy of http.c's mapping: enough to tell a refusal of the
-	 * request (4xx) from a failure of the daemon (500). */
-	int st = err ? sandlot_error_status(err) : EIO;
-	int status = st == ENOENT ? 404
-		     : (st == EINVAL || st == ENAMETOOLONG || st == EISDIR || st == ENOTDIR ||
-			st == ELOOP || st == EXDEV) ? 400 : 500;
-	return http_error(req, status, NULL, "%s", err ? sandlot_error_message(err) : "error");
-}
-
 int http_empty(struct http_req *req, int status)
 {
 	return answer(req, status, NULL);
