@@ -195,6 +195,54 @@ int domain_file_read(struct daemon *d, struct dsb *s, const char *path, uint64_t
 int domain_file_write(struct daemon *d, struct dsb *s, const char *path, const void *data,
 		      size_t len, uint32_t mode, sandlot_error_t **err);
 
+/* ---- execs (execs.c), on a "got" sandbox ---------------------------------- */
+
+/* An exec request, parsed (domain_exec_parse; the body of POST .../exec:
+ * "command" or "argv", "env", "cwd", "stdin"/"stdin_base64", "timeout_ms",
+ * "background", "output", "output_limit").  Strings point into the JSON
+ * it was parsed from. */
+struct domain_exec_req {
+	const char **argv;          /* NULL-terminated */
+	char **env;                 /* "K=V", owned */
+	const char *cwd;
+	unsigned char *stdin_data;  /* owned */
+	size_t stdin_len;
+	int has_stdin;
+	uint64_t timeout_ms;
+	int background, base64;
+	size_t limit;               /* output bytes kept per stream */
+	json_t *command;            /* the argv as a JSON array, for status */
+};
+/* 0, or -1 with EINVAL naming the field; free r either way. */
+int domain_exec_parse(json_t *body, struct domain_exec_req *r, sandlot_error_t **err);
+void domain_exec_req_free(struct domain_exec_req *r);
+
+/* Start r's command in s as a background exec (whatever r->background
+ * says): it runs on its own, its output kept (r->limit per stream), listed
+ * in s's history until pushed out.  Its status {"exec_id", "state", "pid",
+ * "command", ...}, or NULL with ESHUTDOWN, DOMAIN_EENDED, libsandlot's
+ * error (ENOENT: no such command...). */
+json_t *domain_exec_start(struct daemon *d, struct dsb *s, struct domain_exec_req *r,
+			  sandlot_error_t **err);
+/* The status of exec id with its kept "stdout" and "stderr", and "result"
+ * ({"exit_code", "signal", "timed_out", "changes", ...}) once it finished.
+ * NULL with EINVAL (malformed id), ENOENT. */
+json_t *domain_exec_get(struct daemon *d, struct dsb *s, const char *id, sandlot_error_t **err);
+/* As domain_exec_get() once the exec has finished, waiting up to
+ * timeout_ms (0: no limit); ETIMEDOUT if it still runs then. */
+json_t *domain_exec_wait(struct daemon *d, struct dsb *s, const char *id, uint64_t timeout_ms,
+			 sandlot_error_t **err);
+/* The execs of s, running first, then newest first (statuses, no output). */
+json_t *domain_exec_list(struct daemon *d, struct dsb *s, sandlot_error_t **err);
+/* Signal the exec's process group.  EBUSY when it has ended. */
+int domain_exec_kill(struct daemon *d, struct dsb *s, const char *id, int sig,
+		     sandlot_error_t **err);
+/* Feed data to the exec's stdin (and close it with eof).  EBUSY when it
+ * has none (not started in the background), has ended, has its stdin
+ * closed, or another feeder is at it. */
+int domain_exec_stdin(struct daemon *d, struct dsb *s, const char *id, const void *data,
+		      size_t len, int eof, sandlot_error_t **err);
+
 /* ---- code contexts (code.c), on a "got" sandbox -------------------------- */
 
 /* Whether lang is a language of contexts: python, javascript, bash. */

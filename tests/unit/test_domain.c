@@ -15,6 +15,7 @@
  * without a sandbox (parsing, the error table) run anywhere.
  */
 #include <errno.h>
+#include <signal.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -454,6 +455,80 @@ static void test_files_and_changes(void)
 	daemon_down();
 }
 
+/* Execs: start, stdin, wait, kill, and the refusals of an ended one. */
+static void test_execs(void)
+{
+	need_sandbox();
+	daemon_up(8);
+	sandlot_error_t *err = NULL;
+	struct dsb *s = create(NULL);
+	char id[32];
+	snprintf(id, sizeof(id), "%s", s->id);
+	dsb_release(&D, s);
+	struct dsb *g = domain_sandbox_get(&D, id, &err);
+	REQUIRE(g);
+
+	struct domain_exec_req r;
+	json_t *j = json_loads("{\"argv\": []}", 0, NULL);
+	CHECK_EQ_INT(domain_exec_parse(j, &r, &err), -1);
+	domain_exec_req_free(&r);
+	json_decref(j);
+	CHECK_ERR(err, EINVAL, "\"argv\" must be a non-empty array");
+
+	j = json_loads("{\"command\": \"read x; echo got $x; echo >&2 oops; exit 3\"}", 0, NULL);
+	CHECK_EQ_INT(domain_exec_parse(j, &r, &err), 0);
+	json_t *st = domain_exec_start(&D, g, &r, &err);
+	domain_exec_req_free(&r);
+	json_decref(j);
+	REQUIRE(st);
+	CHECK_STR(json_string_value(json_object_get(st, "mode")), "background");
+	char ex[32];
+	snprintf(ex, sizeof(ex), "%s", json_string_value(json_object_get(st, "exec_id")));
+	json_decref(st);
+	CHECK_EQ_INT(domain_exec_stdin(&D, g, ex, "hi\n", 3, 1, &err), 0);
+	json_t *done = domain_exec_wait(&D, g, ex, 60000, &err);
+	REQUIRE(done);
+	CHECK_STR(json_string_value(json_object_get(done, "state")), "exited");
+	CHECK_STR(json_string_value(json_object_get(done, "stdout")), "got hi\n");
+	CHECK_STR(json_string_value(json_object_get(done, "stderr")), "oops\n");
+	CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(done, "result"), "exit_code")),
+		     3);
+	json_decref(done);
+	CHECK_EQ_INT(domain_exec_kill(&D, g, ex, SIGTERM, &err), -1);
+	CHECK_ERR(err, EBUSY, "has ended");
+	CHECK_EQ_INT(domain_exec_stdin(&D, g, ex, "x", 1, 0, &err), -1);
+	CHECK_ERR(err, EBUSY, "has ended");
+
+	j = json_loads("{\"argv\": [\"sleep\", \"600\"]}", 0, NULL);
+	CHECK_EQ_INT(domain_exec_parse(j, &r, &err), 0);
+	st = domain_exec_start(&D, g, &r, &err);
+	domain_exec_req_free(&r);
+	json_decref(j);
+	REQUIRE(st);
+	char sl[32];
+	snprintf(sl, sizeof(sl), "%s", json_string_value(json_object_get(st, "exec_id")));
+	json_decref(st);
+	CHECK(domain_exec_wait(&D, g, sl, 50, &err) == NULL);
+	CHECK_ERR(err, ETIMEDOUT, "still running");
+	json_t *list = domain_exec_list(&D, g, &err);
+	CHECK(list && json_array_size(list) == 2);
+	CHECK_STR(json_string_value(json_object_get(json_array_get(list, 0), "exec_id")), sl);
+	json_decref(list);
+	CHECK_EQ_INT(domain_exec_kill(&D, g, sl, SIGKILL, &err), 0);
+	done = domain_exec_wait(&D, g, sl, 60000, &err);
+	REQUIRE(done);
+	CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(done, "result"), "signal")),
+		     SIGKILL);
+	json_decref(done);
+
+	CHECK(domain_exec_get(&D, g, "ex-nope", &err) == NULL);
+	CHECK_ERR(err, EINVAL, "invalid exec id");
+	CHECK(domain_exec_get(&D, g, "ex-aaaaaaaaaaaaaaaaaaaaaaaaaa", &err) == NULL);
+	CHECK_ERR(err, ENOENT, "no exec ex-aaaaaaaaaaaaaaaaaaaaaaaaaa");
+	dsb_put(&D, g);
+	daemon_down();
+}
+
 /* Lookups of ids that are malformed or unknown. */
 static void test_lookup_errors(void)
 {
@@ -607,6 +682,7 @@ int main(void)
 	RUN(test_capacity);
 	RUN(test_from_snapshot);
 	RUN(test_files_and_changes);
+	RUN(test_execs);
 	while (waitpid(-1, NULL, WNOHANG) > 0)
 		;
 	/* The pool stays mounted for the next sandbox: unmount it (its loop
