@@ -2,13 +2,17 @@
  *
  *   main.c        options, start-up (recovery), signals, shutdown
  *   http.c        libmicrohttpd server and route dispatch (http.h)
+ *   domain.h      the domain layer: what every surface (the /v1 routes, others)
+ *                 calls; no HTTP in it, errors as sandlot_error_t
+ *   errmap.c      the one mapping of those errors to HTTP answers
  *   registry.c    SQLite: sandboxes and their changes survive restarts
- *   sandboxes.c   the sandbox table, lifecycle routes, reaper
- *   changes.c     the changes log, bounded in bytes, and its route
- *   execs.c       exec routes: buffered, NDJSON streaming, background
- *   files.c       file routes, archives (libarchive)
+ *   sandboxes.c   the sandbox table, create/list/delete/keepalive, reaper
+ *   sandbox_routes.c  the lifecycle routes (create ... pause, resume, snapshot)
+ *   changes.c     the changes log, bounded in bytes, and its routes
+ *   execs.c       execs and their routes: buffered, NDJSON streaming, background
+ *   files.c       file calls and routes, archives (libarchive)
  *   misc.c        health, metrics, request log
- *   workspaces.c  kept workspaces: pause, resume, snapshots, retention
+ *   workspaces.c  kept workspaces: pause, resume, from_snapshot, retention
  *   pool.c        the warm pool (--pool) and its refill thread
  *   ports.c       exposed ports: host listeners, the relay thread, routes
  *   proxy.c       the HTTP (and WebSocket) proxy to exposed ports
