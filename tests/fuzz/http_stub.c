@@ -90,6 +90,10 @@ int http_error(struct http_req *req, int status, const char *code, const char *f
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	/* Under /e2b, E2B's shape, as http.c gives it (e2b.h). */
+	if (req->path && strncmp(req->path, "/e2b", 4) == 0 && (!req->path[4] || req->path[4] == '/'))
+		return answer(req, status, json_pack("{s:i,s:s%}", "code", status, "message", msg,
+						     strlen(msg)));
 	return answer(req, status, json_pack("{s:{s:s,s:s%}}", "error", "code", code ? code : "",
 					     "message", msg, strlen(msg)));
 }
