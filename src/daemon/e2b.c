@@ -28,7 +28,7 @@
 #include "daemon/domain.h"
 #include "daemon/e2b.h"
 
-#define E2B_DEFAULT_TIMEOUT_S 15    /* NewSandbox.timeout's default */
+#define E2B_DEFAULT_TIMEOUT_S 300   /* the SDKs' documented default (DEFAULT_SANDBOX_TIMEOUT_MS) */
 #define E2B_MAX_TIMEOUT_S 315360000 /* ten years: ttl_seconds' limit */
 #define E2B_LIST_MAX 100            /* paginationLimit's maximum and default */
 #define E2B_MAX_FILTERS 16          /* metadata pairs in a list filter */

@@ -51,6 +51,17 @@ describe('E2B control plane (npm e2b)', { skip: skipReason, concurrency: false }
     }
   });
 
+  test('without timeoutMs a sandbox gets the SDKs\' default of 300 s', async () => {
+    const sbx = await Sandbox.create(d.opts());
+    try {
+      const rec = (await d.request('GET', `/v1/sandboxes/${sbx.sandboxId}`)).json;
+      assert.equal(rec.ttl_seconds, 300);
+      assert.equal(rec.options.image, 'host', 'the default template is the default image');
+    } finally {
+      await sbx.kill();
+    }
+  });
+
   test('setTimeout moves the deadline; kill ends it and a second kill says false', async () => {
     const sbx = await Sandbox.create('base', { ...d.opts(), timeoutMs: 60_000 });
     const before = Date.now();
