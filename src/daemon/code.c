@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "daemon/daemon.h"
+#include "daemon/domain.h"
 #include "common/util.h"
 
 extern const char sandlot__python_host_text[];
@@ -765,6 +766,14 @@ static void cell_free(struct cell *k)
 
 /* ---- routes ---------------------------------------------------------------- */
 
+/* Answer err (http_error_from) and free it.  Returns 0. */
+static int answer_err(struct http_req *req, sandlot_error_t *err)
+{
+	http_error_from(req, err);
+	sandlot_error_free(err);
+	return 0;
+}
+
 static int check_fields(struct http_req *req, const char *const *allowed)
 {
 	if (!json_is_object(req->json))
@@ -933,7 +942,9 @@ static int handle_code(struct http_req *req)
 	if (busy) {
 		ctx_put(c);
 		dsb_put(d, s);
-		return http_error(req, 409, "context_busy", "context %s is running a cell", c->id);
+		sandlot_error_t *err = NULL;
+		sandlot__error(&err, DOMAIN_ECTXBUSY, "context %s is running a cell", c->id);
+		return answer_err(req, err);
 	}
 	struct cell *k = calloc(1, sizeof(*k));
 	k->d = d;
@@ -952,7 +963,9 @@ static int handle_code(struct http_req *req)
 		if (host_start(s, c, msg, sizeof(msg)) < 0) {
 			cell_free(k);
 			dsb_put(d, s);
-			return http_error(req, 500, "interpreter_failed", "%s", msg);
+			sandlot_error_t *err = NULL;
+			sandlot__error(&err, DOMAIN_EINTERP, "%s", msg);
+			return answer_err(req, err);
 		}
 	}
 	pthread_mutex_lock(&c->lock);
@@ -1001,26 +1014,28 @@ static json_t *ctx_json(struct ctx *c)
 			 "alive", alive);
 }
 
-static int handle_ctx_create(struct http_req *req)
+/* ---- contexts in the domain layer (domain.h) ---------------------------------- */
+
+int domain_context_lang_ok(const char *lang)
 {
-	struct daemon *d = req->d;
-	static const char *const fields[] = { "language", NULL };
-	if (check_fields(req, fields) < 0)
-		return 0;
-	const char *lang = valid_lang(json_string_value(json_object_get(req->json, "language")));
-	if (!lang)
-		return http_error(req, 400, "bad_request",
-				  "\"language\" must be \"python\", \"javascript\" or \"bash\"");
+	return valid_lang(lang) != NULL;
+}
+
+json_t *domain_context_create(struct daemon *d, struct dsb *s, const char *lang,
+			      sandlot_error_t **err)
+{
+	if (!valid_lang(lang)) {
+		sandlot__error(err, EINVAL,
+			       "\"language\" must be \"python\", \"javascript\" or \"bash\"");
+		return NULL;
+	}
 	sweep(d);
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s)
-		return 0;
 	char id[32];
 	sandlot__new_id("ctx-", id);
 	struct ctx *c = ctx_get_or_add(s->id, id, lang);
 	if (!c) {
-		dsb_put(d, s);
-		return http_error(req, 500, "internal", "out of memory");
+		sandlot__error(err, ENOMEM, "out of memory");
+		return NULL;
 	}
 	/* Start the host now, so that the first cell finds it ready. */
 	pthread_mutex_lock(&c->lock);
@@ -1039,22 +1054,17 @@ static int handle_ctx_create(struct http_req *req)
 		if (was)
 			ctx_put(c);
 		ctx_put(c);
-		dsb_put(d, s);
-		return http_error(req, 500, "interpreter_failed", "%s", msg);
+		sandlot__error(err, DOMAIN_EINTERP, "%s", msg);
+		return NULL;
 	}
 	json_t *o = json_pack("{s:s,s:s}", "id", c->id, "language", c->lang);
 	ctx_put(c);
-	dsb_put(d, s);
-	return http_json(req, 201, o);
+	return o;
 }
 
-static int handle_ctx_list(struct http_req *req)
+json_t *domain_context_list(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
 	sweep(d);
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s)
-		return 0;
 	struct ctx *list[256];
 	size_t n = 0;
 	pthread_mutex_lock(&g_lock);
@@ -1069,22 +1079,17 @@ static int handle_ctx_list(struct http_req *req)
 		json_array_append_new(arr, ctx_json(list[i]));
 		ctx_put(list[i]);
 	}
-	dsb_put(d, s);
-	return http_json(req, 200, json_pack("{s:o}", "contexts", arr));
+	if (!arr)
+		sandlot__error(err, ENOMEM, "out of memory");
+	return arr;
 }
 
-static int handle_ctx_delete(struct http_req *req)
+int domain_context_delete(struct daemon *d, struct dsb *s, const char *id, sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s)
-		return 0;
-	struct ctx *c = ctx_find(s->id, req->params[1]);
-	if (!c) {
-		dsb_put(d, s);
-		return http_error(req, 404, "not_found", "no context %.60s in sandbox %s",
-				  req->params[1], s->id);
-	}
+	(void)d;
+	struct ctx *c = ctx_find(s->id, id);
+	if (!c)
+		return sandlot__error(err, ENOENT, "no context %.60s in sandbox %s", id, s->id);
 	pthread_mutex_lock(&g_lock);
 	int was = !c->removed;
 	unlink_locked(c);
@@ -1100,30 +1105,22 @@ static int handle_ctx_delete(struct http_req *req)
 	if (was)
 		ctx_put(c);
 	ctx_put(c);
-	dsb_put(d, s);
-	return http_empty(req, 204);
+	return 0;
 }
 
-static int handle_interrupt(struct http_req *req)
+json_t *domain_context_interrupt(struct daemon *d, struct dsb *s, const char *id,
+				 const char *lang, sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
-	static const char *const fields[] = { "context", "language", NULL };
-	if (req->json && check_fields(req, fields) < 0)
-		return 0;
-	const char *id = json_string_value(json_object_get(req->json, "context"));
-	const char *lang = valid_lang(json_string_value(json_object_get(req->json, "language")));
+	(void)d;
 	char defid[48];
 	if (!id) {
-		snprintf(defid, sizeof(defid), "default-%s", lang ? lang : "python");
+		snprintf(defid, sizeof(defid), "default-%s", valid_lang(lang) ? lang : "python");
 		id = defid;
 	}
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s)
-		return 0;
 	struct ctx *c = ctx_find(s->id, id);
 	if (!c) {
-		dsb_put(d, s);
-		return http_error(req, 404, "not_found", "no context %.60s in sandbox %s", id, s->id);
+		sandlot__error(err, ENOENT, "no context %.60s in sandbox %s", id, s->id);
+		return NULL;
 	}
 	pthread_mutex_lock(&c->lock);
 	int busy = c->busy;
@@ -1136,8 +1133,71 @@ static int handle_interrupt(struct http_req *req)
 		ctx_kill(c, SIGINT);
 	json_t *o = json_pack("{s:s,s:b}", "context", c->id, "interrupted", busy);
 	ctx_put(c);
+	return o;
+}
+
+/* ---- context routes ---------------------------------------------------------------- */
+
+static int handle_ctx_create(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	static const char *const fields[] = { "language", NULL };
+	if (check_fields(req, fields) < 0)
+		return 0;
+	const char *lang = json_string_value(json_object_get(req->json, "language"));
+	if (!valid_lang(lang))
+		return http_error(req, 400, "bad_request",
+				  "\"language\" must be \"python\", \"javascript\" or \"bash\"");
+	sweep(d);
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	sandlot_error_t *err = NULL;
+	json_t *o = domain_context_create(d, s, lang, &err);
 	dsb_put(d, s);
-	return http_json(req, 200, o);
+	return o ? http_json(req, 201, o) : answer_err(req, err);
+}
+
+static int handle_ctx_list(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	sweep(d);
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	sandlot_error_t *err = NULL;
+	json_t *arr = domain_context_list(d, s, &err);
+	dsb_put(d, s);
+	return arr ? http_json(req, 200, json_pack("{s:o}", "contexts", arr)) : answer_err(req, err);
+}
+
+static int handle_ctx_delete(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	sandlot_error_t *err = NULL;
+	int rc = domain_context_delete(d, s, req->params[1], &err);
+	dsb_put(d, s);
+	return rc == 0 ? http_empty(req, 204) : answer_err(req, err);
+}
+
+static int handle_interrupt(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	static const char *const fields[] = { "context", "language", NULL };
+	if (req->json && check_fields(req, fields) < 0)
+		return 0;
+	const char *id = json_string_value(json_object_get(req->json, "context"));
+	const char *lang = json_string_value(json_object_get(req->json, "language"));
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	sandlot_error_t *err = NULL;
+	json_t *o = domain_context_interrupt(d, s, id, lang, &err);
+	dsb_put(d, s);
+	return o ? http_json(req, 200, o) : answer_err(req, err);
 }
 
 /* ---- for other surfaces (daemon.h, code_*) ---------------------------------- */

@@ -2,13 +2,17 @@
  *
  *   main.c        options, start-up (recovery), signals, shutdown
  *   http.c        libmicrohttpd server and route dispatch (http.h)
+ *   domain.h      the domain layer: what every surface (the /v1 routes, others)
+ *                 calls; no HTTP in it, errors as sandlot_error_t
+ *   errmap.c      the one mapping of those errors to HTTP answers
  *   registry.c    SQLite: sandboxes and their changes survive restarts
- *   sandboxes.c   the sandbox table, lifecycle routes, reaper
- *   changes.c     the changes log, bounded in bytes, and its route
- *   execs.c       exec routes: buffered, NDJSON streaming, background
- *   files.c       file routes, archives (libarchive)
+ *   sandboxes.c   the sandbox table, create/list/delete/keepalive, reaper
+ *   sandbox_routes.c  the lifecycle routes (create ... pause, resume, snapshot)
+ *   changes.c     the changes log, bounded in bytes, and its routes
+ *   execs.c       execs and their routes: buffered, NDJSON streaming, background
+ *   files.c       file calls and routes, archives (libarchive)
  *   misc.c        health, metrics, request log
- *   workspaces.c  kept workspaces: pause, resume, snapshots, retention
+ *   workspaces.c  kept workspaces: pause, resume, from_snapshot, retention
  *   pool.c        the warm pool (--pool) and its refill thread
  *   ports.c       exposed ports: host listeners, the relay thread, routes
  *   proxy.c       the HTTP (and WebSocket) proxy to exposed ports
@@ -194,10 +198,9 @@ static inline void daemon_fault(const char *name)
 
 /* ---- sandboxes.c -------------------------------------------------------- */
 
-/* Look up a sandbox for an API call and take a reference that also marks it
- * busy (not idle).  On failure it answers the request itself (404
- * not_found, 410 sandbox_ended with the state and reason) and returns NULL.
- * Every successful get must be paired with dsb_put(). */
+/* Route helper (sandbox_routes.c): domain_sandbox_get() (domain.h), whose
+ * error it answers (404, 409 sandbox_paused, 410 sandbox_ended...) before
+ * returning NULL.  Every successful get must be paired with dsb_put(). */
 struct dsb *dsb_get(struct daemon *d, struct http_req *req, const char *id);
 void dsb_put(struct daemon *d, struct dsb *s);
 
@@ -268,8 +271,9 @@ void cgroup_check_after_destroy(const char *id);
 /* Without busy marking: a reference to sandbox `id` (release with
  * dsb_release), or NULL if the id is malformed or unknown. */
 struct dsb *dsb_find(struct daemon *d, const char *id);
-/* Answer 404 for an id dsb_find() did not know; 410 sandbox_ended with the
- * state and reason of s (takes s->lock). */
+/* Route helpers (sandbox_routes.c): answer 404 for an id dsb_find() did
+ * not know; 410 sandbox_ended with the state and reason of s (takes
+ * s->lock). */
 void dsb_answer_missing(struct http_req *req, const char *id);
 void dsb_answer_ended(struct http_req *req, struct dsb *s);
 /* The second half of ending or pausing s, after its state changed under
@@ -401,10 +405,10 @@ int workspace_exists(struct daemon *d, const char *id);
 void workspace_assign(struct daemon *d, sandlot_options_t *opts, char id[32]);
 /* Remove the kept workspace of sandbox `id` (a no-op if there is none). */
 void workspace_remove(struct daemon *d, const char *id);
-/* dsb_get() found s paused: resume it if it has auto_resume (after any
- * pause or resume in progress), else answer 409 sandbox_paused.  0 when
- * the caller may go on (s running again), -1 when answered. */
-int workspace_wake(struct daemon *d, struct http_req *req, struct dsb *s);
+/* domain_sandbox_get() found s paused: resume it if it has auto_resume
+ * (after any pause or resume in progress), else DOMAIN_EPAUSED.  0 when
+ * the caller may go on (s running again), -1 with err. */
+int workspace_wake(struct daemon *d, struct dsb *s, sandlot_error_t **err);
 /* After s->sb was destroyed (state already final): flush a kept workspace
  * to disk (paused, expired with its files kept) or remove it (deleted,
  * failed, lost), and end a pause in progress. */
@@ -412,9 +416,10 @@ void workspace_destroyed(struct daemon *d, struct dsb *s);
 /* dsb_end() is ending s as `state`: whether its image is to be kept
  * (sets s->workspace_kept; s->lock held). */
 void workspace_on_end_locked(struct daemon *d, struct dsb *s, enum dsb_state state);
-/* DELETE of a sandbox that is not running: a paused one is deleted, an
- * ended one loses its kept workspace (204); otherwise 410.  Answers. */
-int workspace_delete(struct daemon *d, struct http_req *req, struct dsb *s);
+/* Delete a sandbox that is not running: a paused one is deleted, an ended
+ * one loses its kept workspace (0); otherwise -1 with DOMAIN_EENDED (EBUSY
+ * while a pause or resume is in progress). */
+int workspace_delete(struct daemon *d, struct dsb *s, sandlot_error_t **err);
 /* Reaper, once a second per sandbox: paused sandboxes and kept workspaces
  * past their retention go. */
 void workspace_reap(struct daemon *d, struct dsb *s, int64_t now_ms);
@@ -423,17 +428,17 @@ int workspace_forgettable_locked(struct dsb *s);
 /* Create request with "from_snapshot": snapshot the kept workspace of
  * sandbox `from` as the workspace of the sandbox being created (id as
  * workspace_assign()), and set opts->disk_bytes to its size.  0, or -1
- * having answered the request (404, 409, 400 if disk_given differs, 507
- * if it cannot be admitted). */
-int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *from,
-			    int disk_given, sandlot_options_t *opts, char id[32]);
+ * with ENOENT, EBUSY, EINVAL (disk_given differs), ENOSPC (cannot be
+ * admitted). */
+int workspace_from_snapshot(struct daemon *d, const char *from, int disk_given,
+			    sandlot_options_t *opts, char id[32], sandlot_error_t **err);
 /* Start-up, after the registry is loaded: paused sandboxes stay paused
  * (cgroups a killed daemon left are removed); owned workspace images of
  * the former layout are brought into the storage pool; workspaces nothing
  * owns (lost sandboxes, warm-pool leftovers) are removed. */
 void workspace_recover(struct daemon *d);
 
-/* ---- files.c (used by workspaces.c) -------------------------------------- */
+/* ---- files.c (used by sandbox_routes.c: GET .../snapshot) ----------------- */
 
 /* GET .../files/archive: the tree at ?path= (default /home/user) as tar. */
 int files_archive_get(struct http_req *req);
@@ -492,8 +497,8 @@ struct network_req {
 };
 void network_req_free(struct network_req *n);
 /* Parse "network" (an object {"mode", "allow", "deny"}, or a mode string)
- * and check its rules.  0, or -1 having answered 400. */
-int network_parse(struct http_req *req, json_t *v, struct network_req *out);
+ * and check its rules.  0, or -1 with EINVAL (ENOMEM). */
+int network_parse(json_t *v, struct network_req *out, sandlot_error_t **err);
 /* {"mode", "allow", "deny"} of a sandbox now (normalised rules). */
 json_t *network_json(sandlot_t *sb);
 /* The policy of a sandbox's normalised options (resume): into o, with the
@@ -511,8 +516,8 @@ struct packages_req {
 	int any;                     /* at least one package */
 };
 void packages_req_free(struct packages_req *p);
-/* Parse and check {"pip": [...], "npm": [...]}.  0, or -1 having answered 400. */
-int packages_parse(struct http_req *req, json_t *v, struct packages_req *out);
+/* Parse and check {"pip": [...], "npm": [...]}.  0, or -1 with EINVAL (ENOMEM). */
+int packages_parse(json_t *v, struct packages_req *out, sandlot_error_t **err);
 /* Install into sb (the sandbox s, recorded in its options.packages, or
  * NULL while it is being created).  Returns the HTTP status: 200 with
  * *result ({"output", "from_cache", "duration_ms", "packages"}), else the

@@ -62,6 +62,7 @@
 #include "common/percent.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
+#include "daemon/e2b.h"
 #include "daemon/gate.h"
 #include "daemon/workq.h"
 
@@ -259,10 +260,16 @@ static int error_va(struct http_req *req, int status, const char *code, const ch
 {
 	char msg[1024];
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	json_t *o = json_object();
+	if (req->path && e2b_path(req->path, strlen(req->path))) {
+		/* E2B's shape, which its SDKs read (e2b.h). */
+		json_object_set_new(o, "code", json_integer(status));
+		json_object_set_new(o, "message", json_text(msg, strlen(msg)));
+		return http_json(req, status, o);
+	}
 	json_t *e = json_object();
 	json_object_set_new(e, "code", json_string(code ? code : status_code_name(status)));
 	json_object_set_new(e, "message", json_text(msg, strlen(msg)));
-	json_t *o = json_object();
 	json_object_set_new(o, "error", e);
 	return http_json(req, status, o);
 }
@@ -274,42 +281,6 @@ int http_error(struct http_req *req, int status, const char *code, const char *f
 	error_va(req, status, code, fmt, ap);
 	va_end(ap);
 	return 0;
-}
-
-int http_error_from(struct http_req *req, const sandlot_error_t *err)
-{
-	int st = err ? sandlot_error_status(err) : EIO;
-	const char *msg = err ? sandlot_error_message(err) : "unknown error";
-	switch (st) {
-	case ENOENT:
-		return http_error(req, 404, "not_found", "%s", msg);
-	case EEXIST:
-		return http_error(req, 409, "conflict", "%s", msg);
-	case EISDIR:
-	case ENOTDIR:
-	case EINVAL:
-	case ENAMETOOLONG:
-	case ELOOP:
-		return http_error(req, 400, "bad_request", "%s", msg);
-	case ENOSPC:
-	case EDQUOT:
-		return http_error(req, 507, "insufficient_storage", "%s", msg);
-	case EPIPE:
-		return http_error(req, 410, "sandbox_gone", "%s", msg);
-	case EACCES:
-	case EPERM:
-	case EROFS:
-		return http_error(req, 403, "forbidden", "%s", msg);
-	case ENOTEMPTY:
-	case EBUSY:
-		return http_error(req, 409, "conflict", "%s", msg);
-	case EXDEV:
-		return http_error(req, 400, "bad_request", "%s", msg);
-	case EFBIG:
-		return http_error(req, 507, "insufficient_storage", "%s", msg);
-	default:
-		return http_error(req, 500, "internal", "%s", msg);
-	}
 }
 
 int http_empty(struct http_req *req, int status)
@@ -1068,6 +1039,15 @@ static int auth_ok(const char *got, const char *want)
 	return diff == 0;
 }
 
+/* Under /e2b: whether E2B's X-API-KEY or X-Access-Token header is the token
+ * (e2b.h). */
+static int e2b_key_header_ok(struct MHD_Connection *conn, const char *token)
+{
+	const char *k = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-KEY");
+	const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
+	return e2b_key_ok(token, k, k ? strlen(k) : 0, a, a ? strlen(a) : 0);
+}
+
 static int declared_length(struct req *r, uint64_t *out)
 {
 	const char *cl = MHD_lookup_connection_value(r->pub.conn, MHD_HEADER_KIND,
@@ -1159,12 +1139,16 @@ static void first_call(struct req *r, const char *method, const char *version)
 		return;
 	ci = MHD_get_connection_info(pub->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	int tcp = ci && ci->client_addr && ci->client_addr->sa_family != AF_UNIX;
+	int e2b = e2b_path(pub->path, strlen(pub->path));
 	if (tcp && srv->bearer &&
 	    !auth_ok(MHD_lookup_connection_value(pub->conn, MHD_HEADER_KIND, "Authorization"),
-		     srv->bearer)) {
+		     srv->bearer) &&
+	    !(e2b && e2b_key_header_ok(pub->conn, srv->bearer + strlen("Bearer ")))) {
 		r->close_after = 1;
-		early_error(r, 401, "unauthorized",
-			    "missing or wrong bearer token (send \"Authorization: Bearer TOKEN\")");
+		early_error(r, 401, "unauthorized", "%s",
+			    e2b ? "missing or wrong API key (send the daemon's token as X-API-KEY, "
+				  "X-Access-Token or \"Authorization: Bearer TOKEN\")"
+				: "missing or wrong bearer token (send \"Authorization: Bearer TOKEN\")");
 		if (r->pending)
 			MHD_add_response_header(r->pending, "WWW-Authenticate", "Bearer");
 		return;

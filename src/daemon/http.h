@@ -143,10 +143,14 @@ int http_json(struct http_req *req, int status, json_t *body);
 /* {"error": {"code": code, "message": ...}} */
 int http_error(struct http_req *req, int status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-/* Map a sandlot error to a status: ENOENT 404 not_found, EEXIST 409,
- * EISDIR/ENOTDIR/EINVAL/ENAMETOOLONG/ELOOP 400, ENOSPC/EDQUOT 507
- * insufficient_storage, EPIPE 410 sandbox_gone, EACCES/EPERM 403, else 500. */
+/* Answer an error of the domain layer or libsandlot: the one mapping of
+ * statuses to HTTP (errmap.c; the table is in domain.h's header comment),
+ * with the error's details as fields of the error object.  err is not
+ * freed. */
 int http_error_from(struct http_req *req, const sandlot_error_t *err);
+/* The HTTP status (and *code, if not NULL) http_error_from() answers for
+ * err: for surfaces with an error shape of their own. */
+int http_status_of(const sandlot_error_t *err, const char **code);
 int http_empty(struct http_req *req, int status);              /* e.g. 204 */
 int http_text(struct http_req *req, int status, const char *content_type, const char *text);
 

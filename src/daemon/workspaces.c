@@ -62,6 +62,7 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
+#include "daemon/domain.h"
 #include "linux/cgroup.h"
 
 #define SETTLE_WAIT_MS 30000 /* longest wait for a pause or resume in progress */
@@ -144,46 +145,16 @@ static int settle_locked(struct dsb *s, int copies)
 	return 0;
 }
 
-/* An answer not given yet: status 0 means success. */
-struct outcome {
-	int status;
-	const char *code;
-	char msg[600];
-};
-
-static int fail(struct outcome *o, int status, const char *code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(struct outcome *o, int status, const char *code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(o->msg, sizeof(o->msg), fmt, ap);
-	va_end(ap);
-	o->status = status;
-	o->code = code;
-	return -1;
-}
-
-static int answer(struct http_req *req, struct dsb *s, const struct outcome *o)
-{
-	if (o->status == 410) {
-		dsb_answer_ended(req, s);
-		return 0;
-	}
-	return http_error(req, o->status, o->code, "%s", o->msg);
-}
-
 /* ---- pause ------------------------------------------------------------------------ */
 
-/* Pause s.  0 when it is paused (now or already), -1 with *o. */
-static int do_pause(struct daemon *d, struct dsb *s, struct outcome *o)
+/* Pause s.  0 when it is paused (now or already), -1 with err. */
+static int do_pause(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 {
 	pthread_mutex_lock(&s->lock);
 	if (settle_locked(s, 0) < 0) {
 		pthread_mutex_unlock(&s->lock);
-		return fail(o, 409, "conflict", "a pause or resume of sandbox %s is still in progress",
-			    s->id);
+		return sandlot__error(err, EBUSY, "a pause or resume of sandbox %s is still in progress",
+				      s->id);
 	}
 	if (s->state == DSB_PAUSED) {
 		pthread_mutex_unlock(&s->lock);
@@ -191,13 +162,13 @@ static int do_pause(struct daemon *d, struct dsb *s, struct outcome *o)
 	}
 	if (s->state != DSB_RUNNING) {
 		pthread_mutex_unlock(&s->lock);
-		return fail(o, 410, "sandbox_ended", "ended");
+		return domain_error_ended(s, err);
 	}
 	if (!s->has_workspace) {
 		pthread_mutex_unlock(&s->lock);
-		return fail(o, 409, "conflict",
-			    "sandbox %s has no kept workspace (it was made without one), so it cannot "
-			    "be paused", s->id);
+		return sandlot__error(err, EBUSY,
+				      "sandbox %s has no kept workspace (it was made without one), so it "
+				      "cannot be paused", s->id);
 	}
 	daemon_fault("pause-before-registry");
 	uint64_t t0 = sandlot__now_ns();
@@ -296,25 +267,23 @@ static void free_env(char **env)
 	free(env);
 }
 
-static int create_error(struct outcome *o, const sandlot_error_t *err)
+/* The error of a resume whose sandlot_create() failed with e (taken):
+ * capacity (EAGAIN), disk (ENOSPC, EDQUOT) and a workspace in use (EBUSY)
+ * keep their status; anything else is the daemon's failure (EIO). */
+static int create_error(sandlot_error_t *e, sandlot_error_t **err)
 {
-	const char *m = sandlot_error_message(err);
-	switch (sandlot_error_status(err)) {
-	case EAGAIN:
-		return fail(o, 429, "too_many_sandboxes", "%s", m);
-	case ENOSPC:
-	case EDQUOT:
-		return fail(o, 507, "insufficient_storage", "%s", m);
-	case EBUSY:
-		return fail(o, 409, "conflict", "%s", m);
-	default:
-		return fail(o, 500, "internal", "%s", m);
-	}
+	int st = sandlot_error_status(e);
+	if (st != EAGAIN && st != ENOSPC && st != EDQUOT && st != EBUSY)
+		sandlot__error(err, EIO, "%s", sandlot_error_message(e));
+	else if (err)
+		*err = e, e = NULL;
+	sandlot_error_free(e);
+	return -1;
 }
 
 /* Resume s (ttl: a new ttl_seconds, or NULL to keep its own).  0 when it
- * runs (now or already), -1 with *o; on failure it stays paused. */
-static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struct outcome *o)
+ * runs (now or already), -1 with err; on failure it stays paused. */
+static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandlot_error_t **err)
 {
 	/* Settle, then claim the transition and a creation slot together
 	 * (lock order d->lock → s->lock). */
@@ -322,9 +291,9 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struc
 		pthread_mutex_lock(&s->lock);
 		if (settle_locked(s, 1) < 0) {
 			pthread_mutex_unlock(&s->lock);
-			return fail(o, 409, "conflict",
-				    "a pause, resume or snapshot copy of sandbox %s is still in progress",
-				    s->id);
+			return sandlot__error(err, EBUSY,
+					      "a pause, resume or snapshot copy of sandbox %s is still in "
+					      "progress", s->id);
 		}
 		enum dsb_state st = s->state;
 		if (st == DSB_RUNNING && ttl) {
@@ -336,18 +305,19 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struc
 		if (st == DSB_RUNNING)
 			return 0;
 		if (st != DSB_PAUSED)
-			return fail(o, 410, "sandbox_ended", "ended");
+			return domain_error_ended(s, err);
 		pthread_mutex_lock(&d->lock);
 		unsigned live = __atomic_load_n(&d->nrunning, __ATOMIC_SEQ_CST) + d->ncreating;
 		if (d->stopping) {
 			pthread_mutex_unlock(&d->lock);
-			return fail(o, 503, "shutting_down", "sandlotd is shutting down");
+			return sandlot__error(err, ESHUTDOWN, "sandlotd is shutting down");
 		}
 		if (live >= d->cfg.max_sandboxes) {
 			pthread_mutex_unlock(&d->lock);
-			return fail(o, 429, "too_many_sandboxes",
-				    "%u sandboxes are running or starting, the limit of this daemon "
-				    "(--max-sandboxes); sandbox %s stays paused", live, s->id);
+			return sandlot__error(err, EAGAIN,
+					      "%u sandboxes are running or starting, the limit of this "
+					      "daemon (--max-sandboxes); sandbox %s stays paused", live,
+					      s->id);
 		}
 		pthread_mutex_lock(&s->lock);
 		int ok = s->state == DSB_PAUSED && !s->transition && !s->copying;
@@ -366,7 +336,7 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struc
 	char **env = NULL;
 	struct network_req net = { 0 };
 	sandlot_t *sb = NULL;
-	sandlot_error_t *err = NULL;
+	sandlot_error_t *e = NULL;
 	int gone = !workspace_exists(d, s->id);
 	pthread_mutex_lock(&s->lock);
 	int rc = gone ? 0 : options_from_json(d, s->options, &opts, &env);
@@ -376,17 +346,17 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struc
 	pthread_mutex_unlock(&s->lock);
 	if (gone) {
 		/* Never on a fresh workspace: that would look like a resume and
-		 * have lost every file. */
-		fail(o, 410, "sandbox_ended", "lost");
+		 * have lost every file.  (The error comes below, once it is lost.) */
 	} else if (rc < 0) {
-		fail(o, 500, "internal", "out of memory");
+		sandlot__error(err, ENOMEM, "out of memory");
 	} else {
 		opts.id = s->id;
 		opts.workspace = s->id;
 		opts.disk_overcommit = d->cfg.disk_overcommit;
-		sb = sandlot_create(&opts, &err);
+		sb = sandlot_create(&opts, &e);
 		if (!sb)
-			create_error(o, err);
+			create_error(e, err);
+		e = NULL;
 	}
 	free_env(env);
 	network_req_free(&net);
@@ -428,161 +398,89 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struc
 		sandlot_destroy(sb);
 		cgroup_check_after_destroy(s->id);
 		flush_workspace(d, s->id);
-		return fail(o, 503, "shutting_down", "sandlotd is shutting down");
+		return sandlot__error(err, ESHUTDOWN, "sandlotd is shutting down");
 	}
 	if (!sb) {
-		char msg[sizeof(o->msg)];
-		snprintf(msg, sizeof(msg), "%s", gone ? "its workspace is gone" : o->msg);
+		if (gone)
+			domain_error_ended(s, err);
+		char msg[600];
+		snprintf(msg, sizeof(msg), "%s",
+			 gone ? "its workspace is gone" : err && *err ? sandlot_error_message(*err) : "?");
 		for (char *c = msg; *c; c++)
 			if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
 				*c = '\'';
 		daemon_log("resume_failed", "level=warn sandbox=%s ms=%.1f error=\"%s\"", s->id, ms, msg);
-		sandlot_error_free(err);
 		return -1;
 	}
 	daemon_log("resumed", "sandbox=%s ms=%.1f init_pid=%d", s->id, ms, (int)sandlot_init_pid(sb));
 	/* Its exposed ports listen again (the same host ports when free). */
-	if (ports_open(s, &err) < 0) {
-		char msg[sizeof(o->msg)];
-		snprintf(msg, sizeof(msg), "%s", sandlot_error_message(err));
+	if (ports_open(s, &e) < 0) {
+		char msg[600];
+		snprintf(msg, sizeof(msg), "%s", sandlot_error_message(e));
 		for (char *c = msg; *c; c++)
 			if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
 				*c = '\'';
 		daemon_log("ports_failed", "level=warn sandbox=%s error=\"%s\"", s->id, msg);
-		sandlot_error_free(err);
+		sandlot_error_free(e);
 	}
 	return 0;
 }
 
-int workspace_wake(struct daemon *d, struct http_req *req, struct dsb *s)
+int workspace_wake(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 {
 	pthread_mutex_lock(&s->lock);
 	int auto_resume = s->auto_resume;
 	if (!auto_resume && s->state == DSB_PAUSED) {
-		char msg[512];
-		snprintf(msg, sizeof(msg),
-			 "sandbox %s is paused: POST /v1/sandboxes/%s/resume first (or create "
-			 "sandboxes with \"auto_resume\": true)", s->id, s->id);
+		sandlot__error(err, DOMAIN_EPAUSED,
+			       "sandbox %s is paused: POST /v1/sandboxes/%s/resume first (or create "
+			       "sandboxes with \"auto_resume\": true)", s->id, s->id);
+		sandlot__error_detail(err, "state", "paused");
 		pthread_mutex_unlock(&s->lock);
-		json_t *e = json_object();
-		json_object_set_new(e, "code", json_string("sandbox_paused"));
-		json_object_set_new(e, "message", json_string(msg));
-		json_object_set_new(e, "state", json_string("paused"));
-		json_t *body = json_object();
-		json_object_set_new(body, "error", e);
-		http_json(req, 409, body);
 		return -1;
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (!auto_resume)
 		return 0; /* resumed meanwhile: the caller looks again */
-	struct outcome o = { 0 };
-	if (do_resume(d, s, NULL, &o) < 0) {
-		answer(req, s, &o);
-		return -1;
-	}
-	return 0;
+	return do_resume(d, s, NULL, err);
 }
 
-/* ---- routes --------------------------------------------------------------------- */
+/* ---- pause and resume by id --------------------------------------------------------- */
 
-/* A JSON body that may be absent or {}, or hold the listed fields only. */
-static int body_fields(struct http_req *req, const char *allowed)
+json_t *domain_sandbox_pause(struct daemon *d, const char *id, sandlot_error_t **err)
 {
-	json_t *body = req->json;
-	if (body && !json_is_object(body)) {
-		http_error(req, 400, "bad_request", "the request body must be a JSON object");
-		return -1;
-	}
-	const char *key;
-	json_t *v;
-	json_object_foreach(body, key, v) {
-		if (!allowed || strcmp(key, allowed) != 0) {
-			http_error(req, 400, "bad_request", "unknown field \"%.64s\" (known: %s)", key,
-				   allowed ? allowed : "none");
-			return -1;
-		}
-	}
-	return 0;
-}
-
-static int pause_route(struct http_req *req)
-{
-	struct daemon *d = req->d;
-	if (body_fields(req, NULL) < 0)
-		return 0;
-	struct dsb *s = dsb_find(d, req->params[0]);
-	if (!s) {
-		dsb_answer_missing(req, req->params[0]);
-		return 0;
-	}
-	struct outcome o = { 0 };
-	if (do_pause(d, s, &o) < 0)
-		answer(req, s, &o);
-	else
-		http_json(req, 200, dsb_to_json(s));
+	struct dsb *s = domain_sandbox_find(d, id, err);
+	if (!s)
+		return NULL;
+	json_t *o = do_pause(d, s, err) < 0 ? NULL : dsb_to_json(s);
 	dsb_release(d, s);
-	return 0;
+	return o;
 }
 
-static int resume_route(struct http_req *req)
+json_t *domain_sandbox_resume(struct daemon *d, const char *id, const uint32_t *ttl,
+			      sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
-	if (body_fields(req, "ttl_seconds") < 0)
-		return 0;
-	uint32_t ttl = 0;
-	json_t *t = req->json ? json_object_get(req->json, "ttl_seconds") : NULL;
-	if (t) {
-		if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-		    json_integer_value(t) > 315360000)
-			return http_error(req, 400, "bad_request",
-					  "field \"ttl_seconds\" must be an integer between 0 and 315360000");
-		ttl = (uint32_t)json_integer_value(t);
-	}
-	struct dsb *s = dsb_find(d, req->params[0]);
-	if (!s) {
-		dsb_answer_missing(req, req->params[0]);
-		return 0;
-	}
-	struct outcome o = { 0 };
-	if (do_resume(d, s, t ? &ttl : NULL, &o) < 0)
-		answer(req, s, &o);
-	else
-		http_json(req, 200, dsb_to_json(s));
+	struct dsb *s = domain_sandbox_find(d, id, err);
+	if (!s)
+		return NULL;
+	json_t *o = do_resume(d, s, ttl, err) < 0 ? NULL : dsb_to_json(s);
 	dsb_release(d, s);
-	return 0;
+	return o;
 }
-
-static int snapshot_route(struct http_req *req)
-{
-	if (http_query(req, "path"))
-		return http_error(req, 400, "bad_request",
-				  "a snapshot is the whole of /home/user and takes no \"path\" (GET "
-				  ".../files/archive?path=DIR archives a part)");
-	return files_archive_get(req);
-}
-
-const struct http_route workspace_routes[] = {
-	{ "POST", "/v1/sandboxes/{}/pause", HTTP_JSON, pause_route, NULL, NULL, NULL },
-	{ "POST", "/v1/sandboxes/{}/resume", HTTP_JSON, resume_route, NULL, NULL, NULL },
-	{ "GET", "/v1/sandboxes/{}/snapshot", HTTP_NOBODY, snapshot_route, NULL, NULL, NULL },
-	{ 0 },
-};
 
 /* ---- delete, retention, from_snapshot -------------------------------------------- */
 
-int workspace_delete(struct daemon *d, struct http_req *req, struct dsb *s)
+int workspace_delete(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 {
 	pthread_mutex_lock(&s->lock);
 	if (settle_locked(s, 0) < 0) {
 		pthread_mutex_unlock(&s->lock);
-		return http_error(req, 409, "conflict",
-				  "a pause or resume of sandbox %s is still in progress", s->id);
+		return sandlot__error(err, EBUSY, "a pause or resume of sandbox %s is still in progress",
+				      s->id);
 	}
 	if (s->state == DSB_RUNNING) { /* a resume finished meanwhile */
 		pthread_mutex_unlock(&s->lock);
 		dsb_end(d, s, DSB_DELETED, "deleted");
-		return http_empty(req, 204);
+		return 0;
 	}
 	if (s->state == DSB_PAUSED) {
 		s->state = DSB_DELETED;
@@ -596,18 +494,17 @@ int workspace_delete(struct daemon *d, struct http_req *req, struct dsb *s)
 		daemon_log("deleted", "sandbox=%s reason=\"deleted\" paused=1", s->id);
 		dsb_changes_release(d, s);
 		workspace_remove(d, s->id);
-		return http_empty(req, 204);
+		return 0;
 	}
 	if (s->workspace_kept) {
 		s->workspace_kept = 0;
 		registry_save(d, s);
 		pthread_mutex_unlock(&s->lock);
 		workspace_remove(d, s->id);
-		return http_empty(req, 204);
+		return 0;
 	}
 	pthread_mutex_unlock(&s->lock);
-	dsb_answer_ended(req, s);
-	return 0;
+	return domain_error_ended(s, err);
 }
 
 void workspace_reap(struct daemon *d, struct dsb *s, int64_t now)
@@ -648,22 +545,21 @@ int workspace_forgettable_locked(struct dsb *s)
 	return s->state != DSB_PAUSED && !s->workspace_kept && !s->transition && !s->copying;
 }
 
-int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *from,
-			    int disk_given, sandlot_options_t *opts, char id[32])
+int workspace_from_snapshot(struct daemon *d, const char *from, int disk_given,
+			    sandlot_options_t *opts, char id[32], sandlot_error_t **err)
 {
 	struct dsb *src = dsb_find(d, from);
 	if (!src) {
-		http_error(req, 404, "not_found",
-			   "field \"from_snapshot\": no sandbox %s (unknown, or forgotten with its "
-			   "workspace)", from);
-		return -1;
+		return sandlot__error(err, ENOENT,
+				      "field \"from_snapshot\": no sandbox %s (unknown, or forgotten with "
+				      "its workspace)", from);
 	}
 	pthread_mutex_lock(&src->lock);
 	if (settle_locked(src, 0) < 0) {
 		pthread_mutex_unlock(&src->lock);
 		dsb_release(d, src);
-		http_error(req, 409, "conflict", "a pause or resume of sandbox %s is in progress", from);
-		return -1;
+		return sandlot__error(err, EBUSY, "a pause or resume of sandbox %s is in progress",
+				      from);
 	}
 	if (src->state != DSB_PAUSED && !src->workspace_kept) {
 		const char *st = dsb_state_name(src->state);
@@ -671,12 +567,12 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 		pthread_mutex_unlock(&src->lock);
 		dsb_release(d, src);
 		if (running)
-			http_error(req, 409, "conflict",
-				   "field \"from_snapshot\": sandbox %s is running; pause it first", from);
-		else
-			http_error(req, 409, "conflict",
-				   "field \"from_snapshot\": sandbox %s (%s) has no kept workspace", from, st);
-		return -1;
+			return sandlot__error(err, EBUSY,
+					      "field \"from_snapshot\": sandbox %s is running; pause it "
+					      "first", from);
+		return sandlot__error(err, EBUSY,
+				      "field \"from_snapshot\": sandbox %s (%s) has no kept workspace",
+				      from, st);
 	}
 	/* A sandbox that has just expired still has its workspace in use (and
 	 * locked) until its teardown is done, a few ms to END_WAIT_MS later:
@@ -690,9 +586,9 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 	if (ended(src->state) && (src->sb || src->destroy_pending)) {
 		pthread_mutex_unlock(&src->lock);
 		dsb_release(d, src);
-		http_error(req, 409, "conflict",
-			   "field \"from_snapshot\": sandbox %s is still being torn down", from);
-		return -1;
+		return sandlot__error(err, EBUSY,
+				      "field \"from_snapshot\": sandbox %s is still being torn down",
+				      from);
 	}
 	src->copying++;
 	pthread_mutex_unlock(&src->lock);
@@ -701,20 +597,19 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 	sandlot_options_t o;
 	lib_opts(d, &o);
 	uint64_t bytes = 0;
-	sandlot_error_t *err = NULL;
-	if (sandlot_workspace_size(&o, src->id, &bytes, &err) < 0) {
-		http_error(req, 404, "not_found", "field \"from_snapshot\": the workspace of %s is gone",
-			   from);
+	sandlot_error_t *e = NULL;
+	if (sandlot_workspace_size(&o, src->id, &bytes, &e) < 0) {
+		sandlot__error(err, ENOENT, "field \"from_snapshot\": the workspace of %s is gone",
+			       from);
 	} else if (disk_given && opts->disk_bytes != bytes) {
-		http_error(req, 400, "bad_request",
-			   "field \"disk\": a sandbox made from_snapshot has the disk size of the "
-			   "snapshot (%llu bytes); leave \"disk\" out", (unsigned long long)bytes);
+		sandlot__error(err, EINVAL,
+			       "field \"disk\": a sandbox made from_snapshot has the disk size of the "
+			       "snapshot (%llu bytes); leave \"disk\" out", (unsigned long long)bytes);
 	} else {
 		uint64_t t0 = sandlot__now_ns();
 		workspace_assign(d, opts, id);
-		if (sandlot_workspace_copy(&o, src->id, id, &err) < 0) {
+		if (sandlot_workspace_copy(&o, src->id, id, err) < 0) {
 			sandlot_release_id(id); /* no sandbox will have it */
-			http_error_from(req, err);
 		} else {
 			opts->disk_bytes = bytes;
 			daemon_log("snapshot_copied", "from=%s to=%s ms=%.1f", from, id,
@@ -722,7 +617,7 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 			rc = 0;
 		}
 	}
-	sandlot_error_free(err);
+	sandlot_error_free(e);
 	pthread_mutex_lock(&src->lock);
 	src->copying--;
 	pthread_cond_broadcast(&src->cond);

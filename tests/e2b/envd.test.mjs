@@ -1,5 +1,7 @@
 // E2B's in-sandbox API (envd: commands and files) with the real `e2b` npm
-// SDK against sandlotd (see envd-harness.mjs).
+// SDK against sandlotd: a sandbox made with Sandbox.create() over TCP with
+// the daemon's token (harness.mjs), then driven through envd's Connect RPC
+// and /files under the same /e2b prefix.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
@@ -13,18 +15,19 @@ import {
   TimeoutError,
 } from 'e2b';
 
-import { Daemon, skipReason } from './envd-harness.mjs';
+import { E2bDaemon, skipReason } from './harness.mjs';
 
 describe('E2B envd with the e2b SDK', { skip: skipReason }, () => {
   let d;
   let sbx;
 
   before(async () => {
-    d = await new Daemon().start();
-    sbx = await d.sandbox(Sandbox);
+    d = await new E2bDaemon().start();
+    sbx = await Sandbox.create('base', { ...d.opts(), timeoutMs: 600_000 });
   });
 
   after(async () => {
+    if (sbx) await sbx.kill();
     if (d) await d.stop();
   });
 
@@ -264,7 +267,13 @@ describe('E2B envd with the e2b SDK', { skip: skipReason }, () => {
     });
 
     test('a sandbox that does not exist answers as E2B does for one that is gone', async () => {
-      const ghost = d.attach(Sandbox, 'sb-doesnotexistdoesnotexist0');
+      // The SDK's object for it, as Sandbox.create() would build one.
+      const ghost = new Sandbox({
+        ...d.opts(),
+        sandboxId: 'sb-doesnotexistdoesnotexist0',
+        envdVersion: '0.5.7',
+        envdAccessToken: d.token,
+      });
       await assert.rejects(ghost.files.read('a.txt'), (e) => {
         assert.match(`${e.name}: ${e.message}`, /not found|timeout|not running/i);
         return true;

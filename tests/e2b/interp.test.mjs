@@ -1,12 +1,13 @@
 // The code interpreter (runCode, contexts) with the real
-// `@e2b/code-interpreter` npm SDK against sandlotd (see envd-harness.mjs).
+// `@e2b/code-interpreter` npm SDK against sandlotd (harness.mjs): its
+// Sandbox.create() (template code-interpreter-v1) over TCP with the token.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import { Sandbox } from '@e2b/code-interpreter';
 import { NotFoundError, SandboxError } from 'e2b';
 
-import { Daemon, skipReason } from './envd-harness.mjs';
+import { E2bDaemon, skipReason } from './harness.mjs';
 
 const PNG_MAGIC = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 
@@ -15,11 +16,12 @@ describe('E2B code interpreter with @e2b/code-interpreter', { skip: skipReason }
   let sbx;
 
   before(async () => {
-    d = await new Daemon().start();
-    sbx = await d.sandbox(Sandbox);
+    d = await new E2bDaemon().start();
+    sbx = await Sandbox.create({ ...d.opts(), timeoutMs: 600_000 });
   });
 
   after(async () => {
+    if (sbx) await sbx.kill();
     if (d) await d.stop();
   });
 
@@ -95,9 +97,14 @@ describe('E2B code interpreter with @e2b/code-interpreter', { skip: skipReason }
       assert.match(e.message, /^400/);
       return true;
     });
-    const raw = await fetch(`${d.sandboxUrl}/execute`, {
+    const raw = await fetch(`${d.opts().sandboxUrl}/execute`, {
       method: 'POST',
-      headers: { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999' },
+      headers: {
+        'Content-Type': 'application/json',
+        'E2b-Sandbox-Id': sbx.sandboxId,
+        'E2b-Sandbox-Port': '49999',
+        'X-Access-Token': d.token,
+      },
       body: JSON.stringify({ code: '1', language: 'cobol' }),
     });
     assert.equal(raw.status, 400);
