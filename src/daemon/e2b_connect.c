@@ -6,6 +6,7 @@
 
 #include "daemon/e2b_connect.h"
 #include "common/base64.h"
+#include "common/json.h"
 
 int e2b_envelope_next(const uint8_t *buf, size_t len, uint32_t max, uint8_t *flags,
 		      const uint8_t **payload, uint32_t *plen, size_t *used, char *msg,
@@ -110,7 +111,9 @@ char *e2b_connect_frame(json_t *msg, uint8_t flags, size_t *len)
 
 json_t *e2b_connect_error_body(const char *code, const char *message)
 {
-	return json_pack("{s:s, s:s}", "code", code, "message", message ? message : "");
+	/* the message may quote what the client sent: any bytes */
+	const char *m = message ? message : "";
+	return json_pack("{s:s, s:o}", "code", code, "message", json_text(m, strlen(m)));
 }
 
 char *e2b_connect_end_frame(const char *code, const char *message, size_t *len)

@@ -80,8 +80,8 @@ static int answer_error_text(struct http_req *req, enum e2b_style style, const c
 		return http_json(req, status, e2b_connect_error_body(code, text));
 	case E2B_PLAIN:
 	default:
-		return http_json(req, status,
-				 json_pack("{s:i, s:s}", "code", status, "message", text));
+		return http_json(req, status, json_pack("{s:i, s:o}", "code", status, "message",
+							json_text(text, strlen(text))));
 	}
 }
 
@@ -109,6 +109,15 @@ int e2b_answer_sandlot(struct http_req *req, enum e2b_style style, sandlot_error
 
 /* ---- the sandbox of a call --------------------------------------------------- */
 
+/* What E2B's proxy answers when it cannot reach a sandbox: 502 {"code",
+ * "sandboxId", "message"}; the SDKs report the sandbox as no longer
+ * running.  The id is the header as sent: any bytes. */
+static void answer_proxy(struct http_req *req, const char *id, const char *message)
+{
+	http_json(req, 502, json_pack("{s:i, s:o, s:s}", "code", 502, "sandboxId",
+				      json_text(id, strlen(id)), "message", message));
+}
+
 struct dsb *e2b_sandbox(struct http_req *req, enum e2b_style style, unsigned port,
 			sandlot_t **sb)
 {
@@ -120,9 +129,7 @@ struct dsb *e2b_sandbox(struct http_req *req, enum e2b_style style, unsigned por
 		return NULL;
 	}
 	if (ps && (strtoul(ps, NULL, 10) != port || strspn(ps, "0123456789") != strlen(ps))) {
-		http_json(req, 502,
-			  json_pack("{s:i, s:s, s:s}", "code", 502, "sandboxId", id, "message",
-				    "nothing answers this path on that port of the sandbox"));
+		answer_proxy(req, id, "nothing answers this path on that port of the sandbox");
 		return NULL;
 	}
 	struct dsb *s = dsb_find(req->d, id);
@@ -136,9 +143,7 @@ struct dsb *e2b_sandbox(struct http_req *req, enum e2b_style style, unsigned por
 	if (!s || (state != DSB_RUNNING && state != DSB_PAUSED)) {
 		/* What E2B's proxy answers for a sandbox it does not know: the
 		 * SDKs report that the sandbox is no longer running. */
-		http_json(req, 502,
-			  json_pack("{s:i, s:s, s:s}", "code", 502, "sandboxId", id, "message",
-				    "The sandbox was not found"));
+		answer_proxy(req, id, "The sandbox was not found");
 		return NULL;
 	}
 	s = dsb_get(req->d, req, id); /* resumes a paused one that resumes on use */
@@ -149,9 +154,7 @@ struct dsb *e2b_sandbox(struct http_req *req, enum e2b_style style, unsigned por
 	pthread_mutex_unlock(&s->lock);
 	if (!*sb) {
 		dsb_put(req->d, s);
-		http_json(req, 502,
-			  json_pack("{s:i, s:s, s:s}", "code", 502, "sandboxId", id, "message",
-				    "The sandbox is not running"));
+		answer_proxy(req, id, "The sandbox is not running");
 		return NULL;
 	}
 	return s;
@@ -299,8 +302,11 @@ static json_t *entry_info(const char *abs, const sandlot_stat_t *st)
 	char perms[11], size[24];
 	permissions(st, perms);
 	snprintf(size, sizeof(size), "%" PRIu64, st->size);
-	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:o}", "name", base_name(abs), "type",
-			 file_type_name(st->type), "path", abs, "size", size, "mode",
+	/* names in the sandbox are any bytes: invalid UTF-8 shows as U+FFFD */
+	const char *name = base_name(abs);
+	return json_pack("{s:o, s:s, s:o, s:s, s:I, s:s, s:o}", "name", json_text(name, strlen(name)),
+			 "type", file_type_name(st->type), "path", json_text(abs, strlen(abs)), "size",
+			 size, "mode",
 			 (json_int_t)(st->mode & 07777), "permissions", perms, "modifiedTime",
 			 timestamp(st->mtime_ns));
 }
@@ -853,9 +859,10 @@ static int upload_commit(struct upload *u)
 	u->w = NULL;
 	if (rc < 0)
 		return -1;
-	json_array_append_new(u->written, json_pack("{s:s, s:s, s:s}", "name",
-						    base_name(u->wpath), "type", "file", "path",
-						    u->wpath));
+	const char *name = base_name(u->wpath);
+	json_array_append_new(u->written,
+			      json_pack("{s:o, s:s, s:o}", "name", json_text(name, strlen(name)), "type",
+					"file", "path", json_text(u->wpath, strlen(u->wpath))));
 	return 0;
 }
 

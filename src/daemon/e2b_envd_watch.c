@@ -22,6 +22,7 @@
 
 #include "daemon/e2b_envd.h"
 #include "common/cleanup.h"
+#include "common/json.h"
 #include "common/util.h"
 
 #define POLL_MS 250
@@ -101,7 +102,8 @@ static int watch_poll(struct watch *w)
 		const char *type = c->kind == 'c' ? "EVENT_TYPE_CREATE"
 				   : c->kind == 'd' ? "EVENT_TYPE_REMOVE"
 						    : "EVENT_TYPE_WRITE";
-		json_array_append_new(w->queue, json_pack("{s:s, s:s}", "name", rel, "type", type));
+		json_array_append_new(w->queue, json_pack("{s:o, s:s}", "name", json_text(rel, strlen(rel)),
+							     "type", type));
 	}
 	pthread_mutex_unlock(&s->lock);
 	return state == DSB_RUNNING || state == DSB_PAUSED || state == DSB_STARTING ? 0 : -1;
