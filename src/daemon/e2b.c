@@ -567,8 +567,21 @@ static void list_query_free(struct list_query *q)
 		free(q->labels[i]);
 }
 
-/* "k=v&k2=v2" (each key and value percent-encoded once more, as the SDKs
- * send them) → "k=v" label filters.  0, or -1 having answered 400. */
+/* s[0, n) percent-decoded twice, or NULL if either layer is malformed. */
+static char *decode_twice(const char *s, size_t n)
+{
+	char *once = sandlot__percent_decode(s, n);
+	if (!once)
+		return NULL;
+	char *twice = sandlot__percent_decode(once, strlen(once));
+	free(once);
+	return twice;
+}
+
+/* The "metadata" filter, as the SDKs build it: each key and value
+ * percent-encoded, the pairs then form-encoded ("k=v&k2=v2", so each
+ * key and value is encoded twice; the HTTP layer has decoded the query
+ * value itself).  → "k=v" label filters.  0, or -1 having answered 400. */
 static int parse_metadata_filter(struct http_req *req, const char *m, struct list_query *q)
 {
 	while (*m) {
@@ -587,8 +600,8 @@ static int parse_metadata_filter(struct http_req *req, const char *m, struct lis
 					   E2B_MAX_FILTERS);
 				return -1;
 			}
-			char *k = sandlot__percent_decode(m, (size_t)(eq - m));
-			char *v = sandlot__percent_decode(eq + 1, n - (size_t)(eq - m) - 1);
+			char *k = decode_twice(m, (size_t)(eq - m));
+			char *v = decode_twice(eq + 1, n - (size_t)(eq - m) - 1);
 			char *kv = NULL;
 			if (k && v && asprintf(&kv, "%s=%s", k, v) < 0)
 				kv = NULL;

@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
+import { Sandbox as CodeSandbox } from '@e2b/code-interpreter';
 import { AuthenticationError, Sandbox, SandboxError, SandboxNotFoundError } from 'e2b';
 
 import { E2bDaemon, skipReason } from './harness.mjs';
@@ -62,6 +63,18 @@ describe('E2B control plane (npm e2b)', { skip: skipReason, concurrency: false }
     }
   });
 
+  test('@e2b/code-interpreter: its default template is the default image too', async () => {
+    const sbx = await CodeSandbox.create({ ...d.opts(), timeoutMs: 60_000 });
+    try {
+      const rec = (await d.request('GET', `/v1/sandboxes/${sbx.sandboxId}`)).json;
+      assert.equal(rec.state, 'running');
+      assert.equal(rec.options.image, 'host');
+      assert.equal((await CodeSandbox.getInfo(sbx.sandboxId, d.opts())).state, 'running');
+    } finally {
+      assert.equal(await sbx.kill(), true);
+    }
+  });
+
   test('setTimeout moves the deadline; kill ends it and a second kill says false', async () => {
     const sbx = await Sandbox.create('base', { ...d.opts(), timeoutMs: 60_000 });
     const before = Date.now();
@@ -115,6 +128,16 @@ describe('E2B control plane (npm e2b)', { skip: skipReason, concurrency: false }
         assert.equal(s.metadata.tag, tag);
         assert.equal(s.state, 'running');
       }
+
+      // A value with the characters the filter's own syntax uses.
+      const odd = await Sandbox.create('base', {
+        ...d.opts(), timeoutMs: 120_000, metadata: { tag: `${tag}-odd`, 'k/1': 'a b&c=d%e+f' },
+      });
+      made.push(odd);
+      const oddList = await Sandbox.list({ ...d.opts(), query: { metadata: { 'k/1': 'a b&c=d%e+f' } } }).nextItems();
+      assert.deepEqual(oddList.map((s) => s.sandboxId), [odd.sandboxId]);
+      assert.deepEqual(oddList[0].metadata, { tag: `${tag}-odd`, 'k/1': 'a b&c=d%e+f' });
+      assert.deepEqual(await Sandbox.list({ ...d.opts(), query: { metadata: { 'k/1': 'a b' } } }).nextItems(), []);
 
       // Ascending order, and a filter on two keys.
       const asc = await Sandbox.list({ ...d.opts(), query: { metadata: { tag, n: '1' } }, order: 'asc' }).nextItems();
