@@ -96,6 +96,18 @@ static const char *e2b_state(json_t *rec)
 	return NULL;
 }
 
+/* o's "envdAccessToken": the sandbox's own access token (e2b.h), which the
+ * SDKs send back as X-Access-Token on the calls made inside it. */
+static void set_access_token(struct daemon *d, json_t *o, json_t *rec)
+{
+	if (!o || !d->cfg.token)
+		return;
+	const char *id = str_field(rec, "id");
+	char tok[E2B_ACCESS_TOKEN_LEN + 1];
+	e2b_access_token(d->cfg.token, id, strlen(id), tok);
+	json_object_set_new(o, "envdAccessToken", json_string(tok));
+}
+
 /* Sandbox: what create, connect and resume answer. */
 static json_t *sandbox_json(struct daemon *d, json_t *rec)
 {
@@ -103,9 +115,7 @@ static json_t *sandbox_json(struct daemon *d, json_t *rec)
 			      str_field(json_object_get(rec, "options"), "image"), "sandboxID",
 			      str_field(rec, "id"), "clientID", "sandlot", "envdVersion",
 			      E2B_ENVD_VERSION, "domain");
-	/* The SDKs send it back as X-Access-Token on in-sandbox calls. */
-	if (o && d->cfg.token)
-		json_object_set_new(o, "envdAccessToken", json_string(d->cfg.token));
+	set_access_token(d, o, rec);
 	return o;
 }
 
@@ -145,8 +155,7 @@ static json_t *detail_json(struct daemon *d, json_t *rec)
 		state ? state : "running", "envdVersion", E2B_ENVD_VERSION, "lifecycle",
 		"autoResume", json_is_true(json_object_get(rec, "auto_resume")), "onTimeout", "kill",
 		"volumeMounts");
-	if (o && d->cfg.token)
-		json_object_set_new(o, "envdAccessToken", json_string(d->cfg.token));
+	set_access_token(d, o, rec);
 	return o;
 }
 

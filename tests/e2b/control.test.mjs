@@ -242,6 +242,38 @@ describe('E2B control plane (npm e2b)', { skip: skipReason, concurrency: false }
       const r = await d.tcpRequest('GET', '/e2b/v2/sandboxes', { headers });
       assert.equal(r.status, 200, JSON.stringify(headers));
     }
+    // A sandbox's envdAccessToken opens the calls made inside that sandbox
+    // only: not another's, not the control plane.
+    const sbx = await Sandbox.create('base', { ...d.opts(), timeoutMs: 60_000 });
+    const other = await Sandbox.create('base', { ...d.opts(), timeoutMs: 60_000 });
+    try {
+      const info = await sbx.getInfo();
+      const access = sbx.envdAccessToken;
+      assert.match(access, /^sbat_[0-9a-f]{64}$/);
+      assert.notEqual(access, d.token);
+      assert.notEqual(access, other.envdAccessToken);
+      assert.equal(info.sandboxId, sbx.sandboxId);
+      const inside = (id) => ({ 'X-Access-Token': access, 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '49983' });
+      const r = await d.tcpRequest('POST', '/e2b/process.Process/List', { headers: inside(sbx.sandboxId), body: {} });
+      assert.notEqual(r.status, 401, `${r.status} ${r.body}`);
+      for (const [method, p, id] of [
+        ['POST', '/e2b/process.Process/List', other.sandboxId],
+        ['POST', '/e2b/process.Process/List', undefined],
+        ['GET', `/e2b/sandboxes/${sbx.sandboxId}`, sbx.sandboxId],
+        ['DELETE', `/e2b/sandboxes/${sbx.sandboxId}`, sbx.sandboxId],
+        ['GET', '/e2b/v2/sandboxes', sbx.sandboxId],
+      ]) {
+        const headers = inside(id);
+        if (id === undefined) delete headers['E2b-Sandbox-Id'];
+        const x = await d.tcpRequest(method, p, { headers, body: method === 'POST' ? {} : undefined });
+        assert.equal(x.status, 401, `${method} ${p} as ${id}: ${x.status} ${x.body}`);
+      }
+      assert.equal((await d.request('GET', `/v1/sandboxes/${sbx.sandboxId}`)).json.state, 'running');
+    } finally {
+      await sbx.kill();
+      await other.kill();
+    }
+
     // E2B's headers open /e2b only: /v1 still wants the bearer token.
     const v1 = await d.tcpRequest('GET', '/v1/sandboxes', { headers: { 'X-API-KEY': d.token } });
     assert.equal(v1.status, 401);
