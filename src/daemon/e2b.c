@@ -116,6 +116,11 @@ static json_t *sandbox_json(struct daemon *d, json_t *rec)
 			      str_field(rec, "id"), "clientID", "sandlot", "envdVersion",
 			      E2B_ENVD_VERSION, "domain");
 	set_access_token(d, o, rec);
+	/* The code interpreter SDKs send this one (E2B-Traffic-Access-Token),
+	 * not envdAccessToken, on their calls to contexts. */
+	json_t *t = o ? json_object_get(o, "envdAccessToken") : NULL;
+	if (t)
+		json_object_set(o, "trafficAccessToken", t);
 	return o;
 }
 

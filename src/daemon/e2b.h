@@ -19,9 +19,10 @@
  * (http.c) take, for paths under /e2b, the daemon's token in E2B's headers
  * as well as in "Authorization: Bearer": X-API-KEY (the control plane) or
  * X-Access-Token.  Create and connect answer a sandbox's own access token
- * as envdAccessToken (e2b_access_token(): an HMAC of the sandbox id under
- * the daemon's token), which the SDKs send as X-Access-Token on the calls
- * made inside that sandbox: it is good for those calls only, with the
+ * as envdAccessToken and trafficAccessToken (e2b_access_token(): an HMAC
+ * of the sandbox id under the daemon's token), which the SDKs send as
+ * X-Access-Token (envd, runCode) or E2B-Traffic-Access-Token (the code
+ * interpreter's contexts) on the calls made inside that sandbox: it is good for those calls only, with the
  * sandbox's id in E2b-Sandbox-Id, never for the control plane
  * (e2b_control_path()) or another sandbox.  The SDKs also send
  * "Authorization: Basic <user>:" on in-sandbox calls: the door ignores it
@@ -77,10 +78,13 @@ struct e2b_keys {
 	size_t sandbox_id_len;
 	const char *target;
 	size_t target_len;
+	const char *traffic_token;    /* E2B-Traffic-Access-Token (the code */
+	size_t traffic_token_len;     /* interpreter SDKs' calls to contexts) */
 };
-/* Whether the request may in: X-API-KEY or X-Access-Token is the token, or
- * X-Access-Token is the access token of the sandbox in E2b-Sandbox-Id and
- * the target is not the control plane's.  Never with no token configured.
+/* Whether the request may in: X-API-KEY, X-Access-Token or
+ * E2B-Traffic-Access-Token is the token, or one of the last two is the
+ * access token of the sandbox in E2b-Sandbox-Id and the target is not the
+ * control plane's.  Never with no token configured.
  * Constant time for given lengths. */
 int e2b_key_ok(const char *token, const struct e2b_keys *k);
 

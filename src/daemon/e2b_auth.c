@@ -72,11 +72,13 @@ int e2b_key_ok(const char *token, const struct e2b_keys *k)
 	 * time does not tell which header was right. */
 	int ok = same(token, k->api_key, k->api_key_len);
 	ok |= same(token, k->access_token, k->access_token_len);
+	ok |= same(token, k->traffic_token, k->traffic_token_len);
 	int sandbox_call = k->sandbox_id && k->sandbox_id_len > 0 &&
 			   !e2b_control_path(k->target, k->target_len);
 	char scoped[E2B_ACCESS_TOKEN_LEN + 1];
 	e2b_access_token(token, sandbox_call ? k->sandbox_id : "", sandbox_call ? k->sandbox_id_len : 0,
 			 scoped);
 	ok |= sandbox_call & same(scoped, k->access_token, k->access_token_len);
+	ok |= sandbox_call & same(scoped, k->traffic_token, k->traffic_token_len);
 	return ok;
 }

@@ -494,7 +494,8 @@ static void pending_ready(struct gate *g, struct gate_conn *c, uint32_t events,
 		if (e2b) {
 			struct e2b_keys k = { h.api_key, h.api_key_len, h.access_token,
 					      h.access_token_len, h.sandbox_id, h.sandbox_id_len,
-					      h.target, h.target_len };
+					      h.target, h.target_len, h.traffic_token,
+					      h.traffic_token_len };
 			ok |= e2b_key_ok(g->bearer + strlen("Bearer "), &k);
 		}
 		if (!ok) {

@@ -985,8 +985,11 @@ static int e2b_key_header_ok(struct http_req *pub, const char *token)
 	const char *k = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-KEY");
 	const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
 	const char *id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+	const char *t = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+						    "E2B-Traffic-Access-Token");
 	struct e2b_keys keys = { k, k ? strlen(k) : 0, a, a ? strlen(a) : 0, id,
-				 id ? strlen(id) : 0, pub->uri, strlen(pub->uri) };
+				 id ? strlen(id) : 0, pub->uri, strlen(pub->uri), t,
+				 t ? strlen(t) : 0 };
 	return e2b_key_ok(token, &keys);
 }
 

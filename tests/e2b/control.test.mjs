@@ -256,6 +256,16 @@ describe('E2B control plane (npm e2b)', { skip: skipReason, concurrency: false }
       const inside = (id) => ({ 'X-Access-Token': access, 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '49983' });
       const r = await d.tcpRequest('POST', '/e2b/process.Process/List', { headers: inside(sbx.sandboxId), body: {} });
       assert.notEqual(r.status, 401, `${r.status} ${r.body}`);
+      // The code interpreter SDKs send it as E2B-Traffic-Access-Token (trafficAccessToken).
+      assert.equal(sbx.trafficAccessToken, access);
+      const ctx = await d.tcpRequest('GET', '/e2b/contexts', {
+        headers: { 'E2B-Traffic-Access-Token': access, 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999' },
+      });
+      assert.notEqual(ctx.status, 401, `${ctx.status} ${ctx.body}`);
+      const ctxOther = await d.tcpRequest('GET', '/e2b/contexts', {
+        headers: { 'E2B-Traffic-Access-Token': access, 'E2b-Sandbox-Id': other.sandboxId, 'E2b-Sandbox-Port': '49999' },
+      });
+      assert.equal(ctxOther.status, 401);
       for (const [method, p, id] of [
         ['POST', '/e2b/process.Process/List', other.sandboxId],
         ['POST', '/e2b/process.Process/List', undefined],

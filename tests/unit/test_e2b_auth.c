@@ -45,8 +45,16 @@ static int keys_ok(const char *tok, const char *api_key, const char *access, con
 {
 	struct e2b_keys k = { api_key, api_key ? strlen(api_key) : 0, access,
 			      access ? strlen(access) : 0, sandbox, sandbox ? strlen(sandbox) : 0,
-			      target, strlen(target) };
-	return e2b_key_ok(tok, &k);
+			      target, strlen(target), NULL, 0 };
+	int ok = e2b_key_ok(tok, &k);
+	/* E2B-Traffic-Access-Token in place of X-Access-Token: the same answer. */
+	struct e2b_keys t = k;
+	t.access_token = NULL;
+	t.access_token_len = 0;
+	t.traffic_token = access;
+	t.traffic_token_len = k.access_token_len;
+	CHECK_EQ_INT(e2b_key_ok(tok, &t), ok);
+	return ok;
 }
 
 static const char *TOK = "s3cret-token-0123456789";
@@ -66,7 +74,7 @@ static void test_the_token_in_either_header(void)
 	CHECK(!keys_ok(TOK, "", "", NULL, LIST));
 	/* Only the given length counts. */
 	struct e2b_keys k = { "s3cret-token-0123456789-and-more", strlen(TOK), NULL, 0, NULL, 0,
-			      LIST, strlen(LIST) };
+			      LIST, strlen(LIST), NULL, 0 };
 	CHECK(e2b_key_ok(TOK, &k));
 	/* No token configured: nothing matches, not even an empty header. */
 	CHECK(!keys_ok(NULL, "", "", NULL, LIST));
