@@ -815,6 +815,17 @@ static int create_workspace(struct daemon *d, struct domain_create *c, char id[3
 	return 0;
 }
 
+/* Hand e up to the caller's err (which may be NULL: then it goes). */
+static void pass_error(sandlot_error_t **err, sandlot_error_t *e)
+{
+	if (err) {
+		sandlot_error_free(*err);
+		*err = e;
+	} else {
+		sandlot_error_free(e);
+	}
+}
+
 void domain_created_free(struct domain_created *out)
 {
 	json_decref(out->installed);
@@ -898,7 +909,7 @@ struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct doma
 		quote_clean(msg, sizeof(msg), sandlot_error_message(e));
 		daemon_log("create_failed", "level=warn ms=%.1f error=\"%s\"", ms, msg);
 		/* EAGAIN: host capacity, e.g. every uid range in use (429). */
-		*err = e;
+		pass_error(err, e);
 		return NULL;
 	}
 	if (c->packages.any) {
@@ -953,7 +964,7 @@ struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct doma
 		dsb_release(d, s);
 		creating_done(d, 1);
 		sandlot__error_wrap(&e, "expose ports");
-		*err = e;
+		pass_error(err, e);
 		return NULL;
 	}
 
