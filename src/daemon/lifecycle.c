@@ -269,7 +269,7 @@ void dsb_destroyed(struct daemon *d, struct dsb *s)
 /* ---- resume ------------------------------------------------------------------------ */
 
 /* The sandlot options a sandbox was created with, from its normalised JSON
- * (sandboxes.c, parse_create): image, memory, cpus, pids, disk, env.  *env
+ * (sandboxes.c, domain_create_parse): image, memory, cpus, pids, disk, env.  *env
  * receives the "K=V" strings to free with free_env(). */
 static int options_from_json(struct daemon *d, json_t *j, sandlot_options_t *o, char ***env)
 {

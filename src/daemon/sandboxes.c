@@ -1,15 +1,19 @@
-/* The sandbox table, the lifecycle routes and the reaper (the changes log
- * is changes.c).
+/* The sandbox table, creating and listing sandboxes, the reaper and the
+ * start-up's recovery: the domain layer's side of them (domain.h; the
+ * routes are sandbox_routes.c, the state changes lifecycle.c, the changes
+ * log changes.c).
  *
  * The table (d->sbs, under d->lock) holds every live sandbox and the ended
  * ones of the last hour (at most MAX_ENDED of them), so that GET on an
  * expired id says why it ended.  Each entry is reference counted: the
- * table holds one reference, every borrower (dsb_get, dsb_hold) another.
+ * table holds one reference, every borrower (domain_sandbox_get,
+ * domain_sandbox_find, dsb_hold) another.
  *
  * Using a sandbox's libsandlot handle (s->sb) safely: a borrower marks the
- * sandbox busy (dsb_get, dsb_busy) for as long as it may touch s->sb.  An
- * ending sandbox (dsb_end) first stops new borrowers (its state changes
- * under s->lock, after which dsb_get answers 410), kills its init — so
+ * sandbox busy (domain_sandbox_get, dsb_busy) for as long as it may touch
+ * s->sb.  An ending sandbox (dsb_end, lifecycle.c) first stops new
+ * borrowers (its state changes under s->lock, after which
+ * domain_sandbox_get fails with DOMAIN_EENDED), kills its init — so
  * every library call still running on it fails promptly with EPIPE — and
  * destroys the handle only once busy has dropped to 0.  If that takes
  * longer than END_WAIT_MS (say, an upload whose client sends slowly), the
