@@ -774,19 +774,14 @@ static int answer_err(struct http_req *req, sandlot_error_t *err)
 	return 0;
 }
 
+static int code_fields(json_t *body, const char *const *allowed, sandlot_error_t **err);
+
+/* code_fields() of the request's body: 0, or -1 having answered 400. */
 static int check_fields(struct http_req *req, const char *const *allowed)
 {
-	if (!json_is_object(req->json))
-		return http_error(req, 400, "bad_request", "the body must be a JSON object"), -1;
-	const char *key;
-	json_t *v;
-	json_object_foreach(req->json, key, v) {
-		int ok = 0;
-		for (size_t i = 0; allowed[i]; i++)
-			ok |= strcmp(key, allowed[i]) == 0;
-		if (!ok)
-			return http_error(req, 400, "bad_request", "unknown field \"%s\"", key), -1;
-	}
+	sandlot_error_t *err = NULL;
+	if (code_fields(req->json, allowed, &err) < 0)
+		return answer_err(req, err), -1;
 	return 0;
 }
 
@@ -880,54 +875,79 @@ static void code_wait(struct http_req *req, int why)
 	}
 }
 
-static int handle_code(struct http_req *req)
+/* The fields of a code request, checked as POST .../code checks them. */
+static int code_fields(json_t *body, const char *const *allowed, sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
+	if (!json_is_object(body))
+		return sandlot__error(err, EINVAL, "the body must be a JSON object");
+	const char *key;
+	json_t *v;
+	json_object_foreach(body, key, v) {
+		int ok = 0;
+		for (size_t i = 0; allowed[i]; i++)
+			ok |= strcmp(key, allowed[i]) == 0;
+		if (!ok)
+			return sandlot__error(err, EINVAL, "unknown field \"%s\"", key);
+	}
+	return 0;
+}
+
+int domain_code_parse(json_t *body, struct domain_code_req *r, sandlot_error_t **err)
+{
 	static const char *const fields[] = { "language", "code", "context", "timeout_ms", NULL };
-	if (check_fields(req, fields) < 0)
-		return 0;
-	json_t *jl = json_object_get(req->json, "language");
-	json_t *jc = json_object_get(req->json, "code");
-	json_t *jx = json_object_get(req->json, "context");
-	json_t *jt = json_object_get(req->json, "timeout_ms");
-	const char *lang = valid_lang(json_string_value(jl));
-	if (jl && !lang)
-		return http_error(req, 400, "bad_request",
-				  "\"language\" must be \"python\", \"javascript\" or \"bash\"");
+	memset(r, 0, sizeof(*r));
+	if (code_fields(body, fields, err) < 0)
+		return -1;
+	json_t *jl = json_object_get(body, "language");
+	json_t *jc = json_object_get(body, "code");
+	json_t *jx = json_object_get(body, "context");
+	json_t *jt = json_object_get(body, "timeout_ms");
+	r->language = valid_lang(json_string_value(jl));
+	if (jl && !r->language)
+		return sandlot__error(err, EINVAL,
+				      "\"language\" must be \"python\", \"javascript\" or \"bash\"");
 	if (!json_is_string(jc))
-		return http_error(req, 400, "bad_request", "\"code\" (a string) is required");
+		return sandlot__error(err, EINVAL, "\"code\" (a string) is required");
 	if (jx && !json_is_string(jx))
-		return http_error(req, 400, "bad_request", "\"context\" must be a string");
+		return sandlot__error(err, EINVAL, "\"context\" must be a string");
 	if (jt && (!json_is_integer(jt) || json_integer_value(jt) <= 0 ||
 		   json_integer_value(jt) > 86400000))
-		return http_error(req, 400, "bad_request", "\"timeout_ms\" must be 1..86400000");
-	if (!jx && !lang)
-		return http_error(req, 400, "bad_request", "give \"language\" or \"context\"");
-	sweep(d);
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s)
-		return 0;
+		return sandlot__error(err, EINVAL, "\"timeout_ms\" must be 1..86400000");
+	if (!jx && !r->language)
+		return sandlot__error(err, EINVAL, "give \"language\" or \"context\"");
+	r->code = jc;
+	r->context = json_string_value(jx);
+	r->timeout_ms = jt ? (uint64_t)json_integer_value(jt) : 0;
+	return 0;
+}
+
+/* Start the cell of r in s ("got"): its context (r->context, or the
+ * default one of r->language, made on first use) claimed, its host
+ * started if it is not running, the code sent.  The cell (cell_free), or
+ * NULL with ENOENT (no such context), EINVAL (a context of another
+ * language), DOMAIN_ECTXBUSY, DOMAIN_EINTERP, ENOMEM. */
+static struct cell *cell_begin(struct daemon *d, struct dsb *s, const struct domain_code_req *r,
+			       sandlot_error_t **err)
+{
 	struct ctx *c;
 	char defid[48];
-	if (jx) {
-		c = ctx_find(s->id, json_string_value(jx));
+	if (r->context) {
+		c = ctx_find(s->id, r->context);
 		if (!c) {
-			dsb_put(d, s);
-			return http_error(req, 404, "not_found", "no context %.60s in sandbox %s",
-					  json_string_value(jx), s->id);
+			sandlot__error(err, ENOENT, "no context %.60s in sandbox %s", r->context, s->id);
+			return NULL;
 		}
-		if (lang && strcmp(lang, c->lang) != 0) {
+		if (r->language && strcmp(r->language, c->lang) != 0) {
+			sandlot__error(err, EINVAL, "context %s is a %s context", c->id, c->lang);
 			ctx_put(c);
-			dsb_put(d, s);
-			return http_error(req, 400, "bad_request", "context %s is a %s context", c->id,
-					  c->lang);
+			return NULL;
 		}
 	} else {
-		snprintf(defid, sizeof(defid), "default-%s", lang);
-		c = ctx_get_or_add(s->id, defid, lang);
+		snprintf(defid, sizeof(defid), "default-%s", r->language);
+		c = ctx_get_or_add(s->id, defid, r->language);
 		if (!c) {
-			dsb_put(d, s);
-			return http_error(req, 500, "internal", "out of memory");
+			sandlot__error(err, ENOMEM, "out of memory");
+			return NULL;
 		}
 	}
 	pthread_mutex_lock(&c->lock);
@@ -940,13 +960,19 @@ static int handle_code(struct http_req *req)
 	int need_start = !c->started || c->exited || !c->proc;
 	pthread_mutex_unlock(&c->lock);
 	if (busy) {
+		sandlot__error(err, DOMAIN_ECTXBUSY, "context %s is running a cell", c->id);
 		ctx_put(c);
-		dsb_put(d, s);
-		sandlot_error_t *err = NULL;
-		sandlot__error(&err, DOMAIN_ECTXBUSY, "context %s is running a cell", c->id);
-		return answer_err(req, err);
+		return NULL;
 	}
 	struct cell *k = calloc(1, sizeof(*k));
+	if (!k) {
+		pthread_mutex_lock(&c->lock);
+		c->busy = 0;
+		pthread_mutex_unlock(&c->lock);
+		ctx_put(c);
+		sandlot__error(err, ENOMEM, "out of memory");
+		return NULL;
+	}
 	k->d = d;
 	k->s = s;
 	k->c = c;
@@ -962,27 +988,28 @@ static int handle_code(struct http_req *req)
 		char msg[768];
 		if (host_start(s, c, msg, sizeof(msg)) < 0) {
 			cell_free(k);
-			dsb_put(d, s);
-			sandlot_error_t *err = NULL;
-			sandlot__error(&err, DOMAIN_EINTERP, "%s", msg);
-			return answer_err(req, err);
+			sandlot__error(err, DOMAIN_EINTERP, "%s", msg);
+			return NULL;
 		}
 	}
 	pthread_mutex_lock(&c->lock);
 	c->seq++;
 	snprintf(k->rid, sizeof(k->rid), "c-%llu", (unsigned long long)c->seq);
 	pthread_mutex_unlock(&c->lock);
-	json_t *rq = json_pack("{s:s,s:s,s:O}", "id", k->rid, "kind", "execute", "code", jc);
-	if (jt) {
-		json_object_set(rq, "timeout_ms", jt);
-		k->hard_ms = k->started + json_integer_value(jt) + INTR_KILL_MS;
+	json_t *rq = json_pack("{s:s,s:s,s:O}", "id", k->rid, "kind", "execute", "code", r->code);
+	if (r->timeout_ms) {
+		json_object_set_new(rq, "timeout_ms", json_integer((json_int_t)r->timeout_ms));
+		k->hard_ms = k->started + (int64_t)r->timeout_ms + INTR_KILL_MS;
 	}
 	char *line = json_dumps(rq, JSON_COMPACT | JSON_ENSURE_ASCII);
 	json_decref(rq);
 	size_t n = line ? strlen(line) : 0;
 	if (line) {
-		line = realloc(line, n + 2);
-		line[n++] = '\n';
+		char *l2 = realloc(line, n + 2);
+		if (l2) {
+			line = l2;
+			line[n++] = '\n';
+		}
 	}
 	sandlot_proc_t *p = proc_get(c);
 	if (p) {
@@ -991,7 +1018,59 @@ static int handle_code(struct http_req *req)
 	}
 	free(line);
 	dsb_touch(s);
+	return k;
+}
 
+json_t *domain_code_run(struct daemon *d, struct dsb *s, const struct domain_code_req *r,
+			int (*on_event)(void *ud, json_t *event), void *ud, sandlot_error_t **err)
+{
+	sweep(d);
+	struct cell *k = cell_begin(d, s, r, err);
+	if (!k)
+		return NULL;
+	json_t *result = NULL;
+	int stopped = 0;
+	while (!k->done) {
+		int ms = 250;
+		json_t *ev = cell_step(k, &ms);
+		if (ev && k->done) {
+			result = ev;
+			break;
+		}
+		if (ev) {
+			if (on_event && !stopped && on_event(ud, ev) != 0) {
+				stopped = 1; /* the caller gave up: interrupt, finish quietly */
+				cell_interrupt_once(k);
+			}
+			json_decref(ev);
+			continue;
+		}
+		struct pollfd pf = { .fd = k->c->efd, .events = POLLIN };
+		poll(&pf, 1, ms);
+	}
+	cell_free(k);
+	if (!result)
+		result = json_pack("{s:s}", "status", "error");
+	json_object_del(result, "type");
+	return result;
+}
+
+static int handle_code(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	struct domain_code_req r;
+	sandlot_error_t *err = NULL;
+	if (domain_code_parse(req->json, &r, &err) < 0)
+		return answer_err(req, err);
+	sweep(d);
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	struct cell *k = cell_begin(d, s, &r, &err);
+	if (!k) {
+		dsb_put(d, s);
+		return answer_err(req, err);
+	}
 	if (http_wants_ndjson(req)) {
 		dsb_busy(s, +1);
 		dsb_hold(s);

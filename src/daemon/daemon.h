@@ -6,13 +6,15 @@
  *                 calls; no HTTP in it, errors as sandlot_error_t
  *   errmap.c      the one mapping of those errors to HTTP answers
  *   registry.c    SQLite: sandboxes and their changes survive restarts
- *   sandboxes.c   the sandbox table, create/list/delete/keepalive, reaper
+ *   sandboxes.c   the sandbox table, create/list/keepalive, reaper, recovery
+ *   lifecycle.c   the state machine: pause, resume, end, delete, retention
  *   sandbox_routes.c  the lifecycle routes (create ... pause, resume, snapshot)
  *   changes.c     the changes log, bounded in bytes, and its routes
  *   execs.c       execs and their routes: buffered, NDJSON streaming, background
  *   files.c       file calls and routes, archives (libarchive)
  *   misc.c        health, metrics, request log
- *   workspaces.c  kept workspaces: pause, resume, from_snapshot, retention
+ *   workspaces.c  kept workspaces' files: name, copy (from_snapshot), flush,
+ *                 remove, recover
  *   pool.c        the warm pool (--pool) and its refill thread
  *   ports.c       exposed ports: host listeners, the relay thread, routes
  *   proxy.c       the HTTP (and WebSocket) proxy to exposed ports
@@ -60,6 +62,16 @@ enum dsb_state {
 	DSB_NSTATES
 };
 const char *dsb_state_name(enum dsb_state s);
+/* Running or being created. */
+static inline int dsb_state_live(enum dsb_state s)
+{
+	return s == DSB_STARTING || s == DSB_RUNNING;
+}
+/* Ended for good: neither live nor paused. */
+static inline int dsb_state_ended(enum dsb_state s)
+{
+	return s != DSB_STARTING && s != DSB_RUNNING && s != DSB_PAUSED;
+}
 
 /* One change under /home/user, as kept in the log. */
 struct dchange {
@@ -247,6 +259,8 @@ uint64_t changes_budget_in_use(struct daemon *d);
 /* JSON object for a sandbox (GET /v1/sandboxes/{id}). */
 json_t *dsb_to_json(struct dsb *s);
 
+/* ---- lifecycle.c: the state machine (and domain.h's lifecycle calls) ------- */
+
 /* End a sandbox (destroy it, record state and reason, persist).  A no-op
  * if it has ended already.  Kills its init first, so every call still in
  * progress on it fails quickly (EPIPE), waits (up to a few seconds) for
@@ -254,6 +268,20 @@ json_t *dsb_to_json(struct dsb *s);
  * busy then, the destroy happens on the reaper thread once it lets go.
  * So do not call it while holding a busy reference of s yourself. */
 void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *reason);
+
+/* Wait (s->lock held) until no pause or resume — and with `copies`, no
+ * from_snapshot copy of its workspace — is in progress.  0, or -1 after
+ * 30 s. */
+int dsb_settle_locked(struct dsb *s, int copies);
+/* After s->sb was destroyed (state already final, or paused): the kept
+ * workspace is flushed or removed (workspace_destroyed) and a pause in
+ * progress is complete. */
+void dsb_destroyed(struct daemon *d, struct dsb *s);
+/* Reaper, once a second per sandbox: a paused sandbox past its
+ * paused_retention_seconds expires and its workspace goes. */
+void dsb_reap_paused(struct daemon *d, struct dsb *s, int64_t now_ms);
+
+/* ---- sandboxes.c (continued) ------------------------------------------------ */
 
 /* A new table entry (refs 1, state STARTING, empty options/metadata) and
  * its insertion into d->sbs (the table owns that first reference). */
@@ -276,11 +304,11 @@ struct dsb *dsb_find(struct daemon *d, const char *id);
  * s->lock). */
 void dsb_answer_missing(struct http_req *req, const char *id);
 void dsb_answer_ended(struct http_req *req, struct dsb *s);
-/* The second half of ending or pausing s, after its state changed under
- * s->lock (so that no new borrower gets it) and nrunning went down: kill
- * its execs and init, wait (bounded) for borrowers, destroy the handle —
- * or leave that to the reaper if a borrower holds on — and tell
- * workspace_destroyed().  `pid` is its init_pid from before the change. */
+/* The second half of ending or pausing s (lifecycle.c), after its state
+ * changed under s->lock (so that no new borrower gets it) and nrunning
+ * went down: kill its execs and init, wait (bounded) for borrowers, destroy
+ * the handle — or leave that to the reaper if a borrower holds on — and
+ * tell dsb_destroyed().  `pid` is its init_pid from before the change. */
 void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid);
 
 extern const struct http_route sandbox_routes[];
@@ -405,23 +433,14 @@ int workspace_exists(struct daemon *d, const char *id);
 void workspace_assign(struct daemon *d, sandlot_options_t *opts, char id[32]);
 /* Remove the kept workspace of sandbox `id` (a no-op if there is none). */
 void workspace_remove(struct daemon *d, const char *id);
-/* domain_sandbox_get() found s paused: resume it if it has auto_resume
- * (after any pause or resume in progress), else DOMAIN_EPAUSED.  0 when
- * the caller may go on (s running again), -1 with err. */
-int workspace_wake(struct daemon *d, struct dsb *s, sandlot_error_t **err);
-/* After s->sb was destroyed (state already final): flush a kept workspace
- * to disk (paused, expired with its files kept) or remove it (deleted,
- * failed, lost), and end a pause in progress. */
+/* After s->sb was destroyed (dsb_destroyed): flush a kept workspace to
+ * disk (paused, expired with its files kept) or remove it (deleted,
+ * failed, lost). */
 void workspace_destroyed(struct daemon *d, struct dsb *s);
-/* dsb_end() is ending s as `state`: whether its image is to be kept
- * (sets s->workspace_kept; s->lock held). */
-void workspace_on_end_locked(struct daemon *d, struct dsb *s, enum dsb_state state);
-/* Delete a sandbox that is not running: a paused one is deleted, an ended
- * one loses its kept workspace (0); otherwise -1 with DOMAIN_EENDED (EBUSY
- * while a pause or resume is in progress). */
-int workspace_delete(struct daemon *d, struct dsb *s, sandlot_error_t **err);
-/* Reaper, once a second per sandbox: paused sandboxes and kept workspaces
- * past their retention go. */
+/* Make the pool's files durable (syncfs), as after a pause. */
+void workspace_flush(struct daemon *d, const char *id);
+/* Reaper, once a second per sandbox: the kept workspace of an ended
+ * sandbox past its retention goes. */
 void workspace_reap(struct daemon *d, struct dsb *s, int64_t now_ms);
 /* Whether the reaper may forget the ended s (nothing kept; s->lock held). */
 int workspace_forgettable_locked(struct dsb *s);
@@ -529,6 +548,9 @@ extern const struct http_route package_routes[];
 /* ---- misc.c ------------------------------------------------------------- */
 
 extern const struct http_route misc_routes[];
+/* Make s fit between the quotes of a log value: '"', '\\' and control
+ * characters become '\''. */
+void daemon_log_quote(char *s);
 /* One structured log line (logfmt) to stderr. */
 void daemon_log(const char *event, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -243,6 +243,27 @@ int domain_exec_kill(struct daemon *d, struct dsb *s, const char *id, int sig,
 int domain_exec_stdin(struct daemon *d, struct dsb *s, const char *id, const void *data,
 		      size_t len, int eof, sandlot_error_t **err);
 
+/* ---- code cells (code.c), on a "got" sandbox ------------------------------ */
+
+/* A cell to run (domain_code_parse; the body of POST .../code). */
+struct domain_code_req {
+	const char *language;    /* python, javascript, bash; NULL: the context's */
+	const char *context;     /* a context id; NULL: the default of language */
+	json_t *code;            /* a JSON string, borrowed */
+	uint64_t timeout_ms;     /* 0: none */
+};
+/* 0, or -1 with EINVAL naming what is wrong. */
+int domain_code_parse(json_t *body, struct domain_code_req *r, sandlot_error_t **err);
+/* Run a cell and wait for its end.  Each event before the result —
+ * {"type": "stdout"|"stderr", "data"} or {"type": "display", ...} — goes
+ * to on_event (if not NULL; borrowed), which returns nonzero to give up:
+ * the cell is then interrupted and finished quietly.  The result {"status",
+ * "stdout", "stderr", "displays", "value", "data", "error", "changes",
+ * ...} as POST .../code answers it, or NULL with ENOENT (no such context),
+ * EINVAL, DOMAIN_ECTXBUSY, DOMAIN_EINTERP.  Blocks the calling thread. */
+json_t *domain_code_run(struct daemon *d, struct dsb *s, const struct domain_code_req *r,
+			int (*on_event)(void *ud, json_t *event), void *ud, sandlot_error_t **err);
+
 /* ---- code contexts (code.c), on a "got" sandbox -------------------------- */
 
 /* Whether lang is a language of contexts: python, javascript, bash. */

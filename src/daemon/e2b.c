@@ -96,6 +96,18 @@ static const char *e2b_state(json_t *rec)
 	return NULL;
 }
 
+/* o's "envdAccessToken": the sandbox's own access token (e2b.h), which the
+ * SDKs send back as X-Access-Token on the calls made inside it. */
+static void set_access_token(struct daemon *d, json_t *o, json_t *rec)
+{
+	if (!o || !d->cfg.token)
+		return;
+	const char *id = str_field(rec, "id");
+	char tok[E2B_ACCESS_TOKEN_LEN + 1];
+	e2b_access_token(d->cfg.token, id, strlen(id), tok);
+	json_object_set_new(o, "envdAccessToken", json_string(tok));
+}
+
 /* Sandbox: what create, connect and resume answer. */
 static json_t *sandbox_json(struct daemon *d, json_t *rec)
 {
@@ -103,9 +115,12 @@ static json_t *sandbox_json(struct daemon *d, json_t *rec)
 			      str_field(json_object_get(rec, "options"), "image"), "sandboxID",
 			      str_field(rec, "id"), "clientID", "sandlot", "envdVersion",
 			      E2B_ENVD_VERSION, "domain");
-	/* The SDKs send it back as X-Access-Token on in-sandbox calls. */
-	if (o && d->cfg.token)
-		json_object_set_new(o, "envdAccessToken", json_string(d->cfg.token));
+	set_access_token(d, o, rec);
+	/* The code interpreter SDKs send this one (E2B-Traffic-Access-Token),
+	 * not envdAccessToken, on their calls to contexts. */
+	json_t *t = o ? json_object_get(o, "envdAccessToken") : NULL;
+	if (t)
+		json_object_set(o, "trafficAccessToken", t);
 	return o;
 }
 
@@ -145,8 +160,7 @@ static json_t *detail_json(struct daemon *d, json_t *rec)
 		state ? state : "running", "envdVersion", E2B_ENVD_VERSION, "lifecycle",
 		"autoResume", json_is_true(json_object_get(rec, "auto_resume")), "onTimeout", "kill",
 		"volumeMounts");
-	if (o && d->cfg.token)
-		json_object_set_new(o, "envdAccessToken", json_string(d->cfg.token));
+	set_access_token(d, o, rec);
 	return o;
 }
 
@@ -567,8 +581,21 @@ static void list_query_free(struct list_query *q)
 		free(q->labels[i]);
 }
 
-/* "k=v&k2=v2" (each key and value percent-encoded once more, as the SDKs
- * send them) → "k=v" label filters.  0, or -1 having answered 400. */
+/* s[0, n) percent-decoded twice, or NULL if either layer is malformed. */
+static char *decode_twice(const char *s, size_t n)
+{
+	char *once = sandlot__percent_decode(s, n);
+	if (!once)
+		return NULL;
+	char *twice = sandlot__percent_decode(once, strlen(once));
+	free(once);
+	return twice;
+}
+
+/* The "metadata" filter, as the SDKs build it: each key and value
+ * percent-encoded, the pairs then form-encoded ("k=v&k2=v2", so each
+ * key and value is encoded twice; the HTTP layer has decoded the query
+ * value itself).  → "k=v" label filters.  0, or -1 having answered 400. */
 static int parse_metadata_filter(struct http_req *req, const char *m, struct list_query *q)
 {
 	while (*m) {
@@ -587,8 +614,8 @@ static int parse_metadata_filter(struct http_req *req, const char *m, struct lis
 					   E2B_MAX_FILTERS);
 				return -1;
 			}
-			char *k = sandlot__percent_decode(m, (size_t)(eq - m));
-			char *v = sandlot__percent_decode(eq + 1, n - (size_t)(eq - m) - 1);
+			char *k = decode_twice(m, (size_t)(eq - m));
+			char *v = decode_twice(eq + 1, n - (size_t)(eq - m) - 1);
 			char *kv = NULL;
 			if (k && v && asprintf(&kv, "%s=%s", k, v) < 0)
 				kv = NULL;

@@ -16,12 +16,17 @@
  *                           the call that is not supported (501).
  *
  * Authentication.  On TCP the front door (gate.c) and the HTTP layer
- * (http.c) take the daemon's token, for paths under /e2b, in E2B's headers
+ * (http.c) take, for paths under /e2b, the daemon's token in E2B's headers
  * as well as in "Authorization: Bearer": X-API-KEY (the control plane) or
- * X-Access-Token (in-sandbox calls; create and connect answer the token as
- * envdAccessToken).  The SDK sends "Authorization: Basic <user>:" on
- * in-sandbox calls: the door ignores it when a key header matches.  Every
- * header carries the same full token, so no path gets in with less.
+ * X-Access-Token.  Create and connect answer a sandbox's own access token
+ * as envdAccessToken and trafficAccessToken (e2b_access_token(): an HMAC
+ * of the sandbox id under the daemon's token), which the SDKs send as
+ * X-Access-Token (envd, runCode) or E2B-Traffic-Access-Token (the code
+ * interpreter's contexts) on the calls made inside that sandbox: it is good for those calls only, with the
+ * sandbox's id in E2b-Sandbox-Id, never for the control plane
+ * (e2b_control_path()) or another sandbox.  The SDKs also send
+ * "Authorization: Basic <user>:" on in-sandbox calls: the door ignores it
+ * when a key header matches.
  *
  * Errors on /e2b paths have E2B's shape, {"code": <HTTP status>, "message":
  * "..."}: http_error() gives it for those paths (e2b_path()), and so does
@@ -51,10 +56,36 @@ extern const struct http_route e2b_routes[];
 /* Whether the request target (path and query, not NUL-terminated, len
  * bytes) is under /e2b: "/e2b" itself, or "/e2b/", "/e2b?" onwards. */
 int e2b_path(const char *target, size_t len);
-/* Whether one of E2B's key headers (X-API-KEY, X-Access-Token: value and
- * length, NULL when absent) is exactly `token`.  Constant time for the
- * token's length. */
-int e2b_key_ok(const char *token, const char *api_key, size_t api_key_len,
-	       const char *access_token, size_t access_token_len);
+/* Whether the target is under /e2b but not a call made inside a sandbox:
+ * "/e2b" itself, or its first segment is one of E2B's control plane
+ * ("sandboxes", "v2", "templates", ...). */
+int e2b_control_path(const char *target, size_t len);
+
+/* Sandbox id's access token under the daemon's token: "sbat_" and 64 hex
+ * digits of HMAC-SHA256(token, "sandlot-e2b-access:" id), NUL-terminated. */
+#define E2B_ACCESS_TOKEN_LEN (5 + 64)
+void e2b_access_token(const char *token, const char *sandbox_id, size_t id_len,
+		      char out[E2B_ACCESS_TOKEN_LEN + 1]);
+
+/* A request's E2B credentials: header values and lengths (NULL when absent),
+ * and its target (path and query). */
+struct e2b_keys {
+	const char *api_key;          /* X-API-KEY */
+	size_t api_key_len;
+	const char *access_token;     /* X-Access-Token */
+	size_t access_token_len;
+	const char *sandbox_id;       /* E2b-Sandbox-Id */
+	size_t sandbox_id_len;
+	const char *target;
+	size_t target_len;
+	const char *traffic_token;    /* E2B-Traffic-Access-Token (the code */
+	size_t traffic_token_len;     /* interpreter SDKs' calls to contexts) */
+};
+/* Whether the request may in: X-API-KEY, X-Access-Token or
+ * E2B-Traffic-Access-Token is the token, or one of the last two is the
+ * access token of the sandbox in E2b-Sandbox-Id and the target is not the
+ * control plane's.  Never with no token configured.
+ * Constant time for given lengths. */
+int e2b_key_ok(const char *token, const struct e2b_keys *k);
 
 #endif

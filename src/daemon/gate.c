@@ -491,9 +491,13 @@ static void pending_ready(struct gate *g, struct gate_conn *c, uint32_t events,
 		/* Under /e2b the token may come in E2B's headers too (e2b.h). */
 		int e2b = e2b_path(h.target, h.target_len);
 		int ok = token_ok(g, h.auth, h.auth_len);
-		if (e2b)
-			ok |= e2b_key_ok(g->bearer + strlen("Bearer "), h.api_key, h.api_key_len,
-					 h.access_token, h.access_token_len);
+		if (e2b) {
+			struct e2b_keys k = { h.api_key, h.api_key_len, h.access_token,
+					      h.access_token_len, h.sandbox_id, h.sandbox_id_len,
+					      h.target, h.target_len, h.traffic_token,
+					      h.traffic_token_len };
+			ok |= e2b_key_ok(g->bearer + strlen("Bearer "), &k);
+		}
 		if (!ok) {
 			answer_shaped(g, c, 401, "unauthorized",
 				      e2b ? "missing or wrong API key (send the daemon's token as "

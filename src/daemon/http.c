@@ -1039,13 +1039,19 @@ static int auth_ok(const char *got, const char *want)
 	return diff == 0;
 }
 
-/* Under /e2b: whether E2B's X-API-KEY or X-Access-Token header is the token
- * (e2b.h). */
-static int e2b_key_header_ok(struct MHD_Connection *conn, const char *token)
+/* Under /e2b: whether E2B's key headers let the request in (e2b.h). */
+static int e2b_key_header_ok(struct http_req *pub, const char *token)
 {
+	struct MHD_Connection *conn = pub->conn;
 	const char *k = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-KEY");
 	const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
-	return e2b_key_ok(token, k, k ? strlen(k) : 0, a, a ? strlen(a) : 0);
+	const char *id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+	const char *t = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+						    "E2B-Traffic-Access-Token");
+	struct e2b_keys keys = { k, k ? strlen(k) : 0, a, a ? strlen(a) : 0, id,
+				 id ? strlen(id) : 0, pub->uri, strlen(pub->uri), t,
+				 t ? strlen(t) : 0 };
+	return e2b_key_ok(token, &keys);
 }
 
 static int declared_length(struct req *r, uint64_t *out)
@@ -1143,7 +1149,7 @@ static void first_call(struct req *r, const char *method, const char *version)
 	if (tcp && srv->bearer &&
 	    !auth_ok(MHD_lookup_connection_value(pub->conn, MHD_HEADER_KIND, "Authorization"),
 		     srv->bearer) &&
-	    !(e2b && e2b_key_header_ok(pub->conn, srv->bearer + strlen("Bearer ")))) {
+	    !(e2b && e2b_key_header_ok(pub, srv->bearer + strlen("Bearer ")))) {
 		r->close_after = 1;
 		early_error(r, 401, "unauthorized", "%s",
 			    e2b ? "missing or wrong API key (send the daemon's token as X-API-KEY, "

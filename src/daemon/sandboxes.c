@@ -1,15 +1,19 @@
-/* The sandbox table, the lifecycle routes and the reaper (the changes log
- * is changes.c).
+/* The sandbox table, creating and listing sandboxes, the reaper and the
+ * start-up's recovery: the domain layer's side of them (domain.h; the
+ * routes are sandbox_routes.c, the state changes lifecycle.c, the changes
+ * log changes.c).
  *
  * The table (d->sbs, under d->lock) holds every live sandbox and the ended
  * ones of the last hour (at most MAX_ENDED of them), so that GET on an
  * expired id says why it ended.  Each entry is reference counted: the
- * table holds one reference, every borrower (dsb_get, dsb_hold) another.
+ * table holds one reference, every borrower (domain_sandbox_get,
+ * domain_sandbox_find, dsb_hold) another.
  *
  * Using a sandbox's libsandlot handle (s->sb) safely: a borrower marks the
- * sandbox busy (dsb_get, dsb_busy) for as long as it may touch s->sb.  An
- * ending sandbox (dsb_end) first stops new borrowers (its state changes
- * under s->lock, after which dsb_get answers 410), kills its init — so
+ * sandbox busy (domain_sandbox_get, dsb_busy) for as long as it may touch
+ * s->sb.  An ending sandbox (dsb_end, lifecycle.c) first stops new
+ * borrowers (its state changes under s->lock, after which
+ * domain_sandbox_get fails with DOMAIN_EENDED), kills its init — so
  * every library call still running on it fails promptly with EPIPE — and
  * destroys the handle only once busy has dropped to 0.  If that takes
  * longer than END_WAIT_MS (say, an upload whose client sends slowly), the
@@ -39,10 +43,6 @@
 #include "daemon/domain.h"
 #include "linux/cgroup.h"
 
-/* Provided by execs.c; weak so the daemon links while it is a placeholder. */
-#pragma weak execs_release
-
-#define END_WAIT_MS 5000
 #define RETAIN_ENDED_MS (3600ll * 1000)
 #define MAX_ENDED 10000
 #define MAX_TTL_S (10u * 365 * 24 * 3600)
@@ -73,11 +73,6 @@ static const char *const state_names[DSB_NSTATES] = {
 const char *dsb_state_name(enum dsb_state s)
 {
 	return (unsigned)s < DSB_NSTATES ? state_names[s] : "unknown";
-}
-
-static int is_live(enum dsb_state s)
-{
-	return s == DSB_STARTING || s == DSB_RUNNING;
 }
 
 /* ^sb-[a-z2-7]{26}$ */
@@ -204,67 +199,12 @@ static int error_not_found(const char *id, sandlot_error_t **err)
 	return sandlot__error(err, ENOENT, "no sandbox %s (unknown, or ended over an hour ago)", id);
 }
 
-/* DOMAIN_EENDED with the state and the reason (s->lock held). */
-static int error_ended_locked(struct dsb *s, sandlot_error_t **err)
-{
-	sandlot__error(err, DOMAIN_EENDED, "sandbox %s has ended: %s (%s)", s->id,
-		       dsb_state_name(s->state), s->end_reason ? s->end_reason : "no reason recorded");
-	sandlot__error_detail(err, "state", dsb_state_name(s->state));
-	sandlot__error_detail(err, "end_reason", s->end_reason);
-	return -1;
-}
-
-int domain_error_ended(struct dsb *s, sandlot_error_t **err)
-{
-	pthread_mutex_lock(&s->lock);
-	error_ended_locked(s, err);
-	pthread_mutex_unlock(&s->lock);
-	return -1;
-}
-
 struct dsb *domain_sandbox_find(struct daemon *d, const char *id, sandlot_error_t **err)
 {
 	struct dsb *s = valid_id(id) ? find_ref(d, id) : NULL;
 	if (!s)
 		error_not_found(id, err);
 	return s;
-}
-
-struct dsb *domain_sandbox_get(struct daemon *d, const char *id, sandlot_error_t **err)
-{
-	struct dsb *s = domain_sandbox_find(d, id, err);
-	if (!s)
-		return NULL;
-	pthread_mutex_lock(&s->lock);
-	if (s->state == DSB_PAUSED) {
-		/* Resumed here when it has auto_resume (workspaces.c). */
-		pthread_mutex_unlock(&s->lock);
-		if (workspace_wake(d, s, err) < 0) {
-			dsb_release(d, s);
-			return NULL;
-		}
-		pthread_mutex_lock(&s->lock);
-	}
-	if (s->state != DSB_RUNNING || !s->sb) {
-		error_ended_locked(s, err);
-		pthread_mutex_unlock(&s->lock);
-		dsb_release(d, s);
-		return NULL;
-	}
-	s->busy++;
-	s->last_active_ms = daemon_now_ms();
-	pthread_mutex_unlock(&s->lock);
-	return s;
-}
-
-sandlot_t *domain_sandbox_handle(struct dsb *s, sandlot_error_t **err)
-{
-	pthread_mutex_lock(&s->lock);
-	sandlot_t *sb = s->state == DSB_RUNNING ? s->sb : NULL;
-	if (!sb)
-		error_ended_locked(s, err);
-	pthread_mutex_unlock(&s->lock);
-	return sb;
 }
 
 /* busy dropped by one (s->lock held). */
@@ -408,92 +348,6 @@ static size_t cgroup_retry_run(void)
 	ncg_retries = k;
 	pthread_mutex_unlock(&cg_retry_lock);
 	return k;
-}
-
-static const char *end_event(enum dsb_state st)
-{
-	switch (st) {
-	case DSB_EXPIRED: return "expired";
-	case DSB_DELETED: return "deleted";
-	case DSB_LOST: return "lost";
-	case DSB_FAILED: return "failed";
-	default: return "ended";
-	}
-}
-
-static void quote_clean(char *dst, size_t n, const char *src)
-{
-	snprintf(dst, n, "%s", src ? src : "");
-	for (char *p = dst; *p; p++)
-		if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
-			*p = '\'';
-}
-
-void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *reason)
-{
-	pthread_mutex_lock(&s->lock);
-	if (!is_live(s->state)) {
-		pthread_mutex_unlock(&s->lock);
-		return;
-	}
-	s->state = state;
-	s->ended_ms = daemon_now_ms();
-	free(s->end_reason);
-	s->end_reason = strdup(reason ? reason : end_event(state));
-	workspace_on_end_locked(d, s, state);
-	pid_t pid = s->init_pid;
-	int64_t lived = s->ended_ms - s->created_ms;
-	registry_save(d, s);
-	pthread_mutex_unlock(&s->lock);
-
-	__atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
-	__atomic_add_fetch(&d->m.sandboxes_ended, 1, __ATOMIC_RELAXED);
-	char why[256];
-	quote_clean(why, sizeof(why), reason);
-	daemon_log(end_event(state), "%ssandbox=%s reason=\"%s\" lived_ms=%lld",
-		   state == DSB_FAILED ? "level=warn " : "", s->id, why, (long long)lived);
-	dsb_stop(d, s, pid);
-	/* Ended for good: its changes log goes now, not when it is forgotten
-	 * an hour later (its memory, its share of the budget, its rows). */
-	dsb_changes_release(d, s);
-}
-
-void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid)
-{
-	ports_close(s);
-	if (execs_release)
-		execs_release(s);
-	/* Our child, not reaped before sandlot_destroy(): the pid cannot have
-	 * been reused.  Killing the pid namespace's init kills all in it. */
-	if (pid > 0)
-		kill(pid, SIGKILL);
-
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += END_WAIT_MS / 1000;
-	pthread_mutex_lock(&s->lock);
-	while (s->busy > 0) {
-		if (pthread_cond_timedwait(&s->cond, &s->lock, &dl) == ETIMEDOUT)
-			break;
-	}
-	if (s->busy > 0) {
-		s->destroy_pending = 1;
-		int busy = s->busy;
-		pthread_mutex_unlock(&s->lock);
-		daemon_log("destroy_deferred", "level=warn sandbox=%s busy=%d", s->id, busy);
-		return;
-	}
-	sandlot_t *sb = s->sb;
-	pthread_mutex_unlock(&s->lock);
-	/* Destroy before clearing s->sb: status readers (the reaper's liveness
-	 * check) never use sb itself, only init_pid. */
-	sandlot_destroy(sb);
-	pthread_mutex_lock(&s->lock);
-	s->sb = NULL;
-	s->init_pid = 0;
-	pthread_mutex_unlock(&s->lock);
-	cgroup_check_after_destroy(s->id);
-	workspace_destroyed(d, s);
 }
 
 void dsb_count_states(struct daemon *d, unsigned counts[DSB_NSTATES])
@@ -815,6 +669,17 @@ static int create_workspace(struct daemon *d, struct domain_create *c, char id[3
 	return 0;
 }
 
+/* Hand e up to the caller's err (which may be NULL: then it goes). */
+static void pass_error(sandlot_error_t **err, sandlot_error_t *e)
+{
+	if (err) {
+		sandlot_error_free(*err);
+		*err = e;
+	} else {
+		sandlot_error_free(e);
+	}
+}
+
 void domain_created_free(struct domain_created *out)
 {
 	json_decref(out->installed);
@@ -895,10 +760,11 @@ struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct doma
 	if (!sb) {
 		creating_done(d, 1);
 		char msg[512];
-		quote_clean(msg, sizeof(msg), sandlot_error_message(e));
+		snprintf(msg, sizeof(msg), "%s", sandlot_error_message(e));
+		daemon_log_quote(msg);
 		daemon_log("create_failed", "level=warn ms=%.1f error=\"%s\"", ms, msg);
 		/* EAGAIN: host capacity, e.g. every uid range in use (429). */
-		*err = e;
+		pass_error(err, e);
 		return NULL;
 	}
 	if (c->packages.any) {
@@ -953,7 +819,7 @@ struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct doma
 		dsb_release(d, s);
 		creating_done(d, 1);
 		sandlot__error_wrap(&e, "expose ports");
-		*err = e;
+		pass_error(err, e);
 		return NULL;
 	}
 
@@ -1066,25 +932,6 @@ json_t *domain_sandbox_list(struct daemon *d, const char *state, const char *con
 	return arr;
 }
 
-int domain_sandbox_delete(struct daemon *d, const char *id, sandlot_error_t **err)
-{
-	struct dsb *s = domain_sandbox_find(d, id, err);
-	if (!s)
-		return -1;
-	int rc = 0;
-	pthread_mutex_lock(&s->lock);
-	if (!is_live(s->state)) {
-		/* Paused, or ended with its workspace kept: workspaces.c. */
-		pthread_mutex_unlock(&s->lock);
-		rc = workspace_delete(d, s, err);
-	} else {
-		pthread_mutex_unlock(&s->lock);
-		dsb_end(d, s, DSB_DELETED, "deleted");
-	}
-	dsb_release(d, s);
-	return rc;
-}
-
 int domain_parse_seconds(const char *name, json_t *v, uint32_t *out, sandlot_error_t **err)
 {
 	return parse_seconds(name, v, out, err);
@@ -1178,7 +1025,7 @@ static void reap_once(struct daemon *d)
 			} else if (s->init_pid > 0 && child_exited(s->init_pid)) {
 				end_as = DSB_FAILED, reason = "failed: the sandbox's init exited unexpectedly";
 			}
-		} else if (!is_live(s->state)) {
+		} else if (!dsb_state_live(s->state)) {
 			if (workspace_forgettable_locked(s))
 				nended++; /* kept workspaces are bounded by their retention */
 			if (s->destroy_pending && s->busy == 0) {
@@ -1202,8 +1049,9 @@ static void reap_once(struct daemon *d)
 			pthread_mutex_unlock(&s->lock);
 			daemon_log("destroyed", "sandbox=%s deferred=1", s->id);
 			cgroup_check_after_destroy(s->id);
-			workspace_destroyed(d, s);
+			dsb_destroyed(d, s);
 		}
+		dsb_reap_paused(d, s, now);
 		workspace_reap(d, s, now);
 	}
 	cgroup_retry_run();
@@ -1222,7 +1070,7 @@ static void reap_once(struct daemon *d)
 		for (size_t i = 0; i < n; i++) {
 			struct dsb *s = order[i].s;
 			pthread_mutex_lock(&s->lock);
-			int old = !is_live(s->state) && !s->sb && !s->destroy_pending &&
+			int old = !dsb_state_live(s->state) && !s->sb && !s->destroy_pending &&
 				  workspace_forgettable_locked(s) &&
 				  (excess > 0 || now - s->ended_ms >= RETAIN_ENDED_MS);
 			pthread_mutex_unlock(&s->lock);
@@ -1315,7 +1163,7 @@ void sandboxes_recover(struct daemon *d)
 		ports_load_locked(s);
 		pthread_mutex_unlock(&s->lock);
 		npaused += s->state == DSB_PAUSED;
-		if (!is_live(s->state))
+		if (!dsb_state_live(s->state))
 			continue;
 		s->state = DSB_LOST;
 		s->ended_ms = now;
@@ -1396,7 +1244,7 @@ void sandboxes_shutdown(struct daemon *d)
 	size_t nl = 0;
 	for (size_t i = 0; live && i < n; i++) {
 		pthread_mutex_lock(&v[i]->lock);
-		if (is_live(v[i]->state))
+		if (dsb_state_live(v[i]->state))
 			live[nl++] = v[i];
 		pthread_mutex_unlock(&v[i]->lock);
 	}
@@ -1434,7 +1282,7 @@ void sandboxes_free(struct daemon *d)
 			sandlot_destroy(sb);
 			daemon_log("destroyed", "sandbox=%s deferred=1", s->id);
 			cgroup_check_after_destroy(s->id);
-			workspace_destroyed(d, s);
+			dsb_destroyed(d, s);
 		}
 		s->in_table = 0;
 		dsb_release(d, s);

@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
+import { Sandbox as CodeSandbox } from '@e2b/code-interpreter';
 import { AuthenticationError, Sandbox, SandboxError, SandboxNotFoundError } from 'e2b';
 
 import { E2bDaemon, skipReason } from './harness.mjs';
@@ -62,6 +63,18 @@ describe('E2B control plane (npm e2b)', { skip: skipReason, concurrency: false }
     }
   });
 
+  test('@e2b/code-interpreter: its default template is the default image too', async () => {
+    const sbx = await CodeSandbox.create({ ...d.opts(), timeoutMs: 60_000 });
+    try {
+      const rec = (await d.request('GET', `/v1/sandboxes/${sbx.sandboxId}`)).json;
+      assert.equal(rec.state, 'running');
+      assert.equal(rec.options.image, 'host');
+      assert.equal((await CodeSandbox.getInfo(sbx.sandboxId, d.opts())).state, 'running');
+    } finally {
+      assert.equal(await sbx.kill(), true);
+    }
+  });
+
   test('setTimeout moves the deadline; kill ends it and a second kill says false', async () => {
     const sbx = await Sandbox.create('base', { ...d.opts(), timeoutMs: 60_000 });
     const before = Date.now();
@@ -115,6 +128,16 @@ describe('E2B control plane (npm e2b)', { skip: skipReason, concurrency: false }
         assert.equal(s.metadata.tag, tag);
         assert.equal(s.state, 'running');
       }
+
+      // A value with the characters the filter's own syntax uses.
+      const odd = await Sandbox.create('base', {
+        ...d.opts(), timeoutMs: 120_000, metadata: { tag: `${tag}-odd`, 'k/1': 'a b&c=d%e+f' },
+      });
+      made.push(odd);
+      const oddList = await Sandbox.list({ ...d.opts(), query: { metadata: { 'k/1': 'a b&c=d%e+f' } } }).nextItems();
+      assert.deepEqual(oddList.map((s) => s.sandboxId), [odd.sandboxId]);
+      assert.deepEqual(oddList[0].metadata, { tag: `${tag}-odd`, 'k/1': 'a b&c=d%e+f' });
+      assert.deepEqual(await Sandbox.list({ ...d.opts(), query: { metadata: { 'k/1': 'a b' } } }).nextItems(), []);
 
       // Ascending order, and a filter on two keys.
       const asc = await Sandbox.list({ ...d.opts(), query: { metadata: { tag, n: '1' } }, order: 'asc' }).nextItems();
@@ -219,6 +242,48 @@ describe('E2B control plane (npm e2b)', { skip: skipReason, concurrency: false }
       const r = await d.tcpRequest('GET', '/e2b/v2/sandboxes', { headers });
       assert.equal(r.status, 200, JSON.stringify(headers));
     }
+    // A sandbox's envdAccessToken opens the calls made inside that sandbox
+    // only: not another's, not the control plane.
+    const sbx = await Sandbox.create('base', { ...d.opts(), timeoutMs: 60_000 });
+    const other = await Sandbox.create('base', { ...d.opts(), timeoutMs: 60_000 });
+    try {
+      const info = await sbx.getInfo();
+      const access = sbx.envdAccessToken;
+      assert.match(access, /^sbat_[0-9a-f]{64}$/);
+      assert.notEqual(access, d.token);
+      assert.notEqual(access, other.envdAccessToken);
+      assert.equal(info.sandboxId, sbx.sandboxId);
+      const inside = (id) => ({ 'X-Access-Token': access, 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '49983' });
+      const r = await d.tcpRequest('POST', '/e2b/process.Process/List', { headers: inside(sbx.sandboxId), body: {} });
+      assert.notEqual(r.status, 401, `${r.status} ${r.body}`);
+      // The code interpreter SDKs send it as E2B-Traffic-Access-Token (trafficAccessToken).
+      assert.equal(sbx.trafficAccessToken, access);
+      const ctx = await d.tcpRequest('GET', '/e2b/contexts', {
+        headers: { 'E2B-Traffic-Access-Token': access, 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999' },
+      });
+      assert.notEqual(ctx.status, 401, `${ctx.status} ${ctx.body}`);
+      const ctxOther = await d.tcpRequest('GET', '/e2b/contexts', {
+        headers: { 'E2B-Traffic-Access-Token': access, 'E2b-Sandbox-Id': other.sandboxId, 'E2b-Sandbox-Port': '49999' },
+      });
+      assert.equal(ctxOther.status, 401);
+      for (const [method, p, id] of [
+        ['POST', '/e2b/process.Process/List', other.sandboxId],
+        ['POST', '/e2b/process.Process/List', undefined],
+        ['GET', `/e2b/sandboxes/${sbx.sandboxId}`, sbx.sandboxId],
+        ['DELETE', `/e2b/sandboxes/${sbx.sandboxId}`, sbx.sandboxId],
+        ['GET', '/e2b/v2/sandboxes', sbx.sandboxId],
+      ]) {
+        const headers = inside(id);
+        if (id === undefined) delete headers['E2b-Sandbox-Id'];
+        const x = await d.tcpRequest(method, p, { headers, body: method === 'POST' ? {} : undefined });
+        assert.equal(x.status, 401, `${method} ${p} as ${id}: ${x.status} ${x.body}`);
+      }
+      assert.equal((await d.request('GET', `/v1/sandboxes/${sbx.sandboxId}`)).json.state, 'running');
+    } finally {
+      await sbx.kill();
+      await other.kill();
+    }
+
     // E2B's headers open /e2b only: /v1 still wants the bearer token.
     const v1 = await d.tcpRequest('GET', '/v1/sandboxes', { headers: { 'X-API-KEY': d.token } });
     assert.equal(v1.status, 401);

@@ -72,6 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check(!h.auth || inside(h.auth, h.auth_len, buf, h.head_len));
 		check(!h.api_key || inside(h.api_key, h.api_key_len, buf, h.head_len));
 		check(!h.access_token || inside(h.access_token, h.access_token_len, buf, h.head_len));
+		check(!h.sandbox_id || inside(h.sandbox_id, h.sandbox_id_len, buf, h.head_len));
+		check(!h.traffic_token || inside(h.traffic_token, h.traffic_token_len, buf, h.head_len));
 		check(!(h.has_length && h.chunked));
 		struct httphead again;
 		check(httphead_check(buf, h.head_len, MAX_HEAD, MAX_TARGET, &again) == HTTPHEAD_OK);
@@ -109,7 +111,7 @@ static const char *const versions[] = { "HTTP/1.1", "HTTP/1.0", "HTTP/2.0", "HTT
 					"http/1.1", "" };
 static const char *const names[] = { "Content-Length", "Transfer-Encoding", "Host",
 				     "Authorization", "content-length", "X-Other", "X-API-KEY",
-				     "x-access-token",
+				     "x-access-token", "E2b-Sandbox-Id", "E2B-Traffic-Access-Token",
 				     "Content-Length ", "Expect", "" };
 static const char *const values[] = { "0", "-1", "12", "18446744073709551616", " 5 ",
 				      "chunked", "gzip, chunked", "Bearer t0ken", "x\tz",

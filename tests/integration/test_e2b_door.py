@@ -128,7 +128,7 @@ def test_key_checked_on_every_request_of_a_kept_alive_connection(door):
 
 def test_duplicated_key_headers_are_refused(door):
     d, port, token = door
-    for name in ["X-API-KEY", "X-Access-Token"]:
+    for name in ["X-API-KEY", "X-Access-Token", "E2b-Sandbox-Id", "E2B-Traffic-Access-Token"]:
         status, _, body = ask(port, "GET", "/e2b/v2/sandboxes",
                               [(name, token), (name.lower(), token)])
         assert status == 400, body

@@ -529,6 +529,68 @@ static void test_execs(void)
 	daemon_down();
 }
 
+static int count_events(void *ud, json_t *ev)
+{
+	const char *type = json_string_value(json_object_get(ev, "type"));
+	if (type && !strcmp(type, "stdout"))
+		(*(int *)ud)++;
+	return 0;
+}
+
+/* Code cells and contexts: state kept across cells, events, refusals. */
+static void test_code(void)
+{
+	need_sandbox();
+	if (access("/usr/bin/python3", X_OK) < 0)
+		tap_skip("the host image has no /usr/bin/python3 for the python context");
+	daemon_up(8);
+	sandlot_error_t *err = NULL;
+	struct dsb *s = create(NULL);
+	char id[32];
+	snprintf(id, sizeof(id), "%s", s->id);
+	dsb_release(&D, s);
+	struct dsb *g = domain_sandbox_get(&D, id, &err);
+	REQUIRE(g);
+	json_t *ctx = domain_context_create(&D, g, "python", &err);
+	REQUIRE(ctx);
+	char cid[64];
+	snprintf(cid, sizeof(cid), "%s", json_string_value(json_object_get(ctx, "id")));
+	json_decref(ctx);
+
+	struct domain_code_req r = { .context = cid, .code = json_string("x = 6\nprint('hi')") };
+	int nout = 0;
+	json_t *res = domain_code_run(&D, g, &r, count_events, &nout, &err);
+	REQUIRE(res);
+	CHECK_STR(json_string_value(json_object_get(res, "status")), "ok");
+	CHECK_STR(json_string_value(json_object_get(res, "stdout")), "hi\n");
+	CHECK(nout >= 1);
+	json_decref(res);
+	json_decref(r.code);
+	r.code = json_string("x * 7");
+	res = domain_code_run(&D, g, &r, NULL, NULL, &err);
+	REQUIRE(res);
+	CHECK_STR(json_string_value(json_object_get(res, "value")), "42");
+	json_decref(res);
+	json_decref(r.code);
+
+	r = (struct domain_code_req){ .context = cid, .language = "bash", .code = json_string("") };
+	CHECK(domain_code_run(&D, g, &r, NULL, NULL, &err) == NULL);
+	CHECK_ERR(err, EINVAL, "is a python context");
+	json_decref(r.code);
+	json_t *list = domain_context_list(&D, g, &err);
+	CHECK(list && json_array_size(list) == 1);
+	json_decref(list);
+	CHECK_EQ_INT(domain_context_delete(&D, g, cid, &err), 0);
+	CHECK_EQ_INT(domain_context_delete(&D, g, cid, &err), -1);
+	CHECK_ERR(err, ENOENT, "no context");
+	json_t *body = json_loads("{\"code\": \"1\"}", 0, NULL);
+	CHECK_EQ_INT(domain_code_parse(body, &r, &err), -1);
+	CHECK_ERR(err, EINVAL, "give \"language\" or \"context\"");
+	json_decref(body);
+	dsb_put(&D, g);
+	daemon_down();
+}
+
 /* Lookups of ids that are malformed or unknown. */
 static void test_lookup_errors(void)
 {
@@ -683,6 +745,7 @@ int main(void)
 	RUN(test_from_snapshot);
 	RUN(test_files_and_changes);
 	RUN(test_execs);
+	RUN(test_code);
 	while (waitpid(-1, NULL, WNOHANG) > 0)
 		;
 	/* The pool stays mounted for the next sandbox: unmount it (its loop

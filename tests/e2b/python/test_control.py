@@ -67,6 +67,12 @@ def test_list_filters_and_pages(e2bd):
         assert len(rest) == 1 and not pager.has_next
         assert [s.sandbox_id for s in first + rest] == [s.sandbox_id for s in reversed(made)]
 
+        odd = Sandbox.create("base", timeout=120, metadata={"k/1": "a b&c=d%e+f"}, **e2bd.opts())
+        made.append(odd)
+        found = Sandbox.list(query=SandboxQuery(metadata={"k/1": "a b&c=d%e+f"}),
+                             **e2bd.opts()).next_items()
+        assert [s.sandbox_id for s in found] == [odd.sandbox_id]
+
         made[2].pause()
         paused = Sandbox.list(query=SandboxQuery(metadata={"tag": tag}, state=[SandboxState.PAUSED]),
                               **e2bd.opts()).next_items()
