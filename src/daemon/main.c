@@ -29,6 +29,8 @@
 
 #include "common/util.h"
 #include "daemon/daemon.h"
+#include "daemon/e2b_envd.h"
+#include "daemon/e2b.h"
 
 #define MAX_LISTEN 4
 
@@ -377,7 +379,9 @@ static struct http_route *all_routes(void)
 	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
 					      file_routes, workspace_routes, code_routes, port_routes,
 					      proxy_routes, changes_routes, network_routes,
-					      package_routes };
+					      package_routes, e2b_envd_routes, e2b_interp_routes,
+					      /* last: its final entries take every other /e2b path */
+					      e2b_routes };
 	size_t n = 0;
 	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
 		for (const struct http_route *r = tables[t]; r->method; r++)
