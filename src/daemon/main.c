@@ -29,6 +29,7 @@
 
 #include "common/util.h"
 #include "daemon/daemon.h"
+#include "daemon/mcp_http.h"
 
 #define MAX_LISTEN 4
 
