@@ -51,6 +51,7 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
+#include "mcp/headers.h"
 #include "mcp/mcp.h"
 
 #define BODY_MAX (64u << 20)           /* a POSTed message (a write_file of ~48 MiB) */
@@ -480,40 +481,10 @@ static int origin_ok(struct http_req *req)
 	for (int i = 0; i < g.norigins; i++)
 		if (!strcmp(o, g.origins[i]))
 			return 1;
-	const char *h = NULL;
-	if (!strncasecmp(o, "http://", 7))
-		h = o + 7;
-	else if (!strncasecmp(o, "https://", 8))
-		h = o + 8;
-	static const char *const loopback[] = { "localhost", "127.0.0.1", "[::1]" };
-	for (size_t i = 0; h && i < SANDLOT_ARRAY_SIZE(loopback); i++) {
-		size_t n = strlen(loopback[i]);
-		if (!strncasecmp(h, loopback[i], n) && (h[n] == '\0' || h[n] == ':')) {
-			const char *port = h[n] == ':' ? h + n + 1 : "";
-			if (strspn(port, "0123456789") == strlen(port))
-				return 1;
-		}
-	}
+	if (mcp_origin_loopback(o))
+		return 1;
 	rpc_fail(req, 403, -32000, "Forbidden: this Origin may not use the MCP endpoint (allowed: "
 		 "loopback origins and --mcp-allow-origin)");
-	return 0;
-}
-
-/* Whether a header value lists a media type (or its wildcard). */
-static int accepts(const char *accept, const char *type)
-{
-	if (!accept)
-		return 1;   /* no Accept: anything */
-	size_t n = strlen(type);
-	for (const char *p = accept; *p;) {
-		p += strspn(p, " \t,");
-		size_t len = strcspn(p, ",;");
-		while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-			len--;
-		if ((len == n && !strncasecmp(p, type, n)) || (len == 3 && !strncmp(p, "*/*", 3)))
-			return 1;
-		p += strcspn(p, ",");
-	}
 	return 0;
 }
 
@@ -542,7 +513,7 @@ static int post_begin(struct http_req *req)
 		return rpc_fail(req, 415, -32000, "Unsupported Media Type: POST a JSON-RPC message with "
 				"Content-Type: application/json"), -1;
 	const char *acc = http_header(req, "Accept");
-	if (!accepts(acc, "application/json") && !accepts(acc, "text/event-stream"))
+	if (!mcp_accepts(acc, "application/json") && !mcp_accepts(acc, "text/event-stream"))
 		return rpc_fail(req, 406, -32000, "Not Acceptable: the answers are application/json or "
 				"text/event-stream; Accept one of them"), -1;
 	const char *pv = http_header(req, "MCP-Protocol-Version");
@@ -681,8 +652,8 @@ static int post_end(struct http_req *req)
 		return http_empty(req, 202);
 	}
 
-	int sse = accepts(http_header(req, "Accept"), "text/event-stream") &&
-		  (!accepts(http_header(req, "Accept"), "application/json") || !inits);
+	int sse = mcp_accepts(http_header(req, "Accept"), "text/event-stream") &&
+		  (!mcp_accepts(http_header(req, "Accept"), "application/json") || !inits);
 	/* A lone ping is answered here, even while a call runs. */
 	json_t *now = NULL;
 	if (!inits && json_is_object(msg) && mcp_handle_now(s->m, msg, &now) && now) {
