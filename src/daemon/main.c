@@ -795,8 +795,15 @@ int main(int argc, char **argv)
 	hc.listens = listens;
 	hc.nlisten = nlisten;
 	hc.token = token;
+	/* Before the first request: /mcp serves as soon as the rest does. */
+	if (mcp_http_start(&d, &mcfg, &err) < 0) {
+		daemon_log("mcp", "level=error msg=\"%s: /mcp answers 503\"", sandlot_error_message(err));
+		sandlot_error_free(err);
+		err = NULL;
+	}
 	struct http_server *server = http_start(&d, &hc, routes, &err);
 	if (!server) {
+		mcp_http_stop();
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
 		sandlot_error_free(err);
 		pool_stop(&d);
@@ -804,11 +811,6 @@ int main(int argc, char **argv)
 		goto fail;
 	}
 	reaper_start(&d);
-	if (mcp_http_start(&d, &mcfg, &err) < 0) {
-		daemon_log("mcp", "level=error msg=\"%s: /mcp answers 503\"", sandlot_error_message(err));
-		sandlot_error_free(err);
-		err = NULL;
-	}
 	report_cgroup();
 	for (int i = 0; i < nlisten; i++)
 		daemon_log("listening", "address=\"%s\"%s", listens[i],
