@@ -527,8 +527,10 @@ void sandlot_destroy_nowait(sandlot_t *sb)
 		sandlot_destroy(sb);
 		return;
 	}
-	/* Open streams see on_lost (commands end as killed), as with
-	 * sandlot_destroy(); the helper does everything else. */
+	/* This process stops serving the sandbox's network (its listeners,
+	 * the nftables context); open streams see on_lost (commands end as
+	 * killed), as with sandlot_destroy(); the helper does everything else. */
+	sandlot__net_stop(sb);
 	if (sb->conn_open)
 		sandlot__conn_shutdown(&sb->conn);
 	sb->ops->release(sb);

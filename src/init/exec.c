@@ -690,16 +690,16 @@ static void report_start_failure(struct loop *l, uint32_t id, const struct child
 			send_start_error(l, id, EACCES, 'x', "permission denied: %s", argv0);
 		else
 			send_start_error(l, id, r->err, 'x', "cannot execute %s: %s", argv0,
-					 strerror(r->err));
+					 init__strerror(r->err));
 		break;
 	case STAGE_CWD:
-		send_start_error(l, id, r->err, 'w', "working directory %s: %s", cwd, strerror(r->err));
+		send_start_error(l, id, r->err, 'w', "working directory %s: %s", cwd, init__strerror(r->err));
 		break;
 	case STAGE_PRIVS:
-		send_start_error(l, id, r->err, 'p', "cannot drop privileges: %s", strerror(r->err));
+		send_start_error(l, id, r->err, 'p', "cannot drop privileges: %s", init__strerror(r->err));
 		break;
 	default:
-		send_start_error(l, id, r->err, 's', "cannot set up the process: %s", strerror(r->err));
+		send_start_error(l, id, r->err, 's', "cannot set up the process: %s", init__strerror(r->err));
 		break;
 	}
 }
@@ -816,7 +816,7 @@ started:;
 		init__warm_later(l, WARM_DELAY_MS);
 	return;
 fail:
-	init__send_error(l, id, errno, "cannot start %s: %s", argv[0], strerror(errno));
+	init__send_error(l, id, errno, "cannot start %s: %s", argv[0], init__strerror(errno));
 }
 
 void init__exec_request(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload)
@@ -884,7 +884,7 @@ void init__exec_request(struct loop *l, const struct sl_frame_header *h, const u
 out:
 	if (err)
 		init__send_error(l, h->stream, err, "EXEC: bad %s: %s", what ? what : "request",
-				 strerror(err));
+				 init__strerror(err));
 	strv_free(&argv);
 	strv_free(&envp);
 }

@@ -146,7 +146,7 @@ static int parse_args(struct loop *l, const struct sl_frame_header *h, const uin
 			free(a->path);
 			if (!(a->path = init__rec_string(&r, 1))) {
 				init__send_error(l, h->stream, errno, "%s: bad PATH: %s", op,
-						 strerror(errno));
+						 init__strerror(errno));
 				return -1;
 			}
 			break;
@@ -298,7 +298,7 @@ static void fwrite_abort(struct loop *l, struct stream *s, int err)
 {
 	struct fwrite *w = s->data;
 	init__send_error(l, s->id, err, "write %s: %s", w->path,
-			 err == ECANCELED ? "cancelled by the host" : strerror(err));
+			 err == ECANCELED ? "cancelled by the host" : init__strerror(err));
 	init__stream_close(l, s);
 }
 
@@ -443,7 +443,7 @@ void init__fwrite_request(struct loop *l, const struct sl_frame_header *h, const
 		fwrite_commit(l, s);
 out:
 	if (err)
-		init__send_error(l, h->stream, err, "write %s: %s", a.path, strerror(err));
+		init__send_error(l, h->stream, err, "write %s: %s", a.path, init__strerror(err));
 	if (w) {
 		if (w->dirfd >= 0)
 			fwrite_destroy(&(struct stream){ .data = w });
@@ -479,7 +479,7 @@ static void fread_error(struct loop *l, struct stream *s, int err)
 				 r->path, (unsigned long long)r->max);
 	else
 		init__send_error(l, s->id, err, "read %s: %s", r->path,
-				 err == ECANCELED ? "cancelled by the host" : strerror(err));
+				 err == ECANCELED ? "cancelled by the host" : init__strerror(err));
 	init__stream_close(l, s);
 }
 
@@ -604,7 +604,7 @@ void init__fread_request(struct loop *l, const struct sl_frame_header *h, const 
 out:
 	if (err)
 		init__send_error(l, h->stream, err, "read %s: %s", a.path,
-				 err == EINVAL ? "not a regular file" : strerror(err));
+				 err == EINVAL ? "not a regular file" : init__strerror(err));
 	free(a.path);
 }
 
@@ -621,7 +621,7 @@ void init__stat_request(struct loop *l, const struct sl_frame_header *h, const u
 	cleanup_close int fd = init__open(l, a.path, O_PATH | O_NOFOLLOW, 0, 0);
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st) < 0) {
-		init__send_error(l, h->stream, errno, "stat %s: %s", a.path, strerror(errno));
+		init__send_error(l, h->stream, errno, "stat %s: %s", a.path, init__strerror(errno));
 		free(a.path);
 		return;
 	}
@@ -667,7 +667,7 @@ static void list_pump(struct loop *l, struct stream *s)
 					int err = errno;
 					sl_msg_free(&m);
 					init__send_error(l, s->id, err, "list %s: %s", li->path,
-							 strerror(err));
+							 init__strerror(err));
 					init__stream_close(l, s);
 					return;
 				}
@@ -735,7 +735,7 @@ void init__list_request(struct loop *l, const struct sl_frame_header *h, const u
 	s->ready = 1;
 out:
 	if (err)
-		init__send_error(l, h->stream, err, "list %s: %s", a.path, strerror(err));
+		init__send_error(l, h->stream, err, "list %s: %s", a.path, init__strerror(err));
 	free(a.path);
 }
 
@@ -779,7 +779,7 @@ void init__mkdir_request(struct loop *l, const struct sl_frame_header *h, const 
 	}
 out:
 	if (err)
-		init__send_error(l, h->stream, err, "mkdir %s: %s", a.path, strerror(err));
+		init__send_error(l, h->stream, err, "mkdir %s: %s", a.path, init__strerror(err));
 	else
 		init__send_ok(l, h->stream);
 	target_free(&t);
@@ -880,7 +880,7 @@ out:
 	if (err == EXDEV)
 		init__send_error(l, h->stream, err, "remove %s: a mount point is in the way", a.path);
 	else if (err)
-		init__send_error(l, h->stream, err, "remove %s: %s", a.path, strerror(err));
+		init__send_error(l, h->stream, err, "remove %s: %s", a.path, init__strerror(err));
 	else
 		init__send_ok(l, h->stream);
 	target_free(&t);

@@ -85,6 +85,10 @@ struct init_config {
 	unsigned short filter_len;
 };
 
+/* strerror() in the host C library's words, whichever libc built init
+ * (errtext.c). */
+const char *init__strerror(int err);
+
 /* Parse argv into cfg; prints a message and returns -1 on bad usage. */
 int init_parse_args(int argc, char **argv, struct init_config *cfg);
 

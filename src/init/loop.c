@@ -596,7 +596,7 @@ int init_serve(const struct init_config *cfg)
 	sl_reader_init(&l.rd);
 
 	if (prepare(&l) < 0) {
-		init__log("cannot start serving: %s", strerror(errno));
+		init__log("cannot start serving: %s", init__strerror(errno));
 		l.status = 1;
 	} else {
 		/* The host waits for EOF on the status fd, then for HELLO. */
@@ -611,7 +611,7 @@ int init_serve(const struct init_config *cfg)
 		 * would otherwise have to ask for. */
 		queue_flush(&l);
 		if (init_setup_finish(cfg) < 0) {
-			init__log("cannot finish the setup: %s", strerror(errno));
+			init__log("cannot finish the setup: %s", init__strerror(errno));
 			l.status = 1;
 		} else {
 			init__warm_prepare(&l);

@@ -577,7 +577,7 @@ void init__scan_request(struct loop *l, const struct sl_frame_header *h, const u
 
 	struct snapshot *snap = take_snapshot(l, memory);
 	if (!snap) {
-		init__send_error(l, h->stream, errno, "scan %s: %s", l->cfg->home, strerror(errno));
+		init__send_error(l, h->stream, errno, "scan %s: %s", l->cfg->home, init__strerror(errno));
 		return;
 	}
 	static struct snapshot empty = { .refs = 1 }; /* never freed: one ref too many */

@@ -71,7 +71,7 @@ static void report(int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	dprintf(INIT_FD_STATUS, "%d %s%s%s\n", err, msg, err ? ": " : "", err ? strerror(err) : "");
+	dprintf(INIT_FD_STATUS, "%d %s%s%s\n", err, msg, err ? ": " : "", err ? init__strerror(err) : "");
 }
 
 #define FAIL(...)                                  \

@@ -78,7 +78,8 @@ def test_langchain_agent_runs_the_tool(client, sb):
     tool = SandlotTool(sb, timeout_seconds=120)
     assert isinstance(tool, BaseTool) and tool.name == "sandlot_run_code"
     assert "interrupted after 120 seconds" in tool.description
-    assert set(tool.args_schema.model_json_schema()["properties"]) == {"code", "language", "timeout"}
+    assert set(tool.args_schema.model_json_schema()["properties"]) == {"code", "language", "timeout",
+                                                                       "packages"}
     agent = create_agent(script(
         [("sandlot_run_code", {"code": "x = 6 * 7\nprint(x)"})],
         [("sandlot_run_code", {"code": "x + 1"}),

@@ -5,6 +5,7 @@ import { ToolLoopAgent, tool, type Experimental_SandboxSession } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 import type { LanguageModelV4GenerateResult } from "@ai-sdk/provider";
 import { z } from "zod";
+import * as fs from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
 import { Sandlot, SandlotError, type Sandbox } from "sandlot";
