@@ -58,6 +58,7 @@
 #define RUN_TIMEOUT_MS (5 * 60 * 1000) /* run_command / run_code without timeout_seconds */
 #define STREAM_KEEPALIVE_MS 25000      /* something on a quiet answer stream */
 #define END_WAIT_MS 30000              /* a DELETE waits this long for the sandbox's end */
+#define INFLIGHT_MAX 16                /* requests of one session being handled or waiting */
 
 static const char *const protocol_versions[] = { "2025-11-25", "2025-06-18", "2025-03-26" };
 
@@ -631,6 +632,18 @@ static int post_end(struct http_req *req)
 	if (!s) {
 		json_decref(msg);
 		return 0;
+	}
+	pthread_mutex_lock(&g.lock);
+	int crowded = (inits || requests) && s->busy > INFLIGHT_MAX;   /* counted in busy */
+	if (crowded)
+		s->busy--;
+	pthread_mutex_unlock(&g.lock);
+	if (crowded) {
+		/* Each waits for its turn on a thread of its own: bounded. */
+		session_put(s);
+		json_decref(msg);
+		return rpc_fail(req, 429, -32000, "too many requests of this session in progress "
+				"(at most 16): wait for their answers");
 	}
 	if (!requests && !inits) {
 		/* Notifications and responses: a cancellation applies now. */

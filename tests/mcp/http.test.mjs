@@ -3,6 +3,7 @@
 // TCP listener with the bearer token; and the HTTP edges (status codes,
 // headers, JSON or SSE answers) by plain fetch.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -321,6 +322,26 @@ describe('MCP over Streamable HTTP: session limits and idle expiry', { skip: ski
     await initialize(d); // room again (this one expires below)
   });
 
+  test('at most 16 requests of one session in progress or waiting: more get 429', async () => {
+    const id = await initialize(d);
+    const call = (n, command) => post(d, {
+      jsonrpc: '2.0', id: n, method: 'tools/call', params: { name: 'run_command', arguments: { command } },
+    }, { 'Mcp-Session-Id': id, Accept: 'text/event-stream' });
+    // The headers of each answer come at once; the calls then run one by one.
+    const first = await call(1, 'sleep 2');
+    const waiting = await Promise.all(Array.from({ length: 15 }, (_, i) => call(i + 2, 'true')));
+    const over = await call(99, 'true');
+    assert.equal(over.status, 429);
+    assert.match((await over.json()).error.message, /too many requests of this session/);
+    for (const r of [first, ...waiting]) {
+      assert.equal(r.status, 200);
+      const [answer] = sseMessages(await r.text());
+      assert.equal(answer.result.isError, false);
+    }
+    const del = await fetch(`${d.url}/mcp`, { method: 'DELETE', headers: { ...auth(d), 'Mcp-Session-Id': id } });
+    assert.equal(del.status, 204);
+  });
+
   test('an idle session ends after --mcp-idle-timeout and its sandbox is deleted', async () => {
     const c = await connect(d);
     const id = c.transport.sessionId;
@@ -331,7 +352,7 @@ describe('MCP over Streamable HTTP: session limits and idle expiry', { skip: ski
     const after = await post(d, { jsonrpc: '2.0', id: 3, method: 'ping' }, { 'Mcp-Session-Id': id });
     assert.equal(after.status, 404);
     await c.client.close();
-    assert.match(d.logs(), /event=mcp_session session=mcp-\w+ ended=idle sandbox=sb-/);
+    assert.match(fs.readFileSync(d.logPath, 'utf8'), /event=mcp_session session=mcp-\w+ ended=idle sandbox=sb-/);
   });
 
   test('a call that runs longer than the idle timeout is not cut', async () => {
