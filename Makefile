@@ -71,8 +71,9 @@ tsan: all
 integration: all
 	$(PYTEST) -q tests/integration
 
-# `sandlot mcp` under the official MCP SDK client (tests/mcp, its packages
-# from the committed package-lock.json) against a real sandlotd.  With
+# The MCP server under the official MCP SDK client (tests/mcp, its packages
+# from the committed package-lock.json) against a real sandlotd: over stdio
+# (`sandlot mcp`) and over Streamable HTTP (sandlotd's /mcp).  With
 # MCP_TAP=FILE the results are also written to FILE as TAP (scripts/check.sh
 # counts them from there).
 mcp-check: all

@@ -165,7 +165,7 @@ count_node_tap() {
 		sed -E 's/^ *(not )?ok [0-9]+ - (.*) # (SKIP|TODO).*/\2/')
 }
 
-stage "MCP server (sandlot mcp) under the official MCP SDK client"
+stage "MCP server over stdio (sandlot mcp) and Streamable HTTP (sandlotd /mcp) under the official MCP SDK client"
 tap=$(mktemp)
 make -s mcp-check MCP_TAP="$tap"
 count_node_tap "$tap" MCP
