@@ -489,6 +489,7 @@ struct hstream {
 	char *buf;
 	size_t len, off;
 	int eof, error, completed;
+	int sized;                  /* of a known size: its end before that is a cut */
 	int busy;                   /* a read job runs or is parked */
 	int suspended;
 	int refs;                   /* the response, and a busy job */
@@ -579,6 +580,27 @@ static void stream_park_fired(struct park *p, int why)
 	stream_read_job(&hs->job);
 }
 
+/* The reader below is about to end the response in a way that makes
+ * libmicrohttpd close the connection: an error, or the end of a response
+ * of known size before that size.  libmicrohttpd (0.9.75) closes it from
+ * inside its state machine, and such a connection is freed (its socket
+ * closed) only by a later pass of its thread over the connection's
+ * timeout list — a pass that walks that list from the oldest connection
+ * and stops at the first one still open.  A connection resumed from a
+ * park to learn that its client left is neither in the thread's epoll set
+ * nor on its ready list then, so nothing but that pass reaches it: behind
+ * an older open connection (a kept-alive client) on the same thread, or
+ * with nothing else for that thread to do, it stayed closed but not freed
+ * for up to CONN_IDLE_TIMEOUT_S, with its socket and its place in the
+ * door's count.  A timeout of its own moves it to
+ * the list of connections with their own timeouts, which every pass walks
+ * in full and whose earliest deadline bounds the thread's wait: it is
+ * freed within a second. */
+static void closing_from_reader(struct MHD_Connection *conn)
+{
+	MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
+}
+
 /* MHD's content reader: never blocks. */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max)
 {
@@ -596,11 +618,15 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max)
 	}
 	if (hs->error) {
 		pthread_mutex_unlock(&hs->lock);
+		closing_from_reader(hs->conn);
 		return MHD_CONTENT_READER_END_WITH_ERROR;
 	}
 	if (hs->eof) {
 		hs->completed = 1;
+		int cut = hs->sized;
 		pthread_mutex_unlock(&hs->lock);
+		if (cut)
+			closing_from_reader(hs->conn);
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	}
 	int start = !hs->busy;
@@ -641,6 +667,7 @@ static struct MHD_Response *stream_response(struct http_req *req, uint64_t size,
 	hs->free_fn = free_fn;
 	hs->ud = ud;
 	hs->refs = 1;
+	hs->sized = size != MHD_SIZE_UNKNOWN;
 	pthread_mutex_init(&hs->lock, NULL);
 	struct MHD_Response *resp = MHD_create_response_from_callback(
 		size, 64 * 1024, stream_reader, hs, stream_response_gone);
