@@ -18,7 +18,7 @@ BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev musl-tools libseccomp-de
 # clang, libclang-rt-14-dev: libFuzzer targets (scripts/fuzz.sh)
 TEST_DEPS = python3-pytest python3-venv python-is-python3 bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy dnsmasq-base openssl socat curl nftables clang libclang-rt-14-dev
 
-.PHONY: all deps test-deps demo check unit asan tsan fuzz integration mcp-check ts-check image-minimal image-python-data clean
+.PHONY: all deps test-deps demo check unit asan tsan fuzz integration mcp-check ts-check e2b-check e2b-js-check e2b-py-check image-minimal image-python-data clean
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -71,8 +71,9 @@ tsan: all
 integration: all
 	$(PYTEST) -q tests/integration
 
-# `sandlot mcp` under the official MCP SDK client (tests/mcp, its packages
-# from the committed package-lock.json) against a real sandlotd.  With
+# The MCP server under the official MCP SDK client (tests/mcp, its packages
+# from the committed package-lock.json) against a real sandlotd: over stdio
+# (`sandlot mcp`) and over Streamable HTTP (sandlotd's /mcp).  With
 # MCP_TAP=FILE the results are also written to FILE as TAP (scripts/check.sh
 # counts them from there).
 mcp-check: all
@@ -82,6 +83,24 @@ mcp-check: all
 		--test-reporter=spec --test-reporter-destination=stdout \
 		$(if $(MCP_TAP),--test-reporter=tap --test-reporter-destination=$(abspath $(MCP_TAP))) \
 		*.test.mjs
+
+# sandlotd's E2B-compatible API under E2B's own SDKs, at the versions pinned
+# in tests/e2b (package-lock.json: npm e2b, @e2b/code-interpreter;
+# requirements.txt: PyPI e2b, e2b-code-interpreter).  SANDLOT_TEST_BIN_DIR
+# picks the sandlotd they run (build/bin unless set); E2B_TAP: also write
+# the node tests' TAP there.
+e2b-check: e2b-js-check e2b-py-check
+
+e2b-js-check: all
+	@command -v node >/dev/null && command -v npm >/dev/null || scripts/apt-install.sh nodejs npm
+	@cd tests/e2b && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
+	cd tests/e2b && node --test --test-concurrency=1 \
+		--test-reporter=spec --test-reporter-destination=stdout \
+		$(if $(E2B_TAP),--test-reporter=tap --test-reporter-destination=$(abspath $(E2B_TAP))) \
+		*.test.mjs
+
+e2b-py-check: all
+	pyenv=$$(scripts/e2b-pyenv.sh) && "$$pyenv" -m pytest -q -rs -p no:cacheprovider tests/e2b/python
 
 # The TypeScript package (clients/typescript): install its locked dev
 # dependencies, build it, run its tests against a real sandlotd (root).

@@ -165,11 +165,29 @@ count_node_tap() {
 		sed -E 's/^ *(not )?ok [0-9]+ - (.*) # (SKIP|TODO).*/\2/')
 }
 
-stage "MCP server (sandlot mcp) under the official MCP SDK client"
+stage "MCP server over stdio (sandlot mcp) and Streamable HTTP (sandlotd /mcp) under the official MCP SDK client"
 tap=$(mktemp)
 make -s mcp-check MCP_TAP="$tap"
 count_node_tap "$tap" MCP
 rm -f "$tap"
+
+# E2B's own SDKs against the sanitized sandlotd: its reports land in
+# SANDLOT_SANITIZER_REPORTS and fail the run at the end.
+stage "E2B-compatible API under E2B's own SDKs (npm e2b, PyPI e2b); sandlotd under ASan+UBSan"
+tap=$(mktemp)
+SANDLOT_TEST_BIN_DIR=$PWD/$asan_bin make -s e2b-js-check E2B_TAP="$tap"
+count_node_tap "$tap" E2B
+rm -f "$tap"
+out=$(mktemp)
+if pyenv=$(scripts/e2b-pyenv.sh); then
+	SANDLOT_TEST_BIN_DIR=$PWD/$asan_bin "$pyenv" -m pytest -q -rs -p no:cacheprovider tests/e2b/python 2>&1 |
+		tee "$out"
+	count_pytest "$out"
+else
+	echo "could not make the E2B SDKs' virtualenv (scripts/e2b-pyenv.sh)"
+	failed=$((failed + 1))
+fi
+rm -f "$out"
 
 stage "TypeScript client (clients/typescript): npm ci, tsc, node --test"
 if ! command -v node >/dev/null || [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -lt 20 ]; then

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,6 @@
 #include "common/cleanup.h"
 
 #define ERROR_BODY_MAX (64u << 10)
-#define TOKEN_FILE_MAX 4096
 
 /* ---- set-up ------------------------------------------------------------- */
 
@@ -65,101 +65,51 @@ static int parse_host(struct client *c, const char *host)
 	return -1;
 }
 
-/* Read the first line of a token file.  Returns a new string, or NULL
- * after printing why. */
-static char *read_token_file(const char *verb, const char *path)
+/* The curl library is set up once per process, from whichever thread first
+ * opens a client (sandlotd opens them from several). */
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static int curl_ok;
+
+static void curl_setup(void)
 {
-	cleanup_fclose FILE *f = fopen(path, "re");
-	if (!f) {
-		fprintf(stderr, "sandlot %s: cannot read token file %s: %s\n", verb, path, strerror(errno));
-		return NULL;
-	}
-	char *buf = calloc(1, TOKEN_FILE_MAX + 1);
-	if (!buf)
-		return NULL;
-	size_t n = fread(buf, 1, TOKEN_FILE_MAX, f);
-	buf[n] = '\0';
-	char *nl = strpbrk(buf, "\r\n");
-	if (nl)
-		*nl = '\0';
-	n = strlen(buf);
-	while (n > 0 && isspace((unsigned char)buf[n - 1]))
-		buf[--n] = '\0';
-	if (n == 0) {
-		fprintf(stderr, "sandlot %s: token file %s is empty\n", verb, path);
-		free(buf);
-		return NULL;
-	}
-	return buf;
+	curl_ok = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
 }
 
-int client_init(struct client *c, const char *verb, const char *host, const char *token_file)
+int client_open(struct client *c, const char *verb, const char *host, const char *token)
 {
-	static int curl_ready;
 	memset(c, 0, sizeof(*c));
 	c->verb = verb;
-	if (!host)
-		host = cli_host;
-	if (!token_file)
-		token_file = cli_token_file;
-	if (!host || !*host)
-		host = getenv("SANDLOT_HOST");
-	if (!host || !*host)
-		host = CLIENT_DEFAULT_HOST;
 	/* Messages name the host as unix:PATH, tcp:HOST:PORT or the URL. */
 	if (host[0] == '/' ? asprintf(&c->host, "unix:%s", host) < 0 : !(c->host = strdup(host)))
 		c->host = NULL;
-	if (!c->host)
-		return EXIT_SANDLOT;
+	if (!c->host) {
+		errno = ENOMEM;
+		return -1;
+	}
 	if (parse_host(c, host) < 0) {
-		cli_usage_error(verb, "invalid host \"%s\": expected unix:PATH, tcp:HOST:PORT or "
-				"http://HOST:PORT", host);
 		client_free(c);
-		return EXIT_USAGE;
-	}
-
-	/* --token-file beats SANDLOT_TOKEN beats SANDLOT_TOKEN_FILE. */
-	cleanup_free char *token = NULL;
-	const char *env_token = getenv("SANDLOT_TOKEN");
-	if (!token_file && !(env_token && *env_token)) {
-		token_file = getenv("SANDLOT_TOKEN_FILE");
-		if (token_file && !*token_file)
-			token_file = NULL;
-	}
-	if (token_file) {
-		token = read_token_file(verb, token_file);
-		if (!token) {
-			client_free(c);
-			return EXIT_SANDLOT;
-		}
-	} else if (env_token && *env_token) {
-		token = strdup(env_token);
+		errno = EINVAL;
+		return -1;
 	}
 	if (token) {
 		if (strpbrk(token, "\r\n")) {
-			fprintf(stderr, "sandlot %s: the token contains a line break\n", verb);
 			client_free(c);
-			return EXIT_USAGE;
+			errno = EBADMSG;
+			return -1;
 		}
 		if (asprintf(&c->auth, "Authorization: Bearer %s", token) < 0) {
 			c->auth = NULL;
 			client_free(c);
-			return EXIT_SANDLOT;
+			errno = ENOMEM;
+			return -1;
 		}
 	}
-
-	if (!curl_ready) {
-		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-			fprintf(stderr, "sandlot %s: cannot initialise libcurl\n", verb);
-			client_free(c);
-			return EXIT_SANDLOT;
-		}
-		curl_ready = 1;
-	}
-	c->multi = curl_multi_init();
+	pthread_once(&curl_once, curl_setup);
+	c->multi = curl_ok ? curl_multi_init() : NULL;
 	if (!c->multi) {
 		client_free(c);
-		return EXIT_SANDLOT;
+		errno = ENOTSUP;
+		return -1;
 	}
 	return 0;
 }

@@ -100,6 +100,12 @@ struct client_req {
  * defaults apply).  Returns 0, or an exit status after printing why (2 for
  * a malformed host, 125 for an unreadable token file). */
 int client_init(struct client *c, const char *verb, const char *host, const char *token_file);
+/* The same without the CLI's defaults, environment or messages (sandlotd
+ * uses it to reach its own API): host as for --host, token the bearer
+ * token or NULL.  Returns 0, or -1 with errno EINVAL (a malformed host),
+ * EBADMSG (a line break in the token), ENOTSUP (libcurl failed to set up)
+ * or ENOMEM.  Safe to call from several threads. */
+int client_open(struct client *c, const char *verb, const char *host, const char *token);
 /* Cancels requests still running (closing their connections). */
 void client_free(struct client *c);
 

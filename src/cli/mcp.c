@@ -1,10 +1,8 @@
-/* sandlot mcp: a Model Context Protocol server over stdio.
+/* sandlot mcp: the MCP server (src/mcp) over stdio.
  *
  * The process reads JSON-RPC 2.0 messages, one per line, from stdin and
  * writes one answer per line to stdout; stderr carries only its own log
- * lines.  The tools it offers (run_command, run_code, read_file,
- * write_file, list_files, generated_files) work in ONE sandbox of sandlotd
- * per session, created by the first tool call that needs it and deleted
+ * lines.  The session's sandbox is one of the sandlotd at --host, deleted
  * when the session ends (stdin closed, SIGTERM, SIGINT or SIGHUP).
  *
  * One thread.  Messages are handled one at a time, in order; while a tool
@@ -18,16 +16,6 @@
  * 5 minutes) and this server sends a keepalive every third of it, so the
  * sandbox lives as long as the server does, and goes away by itself soon
  * after a server that was killed without a chance to delete it.
- *
- * Errors, as the MCP specification sorts them: a message that is not JSON
- * is -32700; not a JSON-RPC request, -32600; an unknown method, -32601;
- * malformed params or an unknown tool, -32602.  Arguments that do not
- * match a tool's inputSchema are -32602 for protocol versions up to
- * 2025-06-18 and a tool result with isError (so that the model sees the
- * message) from 2025-11-25 on, as that version of the specification asks.
- * Everything that goes wrong while a tool runs (a non-zero exit, a missing
- * file, sandlotd unreachable) is a tool result with isError: true and one
- * clear sentence.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -37,29 +25,17 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "client.h"
-#include "common/base64.h"
 #include "common/cleanup.h"
-#include "common/json.h"
+#include "mcp/mcp.h"
 
 #define MESSAGE_MAX (64u << 20)        /* longest JSON-RPC line we take */
-#define OUTPUT_LIMIT (256u << 10)      /* run_command output kept per stream */
-#define READ_MAX (16u << 20)           /* read_file */
-#define GENERATED_BYTES_MAX (8u << 20) /* contents in one generated_files answer */
-#define GENERATED_LIST_MAX 500         /* paths listed by generated_files */
-#define CHANGES_SHOWN 20               /* changed files named after a run_command */
 #define DEFAULT_TIMEOUT_MS (5 * 60 * 1000)
 #define DEFAULT_IDLE_S 300
 #define TIMEOUT_MAX_S 86400
-
-/* Newest first; the first is what we answer a client asking for a version
- * we do not know. */
-static const char *const protocol_versions[] = { "2025-11-25", "2025-06-18", "2025-03-26",
-						 "2024-11-05" };
 
 static const char mcp_help[] =
 	"NAME\n"
@@ -125,7 +101,7 @@ static const char mcp_help[] =
 	"    sandlot mcp --memory 1G --timeout 2m\n"
 	"    sandlot mcp -H tcp:127.0.0.1:7070 --token-file ~/.config/sandlot/token\n";
 
-/* ---- session state ---------------------------------------------------------- */
+/* ---- the transport's state ------------------------------------------------ */
 
 struct line {
 	struct line *next;
@@ -133,37 +109,17 @@ struct line {
 	char data[];
 };
 
-enum stop { RUNNING, STOP_NOW };
-
-struct mcp {
+struct stdio {
 	struct client c;
-	json_t *create_body;           /* POST /v1/sandboxes */
-	uint64_t timeout_ms;           /* default of run_command / run_code */
-	uint64_t keepalive_ms;         /* 0: none */
-
-	/* protocol */
-	int input_errors_as_results;   /* negotiated 2025-11-25 or later */
-
-	/* the sandbox */
-	char *sandbox;                 /* id, or NULL before the first call */
-	json_int_t baseline;           /* changes cursor when it was created */
-	json_int_t gen_cursor;         /* ... at the last generated_files */
-	int64_t last_active_ms;
-	json_t *contexts;              /* run_code context name -> daemon context id */
-
-	/* input */
+	struct mcp *m;
+	json_t *create_body;           /* from the options */
+	uint64_t timeout_ms, keepalive_ms;
 	int sigfd;
 	int in_eof;
 	char *in;                      /* a partial line */
 	size_t in_len, in_cap;
 	int discarding;                /* skipping the rest of a too long line */
 	struct line *queue, **queue_tail;
-
-	/* the tools/call in progress */
-	json_t *cur_id;
-	int cancelled;
-	enum stop stop;                /* STOP_NOW: a signal, or stdout gone */
-	int hold;                      /* http() finishes the request whatever happens */
 };
 
 static void mlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -177,17 +133,10 @@ static void mlog(const char *fmt, ...)
 	va_end(ap);
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- output ----------------------------------------------------------------- */
 
 /* Write one message as one line.  A stdout that is gone ends the session. */
-static void send_msg(struct mcp *m, json_t *msg)
+static void send_msg(struct stdio *s, json_t *msg)
 {
 	if (!msg)
 		return;
@@ -203,36 +152,15 @@ static void send_msg(struct mcp *m, json_t *msg)
 	free(text);
 	if (rc < 0) {
 		mlog("standard output is gone (%s): ending the session", strerror(errno));
-		m->stop = STOP_NOW;
+		mcp_stop(s->m);
 	}
-}
-
-static json_t *rpc_result(json_t *id, json_t *result)
-{
-	return json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result);
-}
-
-static json_t *rpc_error(json_t *id, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static json_t *rpc_error(json_t *id, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char *msg = NULL;
-	if (vasprintf(&msg, fmt, ap) < 0)
-		msg = NULL;
-	va_end(ap);
-	json_t *o = json_pack("{s:s,s:O,s:{s:i,s:o}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
-			      "error", "code", code, "message",
-			      json_text(msg ? msg : "error", strlen(msg ? msg : "error")));
-	free(msg);
-	return o;
 }
 
 /* ---- input ------------------------------------------------------------------ */
 
-static void handle_in_call(struct mcp *m, const char *data, size_t len);
+static void handle_in_call(struct stdio *m, const char *data, size_t len);
 
-static void enqueue(struct mcp *m, const char *data, size_t len)
+static void enqueue(struct stdio *m, const char *data, size_t len)
 {
 	struct line *l = malloc(sizeof(*l) + len + 1);
 	if (!l) {
@@ -247,7 +175,7 @@ static void enqueue(struct mcp *m, const char *data, size_t len)
 	m->queue_tail = &l->next;
 }
 
-static struct line *dequeue(struct mcp *m)
+static struct line *dequeue(struct stdio *m)
 {
 	struct line *l = m->queue;
 	if (l) {
@@ -258,7 +186,7 @@ static struct line *dequeue(struct mcp *m)
 	return l;
 }
 
-static void got_line(struct mcp *m, int in_call)
+static void got_line(struct stdio *m, int in_call)
 {
 	size_t len = m->in_len;
 	while (len > 0 && (m->in[len - 1] == '\r' || m->in[len - 1] == ' ' || m->in[len - 1] == '\t'))
@@ -272,7 +200,7 @@ static void got_line(struct mcp *m, int in_call)
 }
 
 /* Read what stdin has (it said it is readable) and split it into lines. */
-static void pump_input(struct mcp *m, int in_call)
+static void pump_input(struct stdio *m, int in_call)
 {
 	char buf[65536];
 	ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
@@ -298,7 +226,7 @@ static void pump_input(struct mcp *m, int in_call)
 			if (m->in_len + take > MESSAGE_MAX) {
 				m->discarding = 1;
 				m->in_len = 0;
-				send_msg(m, rpc_error(NULL, -32600, "message longer than %u MiB: not read",
+				send_msg(m, mcp_rpc_error(NULL, -32600, "message longer than %u MiB: not read",
 						      MESSAGE_MAX >> 20));
 			} else {
 				if (m->in_len + take + 1 > m->in_cap) {
@@ -331,7 +259,7 @@ static void pump_input(struct mcp *m, int in_call)
 }
 
 /* Wait up to timeout_ms for stdin, a signal or the HTTP transfers. */
-static void wait_io(struct mcp *m, int timeout_ms, int in_call)
+static void wait_io(struct stdio *m, int timeout_ms, int in_call)
 {
 	struct pollfd fds[2] = {
 		{ .fd = m->in_eof ? -1 : STDIN_FILENO, .events = POLLIN },
@@ -345,1491 +273,42 @@ static void wait_io(struct mcp *m, int timeout_ms, int in_call)
 		int sig = client_take_signal(m->sigfd);
 		if (sig)
 			mlog("%s: ending the session", strsignal(sig));
-		m->stop = STOP_NOW;
+		mcp_stop(m->m);
 		return;
 	}
 	if (fds[0].revents & (POLLIN | POLLHUP | POLLERR))
 		pump_input(m, in_call);
 }
 
-/* ---- talking to sandlotd ---------------------------------------------------- */
-
-/* client_perform, but stdin and signals are served while it runs, and a
- * cancellation or a signal stops it (req->aborted is then set). */
-static long http(struct mcp *m, struct client_req *r)
-{
-	if (client_start(&m->c, r) < 0)
-		return 0;
-	while (!client_done(r)) {
-		if ((m->stop == STOP_NOW || m->cancelled) && !m->hold) {
-			client_cancel(r);
-			break;
-		}
-		wait_io(m, 1000, 1);
-	}
-	return r->status;
-}
-
-/* Why a request failed, in one line (malloc'd). */
-static char *req_error(struct mcp *m, const struct client_req *r)
-{
-	char *s = NULL;
-	const char *msg = r->err_msg ? r->err_msg : "unknown error";
-	int rc;
-	if (r->transport && r->unreachable)
-		rc = asprintf(&s, "cannot reach sandlotd at %s: %s (is it running? start it with: sandlotd)",
-			      m->c.host, msg);
-	else if (r->transport)
-		rc = asprintf(&s, "talking to sandlotd at %s: %s", m->c.host, msg);
-	else if (r->status == 401)
-		rc = asprintf(&s, "sandlotd at %s refused the token (check SANDLOT_TOKEN, "
-			      "SANDLOT_TOKEN_FILE or --token-file)", m->c.host);
-	else
-		rc = asprintf(&s, "%s", msg);
-	return rc < 0 ? NULL : s;
-}
-
-static int is_2xx(long status)
-{
-	return status >= 200 && status < 300;
-}
-
-/* ---- tool results ----------------------------------------------------------- */
-
-struct call {
-	struct mcp *m;
-	json_t *args;
-	json_t *content;   /* the result's content array */
-	int is_error;
-	char *note;        /* said first: "the previous sandbox had ended ..." */
-};
-
-static void add_text(struct call *k, const char *text, size_t len)
-{
-	json_array_append_new(k->content, json_pack("{s:s,s:o}", "type", "text", "text",
-						    json_text(text, len)));
-}
-
-static void vsay(struct call *k, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
-static void vsay(struct call *k, const char *fmt, va_list ap)
-{
-	char *s = NULL;
-	int n = vasprintf(&s, fmt, ap);
-	if (n >= 0) {
-		add_text(k, s, (size_t)n);
-		free(s);
-	}
-}
-
-static void say(struct call *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(struct call *k, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsay(k, fmt, ap);
-	va_end(ap);
-}
-
-/* say(), and the result is an error (isError). */
-static void fail(struct call *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(struct call *k, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsay(k, fmt, ap);
-	va_end(ap);
-	k->is_error = 1;
-}
-
-/* Whether the call should stop without an answer (cancelled, or the
- * server is going away). */
-static int abandoned(const struct call *k)
-{
-	return k->m->cancelled || k->m->stop == STOP_NOW;
-}
-
-/* ---- base64 and small helpers ---------------------------------------------- */
-
-static json_t *base64_json(const unsigned char *in, size_t len)
-{
-	size_t olen;
-	cleanup_free char *out = sandlot__base64_encode_alloc(in, len, &olen);
-	return out ? json_stringn_nocheck(out, olen) : NULL;
-}
-
-/* "sandlot://sb-.../home/user/a%20b.bin": where a binary file came from. */
-static json_t *file_uri(const char *sandbox, const char *path)
-{
-	static const char keep[] = "-._~/";
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	if (!f)
-		return NULL;
-	fprintf(f, "sandlot://%s", sandbox);
-	if (path[0] != '/')
-		fputs("/home/user/", f);
-	for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
-		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-		    strchr(keep, *p))
-			fputc(*p, f);
-		else
-			fprintf(f, "%%%02X", *p);
-	}
-	fclose(f);
-	json_t *s = json_stringn(buf, len);
-	free(buf);
-	return s;
-}
-
-static const char *image_mime(const unsigned char *d, size_t n)
-{
-	if (n >= 8 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8))
-		return "image/png";
-	if (n >= 3 && !memcmp(d, "\xff\xd8\xff", 3))
-		return "image/jpeg";
-	if (n >= 6 && (!memcmp(d, "GIF87a", 6) || !memcmp(d, "GIF89a", 6)))
-		return "image/gif";
-	if (n >= 12 && !memcmp(d, "RIFF", 4) && !memcmp(d + 8, "WEBP", 4))
-		return "image/webp";
-	return NULL;
-}
-
-/* A file's bytes as MCP content: an image, text (valid UTF-8 without NUL
- * bytes), or else an embedded resource with the bytes as a base64 blob. */
-static json_t *file_content(struct mcp *m, const char *path, const char *data, size_t len,
-			    int *is_text)
-{
-	*is_text = 0;
-	const char *mime = image_mime((const unsigned char *)data, len);
-	if (mime)
-		return json_pack("{s:s,s:o,s:s}", "type", "image", "data",
-				 base64_json((const unsigned char *)data, len), "mimeType", mime);
-	if (!memchr(data, 0, len)) {
-		json_t *s = json_stringn(data, len);   /* NULL unless valid UTF-8 */
-		if (s) {
-			*is_text = 1;
-			return json_pack("{s:s,s:o}", "type", "text", "text", s);
-		}
-	}
-	return json_pack("{s:s,s:{s:o,s:s,s:o}}", "type", "resource", "resource", "uri",
-			 file_uri(m->sandbox, path), "mimeType", "application/octet-stream", "blob",
-			 base64_json((const unsigned char *)data, len));
-}
-
-/* ---- tool arguments: one table gives both the inputSchema and the checks ---- */
-
-enum arg_type { ARG_STRING, ARG_INTEGER, ARG_BOOLEAN, ARG_STRING_MAP };
-
-struct arg_spec {
-	const char *name;
-	enum arg_type type;
-	int required;
-	const char *description;
-	const char *const *choices;   /* ARG_STRING: the allowed values, NULL-terminated */
-	json_int_t min, max;          /* ARG_INTEGER */
-};
-
-struct tool {
-	const char *name;
-	const char *title;
-	const char *description;
-	const struct arg_spec *args;
-	int read_only;
-	void (*fn)(struct call *k);
-};
-
-static const char *const languages[] = { "python", "javascript", "bash", NULL };
-static const char *const encodings[] = { "utf-8", "base64", NULL };
-
-static json_t *input_schema(const struct tool *t)
-{
-	json_t *props = json_object(), *required = json_array();
-	for (const struct arg_spec *a = t->args; a->name; a++) {
-		json_t *p = json_object();
-		switch (a->type) {
-		case ARG_STRING:
-			json_object_set_new(p, "type", json_string("string"));
-			if (a->choices) {
-				json_t *e = json_array();
-				for (const char *const *c = a->choices; *c; c++)
-					json_array_append_new(e, json_string(*c));
-				json_object_set_new(p, "enum", e);
-			}
-			break;
-		case ARG_INTEGER:
-			json_object_set_new(p, "type", json_string("integer"));
-			json_object_set_new(p, "minimum", json_integer(a->min));
-			json_object_set_new(p, "maximum", json_integer(a->max));
-			break;
-		case ARG_BOOLEAN:
-			json_object_set_new(p, "type", json_string("boolean"));
-			break;
-		case ARG_STRING_MAP:
-			json_object_set_new(p, "type", json_string("object"));
-			json_object_set_new(p, "additionalProperties", json_pack("{s:s}", "type", "string"));
-			break;
-		}
-		json_object_set_new(p, "description", json_string(a->description));
-		json_object_set_new(props, a->name, p);
-		if (a->required)
-			json_array_append_new(required, json_string(a->name));
-	}
-	return json_pack("{s:s,s:o,s:o,s:b}", "type", "object", "properties", props, "required",
-			 required, "additionalProperties", 0);
-}
-
-static const char *type_name(enum arg_type t)
-{
-	switch (t) {
-	case ARG_STRING: return "a string";
-	case ARG_INTEGER: return "an integer";
-	case ARG_BOOLEAN: return "a boolean";
-	case ARG_STRING_MAP: return "an object of strings";
-	}
-	return "?";
-}
-
-/* Check args against the tool's table.  NULL if they fit, else why not
- * (malloc'd).  A JSON null counts as leaving an optional argument out. */
-static char *check_args(const struct tool *t, json_t *args)
-{
-	char *why = NULL;
-	const char *key;
-	json_t *v;
-	json_object_foreach(args, key, v) {
-		const struct arg_spec *a = t->args;
-		while (a->name && strcmp(a->name, key) != 0)
-			a++;
-		if (!a->name) {
-			char names[256] = "";
-			for (const struct arg_spec *b = t->args; b->name; b++)
-				snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
-					 b == t->args ? "" : ", ", b->name);
-			if (asprintf(&why, "unknown argument \"%.100s\" (%s takes: %s)", key, t->name, names) < 0)
-				why = NULL;
-			return why ? why : strdup("unknown argument");
-		}
-		if (json_is_null(v) && !a->required)
-			continue;
-		int ok = 0;
-		switch (a->type) {
-		case ARG_STRING:
-			ok = json_is_string(v);
-			if (ok && a->choices) {
-				const char *const *c = a->choices;
-				while (*c && strcmp(*c, json_string_value(v)) != 0)
-					c++;
-				if (!*c) {
-					char names[128] = "";
-					for (c = a->choices; *c; c++)
-						snprintf(names + strlen(names), sizeof(names) - strlen(names),
-							 "%s%s", c == a->choices ? "" : ", ", *c);
-					if (asprintf(&why, "argument \"%s\" must be one of %s, not \"%.100s\"",
-						     key, names, json_string_value(v)) < 0)
-						why = NULL;
-					return why ? why : strdup("invalid argument");
-				}
-			}
-			break;
-		case ARG_INTEGER: {
-			double d = json_is_real(v) ? json_real_value(v) : 0;
-			if (json_is_real(v) && d == (double)(json_int_t)d) {
-				/* 30.0 is an integer in JSON Schema */
-				json_object_set_new(args, key, json_integer((json_int_t)d));
-				v = json_object_get(args, key);
-			}
-			ok = json_is_integer(v);
-			if (ok && (json_integer_value(v) < a->min || json_integer_value(v) > a->max)) {
-				if (asprintf(&why, "argument \"%s\" must be from %lld to %lld, not %lld", key,
-					     (long long)a->min, (long long)a->max,
-					     (long long)json_integer_value(v)) < 0)
-					why = NULL;
-				return why ? why : strdup("invalid argument");
-			}
-			break;
-		}
-		case ARG_BOOLEAN:
-			ok = json_is_boolean(v);
-			break;
-		case ARG_STRING_MAP: {
-			ok = json_is_object(v);
-			const char *k2;
-			json_t *v2;
-			json_object_foreach(v, k2, v2)
-				if (!json_is_string(v2))
-					ok = 0;
-			break;
-		}
-		}
-		if (!ok) {
-			if (asprintf(&why, "argument \"%s\" must be %s", key, type_name(a->type)) < 0)
-				why = NULL;
-			return why ? why : strdup("invalid argument");
-		}
-	}
-	for (const struct arg_spec *a = t->args; a->name; a++) {
-		v = json_object_get(args, a->name);
-		if (a->required && (!v || json_is_null(v))) {
-			if (asprintf(&why, "missing required argument \"%s\"", a->name) < 0)
-				why = NULL;
-			return why ? why : strdup("missing argument");
-		}
-	}
-	return NULL;
-}
-
-static const char *arg_str(struct call *k, const char *name)
-{
-	return json_string_value(json_object_get(k->args, name));
-}
-
-static int arg_bool(struct call *k, const char *name)
-{
-	return json_is_true(json_object_get(k->args, name));
-}
-
-/* timeout_seconds, else the server's default, in ms. */
-static json_int_t arg_timeout_ms(struct call *k)
-{
-	json_t *v = json_object_get(k->args, "timeout_seconds");
-	return json_is_integer(v) ? json_integer_value(v) * 1000 : (json_int_t)k->m->timeout_ms;
-}
-
-/* ---- the sandbox ------------------------------------------------------------- */
-
-static void forget_sandbox(struct mcp *m)
-{
-	free(m->sandbox);
-	m->sandbox = NULL;
-	json_object_clear(m->contexts);
-}
-
-static int ensure_sandbox(struct call *k)
-{
-	struct mcp *m = k->m;
-	if (m->sandbox)
-		return 0;
-	struct client_req r = { .method = "POST", .path = "/v1/sandboxes", .json = m->create_body };
-	/* Not abandoned half-way: a sandbox sandlotd made for an answer we did
-	 * not wait for would be nobody's until its idle timeout.  Once we have
-	 * its id, the end of the session deletes it. */
-	m->hold = 1;
-	http(m, &r);
-	m->hold = 0;
-	int rc = -1;
-	const char *id = r.reply ? client_str(r.reply, "id") : "";
-	if (is_2xx(r.status) && *id) {
-		m->sandbox = strdup(id);
-		m->baseline = m->gen_cursor = json_integer_value(json_object_get(r.reply, "cursor"));
-		m->last_active_ms = now_ms();
-		mlog("created sandbox %s", id);
-		rc = m->sandbox ? 0 : -1;
-	}
-	if (rc == 0 && abandoned(k)) {
-		rc = -1;
-	} else if (rc < 0 && !abandoned(k)) {
-		cleanup_free char *why = is_2xx(r.status) ? strdup("sandlotd did not say its id")
-							  : req_error(m, &r);
-		fail(k, "could not create a sandbox: %s", why ? why : "error");
-	}
-	client_req_free(&r);
-	return rc;
-}
-
-/* Whether a failed request says that our sandbox no longer runs: 410, or
- * a 404 after which the sandbox's own record is gone or not running. */
-static int sandbox_gone(struct mcp *m, const struct client_req *r)
-{
-	if (r->status == 410)
-		return 1;
-	if (r->status != 404)
-		return 0;
-	cleanup_free char *path = NULL;
-	if (asprintf(&path, "/v1/sandboxes/%s", m->sandbox) < 0)
-		return 0;
-	struct client_req g = { .method = "GET", .path = path };
-	http(m, &g);
-	int gone = g.status == 404 ||
-		   (g.status == 200 && strcmp(client_str(g.reply, "state"), "running") != 0 &&
-		    strcmp(client_str(g.reply, "state"), "paused") != 0);
-	client_req_free(&g);
-	return gone;
-}
-
-/* Run r at /v1/sandboxes/ID<suffix> in the session's sandbox, creating it
- * first if there is none yet, and once more in a new sandbox if the old one
- * has ended (TTL, deleted by someone, daemon restart): k->note then says so.
- * Returns 0 on a 2xx answer; -1 otherwise, after adding the reason
- * (prefixed with `what` if not NULL) to the result -- unless the call was
- * abandoned.  The caller frees r in either case. */
-static int sb_request(struct call *k, struct client_req *r, const char *what, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int sb_request(struct call *k, struct client_req *r, const char *what, const char *fmt, ...)
-{
-	struct mcp *m = k->m;
-	va_list ap;
-	va_start(ap, fmt);
-	cleanup_free char *suffix = NULL;
-	if (vasprintf(&suffix, fmt, ap) < 0)
-		suffix = NULL;
-	va_end(ap);
-	if (!suffix) {
-		fail(k, "out of memory");
-		return -1;
-	}
-	struct client_req in = *r;
-	for (int attempt = 0;; attempt++) {
-		if (ensure_sandbox(k) < 0)
-			return -1;
-		cleanup_free char *path = NULL;
-		if (asprintf(&path, "/v1/sandboxes/%s%s", m->sandbox, suffix) < 0) {
-			fail(k, "out of memory");
-			return -1;
-		}
-		r->path = path;
-		http(m, r);
-		r->path = NULL;
-		if (is_2xx(r->status)) {
-			m->last_active_ms = now_ms();
-			return 0;
-		}
-		if (abandoned(k))
-			return -1;
-		if (attempt == 0 && !r->transport && sandbox_gone(m, r)) {
-			mlog("sandbox %s has ended (%s); starting a new one", m->sandbox,
-			     r->err_msg ? r->err_msg : "gone");
-			free(k->note);
-			if (asprintf(&k->note, "Note: the session's sandbox %s had ended (%s); this ran in a "
-				     "new sandbox, so files and interpreter state from before are gone.",
-				     m->sandbox, r->err_msg ? r->err_msg : "gone") < 0)
-				k->note = NULL;
-			forget_sandbox(m);
-			client_req_free(r);
-			*r = in;
-			continue;
-		}
-		cleanup_free char *why = req_error(m, r);
-		if (what && why && !strstr(why, what))
-			fail(k, "%s: %s", what, why);
-		else
-			fail(k, "%s", why ? why : "error");
-		return -1;
-	}
-}
-
-/* Reset the sandbox's idle clock when it is due.  A sandbox that has ended
- * is forgotten (the next tool call starts a new one). */
-static void keepalive(struct mcp *m)
-{
-	if (!m->sandbox || !m->keepalive_ms || now_ms() - m->last_active_ms < (int64_t)m->keepalive_ms)
-		return;
-	cleanup_free char *path = NULL;
-	if (asprintf(&path, "/v1/sandboxes/%s/keepalive", m->sandbox) < 0)
-		return;
-	struct client_req r = { .method = "POST", .path = path };
-	http(m, &r);
-	if (is_2xx(r.status)) {
-		m->last_active_ms = now_ms();
-	} else if (r.status == 410 || r.status == 404) {
-		mlog("sandbox %s has ended: %s", m->sandbox, r.err_msg ? r.err_msg : "gone");
-		forget_sandbox(m);
-	} else if (!r.aborted) {
-		cleanup_free char *why = req_error(m, &r);
-		mlog("keepalive of %s failed: %s", m->sandbox, why ? why : "error");
-		/* try again in a while, not at once */
-		m->last_active_ms = now_ms() - (int64_t)m->keepalive_ms / 2;
-	}
-	client_req_free(&r);
-}
-
-/* DELETE the sandbox at the end of the session (at most ~20 s). */
-static void destroy_sandbox(struct mcp *m)
-{
-	if (!m->sandbox)
-		return;
-	cleanup_free char *path = NULL;
-	if (asprintf(&path, "/v1/sandboxes/%s", m->sandbox) < 0)
-		return;
-	struct client_req r = { .method = "DELETE", .path = path };
-	int64_t deadline = now_ms() + 20000;
-	if (client_start(&m->c, &r) == 0) {
-		while (!client_done(&r) && now_ms() < deadline)
-			client_poll(&m->c, NULL, 0, 500);
-		client_cancel(&r);
-	}
-	if (is_2xx(r.status) || r.status == 410 || r.status == 404) {
-		mlog("removed sandbox %s", m->sandbox);
-	} else {
-		cleanup_free char *why = r.finished && !r.aborted ? req_error(m, &r)
-								 : strdup("no answer within 20 s");
-		mlog("could not remove sandbox %s: %s (sandlotd removes it after its idle timeout)",
-		     m->sandbox, why ? why : "error");
-	}
-	client_req_free(&r);
-	forget_sandbox(m);
-}
-
-/* ---- run_command ------------------------------------------------------------ */
-
-static void describe_changes(FILE *f, json_t *changes)
-{
-	size_t n = json_array_size(changes), shown = 0, i;
-	json_t *ch;
-	if (!n)
-		return;
-	fputs("\nfiles changed:\n", f);
-	json_array_foreach(changes, i, ch) {
-		if (!strcmp(client_str(ch, "type"), "directory"))
-			continue;
-		if (shown++ == CHANGES_SHOWN) {
-			fputs("  ... and more (see generated_files)\n", f);
-			break;
-		}
-		if (!strcmp(client_str(ch, "kind"), "deleted"))
-			fprintf(f, "  deleted %s\n", client_str(ch, "path"));
-		else
-			fprintf(f, "  %s %s (%lld bytes)\n", client_str(ch, "kind"), client_str(ch, "path"),
-				(long long)json_integer_value(json_object_get(ch, "size")));
-	}
-}
-
-static void tool_run_command(struct call *k)
-{
-	json_t *body = json_object();
-	json_object_set(body, "command", json_object_get(k->args, "command"));
-	if (arg_str(k, "cwd"))
-		json_object_set(body, "cwd", json_object_get(k->args, "cwd"));
-	if (json_is_object(json_object_get(k->args, "env")))
-		json_object_set(body, "env", json_object_get(k->args, "env"));
-	if (arg_str(k, "stdin"))
-		json_object_set(body, "stdin", json_object_get(k->args, "stdin"));
-	json_int_t timeout_ms = arg_timeout_ms(k);
-	json_object_set_new(body, "timeout_ms", json_integer(timeout_ms));
-	json_object_set_new(body, "output_limit", json_integer(OUTPUT_LIMIT));
-	struct client_req r = { .method = "POST", .json = body };
-	if (sb_request(k, &r, NULL, "/exec") == 0) {
-		json_t *res = r.reply;
-		json_t *code = json_object_get(res, "exit_code"), *sig = json_object_get(res, "signal");
-		const char *err = client_str(res, "error"), *out = client_str(res, "stdout"),
-			   *errout = client_str(res, "stderr");
-		char *buf = NULL;
-		size_t len = 0;
-		FILE *f = open_memstream(&buf, &len);
-		if (f) {
-			int ok = 0;
-			if (*err)
-				fprintf(f, "the command could not run: %s (exit code %lld)\n", err,
-					(long long)json_integer_value(code));
-			else if (json_is_true(json_object_get(res, "timed_out")))
-				fprintf(f, "timed out after %lld s and was killed (with everything it started)\n",
-					(long long)(timeout_ms / 1000));
-			else if (json_is_true(json_object_get(res, "oom_killed")))
-				fputs("killed: out of memory (the sandbox's memory limit)\n", f);
-			else if (json_is_integer(sig))
-				fprintf(f, "killed by signal %lld (SIG%s)\n", (long long)json_integer_value(sig),
-					sigabbrev_np((int)json_integer_value(sig))
-						? sigabbrev_np((int)json_integer_value(sig)) : "?");
-			else {
-				fprintf(f, "exit code %lld\n", (long long)json_integer_value(code));
-				ok = json_integer_value(code) == 0;
-			}
-			k->is_error = !ok;
-			if (*out)
-				fprintf(f, "\n--- stdout ---\n%s%s", out, out[strlen(out) - 1] == '\n' ? "" : "\n");
-			if (*errout)
-				fprintf(f, "\n--- stderr ---\n%s%s", errout,
-					errout[strlen(errout) - 1] == '\n' ? "" : "\n");
-			if (!*out && !*errout && !*err)
-				fputs("(no output)\n", f);
-			if (json_is_true(json_object_get(res, "truncated")))
-				fprintf(f, "\n(output truncated: only the first %u KiB of each stream are shown; "
-					"redirect it to a file and read that in parts)\n", OUTPUT_LIMIT >> 10);
-			describe_changes(f, json_object_get(res, "changes"));
-			fclose(f);
-			add_text(k, buf, len);
-			free(buf);
-		}
-	}
-	client_req_free(&r);
-	json_decref(body);
-}
-
-/* ---- run_code ------------------------------------------------------------------ */
-
-/* The daemon's context id for the name the model chose, created on first use. */
-static const char *code_context(struct call *k, const char *name, const char *language)
-{
-	struct mcp *m = k->m;
-	json_t *c = json_object_get(m->contexts, name);
-	if (c) {
-		if (strcmp(client_str(c, "language"), language) != 0) {
-			fail(k, "context \"%s\" runs %s, not %s (use another context name for %s)", name,
-			     client_str(c, "language"), language, language);
-			return NULL;
-		}
-		return client_str(c, "id");
-	}
-	json_t *body = json_pack("{s:s}", "language", language);
-	struct client_req r = { .method = "POST", .json = body };
-	const char *id = NULL;
-	if (sb_request(k, &r, "creating the code context", "/contexts") == 0 &&
-	    *client_str(r.reply, "id")) {
-		json_object_set_new(m->contexts, name, json_pack("{s:s,s:s}", "id", client_str(r.reply, "id"),
-								  "language", language));
-		id = client_str(json_object_get(m->contexts, name), "id");
-	}
-	client_req_free(&r);
-	json_decref(body);
-	return id;
-}
-
-/* The image type of a mime bundle ("image/png", ...), or NULL. */
-static const char *bundle_image(json_t *bundle)
-{
-	static const char *const mimes[] = { "image/png", "image/jpeg", "image/gif", "image/webp" };
-	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(mimes); i++)
-		if (json_is_string(json_object_get(bundle, mimes[i])))
-			return mimes[i];
-	return NULL;
-}
-
-/* A rich output: its image as image content, else its text/plain. */
-static void add_display(struct call *k, json_t *bundle)
-{
-	const char *mime = bundle_image(bundle);
-	if (mime) {
-		json_array_append_new(k->content, json_pack("{s:s,s:O,s:s}", "type", "image", "data",
-							    json_object_get(bundle, mime), "mimeType", mime));
-		return;
-	}
-	const char *text = client_str(bundle, "text/plain");
-	if (*text)
-		say(k, "--- display ---\n%s", text);
-}
-
-/* Interrupt the cell of a cancelled run_code and wait (up to 7 s: sandlotd
- * kills an interpreter that ignores the interrupt for 5 s) until its
- * context is free again, so that the next call does not find it busy. */
-static void interrupt_cell(struct mcp *m, const char *context, const char *language)
-{
-	if (!m->sandbox)
-		return;
-	cleanup_free char *path = NULL, *list = NULL;
-	if (asprintf(&path, "/v1/sandboxes/%s/code/interrupt", m->sandbox) < 0 ||
-	    asprintf(&list, "/v1/sandboxes/%s/contexts", m->sandbox) < 0)
-		return;
-	m->cancelled = 0;   /* let http() run these requests */
-	json_t *body = context ? json_pack("{s:s}", "context", context)
-			       : json_pack("{s:s}", "language", language);
-	struct client_req r = { .method = "POST", .path = path, .json = body };
-	http(m, &r);
-	cleanup_free char *id = is_2xx(r.status) ? strdup(client_str(r.reply, "context")) : NULL;
-	client_req_free(&r);
-	json_decref(body);
-	for (int64_t deadline = now_ms() + 7000; id && now_ms() < deadline && m->stop != STOP_NOW;) {
-		struct client_req g = { .method = "GET", .path = list };
-		http(m, &g);
-		int busy = 0;
-		json_t *c;
-		size_t i;
-		json_array_foreach(json_object_get(g.reply, "contexts"), i, c)
-			if (!strcmp(client_str(c, "id"), id))
-				busy = json_is_true(json_object_get(c, "busy"));
-		int ok = is_2xx(g.status);
-		client_req_free(&g);
-		if (!ok || !busy)
-			break;
-		wait_io(m, 50, 1);
-	}
-	m->cancelled = 1;
-}
-
-static void tool_run_code(struct call *k)
-{
-	const char *language = arg_str(k, "language"), *name = arg_str(k, "context");
-	const char *context = NULL;
-	if (name && *name && strcmp(name, "default") != 0) {
-		context = code_context(k, name, language);
-		if (!context)
-			return;
-	}
-	json_t *body = json_pack("{s:O,s:I}", "code", json_object_get(k->args, "code"), "timeout_ms",
-				 arg_timeout_ms(k));
-	json_object_set_new(body, context ? "context" : "language", json_string(context ? context : language));
-	struct client_req r = { .method = "POST", .json = body };
-	int rc = sb_request(k, &r, NULL, "/code");
-	if (rc < 0 && k->m->cancelled && k->m->stop != STOP_NOW)
-		interrupt_cell(k->m, context, language);   /* do not leave the cell running */
-	if (rc == 0) {
-		json_t *res = r.reply;
-		const char *status = client_str(res, "status"), *out = client_str(res, "stdout"),
-			   *errout = client_str(res, "stderr");
-		json_t *value = json_object_get(res, "value"), *error = json_object_get(res, "error");
-		json_t *exit_code = json_object_get(res, "exit_code");
-		k->is_error = strcmp(status, "ok") != 0 ||
-			      (json_is_integer(exit_code) && json_integer_value(exit_code) != 0);
-		char *buf = NULL;
-		size_t len = 0;
-		FILE *f = open_memstream(&buf, &len);
-		if (f) {
-			if (*out)
-				fprintf(f, "%s%s", out, out[strlen(out) - 1] == '\n' ? "" : "\n");
-			if (*errout)
-				fprintf(f, "--- stderr ---\n%s%s", errout,
-					errout[strlen(errout) - 1] == '\n' ? "" : "\n");
-			if (json_is_object(error)) {
-				json_t *tb = json_object_get(error, "traceback");
-				size_t i;
-				json_t *line;
-				fputs("--- error ---\n", f);
-				if (json_array_size(tb)) {
-					json_array_foreach(tb, i, line)
-						fprintf(f, "%s\n", json_string_value(line) ? json_string_value(line) : "");
-				} else {
-					fprintf(f, "%s: %s\n", client_str(error, "name"), client_str(error, "value"));
-				}
-			}
-			if (!strcmp(status, "timeout"))
-				fprintf(f, "(timed out after %lld s: the cell was interrupted)\n",
-					(long long)(arg_timeout_ms(k) / 1000));
-			if (json_is_string(value))
-				fprintf(f, "--- result ---\n%s\n", json_string_value(value));
-			if (json_is_integer(exit_code) && json_integer_value(exit_code) != 0)
-				fprintf(f, "(exit code %lld)\n", (long long)json_integer_value(exit_code));
-			if (json_is_true(json_object_get(res, "state_lost")) ||
-			    json_is_true(json_object_get(res, "restarted")))
-				fputs("(the interpreter was restarted: variables, imports and definitions from "
-				      "earlier calls are gone)\n", f);
-			if (ftell(f) == 0)
-				fputs("(no output)\n", f);
-			fclose(f);
-			add_text(k, buf, len);
-			free(buf);
-		}
-		json_t *displays = json_object_get(res, "displays"), *d;
-		size_t i;
-		json_array_foreach(displays, i, d)
-			add_display(k, json_object_get(d, "data"));
-		/* a last expression that is an image (its repr is in the text) */
-		if (bundle_image(json_object_get(res, "data")))
-			add_display(k, json_object_get(res, "data"));
-	}
-	client_req_free(&r);
-	json_decref(body);
-}
-
-/* ---- files -------------------------------------------------------------------- */
-
-struct grab {
-	char *buf;
-	size_t len, cap, max;
-	int too_big;
-};
-
-static int grab_sink(void *ud, const char *data, size_t len)
-{
-	struct grab *g = ud;
-	if (g->len + len > g->max) {
-		g->too_big = 1;
-		return -1;
-	}
-	if (g->len + len + 1 > g->cap) {
-		size_t cap = g->cap ? g->cap : 65536;
-		while (cap < g->len + len + 1)
-			cap *= 2;
-		char *nb = realloc(g->buf, cap);
-		if (!nb)
-			return -1;
-		g->buf = nb;
-		g->cap = cap;
-	}
-	memcpy(g->buf + g->len, data, len);
-	g->len += len;
-	return 0;
-}
-
-/* GET a file of at most max bytes into g.  Returns 0, or -1 after saying
- * why (unless abandoned). */
-static int fetch_file(struct call *k, const char *path, struct grab *g)
-{
-	cleanup_free char *esc = client_escape(path);
-	if (!esc) {
-		fail(k, "out of memory");
-		return -1;
-	}
-	struct client_req r = { .method = "GET", .sink = grab_sink, .sink_ud = g };
-	int rc = sb_request(k, &r, path, "/files?path=%s", esc);
-	if (rc == 0 && (r.aborted || g->too_big)) {
-		if (g->too_big)
-			fail(k, "%s: larger than %zu MiB: read it in parts with run_command (head, tail, "
-			     "split) instead", path, g->max >> 20);
-		else if (!abandoned(k))
-			fail(k, "%s: the transfer failed", path);
-		rc = -1;
-	}
-	client_req_free(&r);
-	return rc;
-}
-
-/* GET .../files/stat: the entry's FileInfo (new reference), or NULL after
- * saying why. */
-static json_t *stat_file(struct call *k, const char *path)
-{
-	cleanup_free char *esc = client_escape(path);
-	if (!esc) {
-		fail(k, "out of memory");
-		return NULL;
-	}
-	struct client_req r = { .method = "GET" };
-	json_t *info = NULL;
-	if (sb_request(k, &r, path, "/files/stat?path=%s", esc) == 0)
-		info = json_incref(r.reply);
-	client_req_free(&r);
-	return info;
-}
-
-static void tool_read_file(struct call *k)
-{
-	const char *path = arg_str(k, "path");
-	json_t *info = stat_file(k, path);
-	if (!info)
-		return;
-	const char *type = client_str(info, "type");
-	const char *abs = *client_str(info, "path") ? client_str(info, "path") : path;
-	json_int_t size = json_integer_value(json_object_get(info, "size"));
-	if (!strcmp(type, "directory")) {
-		fail(k, "%s is a directory: use list_files", abs);
-	} else if (strcmp(type, "file") != 0) {
-		fail(k, "%s is not a regular file (%s)", abs, type);
-	} else if (size > (json_int_t)READ_MAX) {
-		fail(k, "%s is %lld bytes, more than read_file returns (%u MiB): read it in parts with "
-		     "run_command (head, tail, split) instead", abs, (long long)size, READ_MAX >> 20);
-	} else {
-		struct grab g = { .max = READ_MAX };
-		if (fetch_file(k, abs, &g) == 0) {
-			int is_text;
-			json_t *c = file_content(k->m, abs, g.buf ? g.buf : "", g.len, &is_text);
-			if (c)
-				json_array_append_new(k->content, c);
-			else
-				fail(k, "out of memory");
-		}
-		free(g.buf);
-	}
-	json_decref(info);
-}
-
-static void tool_write_file(struct call *k)
-{
-	const char *path = arg_str(k, "path"), *enc = arg_str(k, "encoding");
-	json_t *content = json_object_get(k->args, "content");
-	const char *data = json_string_value(content);
-	size_t len = json_string_length(content);
-	cleanup_free unsigned char *decoded = NULL;
-	if (enc && !strcmp(enc, "base64")) {
-		decoded = malloc(sandlot__base64_decoded_max(len));
-		if (!decoded) {
-			fail(k, "out of memory");
-			return;
-		}
-		ssize_t n = sandlot__base64_decode(data, len, decoded);
-		if (n < 0) {
-			fail(k, "content is not valid base64 (encoding is \"base64\")");
-			return;
-		}
-		data = (const char *)decoded;
-		len = (size_t)n;
-	}
-	cleanup_free char *esc = client_escape(path);
-	if (!esc) {
-		fail(k, "out of memory");
-		return;
-	}
-	struct client_req r = { .method = "PUT", .body = data, .body_len = len };
-	if (sb_request(k, &r, path, "/files?path=%s", esc) == 0)
-		say(k, "wrote %zu bytes to %s", len, *client_str(r.reply, "path") ? client_str(r.reply, "path")
-									: path);
-	client_req_free(&r);
-}
-
-static void tool_list_files(struct call *k)
-{
-	const char *path = arg_str(k, "path");
-	if (!path || !*path)
-		path = "/home/user";
-	cleanup_free char *esc = client_escape(path);
-	if (!esc) {
-		fail(k, "out of memory");
-		return;
-	}
-	struct client_req r = { .method = "GET" };
-	if (sb_request(k, &r, path, "/files/list?path=%s", esc) == 0) {
-		json_t *entries = json_object_get(r.reply, "entries"), *e;
-		char *buf = NULL;
-		size_t len = 0, i;
-		FILE *f = open_memstream(&buf, &len);
-		if (f) {
-			size_t n = json_array_size(entries);
-			fprintf(f, "%s: %zu %s\n", *client_str(r.reply, "path") ? client_str(r.reply, "path") : path,
-				n, n == 1 ? "entry" : "entries");
-			json_array_foreach(entries, i, e) {
-				const char *type = client_str(e, "type");
-				long long size = (long long)json_integer_value(json_object_get(e, "size"));
-				long long disk = (long long)json_integer_value(json_object_get(e, "allocated"));
-				const char *mark = !strcmp(type, "directory") ? "/"
-						   : !strcmp(type, "symlink") ? "@" : "";
-				/* A file mostly of holes: reading it costs its size, not its disk. */
-				int sparse = !strcmp(type, "file") && size - disk > (1LL << 20);
-				fprintf(f, "%-9s %10lld  %s  %s%s", type, size, client_str(e, "mode"),
-					client_str(e, "name"), mark);
-				if (sparse)
-					fprintf(f, "  (sparse: %lld bytes on disk)", disk);
-				fputc('\n', f);
-			}
-			fclose(f);
-			add_text(k, buf, len);
-			free(buf);
-		}
-	}
-	client_req_free(&r);
-}
-
-/* ---- expose_port ----------------------------------------------------------------- */
-
-static void tool_expose_port(struct call *k)
-{
-	json_int_t port = json_integer_value(json_object_get(k->args, "port"));
-	struct client_req g = { .method = "GET" };
-	if (sb_request(k, &g, NULL, "/ports") < 0) {
-		client_req_free(&g);
-		return;
-	}
-	const char *url = NULL;
-	size_t i;
-	json_t *p;
-	json_array_foreach(json_object_get(g.reply, "ports"), i, p)
-		if (json_integer_value(json_object_get(p, "port")) == port)
-			url = client_str(p, "url");
-	cleanup_free char *have = url && *url ? strdup(url) : NULL;
-	client_req_free(&g);
-	if (!have) {
-		json_t *body = json_pack("{s:I}", "port", port);
-		struct client_req r = { .method = "POST", .json = body };
-		cleanup_free char *what = NULL;
-		if (asprintf(&what, "port %lld", (long long)port) < 0)
-			what = NULL;
-		int rc = sb_request(k, &r, what, "/ports");
-		if (rc == 0)
-			have = strdup(client_str(r.reply, "url"));
-		client_req_free(&r);
-		json_decref(body);
-		if (rc < 0)
-			return;
-	}
-	say(k, "Port %lld of the sandbox is exposed: a server listening on it inside (on 0.0.0.0 or "
-	    "127.0.0.1) is reachable from this machine at %s (start the server in the background, "
-	    "e.g. with run_command \"nohup python3 -m http.server %lld >/dev/null 2>&1 &\").",
-	    (long long)port, have ? have : "(unknown)", (long long)port);
-}
-
-/* ---- generated_files ---------------------------------------------------------- */
-
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-static void tool_generated_files(struct call *k)
-{
-	struct mcp *m = k->m;
-	int contents = arg_bool(k, "include_contents"), since_last = arg_bool(k, "since_last_call");
-	int hidden = arg_bool(k, "include_hidden");
-	size_t left_hidden = 0;
-	if (!m->sandbox) {
-		say(k, "no files: no sandbox has been used in this session yet");
-		return;
-	}
-	/* The daemon records changes when an exec, a file call or a code cell
-	 * ends; what processes left running in the background wrote since is
-	 * logged by a scan. */
-	struct client_req r = { .method = "POST" };
-	int rc = sb_request(k, &r, "scanning the workspace", "/changes/scan");
-	client_req_free(&r);
-	if (rc < 0)
-		return;
-	/* The daemon folds the log: one entry per path with its net effect
-	 * since `since`, caches (hidden paths, __pycache__) left out unless
-	 * asked for; every page of it ("more": the answer's size limit cut
-	 * it, and the page's cursor is the next page's `after`). */
-	json_int_t since = since_last ? m->gen_cursor : m->baseline;
-	json_t *all = json_array();
-	int forgotten = 0;
-	json_int_t after = since;
-	for (int page = 0;; page++) {
-		struct client_req g = { .method = "GET" };
-		if (sb_request(k, &g, NULL, "/changes?since=%lld&after=%lld&net=1&exclude_hidden=%d",
-			       (long long)since, (long long)after, !hidden) < 0) {
-			client_req_free(&g);
-			json_decref(all);
-			return;
-		}
-		if (page == 0)
-			forgotten = json_is_true(json_object_get(g.reply, "truncated"));
-		left_hidden += (size_t)json_integer_value(json_object_get(g.reply, "hidden"));
-		json_array_extend(all, json_object_get(g.reply, "changes"));
-		json_int_t next = json_integer_value(json_object_get(g.reply, "cursor"));
-		int more = json_is_true(json_object_get(g.reply, "more")) && next > after;
-		client_req_free(&g);
-		after = next;
-		if (!more)
-			break;
-	}
-	m->gen_cursor = after;
-
-	json_t *net = json_object(), *ch, *e;
-	size_t i;
-	json_array_foreach(all, i, ch) {
-		if (!strcmp(client_str(ch, "type"), "directory"))
-			continue;   /* directories show through their files */
-		/* A path changed again while the pages were read: its later entry. */
-		json_object_set(net, client_str(ch, "path"), ch);
-	}
-	size_t n = json_object_size(net), count = 0;
-	const char **paths = calloc(n ? n : 1, sizeof(*paths));
-	const char *key;
-	json_object_foreach(net, key, e)
-		if (paths)
-			paths[count++] = key;
-	if (paths)
-		qsort(paths, count, sizeof(*paths), cmp_str);
-
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	if (f) {
-		const char *when = since_last ? "since the last generated_files call" : "since the session began";
-		if (!count)
-			fprintf(f, "no files were created, modified or deleted under /home/user %s\n", when);
-		else
-			fprintf(f, "%zu %s created, modified or deleted under /home/user %s:\n", count,
-				count == 1 ? "file" : "files", when);
-		for (i = 0; i < count && i < GENERATED_LIST_MAX; i++) {
-			e = json_object_get(net, paths[i]);
-			const char *kind = client_str(e, "kind");
-			if (!strcmp(kind, "deleted"))
-				fprintf(f, "  deleted   %s\n", paths[i]);
-			else
-				fprintf(f, "  %-9s %s (%lld bytes)\n", kind, paths[i],
-					(long long)json_integer_value(json_object_get(e, "size")));
-		}
-		if (count > GENERATED_LIST_MAX)
-			fprintf(f, "  ... and %zu more\n", count - GENERATED_LIST_MAX);
-		if (left_hidden)
-			fprintf(f, "(%zu hidden %s (a component starting with \".\", __pycache__) left "
-				"out: include_hidden shows them)\n", left_hidden, left_hidden == 1 ? "path" : "paths");
-		if (forgotten)
-			fputs("(the daemon's change log dropped its oldest entries: earlier changes are missing)\n", f);
-		fclose(f);
-		add_text(k, buf, len);
-		free(buf);
-	}
-
-	/* Contents, in the same order, until the byte budget is spent. */
-	size_t budget = GENERATED_BYTES_MAX, skipped = 0;
-	for (i = 0; contents && i < count && !abandoned(k); i++) {
-		e = json_object_get(net, paths[i]);
-		if (!strcmp(client_str(e, "kind"), "deleted") || strcmp(client_str(e, "type"), "file") != 0)
-			continue;
-		json_int_t size = json_integer_value(json_object_get(e, "size"));
-		if (size < 0 || (size_t)size > budget) {
-			skipped++;
-			continue;
-		}
-		struct grab gr = { .max = budget };
-		struct call sub = { .m = m, .args = k->args, .content = json_array() };
-		if (fetch_file(&sub, paths[i], &gr) == 0) {
-			int is_text;
-			json_t *c = file_content(m, paths[i], gr.buf ? gr.buf : "", gr.len, &is_text);
-			if (is_text) {
-				/* the name first, in the same text block */
-				char *t = NULL;
-				if (asprintf(&t, "--- %s ---\n%s", paths[i], json_string_value(json_object_get(c, "text"))) >= 0) {
-					json_object_set_new(c, "text", json_text(t, strlen(t)));
-					free(t);
-				}
-			} else {
-				say(k, "--- %s ---", paths[i]);
-			}
-			if (c)
-				json_array_append_new(k->content, c);
-			budget -= gr.len;
-		} else if (gr.too_big) {
-			skipped++;
-		} else {
-			/* gone since (deleted by a process still running): say so */
-			json_array_extend(k->content, sub.content);
-		}
-		json_decref(sub.content);
-		free(sub.note);
-		free(gr.buf);
-	}
-	if (skipped)
-		say(k, "(%zu %s left out: more than %u MiB of contents in all; use read_file)", skipped,
-		    skipped == 1 ? "file was" : "files were", GENERATED_BYTES_MAX >> 20);
-	free(paths);
-	json_decref(net);
-	json_decref(all);
-}
-
-/* ---- the tools -------------------------------------------------------------- */
-
-static const struct arg_spec run_command_args[] = {
-	{ "command", ARG_STRING, 1, "shell command line, run by /bin/sh -c", NULL, 0, 0 },
-	{ "cwd", ARG_STRING, 0, "working directory (absolute, or relative to /home/user; default /home/user)",
-	  NULL, 0, 0 },
-	{ "env", ARG_STRING_MAP, 0, "extra environment variables", NULL, 0, 0 },
-	{ "stdin", ARG_STRING, 0, "text given to the command's standard input (default: empty)", NULL, 0,
-	  0 },
-	{ "timeout_seconds", ARG_INTEGER, 0,
-	  "kill the command and everything it started after this long (default: the server's, 300)", NULL,
-	  1, TIMEOUT_MAX_S },
-	{ 0 },
-};
-
-static const struct arg_spec run_code_args[] = {
-	{ "language", ARG_STRING, 1, "the interpreter", languages, 0, 0 },
-	{ "code", ARG_STRING, 1,
-	  "the code to run, like a notebook cell: the value of a last expression is returned", NULL, 0, 0 },
-	{ "context", ARG_STRING, 0,
-	  "name of an independent interpreter of this language, started on first use (default: the "
-	  "language's default context, shared by all calls without a context)",
-	  NULL, 0, 0 },
-	{ "timeout_seconds", ARG_INTEGER, 0,
-	  "interrupt the code after this long; the interpreter keeps its state (default 300)", NULL, 1,
-	  TIMEOUT_MAX_S },
-	{ 0 },
-};
-
-static const struct arg_spec expose_port_args[] = {
-	{ "port", ARG_INTEGER, 1, "the TCP port a server in the sandbox listens on", NULL, 1, 65535 },
-	{ 0 },
-};
-
-static const struct arg_spec read_file_args[] = {
-	{ "path", ARG_STRING, 1, "the file (absolute, or relative to /home/user)", NULL, 0, 0 },
-	{ 0 },
-};
-
-static const struct arg_spec write_file_args[] = {
-	{ "path", ARG_STRING, 1, "the file (absolute, or relative to /home/user); parent directories are "
-	  "created; an existing file is replaced", NULL, 0, 0 },
-	{ "content", ARG_STRING, 1, "the content: text, or base64 with encoding \"base64\"", NULL, 0, 0 },
-	{ "encoding", ARG_STRING, 0, "how content is given (default utf-8)", encodings, 0, 0 },
-	{ 0 },
-};
-
-static const struct arg_spec list_files_args[] = {
-	{ "path", ARG_STRING, 0, "the directory (absolute, or relative to /home/user; default /home/user)",
-	  NULL, 0, 0 },
-	{ 0 },
-};
-
-static const struct arg_spec generated_files_args[] = {
-	{ "include_contents", ARG_BOOLEAN, 0,
-	  "also return the files' contents: text, images, or base64 blobs for other binaries (at most "
-	  "8 MiB in all; default false)", NULL, 0, 0 },
-	{ "since_last_call", ARG_BOOLEAN, 0,
-	  "only what changed since the previous generated_files call (default false: since the session "
-	  "began)", NULL, 0, 0 },
-	{ "include_hidden", ARG_BOOLEAN, 0,
-	  "also list hidden files and caches (a path component starting with \".\", __pycache__; "
-	  "default false)", NULL, 0, 0 },
-	{ 0 },
-};
-
-static const struct tool tools[] = {
-	{ "run_command", "Run a shell command",
-	  "Run a shell command in the sandbox (Linux, as an unprivileged user in /home/user, {network}) "
-	  "and return its exit code, stdout and stderr, and the files it changed. State on disk persists "
-	  "between calls; a non-zero exit is reported as an error result.",
-	  run_command_args, 0, tool_run_command },
-	{ "run_code", "Run code in a persistent interpreter",
-	  "Run Python, JavaScript (Node.js) or bash code in a long-lived interpreter in the sandbox: "
-	  "variables, imports and functions persist between calls of the same context, as in a notebook. "
-	  "Returns printed output, the value of the last expression, the error with its traceback, and "
-	  "images (matplotlib figures are returned as PNG images).",
-	  run_code_args, 0, tool_run_code },
-	{ "read_file", "Read a file",
-	  "Read a file from the sandbox: text is returned as text, images as images, other binary files "
-	  "as a base64 blob (at most 16 MiB).",
-	  read_file_args, 1, tool_read_file },
-	{ "write_file", "Write a file",
-	  "Write a file in the sandbox (text, or base64 for binary content), creating parent directories.",
-	  write_file_args, 0, tool_write_file },
-	{ "list_files", "List a directory",
-	  "List the entries of a directory in the sandbox: type, size, permissions and name.",
-	  list_files_args, 1, tool_list_files },
-	{ "generated_files", "Files created or modified",
-	  "List the files created, modified or deleted under /home/user since the session began (or since "
-	  "the last call), optionally with their contents: the way to collect what the code produced.",
-	  generated_files_args, 1, tool_generated_files },
-	{ "expose_port", "Expose a port to the user",
-	  "Make a server that listens on a TCP port inside the sandbox (a web app, a notebook, an API "
-	  "being developed) reachable by the user: returns the URL on this machine where it answers. "
-	  "Only this port is reachable, from the host; nothing else of the sandbox is.",
-	  expose_port_args, 0, tool_expose_port },
-};
-
-/* What the session's sandbox can reach (--net, --allow-host, --deny-host),
- * as the tools' descriptions and the instructions tell the model: "no
- * network access", "network access only to a, b (...)", or "access to the
- * public internet (...)".  Malloc'd; NULL without memory. */
-static char *network_phrase(json_t *create_body)
-{
-	json_t *n = json_object_get(create_body, "network");
-	const char *mode = json_string_value(json_object_get(n, "mode"));
-	if (!mode || !strcmp(mode, "none"))
-		return strdup("no network access");
-	char *text = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&text, &len);
-	if (!f)
-		return NULL;
-	int open = !strcmp(mode, "open");
-	fputs(open ? "access to the public internet" : "network access only to", f);
-	for (int list = open; list < 2; list++) {
-		json_t *a = json_object_get(n, list ? "deny" : "allow");
-		size_t i, count = json_array_size(a);
-		json_t *v;
-		if (!count)
-			continue;
-		fputs(list ? (open ? " except" : "; not to") : "", f);
-		json_array_foreach(a, i, v) {
-			if (i == 20) {
-				fprintf(f, " and %zu more", count - i);
-				break;
-			}
-			fprintf(f, "%s %s", i ? "," : "", json_string_value(v));
-		}
-	}
-	fputs(open ? " (never to this machine or to private, link-local or metadata addresses)"
-		   : " (by name: DNS, HTTPS and HTTP; nothing else is reachable)", f);
-	if (fclose(f) != 0) {
-		free(text);
-		return NULL;
-	}
-	return text;
-}
-
-/* text with its "{network}" replaced by phrase, as a JSON string. */
-static json_t *with_network(const char *text, const char *phrase)
-{
-	const char *at = strstr(text, "{network}");
-	if (!at || !phrase)
-		return json_string(text);
-	char *s = NULL;
-	if (asprintf(&s, "%.*s%s%s", (int)(at - text), text, phrase, at + strlen("{network}")) < 0)
-		return NULL;
-	json_t *j = json_string(s);
-	free(s);
-	return j;
-}
-
-static json_t *tools_list(struct mcp *m)
-{
-	cleanup_free char *net = network_phrase(m->create_body);
-	json_t *n = json_object_get(m->create_body, "network");
-	const char *mode = json_string_value(json_object_get(n, "mode"));
-	/* Code that can reach hosts outside works with an open world. */
-	int open_world = mode && strcmp(mode, "none") != 0;
-	json_t *arr = json_array();
-	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(tools); i++) {
-		const struct tool *t = &tools[i];
-		int runs_code = t->fn == tool_run_command || t->fn == tool_run_code;
-		json_array_append_new(arr, json_pack("{s:s,s:s,s:o,s:o,s:{s:s,s:b,s:b,s:b,s:b}}", "name", t->name,
-						     "title", t->title, "description",
-						     with_network(t->description, net),
-						     "inputSchema", input_schema(t), "annotations", "title",
-						     t->title, "readOnlyHint", t->read_only, "destructiveHint",
-						     !t->read_only, "idempotentHint", t->read_only,
-						     "openWorldHint", runs_code && open_world));
-	}
-	return json_pack("{s:o}", "tools", arr);
-}
-
-/* ---- JSON-RPC ------------------------------------------------------------------ */
-
-static const char instructions[] =
-	"The tools of this server work in one Linux sandbox kept for the whole session and deleted "
-	"when it ends. Commands and code run as an unprivileged user in /home/user, which is "
-	"writable, as is /tmp; the rest of the file system is read-only, and there is {network}. "
-	"python3 (with numpy, pandas and matplotlib when the host has them) and node are "
-	"available. Relative paths are relative to /home/user. run_code keeps interpreter state "
-	"between calls; generated_files lists what the code wrote.";
-
-static json_t *do_initialize(struct mcp *m, json_t *id, json_t *params)
-{
-	const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
-	if (!asked)
-		return rpc_error(id, -32602, "initialize needs params.protocolVersion (a string)");
-	const char *version = protocol_versions[0];
-	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(protocol_versions); i++)
-		if (!strcmp(asked, protocol_versions[i]))
-			version = protocol_versions[i];
-	m->input_errors_as_results = strcmp(version, "2025-11-25") >= 0;
-	cleanup_free char *net = network_phrase(m->create_body);
-	json_t *info = json_object_get(params, "clientInfo");
-	int other = strcmp(asked, version) != 0;
-	mlog("client %s %s, protocol %s%s%.40s%s", *client_str(info, "name") ? client_str(info, "name") : "?",
-	     client_str(info, "version"), version, other ? " (it asked for " : "", other ? asked : "",
-	     other ? ")" : "");
-	return rpc_result(id, json_pack("{s:s,s:{s:{s:b}},s:{s:s,s:s,s:s},s:o}", "protocolVersion", version,
-					"capabilities", "tools", "listChanged", 0, "serverInfo", "name",
-					"sandlot", "title", "sandlot sandbox", "version", "0.1.0",
-					"instructions", with_network(instructions, net)));
-}
-
-static json_t *do_tools_call(struct mcp *m, json_t *id, json_t *params)
-{
-	const char *name = json_string_value(json_object_get(params, "name"));
-	if (!name)
-		return rpc_error(id, -32602, "tools/call needs params.name (a string)");
-	const struct tool *t = NULL;
-	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(tools); i++)
-		if (!strcmp(tools[i].name, name))
-			t = &tools[i];
-	if (!t)
-		return rpc_error(id, -32602, "unknown tool \"%.100s\" (tools: run_command, run_code, "
-				 "read_file, write_file, list_files, generated_files)", name);
-	json_t *args = json_object_get(params, "arguments");
-	if (args && !json_is_object(args) && !json_is_null(args))
-		return rpc_error(id, -32602, "tools/call: params.arguments must be an object");
-	args = json_is_object(args) ? json_deep_copy(args) : json_object();
-	struct call k = { .m = m, .args = args, .content = json_array() };
-	cleanup_free char *why = check_args(t, args);
-	json_t *answer = NULL;
-	if (why && !m->input_errors_as_results) {
-		answer = rpc_error(id, -32602, "%s: %s", t->name, why);
-		goto out;
-	}
-	if (why) {
-		fail(&k, "invalid arguments for %s: %s", t->name, why);
-	} else {
-		m->cur_id = id;
-		m->cancelled = 0;
-		t->fn(&k);
-		m->cur_id = NULL;
-		if (abandoned(&k)) {
-			/* no answer to a cancelled request; none when going away */
-			if (m->cancelled)
-				mlog("%s cancelled", t->name);
-			m->cancelled = 0;
-			goto out;
-		}
-	}
-	if (k.note)
-		json_array_insert_new(k.content, 0, json_pack("{s:s,s:s}", "type", "text", "text", k.note));
-	if (!json_array_size(k.content))
-		add_text(&k, "done", 4);
-	answer = rpc_result(id, json_pack("{s:O,s:b}", "content", k.content, "isError", k.is_error));
-out:
-	json_decref(k.content);
-	json_decref(args);
-	free(k.note);
-	return answer;
-}
-
-/* One message (an element of a batch, or the whole line): the answer, or
- * NULL for notifications and responses. */
-static json_t *handle_message(struct mcp *m, json_t *msg)
-{
-	if (!json_is_object(msg))
-		return rpc_error(NULL, -32600, "invalid request: a JSON-RPC message is an object");
-	json_t *id = json_object_get(msg, "id");
-	json_t *method = json_object_get(msg, "method");
-	if (id && !json_is_string(id) && !json_is_integer(id))
-		return rpc_error(NULL, -32600, "invalid request: \"id\" must be a string or an integer");
-	if (strcmp(client_str(msg, "jsonrpc"), "2.0") != 0)
-		return rpc_error(id, -32600, "invalid request: \"jsonrpc\" must be \"2.0\"");
-	if (!method) {
-		if (json_object_get(msg, "result") || json_object_get(msg, "error"))
-			return NULL;   /* a response; we send no requests */
-		return rpc_error(id, -32600, "invalid request: no \"method\"");
-	}
-	if (!json_is_string(method))
-		return rpc_error(id, -32600, "invalid request: \"method\" must be a string");
-	const char *name = json_string_value(method);
-	json_t *params = json_object_get(msg, "params");
-	if (!id) {
-		/* notifications: initialized, cancelled (of nothing running now),
-		 * roots/list_changed, ...: nothing to do */
-		return NULL;
-	}
-	if (params && !json_is_object(params))
-		return rpc_error(id, -32602, "invalid params: \"params\" must be an object");
-	if (!strcmp(name, "initialize"))
-		return do_initialize(m, id, params);
-	if (!strcmp(name, "ping"))
-		return rpc_result(id, json_object());
-	if (!strcmp(name, "tools/list"))
-		return rpc_result(id, tools_list(m));
-	if (!strcmp(name, "tools/call"))
-		return do_tools_call(m, id, params);
-	return rpc_error(id, -32601, "method not found: %.100s", name);
-}
-
-static void handle_line(struct mcp *m, const char *data, size_t len)
-{
-	json_error_t je;
-	json_t *msg = json_loadb(data, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-	if (!msg) {
-		send_msg(m, rpc_error(NULL, -32700, "parse error: %s (line %d, column %d)", je.text, je.line,
-				      je.column));
-		return;
-	}
-	if (json_is_array(msg)) {
-		/* A batch (JSON-RPC 2.0; MCP 2025-03-26): answers in one array. */
-		if (!json_array_size(msg)) {
-			send_msg(m, rpc_error(NULL, -32600, "invalid request: an empty batch"));
-		} else {
-			json_t *answers = json_array(), *el;
-			size_t i;
-			json_array_foreach(msg, i, el) {
-				if (m->stop == STOP_NOW)
-					break;
-				json_t *a = handle_message(m, el);
-				if (a)
-					json_array_append_new(answers, a);
-			}
-			if (json_array_size(answers) && m->stop != STOP_NOW)
-				send_msg(m, answers);
-			else
-				json_decref(answers);
-		}
-	} else {
-		send_msg(m, handle_message(m, msg));
-	}
-	json_decref(msg);
-}
-
 /* A line that came while a tool call runs: pings are answered and
  * cancellations applied now, the rest waits its turn. */
-static void handle_in_call(struct mcp *m, const char *data, size_t len)
+static void handle_in_call(struct stdio *m, const char *data, size_t len)
 {
 	json_t *msg = json_loadb(data, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-	const char *method = json_is_object(msg) ? client_str(msg, "method") : "";
-	json_t *id = json_object_get(msg, "id");
-	if (!strcmp(method, "ping") && (json_is_string(id) || json_is_integer(id))) {
-		send_msg(m, rpc_result(id, json_object()));
-	} else if (!strcmp(method, "notifications/cancelled") && !id) {
-		json_t *rid = json_object_get(json_object_get(msg, "params"), "requestId");
-		if (m->cur_id && rid && json_equal(rid, m->cur_id))
-			m->cancelled = 1;
-	} else {
+	json_t *answer = NULL;
+	if (mcp_handle_now(m->m, msg, &answer))
+		send_msg(m, answer);
+	else
 		enqueue(m, data, len);
-	}
 	json_decref(msg);
+}
+
+/* mcp_io for the session. */
+static void io_wait(void *ud, struct client *c, int timeout_ms)
+{
+	(void)c;
+	wait_io(ud, timeout_ms, 1);
+}
+
+static void io_notify(void *ud, json_t *msg)
+{
+	send_msg(ud, msg);
+}
+
+static void io_log(void *ud, const char *line)
+{
+	(void)ud;
+	mlog("%s", line);
 }
 
 /* ---- main ------------------------------------------------------------------- */
@@ -1844,7 +323,7 @@ static const struct option mcp_opts[] = {
 
 /* Options into m->create_body and m->timeout_ms.  0, 1 for --help, or
  * EXIT_USAGE after saying why. */
-static int parse_options(struct mcp *m, int argc, char **argv, const char **host, const char **token_file)
+static int parse_options(struct stdio *m, int argc, char **argv, const char **host, const char **token_file)
 {
 	json_t *body = m->create_body, *env = json_object();
 	sandlot_error_t *err = NULL;
@@ -1900,15 +379,13 @@ static int parse_options(struct mcp *m, int argc, char **argv, const char **host
 
 int cmd_mcp(int argc, char **argv)
 {
-	struct mcp m = { .timeout_ms = DEFAULT_TIMEOUT_MS, .sigfd = -1 };
+	struct stdio m = { .timeout_ms = DEFAULT_TIMEOUT_MS, .sigfd = -1 };
 	m.queue_tail = &m.queue;
 	m.create_body = json_object();
-	m.contexts = json_object();
 	const char *host = NULL, *token_file = NULL;
 	int rc = parse_options(&m, argc, argv, &host, &token_file);
 	if (rc) {
 		json_decref(m.create_body);
-		json_decref(m.contexts);
 		return rc == 1 ? 0 : rc;
 	}
 
@@ -1936,27 +413,37 @@ int cmd_mcp(int argc, char **argv)
 		goto out;
 	}
 	client_req_free(&health);
+
+	struct mcp_options o = { .create_body = m.create_body, .timeout_ms = m.timeout_ms,
+				 .keepalive_ms = m.keepalive_ms };
+	struct mcp_io io = { .wait = io_wait, .notify = io_notify, .log = io_log, .ud = &m };
+	m.m = mcp_new(&m.c, &o, &io);
+	if (!m.m) {
+		cli_err("mcp: out of memory");
+		client_free(&m.c);
+		rc = EXIT_SANDLOT;
+		goto out;
+	}
 	mlog("serving MCP on stdio with sandlotd at %s", m.c.host);
 
-	while (m.stop != STOP_NOW) {
+	while (!mcp_stopped(m.m)) {
 		struct line *l = dequeue(&m);
 		if (l) {
-			handle_line(&m, l->data, l->len);
+			send_msg(&m, mcp_handle_text(m.m, l->data, l->len));
 			free(l);
 			continue;
 		}
 		if (m.in_eof)
 			break;
-		int timeout = 60000;
-		if (m.sandbox && m.keepalive_ms) {
-			int64_t due = m.last_active_ms + (int64_t)m.keepalive_ms - now_ms();
-			timeout = due < 0 ? 0 : due < timeout ? (int)due : timeout;
-		}
+		int timeout = mcp_keepalive_due(m.m);
+		if (timeout < 0 || timeout > 60000)
+			timeout = 60000;
 		wait_io(&m, timeout, 0);
-		if (m.stop != STOP_NOW)
-			keepalive(&m);
+		if (!mcp_stopped(m.m))
+			mcp_keepalive(m.m);
 	}
-	destroy_sandbox(&m);
+	mcp_end(m.m);
+	mcp_free(m.m);
 	client_free(&m.c);
 	rc = 0;
 out:
@@ -1966,6 +453,5 @@ out:
 	if (m.sigfd >= 0)
 		close(m.sigfd);
 	json_decref(m.create_body);
-	json_decref(m.contexts);
 	return rc;
 }

@@ -7,7 +7,7 @@
 
 /* Allocation failure while building an error must not lose the error: fall
  * back to a static one whose message is fixed.  It is never freed. */
-static struct sandlot_error oom_error = { ENOMEM, (char *)"out of memory" };
+static struct sandlot_error oom_error = { ENOMEM, (char *)"out of memory", 0, { 0 }, { 0 } };
 
 static int set_error(sandlot_error_t **err, int status, char *msg)
 {
@@ -20,7 +20,7 @@ static int set_error(sandlot_error_t **err, int status, char *msg)
 		*err = &oom_error;
 		return -1;
 	}
-	struct sandlot_error *e = malloc(sizeof(*e));
+	struct sandlot_error *e = calloc(1, sizeof(*e));
 	if (!e) {
 		free(msg);
 		*err = &oom_error;
@@ -90,5 +90,41 @@ void sandlot_error_free(sandlot_error_t *err)
 	if (!err || err == &oom_error)
 		return;
 	free(err->msg);
+	for (unsigned i = 0; i < err->ndetails; i++)
+		free(err->detail_value[i]);
 	free(err);
+}
+
+int sandlot__error_detail(sandlot_error_t **err, const char *key, const char *value)
+{
+	if (!err || !*err || *err == &oom_error || !key)
+		return -1;
+	struct sandlot_error *e = *err;
+	char *copy = NULL;
+	if (value && !(copy = strdup(value)))
+		return -1;
+	unsigned i = 0;
+	while (i < e->ndetails && strcmp(e->detail_key[i], key) != 0)
+		i++;
+	if (i == SANDLOT_ERROR_DETAILS) {
+		free(copy);
+		return -1;
+	}
+	if (i == e->ndetails) {
+		e->detail_key[i] = key;
+		e->ndetails++;
+	} else {
+		free(e->detail_value[i]);
+	}
+	e->detail_value[i] = copy;
+	return -1;
+}
+
+const char *sandlot__error_detail_at(const sandlot_error_t *err, unsigned i, const char **value)
+{
+	if (!err || i >= err->ndetails)
+		return NULL;
+	if (value)
+		*value = err->detail_value[i];
+	return err->detail_key[i];
 }

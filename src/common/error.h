@@ -17,9 +17,16 @@
 
 #include <stdarg.h>
 
+#define SANDLOT_ERROR_DETAILS 4
+
 struct sandlot_error {
 	int status;
 	char *msg;
+	/* Structured details (sandlot__error_detail()): keys are static
+	 * strings, values owned (NULL: a detail whose value is none). */
+	unsigned ndetails;
+	const char *detail_key[SANDLOT_ERROR_DETAILS];
+	char *detail_value[SANDLOT_ERROR_DETAILS];
 };
 
 /* Store a new error with `status` (an errno value; 0 becomes EIO) and a
@@ -36,5 +43,14 @@ int sandlot__error_errno(sandlot_error_t **err, int status, const char *fmt, ...
  * Keeps the status.  Returns -1.  A NULL err or *err is tolerated. */
 int sandlot__error_wrap(sandlot_error_t **err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* Attach a detail to the error in *err: a static key and a copy of value
+ * (NULL: none), e.g. the state of the sandbox an error is about, which
+ * sandlotd answers as a field of its JSON error.  A key given again
+ * replaces its value.  Best effort: with no error, out of memory or past
+ * SANDLOT_ERROR_DETAILS the error is left as it is.  Returns -1. */
+int sandlot__error_detail(sandlot_error_t **err, const char *key, const char *value);
+/* The i-th detail's key (and *value), or NULL past the last. */
+const char *sandlot__error_detail_at(const sandlot_error_t *err, unsigned i, const char **value);
 
 #endif

@@ -48,6 +48,7 @@
 
 #include "common/util.h"
 #include "daemon/daemon.h"
+#include "daemon/domain.h"
 
 /* What an entry costs besides its strings: the struct in the array and
  * the allocator's headers of its two strings. */
@@ -501,48 +502,17 @@ static int net_view(const struct dchange *v, size_t n, uint64_t base, uint64_t a
 	return 0;
 }
 
-/* A page of the log, oldest first, at most --changes-answer-bytes of JSON.
- *
- *   since           the base: changes after this cursor (0: from the start).
- *   after           continues a page cut short (default: since): only
- *                   entries after this cursor.
- *   net=1           one entry per path with its net effect since `since`
- *                   (created, modified, deleted; created-then-deleted left
- *                   out) and the fields of its last entry, ordered by
- *                   those last entries; `after` then keeps the paths whose
- *                   last entry is after it, so that pages of one net view
- *                   fold from the same base.
- *   exclude_hidden=1  leaves out hidden paths (hidden_path()), counted in
- *                   "hidden" (those the page covers).
- *
- * "more" says the page was cut, and its "cursor" (that of its last entry)
- * is the next page's `after`; otherwise "cursor" is the log's latest, the
- * next `since`.  "truncated" says entries the answer depends on were
- * forgotten (the window moved past them). */
-static int get_changes(struct http_req *req)
+/* A page of the log, oldest first, at most --changes-answer-bytes of JSON
+ * (domain.h; the parameters are those of GET .../changes, below). */
+json_t *domain_changes_get(struct daemon *d, struct dsb *s, const struct domain_changes_query *q,
+			   sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
-	uint64_t since = 0, after = 0;
-	if (cursor_param(req, "since", &since) < 0)
-		return 0;
-	after = since;
-	if (cursor_param(req, "after", &after) < 0)
-		return 0;
-	int net = daemon_query_flag(req, "net");
-	if (net < 0)
-		return 0;
-	int exclude_hidden = daemon_query_flag(req, "exclude_hidden");
-	if (exclude_hidden < 0)
-		return 0;
-	if (after < since)
-		after = since;
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s)
-		return 0;
+	uint64_t since = q->since, after = q->after < q->since ? q->since : q->after;
+	int net = q->net, exclude_hidden = q->exclude_hidden;
 	json_t *arr = json_array();
 	uint64_t answer = 96, last = 0;
 	size_t hidden = 0;
-	int more = 0, oom = 0;
+	int more = 0, oom = !arr;
 	pthread_mutex_lock(&s->lock);
 	uint64_t cursor = s->next_cursor - 1;
 	uint64_t oldest = s->nchanges ? s->changes[0].cursor : s->next_cursor;
@@ -555,9 +525,9 @@ static int get_changes(struct http_req *req)
 	int truncated = (net ? since : after) + 1 < oldest;
 	struct shown *view = NULL;
 	size_t nview = 0;
-	if (net)
+	if (net && !oom)
 		oom = net_view(s->changes, s->nchanges, since, after, &view, &nview) < 0;
-	size_t n = net ? nview : s->nchanges;
+	size_t n = oom ? 0 : net ? nview : s->nchanges;
 	for (size_t i = 0; i < n; i++) {
 		struct shown e = net ? view[i] : (struct shown){ &s->changes[i], s->changes[i].kind };
 		if (e.c->cursor <= after)
@@ -582,10 +552,10 @@ static int get_changes(struct http_req *req)
 	}
 	pthread_mutex_unlock(&s->lock);
 	free(view);
-	dsb_put(d, s);
 	if (oom) {
 		json_decref(arr);
-		return http_error(req, 500, "internal", "out of memory folding the changes log");
+		sandlot__error(err, ENOMEM, "out of memory folding the changes log");
+		return NULL;
 	}
 	json_t *o = json_object();
 	json_object_set_new(o, "cursor", json_integer((json_int_t)(more ? last : cursor)));
@@ -596,6 +566,65 @@ static int get_changes(struct http_req *req)
 		json_object_set_new(o, "hidden", json_integer((json_int_t)hidden));
 	if (truncated)
 		json_object_set_new(o, "truncated", json_true());
+	return o;
+}
+
+int domain_changes_scan(struct daemon *d, struct dsb *s, uint64_t *cursor, int *truncated,
+			sandlot_error_t **err)
+{
+	*truncated = 0;
+	if (dsb_scan_changes(d, s, "scan", NULL, truncated, err) < 0)
+		return -1;
+	pthread_mutex_lock(&s->lock);
+	*cursor = s->next_cursor - 1;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* ---- routes ------------------------------------------------------------------ */
+
+/* GET .../changes: see domain_changes_get() for the paging rules.
+ *
+ *   since           the base: changes after this cursor (0: from the start).
+ *   after           continues a page cut short (default: since): only
+ *                   entries after this cursor.
+ *   net=1           one entry per path with its net effect since `since`
+ *                   (created, modified, deleted; created-then-deleted left
+ *                   out) and the fields of its last entry, ordered by
+ *                   those last entries; `after` then keeps the paths whose
+ *                   last entry is after it, so that pages of one net view
+ *                   fold from the same base.
+ *   exclude_hidden=1  leaves out hidden paths (hidden_path()), counted in
+ *                   "hidden" (those the page covers).
+ *
+ * "more" says the page was cut, and its "cursor" (that of its last entry)
+ * is the next page's `after`; otherwise "cursor" is the log's latest, the
+ * next `since`.  "truncated" says entries the answer depends on were
+ * forgotten (the window moved past them). */
+static int get_changes(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	struct domain_changes_query q = { 0 };
+	if (cursor_param(req, "since", &q.since) < 0)
+		return 0;
+	q.after = q.since;
+	if (cursor_param(req, "after", &q.after) < 0)
+		return 0;
+	if ((q.net = daemon_query_flag(req, "net")) < 0)
+		return 0;
+	if ((q.exclude_hidden = daemon_query_flag(req, "exclude_hidden")) < 0)
+		return 0;
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	sandlot_error_t *err = NULL;
+	json_t *o = domain_changes_get(d, s, &q, &err);
+	dsb_put(d, s);
+	if (!o) {
+		http_error_from(req, err);
+		sandlot_error_free(err);
+		return 0;
+	}
 	return http_json(req, 200, o);
 }
 
@@ -613,13 +642,8 @@ static int scan_changes(struct http_req *req)
 		return 0;
 	sandlot_error_t *err = NULL;
 	int truncated = 0;
-	int rc = dsb_scan_changes(d, s, "scan", NULL, &truncated, &err);
 	uint64_t cursor = 0;
-	if (rc == 0) {
-		pthread_mutex_lock(&s->lock);
-		cursor = s->next_cursor - 1;
-		pthread_mutex_unlock(&s->lock);
-	}
+	int rc = domain_changes_scan(d, s, &cursor, &truncated, &err);
 	dsb_put(d, s);
 	if (rc < 0) {
 		int r = http_error_from(req, err);

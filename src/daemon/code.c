@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "daemon/daemon.h"
+#include "daemon/domain.h"
 #include "common/util.h"
 
 extern const char sandlot__python_host_text[];
@@ -765,19 +766,22 @@ static void cell_free(struct cell *k)
 
 /* ---- routes ---------------------------------------------------------------- */
 
+/* Answer err (http_error_from) and free it.  Returns 0. */
+static int answer_err(struct http_req *req, sandlot_error_t *err)
+{
+	http_error_from(req, err);
+	sandlot_error_free(err);
+	return 0;
+}
+
+static int code_fields(json_t *body, const char *const *allowed, sandlot_error_t **err);
+
+/* code_fields() of the request's body: 0, or -1 having answered 400. */
 static int check_fields(struct http_req *req, const char *const *allowed)
 {
-	if (!json_is_object(req->json))
-		return http_error(req, 400, "bad_request", "the body must be a JSON object"), -1;
-	const char *key;
-	json_t *v;
-	json_object_foreach(req->json, key, v) {
-		int ok = 0;
-		for (size_t i = 0; allowed[i]; i++)
-			ok |= strcmp(key, allowed[i]) == 0;
-		if (!ok)
-			return http_error(req, 400, "bad_request", "unknown field \"%s\"", key), -1;
-	}
+	sandlot_error_t *err = NULL;
+	if (code_fields(req->json, allowed, &err) < 0)
+		return answer_err(req, err), -1;
 	return 0;
 }
 
@@ -871,54 +875,79 @@ static void code_wait(struct http_req *req, int why)
 	}
 }
 
-static int handle_code(struct http_req *req)
+/* The fields of a code request, checked as POST .../code checks them. */
+static int code_fields(json_t *body, const char *const *allowed, sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
+	if (!json_is_object(body))
+		return sandlot__error(err, EINVAL, "the body must be a JSON object");
+	const char *key;
+	json_t *v;
+	json_object_foreach(body, key, v) {
+		int ok = 0;
+		for (size_t i = 0; allowed[i]; i++)
+			ok |= strcmp(key, allowed[i]) == 0;
+		if (!ok)
+			return sandlot__error(err, EINVAL, "unknown field \"%s\"", key);
+	}
+	return 0;
+}
+
+int domain_code_parse(json_t *body, struct domain_code_req *r, sandlot_error_t **err)
+{
 	static const char *const fields[] = { "language", "code", "context", "timeout_ms", NULL };
-	if (check_fields(req, fields) < 0)
-		return 0;
-	json_t *jl = json_object_get(req->json, "language");
-	json_t *jc = json_object_get(req->json, "code");
-	json_t *jx = json_object_get(req->json, "context");
-	json_t *jt = json_object_get(req->json, "timeout_ms");
-	const char *lang = valid_lang(json_string_value(jl));
-	if (jl && !lang)
-		return http_error(req, 400, "bad_request",
-				  "\"language\" must be \"python\", \"javascript\" or \"bash\"");
+	memset(r, 0, sizeof(*r));
+	if (code_fields(body, fields, err) < 0)
+		return -1;
+	json_t *jl = json_object_get(body, "language");
+	json_t *jc = json_object_get(body, "code");
+	json_t *jx = json_object_get(body, "context");
+	json_t *jt = json_object_get(body, "timeout_ms");
+	r->language = valid_lang(json_string_value(jl));
+	if (jl && !r->language)
+		return sandlot__error(err, EINVAL,
+				      "\"language\" must be \"python\", \"javascript\" or \"bash\"");
 	if (!json_is_string(jc))
-		return http_error(req, 400, "bad_request", "\"code\" (a string) is required");
+		return sandlot__error(err, EINVAL, "\"code\" (a string) is required");
 	if (jx && !json_is_string(jx))
-		return http_error(req, 400, "bad_request", "\"context\" must be a string");
+		return sandlot__error(err, EINVAL, "\"context\" must be a string");
 	if (jt && (!json_is_integer(jt) || json_integer_value(jt) <= 0 ||
 		   json_integer_value(jt) > 86400000))
-		return http_error(req, 400, "bad_request", "\"timeout_ms\" must be 1..86400000");
-	if (!jx && !lang)
-		return http_error(req, 400, "bad_request", "give \"language\" or \"context\"");
-	sweep(d);
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s)
-		return 0;
+		return sandlot__error(err, EINVAL, "\"timeout_ms\" must be 1..86400000");
+	if (!jx && !r->language)
+		return sandlot__error(err, EINVAL, "give \"language\" or \"context\"");
+	r->code = jc;
+	r->context = json_string_value(jx);
+	r->timeout_ms = jt ? (uint64_t)json_integer_value(jt) : 0;
+	return 0;
+}
+
+/* Start the cell of r in s ("got"): its context (r->context, or the
+ * default one of r->language, made on first use) claimed, its host
+ * started if it is not running, the code sent.  The cell (cell_free), or
+ * NULL with ENOENT (no such context), EINVAL (a context of another
+ * language), DOMAIN_ECTXBUSY, DOMAIN_EINTERP, ENOMEM. */
+static struct cell *cell_begin(struct daemon *d, struct dsb *s, const struct domain_code_req *r,
+			       sandlot_error_t **err)
+{
 	struct ctx *c;
 	char defid[48];
-	if (jx) {
-		c = ctx_find(s->id, json_string_value(jx));
+	if (r->context) {
+		c = ctx_find(s->id, r->context);
 		if (!c) {
-			dsb_put(d, s);
-			return http_error(req, 404, "not_found", "no context %.60s in sandbox %s",
-					  json_string_value(jx), s->id);
+			sandlot__error(err, ENOENT, "no context %.60s in sandbox %s", r->context, s->id);
+			return NULL;
 		}
-		if (lang && strcmp(lang, c->lang) != 0) {
+		if (r->language && strcmp(r->language, c->lang) != 0) {
+			sandlot__error(err, EINVAL, "context %s is a %s context", c->id, c->lang);
 			ctx_put(c);
-			dsb_put(d, s);
-			return http_error(req, 400, "bad_request", "context %s is a %s context", c->id,
-					  c->lang);
+			return NULL;
 		}
 	} else {
-		snprintf(defid, sizeof(defid), "default-%s", lang);
-		c = ctx_get_or_add(s->id, defid, lang);
+		snprintf(defid, sizeof(defid), "default-%s", r->language);
+		c = ctx_get_or_add(s->id, defid, r->language);
 		if (!c) {
-			dsb_put(d, s);
-			return http_error(req, 500, "internal", "out of memory");
+			sandlot__error(err, ENOMEM, "out of memory");
+			return NULL;
 		}
 	}
 	pthread_mutex_lock(&c->lock);
@@ -931,11 +960,19 @@ static int handle_code(struct http_req *req)
 	int need_start = !c->started || c->exited || !c->proc;
 	pthread_mutex_unlock(&c->lock);
 	if (busy) {
+		sandlot__error(err, DOMAIN_ECTXBUSY, "context %s is running a cell", c->id);
 		ctx_put(c);
-		dsb_put(d, s);
-		return http_error(req, 409, "context_busy", "context %s is running a cell", c->id);
+		return NULL;
 	}
 	struct cell *k = calloc(1, sizeof(*k));
+	if (!k) {
+		pthread_mutex_lock(&c->lock);
+		c->busy = 0;
+		pthread_mutex_unlock(&c->lock);
+		ctx_put(c);
+		sandlot__error(err, ENOMEM, "out of memory");
+		return NULL;
+	}
 	k->d = d;
 	k->s = s;
 	k->c = c;
@@ -951,25 +988,28 @@ static int handle_code(struct http_req *req)
 		char msg[768];
 		if (host_start(s, c, msg, sizeof(msg)) < 0) {
 			cell_free(k);
-			dsb_put(d, s);
-			return http_error(req, 500, "interpreter_failed", "%s", msg);
+			sandlot__error(err, DOMAIN_EINTERP, "%s", msg);
+			return NULL;
 		}
 	}
 	pthread_mutex_lock(&c->lock);
 	c->seq++;
 	snprintf(k->rid, sizeof(k->rid), "c-%llu", (unsigned long long)c->seq);
 	pthread_mutex_unlock(&c->lock);
-	json_t *rq = json_pack("{s:s,s:s,s:O}", "id", k->rid, "kind", "execute", "code", jc);
-	if (jt) {
-		json_object_set(rq, "timeout_ms", jt);
-		k->hard_ms = k->started + json_integer_value(jt) + INTR_KILL_MS;
+	json_t *rq = json_pack("{s:s,s:s,s:O}", "id", k->rid, "kind", "execute", "code", r->code);
+	if (r->timeout_ms) {
+		json_object_set_new(rq, "timeout_ms", json_integer((json_int_t)r->timeout_ms));
+		k->hard_ms = k->started + (int64_t)r->timeout_ms + INTR_KILL_MS;
 	}
 	char *line = json_dumps(rq, JSON_COMPACT | JSON_ENSURE_ASCII);
 	json_decref(rq);
 	size_t n = line ? strlen(line) : 0;
 	if (line) {
-		line = realloc(line, n + 2);
-		line[n++] = '\n';
+		char *l2 = realloc(line, n + 2);
+		if (l2) {
+			line = l2;
+			line[n++] = '\n';
+		}
 	}
 	sandlot_proc_t *p = proc_get(c);
 	if (p) {
@@ -978,7 +1018,59 @@ static int handle_code(struct http_req *req)
 	}
 	free(line);
 	dsb_touch(s);
+	return k;
+}
 
+json_t *domain_code_run(struct daemon *d, struct dsb *s, const struct domain_code_req *r,
+			int (*on_event)(void *ud, json_t *event), void *ud, sandlot_error_t **err)
+{
+	sweep(d);
+	struct cell *k = cell_begin(d, s, r, err);
+	if (!k)
+		return NULL;
+	json_t *result = NULL;
+	int stopped = 0;
+	while (!k->done) {
+		int ms = 250;
+		json_t *ev = cell_step(k, &ms);
+		if (ev && k->done) {
+			result = ev;
+			break;
+		}
+		if (ev) {
+			if (on_event && !stopped && on_event(ud, ev) != 0) {
+				stopped = 1; /* the caller gave up: interrupt, finish quietly */
+				cell_interrupt_once(k);
+			}
+			json_decref(ev);
+			continue;
+		}
+		struct pollfd pf = { .fd = k->c->efd, .events = POLLIN };
+		poll(&pf, 1, ms);
+	}
+	cell_free(k);
+	if (!result)
+		result = json_pack("{s:s}", "status", "error");
+	json_object_del(result, "type");
+	return result;
+}
+
+static int handle_code(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	struct domain_code_req r;
+	sandlot_error_t *err = NULL;
+	if (domain_code_parse(req->json, &r, &err) < 0)
+		return answer_err(req, err);
+	sweep(d);
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	struct cell *k = cell_begin(d, s, &r, &err);
+	if (!k) {
+		dsb_put(d, s);
+		return answer_err(req, err);
+	}
 	if (http_wants_ndjson(req)) {
 		dsb_busy(s, +1);
 		dsb_hold(s);
@@ -1001,26 +1093,28 @@ static json_t *ctx_json(struct ctx *c)
 			 "alive", alive);
 }
 
-static int handle_ctx_create(struct http_req *req)
+/* ---- contexts in the domain layer (domain.h) ---------------------------------- */
+
+int domain_context_lang_ok(const char *lang)
 {
-	struct daemon *d = req->d;
-	static const char *const fields[] = { "language", NULL };
-	if (check_fields(req, fields) < 0)
-		return 0;
-	const char *lang = valid_lang(json_string_value(json_object_get(req->json, "language")));
-	if (!lang)
-		return http_error(req, 400, "bad_request",
-				  "\"language\" must be \"python\", \"javascript\" or \"bash\"");
+	return valid_lang(lang) != NULL;
+}
+
+json_t *domain_context_create(struct daemon *d, struct dsb *s, const char *lang,
+			      sandlot_error_t **err)
+{
+	if (!valid_lang(lang)) {
+		sandlot__error(err, EINVAL,
+			       "\"language\" must be \"python\", \"javascript\" or \"bash\"");
+		return NULL;
+	}
 	sweep(d);
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s)
-		return 0;
 	char id[32];
 	sandlot__new_id("ctx-", id);
 	struct ctx *c = ctx_get_or_add(s->id, id, lang);
 	if (!c) {
-		dsb_put(d, s);
-		return http_error(req, 500, "internal", "out of memory");
+		sandlot__error(err, ENOMEM, "out of memory");
+		return NULL;
 	}
 	/* Start the host now, so that the first cell finds it ready. */
 	pthread_mutex_lock(&c->lock);
@@ -1039,22 +1133,17 @@ static int handle_ctx_create(struct http_req *req)
 		if (was)
 			ctx_put(c);
 		ctx_put(c);
-		dsb_put(d, s);
-		return http_error(req, 500, "interpreter_failed", "%s", msg);
+		sandlot__error(err, DOMAIN_EINTERP, "%s", msg);
+		return NULL;
 	}
 	json_t *o = json_pack("{s:s,s:s}", "id", c->id, "language", c->lang);
 	ctx_put(c);
-	dsb_put(d, s);
-	return http_json(req, 201, o);
+	return o;
 }
 
-static int handle_ctx_list(struct http_req *req)
+json_t *domain_context_list(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
 	sweep(d);
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s)
-		return 0;
 	struct ctx *list[256];
 	size_t n = 0;
 	pthread_mutex_lock(&g_lock);
@@ -1069,22 +1158,17 @@ static int handle_ctx_list(struct http_req *req)
 		json_array_append_new(arr, ctx_json(list[i]));
 		ctx_put(list[i]);
 	}
-	dsb_put(d, s);
-	return http_json(req, 200, json_pack("{s:o}", "contexts", arr));
+	if (!arr)
+		sandlot__error(err, ENOMEM, "out of memory");
+	return arr;
 }
 
-static int handle_ctx_delete(struct http_req *req)
+int domain_context_delete(struct daemon *d, struct dsb *s, const char *id, sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s)
-		return 0;
-	struct ctx *c = ctx_find(s->id, req->params[1]);
-	if (!c) {
-		dsb_put(d, s);
-		return http_error(req, 404, "not_found", "no context %.60s in sandbox %s",
-				  req->params[1], s->id);
-	}
+	(void)d;
+	struct ctx *c = ctx_find(s->id, id);
+	if (!c)
+		return sandlot__error(err, ENOENT, "no context %.60s in sandbox %s", id, s->id);
 	pthread_mutex_lock(&g_lock);
 	int was = !c->removed;
 	unlink_locked(c);
@@ -1100,30 +1184,22 @@ static int handle_ctx_delete(struct http_req *req)
 	if (was)
 		ctx_put(c);
 	ctx_put(c);
-	dsb_put(d, s);
-	return http_empty(req, 204);
+	return 0;
 }
 
-static int handle_interrupt(struct http_req *req)
+json_t *domain_context_interrupt(struct daemon *d, struct dsb *s, const char *id,
+				 const char *lang, sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
-	static const char *const fields[] = { "context", "language", NULL };
-	if (req->json && check_fields(req, fields) < 0)
-		return 0;
-	const char *id = json_string_value(json_object_get(req->json, "context"));
-	const char *lang = valid_lang(json_string_value(json_object_get(req->json, "language")));
+	(void)d;
 	char defid[48];
 	if (!id) {
-		snprintf(defid, sizeof(defid), "default-%s", lang ? lang : "python");
+		snprintf(defid, sizeof(defid), "default-%s", valid_lang(lang) ? lang : "python");
 		id = defid;
 	}
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s)
-		return 0;
 	struct ctx *c = ctx_find(s->id, id);
 	if (!c) {
-		dsb_put(d, s);
-		return http_error(req, 404, "not_found", "no context %.60s in sandbox %s", id, s->id);
+		sandlot__error(err, ENOENT, "no context %.60s in sandbox %s", id, s->id);
+		return NULL;
 	}
 	pthread_mutex_lock(&c->lock);
 	int busy = c->busy;
@@ -1136,8 +1212,289 @@ static int handle_interrupt(struct http_req *req)
 		ctx_kill(c, SIGINT);
 	json_t *o = json_pack("{s:s,s:b}", "context", c->id, "interrupted", busy);
 	ctx_put(c);
+	return o;
+}
+
+/* ---- context routes ---------------------------------------------------------------- */
+
+static int handle_ctx_create(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	static const char *const fields[] = { "language", NULL };
+	if (check_fields(req, fields) < 0)
+		return 0;
+	const char *lang = json_string_value(json_object_get(req->json, "language"));
+	if (!valid_lang(lang))
+		return http_error(req, 400, "bad_request",
+				  "\"language\" must be \"python\", \"javascript\" or \"bash\"");
+	sweep(d);
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	sandlot_error_t *err = NULL;
+	json_t *o = domain_context_create(d, s, lang, &err);
 	dsb_put(d, s);
-	return http_json(req, 200, o);
+	return o ? http_json(req, 201, o) : answer_err(req, err);
+}
+
+static int handle_ctx_list(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	sweep(d);
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	sandlot_error_t *err = NULL;
+	json_t *arr = domain_context_list(d, s, &err);
+	dsb_put(d, s);
+	return arr ? http_json(req, 200, json_pack("{s:o}", "contexts", arr)) : answer_err(req, err);
+}
+
+static int handle_ctx_delete(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	sandlot_error_t *err = NULL;
+	int rc = domain_context_delete(d, s, req->params[1], &err);
+	dsb_put(d, s);
+	return rc == 0 ? http_empty(req, 204) : answer_err(req, err);
+}
+
+static int handle_interrupt(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	static const char *const fields[] = { "context", "language", NULL };
+	if (req->json && check_fields(req, fields) < 0)
+		return 0;
+	const char *id = json_string_value(json_object_get(req->json, "context"));
+	const char *lang = json_string_value(json_object_get(req->json, "language"));
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s)
+		return 0;
+	sandlot_error_t *err = NULL;
+	json_t *o = domain_context_interrupt(d, s, id, lang, &err);
+	dsb_put(d, s);
+	return o ? http_json(req, 200, o) : answer_err(req, err);
+}
+
+/* ---- for other surfaces (daemon.h, code_*) ---------------------------------- */
+
+struct code_cell *code_cell_start(struct daemon *d, struct dsb *s, const char *lang,
+				  const char *ctx_id, const char *code, int *status, char *msg,
+				  size_t msglen)
+{
+	sweep(d);
+	struct ctx *c;
+	char defid[48];
+	if (ctx_id) {
+		c = ctx_find(s->id, ctx_id);
+		if (!c) {
+			*status = 404;
+			snprintf(msg, msglen, "no context %.60s in sandbox %s", ctx_id, s->id);
+			return NULL;
+		}
+	} else {
+		if (!valid_lang(lang)) {
+			*status = 400;
+			snprintf(msg, msglen, "language must be python, javascript or bash");
+			return NULL;
+		}
+		snprintf(defid, sizeof(defid), "default-%s", lang);
+		c = ctx_get_or_add(s->id, defid, lang);
+		if (!c) {
+			*status = 500;
+			snprintf(msg, msglen, "out of memory");
+			return NULL;
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	int busy = c->busy;
+	if (!busy) {
+		c->busy = 1;
+		c->intr_ms = 0;
+		c->intr_count = 0;
+	}
+	int need_start = !c->started || c->exited || !c->proc;
+	pthread_mutex_unlock(&c->lock);
+	if (busy) {
+		ctx_put(c);
+		*status = 409;
+		snprintf(msg, msglen, "context %s is running a cell", c->id);
+		return NULL;
+	}
+	struct cell *k = calloc(1, sizeof(*k));
+	if (!k) {
+		pthread_mutex_lock(&c->lock);
+		c->busy = 0;
+		pthread_mutex_unlock(&c->lock);
+		ctx_put(c);
+		*status = 500;
+		snprintf(msg, msglen, "out of memory");
+		return NULL;
+	}
+	k->d = d;
+	k->s = s;
+	k->c = c;
+	k->displays = json_array();
+	k->started = mono_ms();
+	if (need_start) {
+		pthread_mutex_lock(&c->lock);
+		k->state_lost = c->started && c->exited && !c->death_reported;
+		pthread_mutex_unlock(&c->lock);
+		if (host_start(s, c, msg, msglen) < 0) {
+			cell_free(k);
+			*status = 500;
+			return NULL;
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	c->seq++;
+	snprintf(k->rid, sizeof(k->rid), "c-%llu", (unsigned long long)c->seq);
+	pthread_mutex_unlock(&c->lock);
+	json_t *rq = json_pack("{s:s,s:s,s:s}", "id", k->rid, "kind", "execute", "code", code);
+	char *line = rq ? json_dumps(rq, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+	json_decref(rq);
+	size_t n = line ? strlen(line) : 0;
+	char *nl = line ? realloc(line, n + 2) : NULL;
+	if (!nl) {
+		free(line);
+		cell_free(k);
+		*status = 500;
+		snprintf(msg, msglen, "out of memory");
+		return NULL;
+	}
+	nl[n++] = '\n';
+	sandlot_proc_t *p = proc_get(c);
+	if (p) {
+		sandlot_proc_write_stdin(p, nl, n, NULL); /* a failure shows as the host's exit */
+		proc_put(c);
+	}
+	free(nl);
+	dsb_touch(s);
+	dsb_busy(s, +1);
+	dsb_hold(s);
+	return (struct code_cell *)k;
+}
+
+json_t *code_cell_next(struct code_cell *k, int *fd, int *wait_ms)
+{
+	struct cell *cell = (struct cell *)k;
+	if (cell->done)
+		return NULL;
+	json_t *ev = cell_step(cell, wait_ms);
+	*fd = cell->c->efd;
+	return ev;
+}
+
+int code_cell_done(struct code_cell *k)
+{
+	return ((struct cell *)k)->done;
+}
+
+const char *code_cell_context(struct code_cell *k)
+{
+	return ((struct cell *)k)->c->id;
+}
+
+void code_cell_end(struct code_cell *k)
+{
+	stream_free((struct cell *)k, 0);
+}
+
+int code_ctx_create(struct daemon *d, struct dsb *s, const char *lang, char id[48], char *msg,
+		    size_t msglen)
+{
+	sweep(d);
+	if (!valid_lang(lang)) {
+		snprintf(msg, msglen, "language must be python, javascript or bash");
+		return -1;
+	}
+	sandlot__new_id("ctx-", id);
+	struct ctx *c = ctx_get_or_add(s->id, id, lang);
+	if (!c) {
+		snprintf(msg, msglen, "out of memory");
+		return -1;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->busy = 1;
+	pthread_mutex_unlock(&c->lock);
+	int rc = host_start(s, c, msg, msglen);
+	pthread_mutex_lock(&c->lock);
+	c->busy = 0;
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0) {
+		pthread_mutex_lock(&g_lock);
+		int was = !c->removed;
+		unlink_locked(c);
+		pthread_mutex_unlock(&g_lock);
+		if (was)
+			ctx_put(c);
+	}
+	ctx_put(c);
+	return rc;
+}
+
+json_t *code_ctx_list(struct daemon *d, struct dsb *s)
+{
+	sweep(d);
+	json_t *arr = json_array();
+	pthread_mutex_lock(&g_lock);
+	for (struct ctx *c = g_ctxs; c; c = c->next)
+		if (strcmp(c->sbid, s->id) == 0)
+			json_array_insert_new(arr, 0, json_pack("{s:s,s:s}", "id", c->id,
+								"language", c->lang));
+	pthread_mutex_unlock(&g_lock);
+	return arr;
+}
+
+int code_ctx_restart(struct dsb *s, const char *id, int remove, char *msg, size_t msglen)
+{
+	struct ctx *c = ctx_find(s->id, id);
+	if (!c) {
+		snprintf(msg, msglen, "no context %.60s in sandbox %s", id, s->id);
+		return -ENOENT;
+	}
+	if (remove) {
+		pthread_mutex_lock(&g_lock);
+		int was = !c->removed;
+		unlink_locked(c);
+		pthread_mutex_unlock(&g_lock);
+		if (was)
+			ctx_put(c);
+	}
+	sandlot_proc_t *p = proc_get(c);
+	if (p) {
+		sandlot_proc_close_stdin(p, NULL);
+		sandlot_proc_kill(p, SIGKILL, NULL);
+		proc_put(c);
+	}
+	int rc = 0;
+	if (!remove) {
+		pthread_mutex_lock(&c->lock);
+		int busy = c->busy;
+		if (!busy)
+			c->busy = 1;
+		pthread_mutex_unlock(&c->lock);
+		if (busy) {
+			/* the running cell ends as InterpreterDied; its next one
+			 * starts a fresh host */
+			ctx_put(c);
+			return 0;
+		}
+		pthread_mutex_lock(&c->lock);
+		while (!c->exited && c->started)
+			pthread_cond_wait(&c->cond, &c->lock);
+		c->death_reported = 1; /* asked for: no cell reports it as lost */
+		pthread_mutex_unlock(&c->lock);
+		rc = host_start(s, c, msg, msglen) < 0 ? -EIO : 0;
+		pthread_mutex_lock(&c->lock);
+		c->busy = 0;
+		pthread_mutex_unlock(&c->lock);
+	}
+	ctx_put(c);
+	return rc;
 }
 
 const struct http_route code_routes[] = {

@@ -2,13 +2,19 @@
  *
  *   main.c        options, start-up (recovery), signals, shutdown
  *   http.c        libmicrohttpd server and route dispatch (http.h)
+ *   domain.h      the domain layer: what every surface (the /v1 routes, others)
+ *                 calls; no HTTP in it, errors as sandlot_error_t
+ *   errmap.c      the one mapping of those errors to HTTP answers
  *   registry.c    SQLite: sandboxes and their changes survive restarts
- *   sandboxes.c   the sandbox table, lifecycle routes, reaper
- *   changes.c     the changes log, bounded in bytes, and its route
- *   execs.c       exec routes: buffered, NDJSON streaming, background
- *   files.c       file routes, archives (libarchive)
+ *   sandboxes.c   the sandbox table, create/list/keepalive, reaper, recovery
+ *   lifecycle.c   the state machine: pause, resume, end, delete, retention
+ *   sandbox_routes.c  the lifecycle routes (create ... pause, resume, snapshot)
+ *   changes.c     the changes log, bounded in bytes, and its routes
+ *   execs.c       execs and their routes: buffered, NDJSON streaming, background
+ *   files.c       file calls and routes, archives (libarchive)
  *   misc.c        health, metrics, request log
- *   workspaces.c  kept workspaces: pause, resume, snapshots, retention
+ *   workspaces.c  kept workspaces' files: name, copy (from_snapshot), flush,
+ *                 remove, recover
  *   pool.c        the warm pool (--pool) and its refill thread
  *   ports.c       exposed ports: host listeners, the relay thread, routes
  *   proxy.c       the HTTP (and WebSocket) proxy to exposed ports
@@ -56,6 +62,16 @@ enum dsb_state {
 	DSB_NSTATES
 };
 const char *dsb_state_name(enum dsb_state s);
+/* Running or being created. */
+static inline int dsb_state_live(enum dsb_state s)
+{
+	return s == DSB_STARTING || s == DSB_RUNNING;
+}
+/* Ended for good: neither live nor paused. */
+static inline int dsb_state_ended(enum dsb_state s)
+{
+	return s != DSB_STARTING && s != DSB_RUNNING && s != DSB_PAUSED;
+}
 
 /* One change under /home/user, as kept in the log. */
 struct dchange {
@@ -194,10 +210,9 @@ static inline void daemon_fault(const char *name)
 
 /* ---- sandboxes.c -------------------------------------------------------- */
 
-/* Look up a sandbox for an API call and take a reference that also marks it
- * busy (not idle).  On failure it answers the request itself (404
- * not_found, 410 sandbox_ended with the state and reason) and returns NULL.
- * Every successful get must be paired with dsb_put(). */
+/* Route helper (sandbox_routes.c): domain_sandbox_get() (domain.h), whose
+ * error it answers (404, 409 sandbox_paused, 410 sandbox_ended...) before
+ * returning NULL.  Every successful get must be paired with dsb_put(). */
 struct dsb *dsb_get(struct daemon *d, struct http_req *req, const char *id);
 void dsb_put(struct daemon *d, struct dsb *s);
 
@@ -244,6 +259,8 @@ uint64_t changes_budget_in_use(struct daemon *d);
 /* JSON object for a sandbox (GET /v1/sandboxes/{id}). */
 json_t *dsb_to_json(struct dsb *s);
 
+/* ---- lifecycle.c: the state machine (and domain.h's lifecycle calls) ------- */
+
 /* End a sandbox (destroy it, record state and reason, persist).  A no-op
  * if it has ended already.  Kills its init first, so every call still in
  * progress on it fails quickly (EPIPE), waits (up to a few seconds) for
@@ -251,6 +268,20 @@ json_t *dsb_to_json(struct dsb *s);
  * busy then, the destroy happens on the reaper thread once it lets go.
  * So do not call it while holding a busy reference of s yourself. */
 void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *reason);
+
+/* Wait (s->lock held) until no pause or resume — and with `copies`, no
+ * from_snapshot copy of its workspace — is in progress.  0, or -1 after
+ * 30 s. */
+int dsb_settle_locked(struct dsb *s, int copies);
+/* After s->sb was destroyed (state already final, or paused): the kept
+ * workspace is flushed or removed (workspace_destroyed) and a pause in
+ * progress is complete. */
+void dsb_destroyed(struct daemon *d, struct dsb *s);
+/* Reaper, once a second per sandbox: a paused sandbox past its
+ * paused_retention_seconds expires and its workspace goes. */
+void dsb_reap_paused(struct daemon *d, struct dsb *s, int64_t now_ms);
+
+/* ---- sandboxes.c (continued) ------------------------------------------------ */
 
 /* A new table entry (refs 1, state STARTING, empty options/metadata) and
  * its insertion into d->sbs (the table owns that first reference). */
@@ -268,15 +299,16 @@ void cgroup_check_after_destroy(const char *id);
 /* Without busy marking: a reference to sandbox `id` (release with
  * dsb_release), or NULL if the id is malformed or unknown. */
 struct dsb *dsb_find(struct daemon *d, const char *id);
-/* Answer 404 for an id dsb_find() did not know; 410 sandbox_ended with the
- * state and reason of s (takes s->lock). */
+/* Route helpers (sandbox_routes.c): answer 404 for an id dsb_find() did
+ * not know; 410 sandbox_ended with the state and reason of s (takes
+ * s->lock). */
 void dsb_answer_missing(struct http_req *req, const char *id);
 void dsb_answer_ended(struct http_req *req, struct dsb *s);
-/* The second half of ending or pausing s, after its state changed under
- * s->lock (so that no new borrower gets it) and nrunning went down: kill
- * its execs and init, wait (bounded) for borrowers, destroy the handle —
- * or leave that to the reaper if a borrower holds on — and tell
- * workspace_destroyed().  `pid` is its init_pid from before the change. */
+/* The second half of ending or pausing s (lifecycle.c), after its state
+ * changed under s->lock (so that no new borrower gets it) and nrunning
+ * went down: kill its execs and init, wait (bounded) for borrowers, destroy
+ * the handle — or leave that to the reaper if a borrower holds on — and
+ * tell dsb_destroyed().  `pid` is its init_pid from before the change. */
 void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid);
 
 extern const struct http_route sandbox_routes[];
@@ -299,6 +331,34 @@ void sandboxes_free(struct daemon *d);
 extern const struct http_route exec_routes[];
 /* Kill every running exec of s and free the history (sandbox ending). */
 void execs_release(struct dsb *s);
+
+/* ---- code.c (code contexts, for other surfaces: e2b_interp.c) ------------- */
+
+/* A cell running in a code context of s: in context ctx_id, or (NULL) in
+ * the default context of lang.  The cell holds s (busy, held) until
+ * code_cell_end().  NULL with *status (400, 404, 409, 500) and msg. */
+struct code_cell;
+struct code_cell *code_cell_start(struct daemon *d, struct dsb *s, const char *lang,
+				  const char *ctx_id, const char *code, int *status, char *msg,
+				  size_t msglen);
+/* The cell's next event, as the NDJSON stream of POST .../code gives them
+ * ({"type": "stdout"|"stderr"|"display"|"result", ...}, the "result" last);
+ * NULL when there is none now: wait for *fd to be readable or *wait_ms. */
+json_t *code_cell_next(struct code_cell *k, int *fd, int *wait_ms);
+int code_cell_done(struct code_cell *k);
+const char *code_cell_context(struct code_cell *k);
+/* Free the cell; one not done is interrupted and finished quietly. */
+void code_cell_end(struct code_cell *k);
+/* A new context of lang in s with its host started: 0 with id, or -1
+ * with msg. */
+int code_ctx_create(struct daemon *d, struct dsb *s, const char *lang, char id[48], char *msg,
+		    size_t msglen);
+/* [{"id", "language"}] of s's contexts, oldest first. */
+json_t *code_ctx_list(struct daemon *d, struct dsb *s);
+/* Kill the host of context id and start a fresh one (remove = 0), or
+ * delete the context (remove = 1).  0, -ENOENT (no such context) or -EIO
+ * (the new host failed), with msg. */
+int code_ctx_restart(struct dsb *s, const char *id, int remove, char *msg, size_t msglen);
 
 /* ---- files.c ------------------------------------------------------------ */
 
@@ -373,39 +433,31 @@ int workspace_exists(struct daemon *d, const char *id);
 void workspace_assign(struct daemon *d, sandlot_options_t *opts, char id[32]);
 /* Remove the kept workspace of sandbox `id` (a no-op if there is none). */
 void workspace_remove(struct daemon *d, const char *id);
-/* dsb_get() found s paused: resume it if it has auto_resume (after any
- * pause or resume in progress), else answer 409 sandbox_paused.  0 when
- * the caller may go on (s running again), -1 when answered. */
-int workspace_wake(struct daemon *d, struct http_req *req, struct dsb *s);
-/* After s->sb was destroyed (state already final): flush a kept workspace
- * to disk (paused, expired with its files kept) or remove it (deleted,
- * failed, lost), and end a pause in progress. */
+/* After s->sb was destroyed (dsb_destroyed): flush a kept workspace to
+ * disk (paused, expired with its files kept) or remove it (deleted,
+ * failed, lost). */
 void workspace_destroyed(struct daemon *d, struct dsb *s);
-/* dsb_end() is ending s as `state`: whether its image is to be kept
- * (sets s->workspace_kept; s->lock held). */
-void workspace_on_end_locked(struct daemon *d, struct dsb *s, enum dsb_state state);
-/* DELETE of a sandbox that is not running: a paused one is deleted, an
- * ended one loses its kept workspace (204); otherwise 410.  Answers. */
-int workspace_delete(struct daemon *d, struct http_req *req, struct dsb *s);
-/* Reaper, once a second per sandbox: paused sandboxes and kept workspaces
- * past their retention go. */
+/* Make the pool's files durable (syncfs), as after a pause. */
+void workspace_flush(struct daemon *d, const char *id);
+/* Reaper, once a second per sandbox: the kept workspace of an ended
+ * sandbox past its retention goes. */
 void workspace_reap(struct daemon *d, struct dsb *s, int64_t now_ms);
 /* Whether the reaper may forget the ended s (nothing kept; s->lock held). */
 int workspace_forgettable_locked(struct dsb *s);
 /* Create request with "from_snapshot": snapshot the kept workspace of
  * sandbox `from` as the workspace of the sandbox being created (id as
  * workspace_assign()), and set opts->disk_bytes to its size.  0, or -1
- * having answered the request (404, 409, 400 if disk_given differs, 507
- * if it cannot be admitted). */
-int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *from,
-			    int disk_given, sandlot_options_t *opts, char id[32]);
+ * with ENOENT, EBUSY, EINVAL (disk_given differs), ENOSPC (cannot be
+ * admitted). */
+int workspace_from_snapshot(struct daemon *d, const char *from, int disk_given,
+			    sandlot_options_t *opts, char id[32], sandlot_error_t **err);
 /* Start-up, after the registry is loaded: paused sandboxes stay paused
  * (cgroups a killed daemon left are removed); owned workspace images of
  * the former layout are brought into the storage pool; workspaces nothing
  * owns (lost sandboxes, warm-pool leftovers) are removed. */
 void workspace_recover(struct daemon *d);
 
-/* ---- files.c (used by workspaces.c) -------------------------------------- */
+/* ---- files.c (used by sandbox_routes.c: GET .../snapshot) ----------------- */
 
 /* GET .../files/archive: the tree at ?path= (default /home/user) as tar. */
 int files_archive_get(struct http_req *req);
@@ -464,8 +516,8 @@ struct network_req {
 };
 void network_req_free(struct network_req *n);
 /* Parse "network" (an object {"mode", "allow", "deny"}, or a mode string)
- * and check its rules.  0, or -1 having answered 400. */
-int network_parse(struct http_req *req, json_t *v, struct network_req *out);
+ * and check its rules.  0, or -1 with EINVAL (ENOMEM). */
+int network_parse(json_t *v, struct network_req *out, sandlot_error_t **err);
 /* {"mode", "allow", "deny"} of a sandbox now (normalised rules). */
 json_t *network_json(sandlot_t *sb);
 /* The policy of a sandbox's normalised options (resume): into o, with the
@@ -483,8 +535,8 @@ struct packages_req {
 	int any;                     /* at least one package */
 };
 void packages_req_free(struct packages_req *p);
-/* Parse and check {"pip": [...], "npm": [...]}.  0, or -1 having answered 400. */
-int packages_parse(struct http_req *req, json_t *v, struct packages_req *out);
+/* Parse and check {"pip": [...], "npm": [...]}.  0, or -1 with EINVAL (ENOMEM). */
+int packages_parse(json_t *v, struct packages_req *out, sandlot_error_t **err);
 /* Install into sb (the sandbox s, recorded in its options.packages, or
  * NULL while it is being created).  Returns the HTTP status: 200 with
  * *result ({"output", "from_cache", "duration_ms", "packages"}), else the
@@ -496,6 +548,9 @@ extern const struct http_route package_routes[];
 /* ---- misc.c ------------------------------------------------------------- */
 
 extern const struct http_route misc_routes[];
+/* Make s fit between the quotes of a log value: '"', '\\' and control
+ * characters become '\''. */
+void daemon_log_quote(char *s);
 /* One structured log line (logfmt) to stderr. */
 void daemon_log(const char *event, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "daemon/daemon.h"
+#include "daemon/domain.h"
 #include "common/base64.h"
 #include "common/util.h"
 
@@ -804,20 +805,7 @@ void execs_release(struct dsb *s)
 
 /* ---- request parsing ---------------------------------------------------- */
 
-struct exec_req {
-	const char **argv;          /* NULL-terminated; strings borrowed from json */
-	char **env;                 /* "K=V", owned */
-	const char *cwd;
-	unsigned char *stdin_data;  /* owned */
-	size_t stdin_len;
-	int has_stdin;
-	uint64_t timeout_ms;
-	int background, base64;
-	size_t limit;
-	json_t *command;            /* new array of strings */
-};
-
-static void exec_req_free(struct exec_req *r)
+void domain_exec_req_free(struct domain_exec_req *r)
 {
 	free(r->argv);
 	for (size_t i = 0; r->env && r->env[i]; i++)
@@ -836,7 +824,7 @@ static int plain_string(json_t *v)
 
 #define BAD(...) (snprintf(msg, msz, __VA_ARGS__), -1)
 
-static int parse_exec_req(json_t *body, struct exec_req *r, char *msg, size_t msz)
+static int parse_exec_req(json_t *body, struct domain_exec_req *r, char *msg, size_t msz)
 {
 	memset(r, 0, sizeof(*r));
 	r->timeout_ms = DEFAULT_TIMEOUT_MS;
@@ -959,6 +947,14 @@ static int parse_exec_req(json_t *body, struct exec_req *r, char *msg, size_t ms
 
 #undef BAD
 
+int domain_exec_parse(json_t *body, struct domain_exec_req *r, sandlot_error_t **err)
+{
+	char msg[512];
+	if (parse_exec_req(body, r, msg, sizeof(msg)) < 0)
+		return sandlot__error(err, EINVAL, "%s", msg);
+	return 0;
+}
+
 /* ---- starting ----------------------------------------------------------- */
 
 struct feeder {
@@ -1012,9 +1008,10 @@ static int start_detached(void *(*fn)(void *), void *arg)
 	return rc;
 }
 
-/* Start the command of r as e in s.  On failure answers the request and
- * returns -1 (e is then out of the history; the caller drops its ref). */
-static int exec_launch(struct http_req *req, struct dsb *s, struct dexec *e, struct exec_req *r)
+/* Start the command of r as e in s.  0, or -1 with err (e is then out of
+ * the history; the caller drops its ref). */
+static int exec_launch(struct dsb *s, struct dexec *e, struct domain_exec_req *r,
+		       sandlot_error_t **err)
 {
 	pthread_mutex_lock(&s->lock);
 	sandlot_t *sb = s->state == DSB_RUNNING ? s->sb : NULL;
@@ -1022,11 +1019,9 @@ static int exec_launch(struct http_req *req, struct dsb *s, struct dexec *e, str
 		e->starting = 1;
 		history_add_locked(s, e);
 	}
-	enum dsb_state state = s->state;
 	pthread_mutex_unlock(&s->lock);
 	if (!sb)
-		return http_error(req, 410, "sandbox_ended", "sandbox %s is %s", s->id,
-				  dsb_state_name(state)), -1;
+		return domain_error_ended(s, err);
 
 	e->stdin_pipe = r->has_stdin || r->background;
 	sandlot_exec_spec_t spec = {
@@ -1037,8 +1032,7 @@ static int exec_launch(struct http_req *req, struct dsb *s, struct dexec *e, str
 		.timeout_ms = r->timeout_ms,
 	};
 	sandlot_exec_callbacks_t cb = { .on_output = on_output, .on_exit = on_exit_cb, .userdata = e };
-	sandlot_error_t *err = NULL;
-	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, &err);
+	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, err);
 	pthread_mutex_lock(&e->lock);
 	e->proc = p;
 	e->starting = 0;
@@ -1049,8 +1043,6 @@ static int exec_launch(struct http_req *req, struct dsb *s, struct dexec *e, str
 	if (!p) {
 		history_remove(s, e);
 		__atomic_add_fetch(&e->d->m.exec_failures, 1, __ATOMIC_RELAXED);
-		http_error_from(req, err);
-		sandlot_error_free(err);
 		return -1;
 	}
 	__atomic_add_fetch(&e->d->m.execs_started, 1, __ATOMIC_RELAXED);
@@ -1438,35 +1430,21 @@ static void buffered_wait(struct http_req *req, int why)
 	http_park(req, fd, fd < 0 ? 20 : 30000, buffered_wait);
 }
 
-static int handle_exec(struct http_req *req)
+/* Make and start the exec of r in s ("got") in `mode`: *ep (a reference
+ * of the caller's) and, buffered, its waiter *wp.  Streamed and background
+ * execs hold a busy count of their own (finish_exec drops it).  0, or -1
+ * with err (ESHUTDOWN, DOMAIN_EENDED, ENOMEM, sandlot_exec's). */
+static int exec_begin(struct daemon *d, struct dsb *s, struct domain_exec_req *r, enum mode mode,
+		      struct dexec **ep, struct waiter **wp, sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
-	struct exec_req r;
-	char msg[512];
-	if (parse_exec_req(req->json, &r, msg, sizeof(msg)) < 0) {
-		exec_req_free(&r);
-		return http_error(req, 400, "bad_request", "%s", msg);
-	}
-	if (__atomic_load_n(&d->stopping, __ATOMIC_RELAXED)) {
-		exec_req_free(&r);
-		return http_error(req, 503, "shutting_down", "sandlotd is shutting down");
-	}
-	struct dsb *s = dsb_get(d, req, req->params[0]);
-	if (!s) {
-		exec_req_free(&r);
-		return 0;
-	}
-	enum mode mode = r.background ? MODE_BACKGROUND
-		: http_wants_ndjson(req) ? MODE_STREAM : MODE_BUFFERED;
+	if (__atomic_load_n(&d->stopping, __ATOMIC_RELAXED))
+		return sandlot__error(err, ESHUTDOWN, "sandlotd is shutting down");
 	struct dexec *e = exec_new(d, s, mode);
-	if (!e) {
-		exec_req_free(&r);
-		dsb_put(d, s);
-		return http_error(req, 500, "internal", "out of memory");
-	}
-	e->base64 = r.base64;
-	e->limit = r.limit;
-	e->command = json_incref(r.command);
+	if (!e)
+		return sandlot__error(err, ENOMEM, "out of memory");
+	e->base64 = r->base64;
+	e->limit = r->limit;
+	e->command = json_incref(r->command);
 	/* Registered before the start so that no wake-up is missed. */
 	struct waiter *w = mode == MODE_BUFFERED ? waiter_add(e) : NULL;
 	/* Streamed and background execs outlive this request's busy count:
@@ -1475,19 +1453,82 @@ static int handle_exec(struct http_req *req)
 		e->busy_held = 1;
 		dsb_busy(s, +1);
 	}
-
-	if (exec_launch(req, s, e, &r) < 0) {
+	if (exec_launch(s, e, r, err) < 0) {
 		if (e->busy_held) {
 			e->busy_held = 0;
 			dsb_busy(s, -1);
 		}
 		waiter_remove(e, w);
 		exec_unref(e);
-		exec_req_free(&r);
+		return -1;
+	}
+	*ep = e;
+	if (wp)
+		*wp = w;
+	return 0;
+}
+
+/* A background exec runs on its own: its watcher thread finishes it.  The
+ * status to answer (pid once init has started it), or NULL with err (it
+ * was killed then). */
+static json_t *exec_detach(struct dexec *e, sandlot_error_t **err)
+{
+	exec_ref(e);
+	dsb_hold(e->s);
+	if (start_detached(watcher_main, e) != 0) {
+		exec_kill(e, SIGKILL, NULL);
+		watcher_main(e);
+		sandlot__error(err, EAGAIN, "could not start a thread for the exec");
+		return NULL;
+	}
+	wait_pid(e, PID_WAIT_MS);
+	return exec_status(e, 0);
+}
+
+json_t *domain_exec_start(struct daemon *d, struct dsb *s, struct domain_exec_req *r,
+			  sandlot_error_t **err)
+{
+	struct dexec *e;
+	r->background = 1; /* a stdin pipe, as for background execs of the API */
+	if (exec_begin(d, s, r, MODE_BACKGROUND, &e, NULL, err) < 0)
+		return NULL;
+	json_t *o = exec_detach(e, err);
+	exec_unref(e);
+	return o;
+}
+
+static int handle_exec(struct http_req *req)
+{
+	struct daemon *d = req->d;
+	struct domain_exec_req r;
+	sandlot_error_t *err = NULL;
+	if (domain_exec_parse(req->json, &r, &err) < 0) {
+		domain_exec_req_free(&r);
+		http_error_from(req, err);
+		sandlot_error_free(err);
+		return 0;
+	}
+	if (__atomic_load_n(&d->stopping, __ATOMIC_RELAXED)) {
+		domain_exec_req_free(&r);
+		return http_error(req, 503, "shutting_down", "sandlotd is shutting down");
+	}
+	struct dsb *s = dsb_get(d, req, req->params[0]);
+	if (!s) {
+		domain_exec_req_free(&r);
+		return 0;
+	}
+	enum mode mode = r.background ? MODE_BACKGROUND
+		: http_wants_ndjson(req) ? MODE_STREAM : MODE_BUFFERED;
+	struct dexec *e;
+	struct waiter *w = NULL;
+	int rc = exec_begin(d, s, &r, mode, &e, &w, &err);
+	domain_exec_req_free(&r);
+	if (rc < 0) {
+		http_error_from(req, err);
+		sandlot_error_free(err);
 		dsb_put(d, s);
 		return 0;
 	}
-	exec_req_free(&r);
 
 	switch (mode) {
 	case MODE_BUFFERED: {
@@ -1516,18 +1557,16 @@ static int handle_exec(struct http_req *req)
 			http_error(req, 500, "internal", "out of memory");
 		}
 		break;
-	case MODE_BACKGROUND:
-		exec_ref(e);
-		dsb_hold(s);
-		if (start_detached(watcher_main, e) != 0) {
-			exec_kill(e, SIGKILL, NULL);
-			watcher_main(e);
-			http_error(req, 500, "internal", "could not start a thread for the exec");
-			break;
+	case MODE_BACKGROUND: {
+		json_t *o = exec_detach(e, &err);
+		if (!o) {
+			http_error(req, 500, "internal", "%s", sandlot_error_message(err));
+			sandlot_error_free(err);
+		} else {
+			http_json(req, 202, o);
 		}
-		wait_pid(e, PID_WAIT_MS);
-		http_json(req, 202, exec_status(e, 0));
 		break;
+	}
 	}
 	exec_unref(e);
 	dsb_put(d, s);
@@ -1544,6 +1583,20 @@ static int valid_exec_id(const char *id)
 	return 1;
 }
 
+/* Exec `id` of s, with a reference (exec_unref), or NULL with EINVAL (a
+ * malformed id) or ENOENT. */
+static struct dexec *exec_find(struct dsb *s, const char *id, sandlot_error_t **err)
+{
+	if (!valid_exec_id(id)) {
+		sandlot__error(err, EINVAL, "invalid exec id \"%.40s\"", id);
+		return NULL;
+	}
+	struct dexec *e = history_find(s, id);
+	if (!e)
+		sandlot__error(err, ENOENT, "no exec %s in sandbox %s", id, s->id);
+	return e;
+}
+
 /* dsb_get + exec lookup for the /execs/{exec} routes.  On failure answers
  * and returns NULL. */
 static struct dexec *get_exec(struct http_req *req, struct dsb **sp)
@@ -1551,25 +1604,23 @@ static struct dexec *get_exec(struct http_req *req, struct dsb **sp)
 	struct dsb *s = dsb_get(req->d, req, req->params[0]);
 	if (!s)
 		return NULL;
-	const char *id = req->params[1];
-	struct dexec *e = valid_exec_id(id) ? history_find(s, id) : NULL;
+	sandlot_error_t *err = NULL;
+	struct dexec *e = exec_find(s, req->params[1], &err);
 	if (!e) {
 		dsb_put(req->d, s);
-		if (!valid_exec_id(id))
-			http_error(req, 400, "bad_request", "invalid exec id \"%.40s\"", id);
-		else
-			http_error(req, 404, "not_found", "no exec %s in sandbox %s", id, req->params[0]);
+		http_error_from(req, err);
+		sandlot_error_free(err);
 		return NULL;
 	}
 	*sp = s;
 	return e;
 }
 
-static int handle_list(struct http_req *req)
+/* ---- the domain's exec calls (domain.h) -------------------------------------- */
+
+json_t *domain_exec_list(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 {
-	struct dsb *s = dsb_get(req->d, req, req->params[0]);
-	if (!s)
-		return 0;
+	(void)d;
 	/* References under s->lock, JSON outside it (results can be big). */
 	size_t n = 0;
 	pthread_mutex_lock(&s->lock);
@@ -1580,8 +1631,8 @@ static int handle_list(struct http_req *req)
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (!list) {
-		dsb_put(req->d, s);
-		return http_error(req, 500, "internal", "out of memory");
+		sandlot__error(err, ENOMEM, "out of memory");
+		return NULL;
 	}
 	/* Running first, then newest first. */
 	json_t *running = json_array(), *done = json_array();
@@ -1594,8 +1645,143 @@ static int handle_list(struct http_req *req)
 	free(list);
 	json_array_extend(running, done);
 	json_decref(done);
+	return running;
+}
+
+json_t *domain_exec_get(struct daemon *d, struct dsb *s, const char *id, sandlot_error_t **err)
+{
+	(void)d;
+	struct dexec *e = exec_find(s, id, err);
+	if (!e)
+		return NULL;
+	json_t *o = exec_status(e, 1);
+	exec_unref(e);
+	return o;
+}
+
+json_t *domain_exec_wait(struct daemon *d, struct dsb *s, const char *id, uint64_t timeout_ms,
+			 sandlot_error_t **err)
+{
+	(void)d;
+	struct dexec *e = exec_find(s, id, err);
+	if (!e)
+		return NULL;
+	struct timespec dl;
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += (time_t)(timeout_ms / 1000);
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	int rc = 0;
+	pthread_mutex_lock(&e->lock);
+	while (!e->finished && rc != ETIMEDOUT)
+		rc = timeout_ms ? pthread_cond_timedwait(&e->cond, &e->lock, &dl)
+				: pthread_cond_wait(&e->cond, &e->lock);
+	int finished = e->finished;
+	pthread_mutex_unlock(&e->lock);
+	json_t *o = NULL;
+	if (finished)
+		o = exec_status(e, 1);
+	else
+		sandlot__error(err, ETIMEDOUT, "exec %s is still running after %llu ms", e->id,
+			       (unsigned long long)timeout_ms);
+	exec_unref(e);
+	return o;
+}
+
+int domain_exec_kill(struct daemon *d, struct dsb *s, const char *id, int sig,
+		     sandlot_error_t **err)
+{
+	(void)d;
+	struct dexec *e = exec_find(s, id, err);
+	if (!e)
+		return -1;
+	sandlot_error_t *e2 = NULL;
+	int rc = exec_kill(e, sig, &e2);
+	if (rc < 0 && !e2)
+		sandlot__error(&e2, EBUSY, "exec %s has ended", e->id);
+	if (rc < 0 && err)
+		*err = e2, e2 = NULL;
+	sandlot_error_free(e2);
+	exec_unref(e);
+	return rc;
+}
+
+/* Claim e's stdin for one feeder.  0, or -1 with EBUSY saying why not. */
+static int stdin_claim(struct dexec *e, sandlot_error_t **err)
+{
+	const char *why = NULL;
+	pthread_mutex_lock(&e->lock);
+	if (!e->stdin_pipe)
+		why = "was started without a stdin pipe (give \"background\": true)";
+	else if (e->exited)
+		why = "has ended";
+	else if (e->stdin_closed)
+		why = "has its stdin closed";
+	else if (e->stdin_busy)
+		why = "is being fed by another request";
+	else
+		e->stdin_busy = 1;
+	pthread_mutex_unlock(&e->lock);
+	return why ? sandlot__error(err, EBUSY, "exec %s %s", e->id, why) : 0;
+}
+
+static void stdin_unclaim(struct dexec *e)
+{
+	pthread_mutex_lock(&e->lock);
+	e->stdin_busy = 0;
+	pthread_mutex_unlock(&e->lock);
+}
+
+/* feed_stdin() with its failures as EBUSY "exec ID: why". */
+static int stdin_feed(struct dexec *e, const void *data, size_t len, int eof,
+		      sandlot_error_t **err)
+{
+	sandlot_error_t *e2 = NULL;
+	if (feed_stdin(e, data, len, eof, &e2) == 0)
+		return 0;
+	sandlot__error(err, EBUSY, "exec %s: %s", e->id,
+		       e2 ? sandlot_error_message(e2) : "stdin is closed");
+	sandlot_error_free(e2);
+	return -1;
+}
+
+int domain_exec_stdin(struct daemon *d, struct dsb *s, const char *id, const void *data,
+		      size_t len, int eof, sandlot_error_t **err)
+{
+	(void)d;
+	struct dexec *e = exec_find(s, id, err);
+	if (!e)
+		return -1;
+	int rc = stdin_claim(e, err);
+	if (rc == 0) {
+		rc = len ? stdin_feed(e, data, len, 0, err) : 0;
+		if (rc == 0 && eof)
+			rc = stdin_feed(e, NULL, 0, 1, err);
+		stdin_unclaim(e);
+	}
+	exec_unref(e);
+	return rc;
+}
+
+/* ---- the other exec routes --------------------------------------------------- */
+
+static int handle_list(struct http_req *req)
+{
+	struct dsb *s = dsb_get(req->d, req, req->params[0]);
+	if (!s)
+		return 0;
+	sandlot_error_t *err = NULL;
+	json_t *arr = domain_exec_list(req->d, s, &err);
 	dsb_put(req->d, s);
-	return http_json(req, 200, json_pack("{s:o}", "execs", running));
+	if (!arr) {
+		http_error_from(req, err);
+		sandlot_error_free(err);
+		return 0;
+	}
+	return http_json(req, 200, json_pack("{s:o}", "execs", arr));
 }
 
 static int handle_get(struct http_req *req)
@@ -1636,21 +1822,16 @@ static int handle_kill(struct http_req *req)
 						  "(\"TERM\", \"SIGKILL\")");
 		}
 	}
-	struct dsb *s;
-	struct dexec *e = get_exec(req, &s);
-	if (!e)
+	struct dsb *s = dsb_get(req->d, req, req->params[0]);
+	if (!s)
 		return 0;
 	sandlot_error_t *err = NULL;
-	if (exec_kill(e, sig, &err) < 0) {
-		if (err)
-			http_error_from(req, err);
-		else
-			http_error(req, 409, "conflict", "exec %s has ended", e->id);
+	if (domain_exec_kill(req->d, s, req->params[1], sig, &err) < 0) {
+		http_error_from(req, err);
 		sandlot_error_free(err);
 	} else {
 		http_empty(req, 204);
 	}
-	exec_unref(e);
 	dsb_put(req->d, s);
 	return 0;
 }
@@ -1667,9 +1848,7 @@ static void stdin_req_free(struct http_req *req)
 	struct stdin_req *st = req->state;
 	if (!st)
 		return;
-	pthread_mutex_lock(&st->e->lock);
-	st->e->stdin_busy = 0;
-	pthread_mutex_unlock(&st->e->lock);
+	stdin_unclaim(st->e);
 	exec_unref(st->e);
 	dsb_put(req->d, st->s);
 	free(st);
@@ -1685,30 +1864,17 @@ static int stdin_begin(struct http_req *req)
 	struct dexec *e = get_exec(req, &s);
 	if (!e)
 		return -1;
-	const char *why = NULL;
-	pthread_mutex_lock(&e->lock);
-	if (!e->stdin_pipe)
-		why = "was started without a stdin pipe (give \"background\": true)";
-	else if (e->exited)
-		why = "has ended";
-	else if (e->stdin_closed)
-		why = "has its stdin closed";
-	else if (e->stdin_busy)
-		why = "is being fed by another request";
-	else
-		e->stdin_busy = 1;
-	pthread_mutex_unlock(&e->lock);
-	if (why) {
-		http_error(req, 409, "conflict", "exec %s %s", e->id, why);
+	sandlot_error_t *err = NULL;
+	if (stdin_claim(e, &err) < 0) {
+		http_error_from(req, err);
+		sandlot_error_free(err);
 		exec_unref(e);
 		dsb_put(req->d, s);
 		return -1;
 	}
 	struct stdin_req *st = calloc(1, sizeof(*st));
 	if (!st) {
-		pthread_mutex_lock(&e->lock);
-		e->stdin_busy = 0;
-		pthread_mutex_unlock(&e->lock);
+		stdin_unclaim(e);
 		exec_unref(e);
 		dsb_put(req->d, s);
 		return http_error(req, 500, "internal", "out of memory"), -1;
@@ -1727,9 +1893,8 @@ static int stdin_chunk(struct http_req *req, const char *data, size_t len)
 	if (!st || len == 0)
 		return 0;
 	sandlot_error_t *err = NULL;
-	if (feed_stdin(st->e, data, len, 0, &err) < 0) {
-		http_error(req, 409, "conflict", "exec %s: %s", st->e->id,
-			   err ? sandlot_error_message(err) : "stdin is closed");
+	if (stdin_feed(st->e, data, len, 0, &err) < 0) {
+		http_error_from(req, err);
 		sandlot_error_free(err);
 		stdin_req_free(req);
 		return -1;
@@ -1743,9 +1908,8 @@ static int stdin_end(struct http_req *req)
 	if (!st)
 		return 0;
 	sandlot_error_t *err = NULL;
-	if (st->eof && feed_stdin(st->e, NULL, 0, 1, &err) < 0) {
-		http_error(req, 409, "conflict", "exec %s: %s", st->e->id,
-			   err ? sandlot_error_message(err) : "stdin is closed");
+	if (st->eof && stdin_feed(st->e, NULL, 0, 1, &err) < 0) {
+		http_error_from(req, err);
 		sandlot_error_free(err);
 	} else {
 		http_empty(req, 204);

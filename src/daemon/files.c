@@ -29,6 +29,7 @@
  * exec.
  */
 #include "daemon/daemon.h"
+#include "daemon/domain.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -62,11 +63,10 @@ static struct dsb *get_sandbox(struct http_req *req, sandlot_t **sb)
 	struct dsb *s = dsb_get(req->d, req, req->params[0]);
 	if (!s)
 		return NULL;
-	pthread_mutex_lock(&s->lock);
-	*sb = s->state == DSB_RUNNING ? s->sb : NULL;
-	pthread_mutex_unlock(&s->lock);
-	if (!*sb) {
-		http_error(req, 410, "sandbox_ended", "sandbox %s has ended", s->id);
+	sandlot_error_t *err = NULL;
+	if (!(*sb = domain_sandbox_handle(s, &err))) {
+		http_error_from(req, err);
+		sandlot_error_free(err);
 		dsb_put(req->d, s);
 		return NULL;
 	}
@@ -195,14 +195,9 @@ static void scan_api(struct daemon *d, struct dsb *s)
 	}
 }
 
-/* Answer from a sandlot error (not freed): http_error_from(), with a hint
- * for the one status only file routes meet. */
+/* Answer from a sandlot error (not freed): http_error_from(). */
 static int answer_status(struct http_req *req, const sandlot_error_t *err)
 {
-	if (err && sandlot_error_status(err) == ENOTEMPTY)
-		return http_error(req, 409, "conflict", "%s (use recursive=1)", sandlot_error_message(err));
-	if (err && sandlot_error_status(err) == ETXTBSY)
-		return http_error(req, 409, "conflict", "%s", sandlot_error_message(err));
 	return err ? http_error_from(req, err) : http_error(req, 500, "internal", "internal error");
 }
 
@@ -443,6 +438,163 @@ static int get_file(struct http_req *req)
 	return http_stream(req, 200, "application/octet-stream", get_read, get_free, st);
 }
 
+/* ---- the domain's file calls (domain.h) --------------------------------------- */
+
+json_t *domain_file_stat(struct daemon *d, struct dsb *s, const char *path, sandlot_error_t **err)
+{
+	(void)d;
+	sandlot_t *sb = domain_sandbox_handle(s, err);
+	sandlot_stat_t st;
+	if (!sb || sandlot_stat(sb, path, &st, err) < 0)
+		return NULL;
+	cleanup_free char *shown = display_path(path);
+	const char *p = shown ? shown : path;
+	const char *slash = strrchr(p, '/');
+	const char *name = slash && slash[1] ? slash + 1 : p;
+	json_t *o = file_info(name, p, &st);
+	if (!o)
+		sandlot__error(err, ENOMEM, "out of memory");
+	return o;
+}
+
+json_t *domain_file_list(struct daemon *d, struct dsb *s, const char *path, sandlot_error_t **err)
+{
+	(void)d;
+	sandlot_t *sb = domain_sandbox_handle(s, err);
+	sandlot_dirent_t *ents = NULL;
+	size_t n = 0;
+	if (!sb || sandlot_list(sb, path, &ents, &n, err) < 0)
+		return NULL;
+	sort_dirents(ents, n);
+	cleanup_free char *shown = display_path(path);
+	const char *dir = shown ? shown : path;
+	json_t *arr = json_array();
+	for (size_t i = 0; arr && i < n; i++) {
+		cleanup_free char *full = join_path(dir, ents[i].name);
+		json_t *fi = full ? file_info(ents[i].name, full, &ents[i].st) : NULL;
+		if (!fi || json_array_append_new(arr, fi) < 0) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	}
+	sandlot_dirents_free(ents, n);
+	json_t *o = arr ? json_pack("{s:o, s:o}", "path", json_text(dir, strlen(dir)), "entries", arr)
+			: NULL;
+	if (!o)
+		sandlot__error(err, ENOMEM, "out of memory");
+	return o;
+}
+
+char *domain_file_mkdir(struct daemon *d, struct dsb *s, const char *path, uint32_t mode,
+			sandlot_error_t **err)
+{
+	sandlot_t *sb = domain_sandbox_handle(s, err);
+	if (!sb || sandlot_mkdir(sb, path, mode, SANDLOT_MKDIR_PARENTS, err) < 0)
+		return NULL;
+	scan_api(d, s);
+	char *shown = display_path(path);
+	if (!shown)
+		sandlot__error(err, ENOMEM, "out of memory");
+	return shown;
+}
+
+int domain_file_remove(struct daemon *d, struct dsb *s, const char *path, int recursive,
+		       sandlot_error_t **err)
+{
+	sandlot_t *sb = domain_sandbox_handle(s, err);
+	if (!sb)
+		return -1;
+	int rc = sandlot_remove(sb, path, recursive ? SANDLOT_REMOVE_RECURSIVE : 0, err);
+	/* A recursive removal may have done part of its work. */
+	if (rc == 0 || recursive)
+		scan_api(d, s);
+	if (rc < 0 && !recursive && err && sandlot_error_status(*err) == ENOTEMPTY)
+		sandlot__error(err, ENOTEMPTY, "%s (use recursive=1)", sandlot_error_message(*err));
+	return rc;
+}
+
+/* A growing buffer, the sink of domain_file_read(). */
+struct membuf {
+	char *data;
+	size_t len, cap;
+};
+
+static int membuf_add(void *ud, const void *buf, size_t len)
+{
+	struct membuf *m = ud;
+	if (m->len + len + 1 > m->cap) {
+		size_t cap = m->cap ? m->cap : 4096;
+		while (cap < m->len + len + 1)
+			cap *= 2;
+		char *n = realloc(m->data, cap);
+		if (!n) {
+			errno = ENOMEM;
+			return -1;
+		}
+		m->data = n;
+		m->cap = cap;
+	}
+	memcpy(m->data + m->len, buf, len);
+	m->len += len;
+	m->data[m->len] = '\0';
+	return 0;
+}
+
+int domain_file_read(struct daemon *d, struct dsb *s, const char *path, uint64_t max, char **data,
+		     size_t *len, sandlot_error_t **err)
+{
+	sandlot_t *sb = domain_sandbox_handle(s, err);
+	if (!sb)
+		return -1;
+	uint64_t limit = d->cfg.max_download;
+	if (max && (!limit || max < limit))
+		limit = max;
+	sandlot_file_reader_t *r = sandlot_file_open_read_max(sb, path, limit, err);
+	if (!r)
+		return -1;
+	struct membuf m = { 0 };
+	char buf[IO_CHUNK];
+	ssize_t n;
+	while ((n = sandlot_file_reader_read(r, buf, sizeof(buf), err)) > 0) {
+		if (membuf_add(&m, buf, (size_t)n) < 0) {
+			sandlot__error(err, ENOMEM, "read %s: out of memory", path);
+			n = -1;
+			break;
+		}
+	}
+	sandlot_file_reader_close(r);
+	if (n < 0) {
+		free(m.data);
+		return -1;
+	}
+	if (!m.data && !(m.data = calloc(1, 1)))
+		return sandlot__error(err, ENOMEM, "out of memory");
+	count_bytes(&d->m.bytes_downloaded, m.len);
+	*data = m.data;
+	*len = m.len;
+	return 0;
+}
+
+int domain_file_write(struct daemon *d, struct dsb *s, const char *path, const void *data,
+		      size_t len, uint32_t mode, sandlot_error_t **err)
+{
+	sandlot_t *sb = domain_sandbox_handle(s, err);
+	if (!sb)
+		return -1;
+	sandlot_file_writer_t *w = sandlot_file_open_write(sb, path, mode, SANDLOT_WRITE_MKDIRS, err);
+	if (!w)
+		return -1;
+	if (len && sandlot_file_writer_write(w, data, len, err) < 0) {
+		sandlot_file_writer_abort(w);
+		return -1;
+	}
+	if (sandlot_file_writer_commit(w, err) < 0)
+		return -1;
+	count_bytes(&d->m.bytes_uploaded, len);
+	scan_api(d, s);
+	return 0;
+}
+
 /* ---- stat, list, mkdir, delete ---------------------------------------------- */
 
 static int stat_file(struct http_req *req)
@@ -453,17 +605,12 @@ static int stat_file(struct http_req *req)
 		return 0;
 	const char *path = path_param(req, NULL);
 	if (path) {
-		sandlot_stat_t st;
 		sandlot_error_t *err = NULL;
-		if (sandlot_stat(sb, path, &st, &err) < 0) {
+		json_t *o = domain_file_stat(req->d, s, path, &err);
+		if (o)
+			http_json(req, 200, o);
+		else
 			answer_error(req, err);
-		} else {
-			cleanup_free char *shown = display_path(path);
-			const char *p = shown ? shown : path;
-			const char *slash = strrchr(p, '/');
-			const char *name = slash && slash[1] ? slash + 1 : p;
-			http_json(req, 200, file_info(name, p, &st));
-		}
 	}
 	dsb_put(req->d, s);
 	return 0;
@@ -476,32 +623,13 @@ static int list_dir(struct http_req *req)
 	if (!s)
 		return 0;
 	const char *path = path_param(req, NULL);
-	sandlot_dirent_t *ents = NULL;
-	size_t n = 0;
-	sandlot_error_t *err = NULL;
-	if (!path) {
-		/* answered */
-	} else if (sandlot_list(sb, path, &ents, &n, &err) < 0) {
-		answer_error(req, err);
-	} else {
-		sort_dirents(ents, n);
-		cleanup_free char *shown = display_path(path);
-		const char *dir = shown ? shown : path;
-		json_t *arr = json_array();
-		for (size_t i = 0; arr && i < n; i++) {
-			cleanup_free char *full = join_path(dir, ents[i].name);
-			json_t *fi = full ? file_info(ents[i].name, full, &ents[i].st) : NULL;
-			if (!fi || json_array_append_new(arr, fi) < 0) {
-				json_decref(arr);
-				arr = NULL;
-			}
-		}
-		if (!arr)
-			http_error(req, 500, "internal", "out of memory");
+	if (path) {
+		sandlot_error_t *err = NULL;
+		json_t *o = domain_file_list(req->d, s, path, &err);
+		if (o)
+			http_json(req, 200, o);
 		else
-			http_json(req, 200, json_pack("{s:o, s:o}", "path", json_text(dir, strlen(dir)),
-						      "entries", arr));
-		sandlot_dirents_free(ents, n);
+			answer_error(req, err);
 	}
 	dsb_put(req->d, s);
 	return 0;
@@ -517,14 +645,11 @@ static int make_dir(struct http_req *req)
 	const char *path = path_param(req, NULL);
 	if (path && mode_param(req, 0755, &mode) == 0) {
 		sandlot_error_t *err = NULL;
-		if (sandlot_mkdir(sb, path, mode, SANDLOT_MKDIR_PARENTS, &err) < 0) {
+		cleanup_free char *made = domain_file_mkdir(req->d, s, path, mode, &err);
+		if (!made)
 			answer_error(req, err);
-		} else {
-			scan_api(req->d, s);
-			cleanup_free char *shown = display_path(path);
-			const char *p = shown ? shown : path;
-			http_json(req, 201, json_pack("{s:o}", "path", json_text(p, strlen(p))));
-		}
+		else
+			http_json(req, 201, json_pack("{s:o}", "path", json_text(made, strlen(made))));
 	}
 	dsb_put(req->d, s);
 	return 0;
@@ -542,11 +667,7 @@ static int delete_file(struct http_req *req)
 	int recursive = path ? flag_param(req, "recursive") : -1;
 	if (recursive >= 0) {
 		sandlot_error_t *err = NULL;
-		int rc = sandlot_remove(sb, path, recursive ? SANDLOT_REMOVE_RECURSIVE : 0, &err);
-		/* A recursive removal may have done part of its work. */
-		if (rc == 0 || recursive)
-			scan_api(req->d, s);
-		if (rc == 0)
+		if (domain_file_remove(req->d, s, path, recursive, &err) == 0)
 			http_empty(req, 204);
 		else
 			answer_error(req, err);

@@ -46,6 +46,7 @@
 #include "common/json.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
+#include "daemon/e2b.h"
 #include "daemon/httphead.h"
 
 #define MAX_LISTENERS 4
@@ -375,16 +376,24 @@ static size_t discard_input(int fd, size_t max, int *eof)
 	return total;
 }
 
-/* Answer an error on a connection of ours and let it linger (CLOSING). */
-static void answer(struct gate *g, struct gate_conn *c, int status, const char *code,
-		   const char *message, enum reason why)
+/* Answer an error on a connection of ours and let it linger (CLOSING):
+ * {"error": {"code": code, "message": message}}, or E2B's shape
+ * {"code": status, "message": message} when e2b is set (e2b.h). */
+static void answer_shaped(struct gate *g, struct gate_conn *c, int status, const char *code,
+			  const char *message, enum reason why, int e2b)
 {
 	g->dropped[why]++;
 	int eof;
 	c->lingered = discard_input(c->fd, LINGER_BYTES, &eof);
-	json_t *e = json_pack("{s:s, s:o}", "code", code, "message",
+	json_t *o;
+	if (e2b) {
+		o = json_pack("{s:i, s:o}", "code", status, "message",
 			      json_text(message, strlen(message)));
-	json_t *o = e ? json_pack("{s:o}", "error", e) : NULL;
+	} else {
+		json_t *e = json_pack("{s:s, s:o}", "code", code, "message",
+				      json_text(message, strlen(message)));
+		o = e ? json_pack("{s:o}", "error", e) : NULL;
+	}
 	char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	char head[512];
@@ -407,6 +416,12 @@ static void answer(struct gate *g, struct gate_conn *c, int status, const char *
 		return;
 	}
 	set_state(g, c, C_CLOSING, sandlot__now_ms() + LINGER_MS);
+}
+
+static void answer(struct gate *g, struct gate_conn *c, int status, const char *code,
+		   const char *message, enum reason why)
+{
+	answer_shaped(g, c, status, code, message, why, 0);
 }
 
 /* ---- the door's work ------------------------------------------------------------------- */
@@ -472,11 +487,26 @@ static void pending_ready(struct gate *g, struct gate_conn *c, uint32_t events,
 		answer(g, c, h.status, h.code, h.message, R_BAD_REQUEST);
 		return;
 	}
-	if (c->tcp && g->bearer && !token_ok(g, h.auth, h.auth_len)) {
-		answer(g, c, 401, "unauthorized",
-		       "missing or wrong bearer token (send \"Authorization: Bearer TOKEN\")",
-		       R_UNAUTHORIZED);
-		return;
+	if (c->tcp && g->bearer) {
+		/* Under /e2b the token may come in E2B's headers too (e2b.h). */
+		int e2b = e2b_path(h.target, h.target_len);
+		int ok = token_ok(g, h.auth, h.auth_len);
+		if (e2b) {
+			struct e2b_keys k = { h.api_key, h.api_key_len, h.access_token,
+					      h.access_token_len, h.sandbox_id, h.sandbox_id_len,
+					      h.target, h.target_len, h.traffic_token,
+					      h.traffic_token_len };
+			ok |= e2b_key_ok(g->bearer + strlen("Bearer "), &k);
+		}
+		if (!ok) {
+			answer_shaped(g, c, 401, "unauthorized",
+				      e2b ? "missing or wrong API key (send the daemon's token as "
+					    "X-API-KEY, X-Access-Token or \"Authorization: Bearer TOKEN\")"
+					  : "missing or wrong bearer token (send \"Authorization: Bearer "
+					    "TOKEN\")",
+				      R_UNAUTHORIZED, e2b);
+			return;
+		}
 	}
 	/* Admitted: libmicrohttpd reads it from here on. */
 	epoll_ctl(g->ep, EPOLL_CTL_DEL, c->fd, NULL);

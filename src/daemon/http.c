@@ -62,6 +62,7 @@
 #include "common/percent.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
+#include "daemon/e2b.h"
 #include "daemon/gate.h"
 #include "daemon/workq.h"
 
@@ -259,10 +260,16 @@ static int error_va(struct http_req *req, int status, const char *code, const ch
 {
 	char msg[1024];
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	json_t *o = json_object();
+	if (req->path && e2b_path(req->path, strlen(req->path))) {
+		/* E2B's shape, which its SDKs read (e2b.h). */
+		json_object_set_new(o, "code", json_integer(status));
+		json_object_set_new(o, "message", json_text(msg, strlen(msg)));
+		return http_json(req, status, o);
+	}
 	json_t *e = json_object();
 	json_object_set_new(e, "code", json_string(code ? code : status_code_name(status)));
 	json_object_set_new(e, "message", json_text(msg, strlen(msg)));
-	json_t *o = json_object();
 	json_object_set_new(o, "error", e);
 	return http_json(req, status, o);
 }
@@ -274,42 +281,6 @@ int http_error(struct http_req *req, int status, const char *code, const char *f
 	error_va(req, status, code, fmt, ap);
 	va_end(ap);
 	return 0;
-}
-
-int http_error_from(struct http_req *req, const sandlot_error_t *err)
-{
-	int st = err ? sandlot_error_status(err) : EIO;
-	const char *msg = err ? sandlot_error_message(err) : "unknown error";
-	switch (st) {
-	case ENOENT:
-		return http_error(req, 404, "not_found", "%s", msg);
-	case EEXIST:
-		return http_error(req, 409, "conflict", "%s", msg);
-	case EISDIR:
-	case ENOTDIR:
-	case EINVAL:
-	case ENAMETOOLONG:
-	case ELOOP:
-		return http_error(req, 400, "bad_request", "%s", msg);
-	case ENOSPC:
-	case EDQUOT:
-		return http_error(req, 507, "insufficient_storage", "%s", msg);
-	case EPIPE:
-		return http_error(req, 410, "sandbox_gone", "%s", msg);
-	case EACCES:
-	case EPERM:
-	case EROFS:
-		return http_error(req, 403, "forbidden", "%s", msg);
-	case ENOTEMPTY:
-	case EBUSY:
-		return http_error(req, 409, "conflict", "%s", msg);
-	case EXDEV:
-		return http_error(req, 400, "bad_request", "%s", msg);
-	case EFBIG:
-		return http_error(req, 507, "insufficient_storage", "%s", msg);
-	default:
-		return http_error(req, 500, "internal", "%s", msg);
-	}
 }
 
 int http_empty(struct http_req *req, int status)
@@ -525,6 +496,7 @@ struct hstream {
 	char *buf;
 	size_t len, off;
 	int eof, error, completed;
+	int sized;                  /* of a known size: its end before that is a cut */
 	int busy;                   /* a read job runs or is parked */
 	int suspended;
 	int refs;                   /* the response, and a busy job */
@@ -615,6 +587,27 @@ static void stream_park_fired(struct park *p, int why)
 	stream_read_job(&hs->job);
 }
 
+/* The reader below is about to end the response in a way that makes
+ * libmicrohttpd close the connection: an error, or the end of a response
+ * of known size before that size.  libmicrohttpd (0.9.75) closes it from
+ * inside its state machine, and such a connection is freed (its socket
+ * closed) only by a later pass of its thread over the connection's
+ * timeout list — a pass that walks that list from the oldest connection
+ * and stops at the first one still open.  A connection resumed from a
+ * park to learn that its client left is neither in the thread's epoll set
+ * nor on its ready list then, so nothing but that pass reaches it: behind
+ * an older open connection (a kept-alive client) on the same thread, or
+ * with nothing else for that thread to do, it stayed closed but not freed
+ * for up to CONN_IDLE_TIMEOUT_S, with its socket and its place in the
+ * door's count.  A timeout of its own moves it to
+ * the list of connections with their own timeouts, which every pass walks
+ * in full and whose earliest deadline bounds the thread's wait: it is
+ * freed within a second. */
+static void closing_from_reader(struct MHD_Connection *conn)
+{
+	MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
+}
+
 /* MHD's content reader: never blocks. */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max)
 {
@@ -632,11 +625,15 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max)
 	}
 	if (hs->error) {
 		pthread_mutex_unlock(&hs->lock);
+		closing_from_reader(hs->conn);
 		return MHD_CONTENT_READER_END_WITH_ERROR;
 	}
 	if (hs->eof) {
 		hs->completed = 1;
+		int cut = hs->sized;
 		pthread_mutex_unlock(&hs->lock);
+		if (cut)
+			closing_from_reader(hs->conn);
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	}
 	int start = !hs->busy;
@@ -677,6 +674,7 @@ static struct MHD_Response *stream_response(struct http_req *req, uint64_t size,
 	hs->free_fn = free_fn;
 	hs->ud = ud;
 	hs->refs = 1;
+	hs->sized = size != MHD_SIZE_UNKNOWN;
 	pthread_mutex_init(&hs->lock, NULL);
 	struct MHD_Response *resp = MHD_create_response_from_callback(
 		size, 64 * 1024, stream_reader, hs, stream_response_gone);
@@ -900,6 +898,67 @@ int http_wants_ndjson(struct http_req *req)
 	return a && strstr(a, "application/x-ndjson") != NULL;
 }
 
+/* ---- multipart/form-data bodies (http.h) ---------------------------------- */
+
+struct http_form {
+	struct MHD_PostProcessor *pp;
+	http_form_fn fn;
+	void *ud;
+	int failed;
+};
+
+static enum MHD_Result form_it(void *cls, enum MHD_ValueKind kind, const char *key,
+			       const char *filename, const char *content_type,
+			       const char *transfer_encoding, const char *data, uint64_t off,
+			       size_t size)
+{
+	(void)kind;
+	(void)content_type;
+	(void)transfer_encoding;
+	struct http_form *f = cls;
+	if (f->fn(f->ud, key ? key : "", filename, data, size, off) < 0) {
+		f->failed = 1;
+		return MHD_NO;
+	}
+	return MHD_YES;
+}
+
+struct http_form *http_form_new(struct http_req *req, http_form_fn fn, void *ud)
+{
+	const char *ct = http_header(req, "Content-Type");
+	if (!ct || strncasecmp(ct, "multipart/form-data", 19) != 0)
+		return NULL;
+	struct http_form *f = calloc(1, sizeof(*f));
+	if (!f)
+		return NULL;
+	f->fn = fn;
+	f->ud = ud;
+	f->pp = MHD_create_post_processor(req->conn, 64 * 1024, form_it, f);
+	if (!f->pp) {
+		free(f);
+		return NULL;
+	}
+	return f;
+}
+
+int http_form_feed(struct http_form *f, const char *data, size_t len)
+{
+	if (f->failed)
+		return -1;
+	if (len > 0 && MHD_post_process(f->pp, data, len) != MHD_YES)
+		f->failed = 1;
+	return f->failed ? -1 : 0;
+}
+
+int http_form_free(struct http_form *f)
+{
+	if (!f)
+		return -1;
+	int ok = MHD_destroy_post_processor(f->pp) == MHD_YES && !f->failed;
+	free(f);
+	return ok ? 0 : -1;
+}
+
 /* ---- routing ------------------------------------------------------------ */
 
 /* Where the raw URI encodes a NUL byte ("%00"): 0 if nowhere; else 1 and
@@ -1007,6 +1066,21 @@ static int auth_ok(const char *got, const char *want)
 	return diff == 0;
 }
 
+/* Under /e2b: whether E2B's key headers let the request in (e2b.h). */
+static int e2b_key_header_ok(struct http_req *pub, const char *token)
+{
+	struct MHD_Connection *conn = pub->conn;
+	const char *k = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-KEY");
+	const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
+	const char *id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+	const char *t = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+						    "E2B-Traffic-Access-Token");
+	struct e2b_keys keys = { k, k ? strlen(k) : 0, a, a ? strlen(a) : 0, id,
+				 id ? strlen(id) : 0, pub->uri, strlen(pub->uri), t,
+				 t ? strlen(t) : 0 };
+	return e2b_key_ok(token, &keys);
+}
+
 static int declared_length(struct req *r, uint64_t *out)
 {
 	const char *cl = MHD_lookup_connection_value(r->pub.conn, MHD_HEADER_KIND,
@@ -1098,12 +1172,16 @@ static void first_call(struct req *r, const char *method, const char *version)
 		return;
 	ci = MHD_get_connection_info(pub->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	int tcp = ci && ci->client_addr && ci->client_addr->sa_family != AF_UNIX;
+	int e2b = e2b_path(pub->path, strlen(pub->path));
 	if (tcp && srv->bearer &&
 	    !auth_ok(MHD_lookup_connection_value(pub->conn, MHD_HEADER_KIND, "Authorization"),
-		     srv->bearer)) {
+		     srv->bearer) &&
+	    !(e2b && e2b_key_header_ok(pub, srv->bearer + strlen("Bearer ")))) {
 		r->close_after = 1;
-		early_error(r, 401, "unauthorized",
-			    "missing or wrong bearer token (send \"Authorization: Bearer TOKEN\")");
+		early_error(r, 401, "unauthorized", "%s",
+			    e2b ? "missing or wrong API key (send the daemon's token as X-API-KEY, "
+				  "X-Access-Token or \"Authorization: Bearer TOKEN\")"
+				: "missing or wrong bearer token (send \"Authorization: Bearer TOKEN\")");
 		if (r->pending)
 			MHD_add_response_header(r->pending, "WWW-Authenticate", "Bearer");
 		return;

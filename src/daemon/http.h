@@ -110,6 +110,22 @@ void http_headers_each(struct http_req *req, int (*fn)(void *ud, const char *nam
 /* Whether the client asked for NDJSON (Accept: application/x-ndjson). */
 int http_wants_ndjson(struct http_req *req);
 
+/* A multipart/form-data request body, parsed by libmicrohttpd's post
+ * processor (for E2B's file uploads): feed it the body as a RAW route's
+ * chunk() gets it; `fn` is called for each piece of each part's content in
+ * order, with the part's field name, its filename (NULL if none) and the
+ * offset of the piece in the part (0: a new part begins).  fn returns 0,
+ * or -1 to stop (http_form_feed() then fails).  http_form_new() is NULL
+ * when the request's Content-Type is not multipart/form-data (or out of
+ * memory); http_form_free() returns 0 if the body ended where a form
+ * ends, -1 if it was cut short or malformed. */
+struct http_form;
+typedef int (*http_form_fn)(void *ud, const char *field, const char *filename, const char *data,
+			    size_t len, uint64_t off);
+struct http_form *http_form_new(struct http_req *req, http_form_fn fn, void *ud);
+int http_form_feed(struct http_form *f, const char *data, size_t len);
+int http_form_free(struct http_form *f);
+
 /* From a RAW route's begin(): its chunk() and end() may wait for a
  * command (feeding a stdin it does not read): they run on a pool of
  * workers of their own, so that such waits never hold up other requests. */
@@ -127,10 +143,14 @@ int http_json(struct http_req *req, int status, json_t *body);
 /* {"error": {"code": code, "message": ...}} */
 int http_error(struct http_req *req, int status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-/* Map a sandlot error to a status: ENOENT 404 not_found, EEXIST 409,
- * EISDIR/ENOTDIR/EINVAL/ENAMETOOLONG/ELOOP 400, ENOSPC/EDQUOT 507
- * insufficient_storage, EPIPE 410 sandbox_gone, EACCES/EPERM 403, else 500. */
+/* Answer an error of the domain layer or libsandlot: the one mapping of
+ * statuses to HTTP (errmap.c; the table is in domain.h's header comment),
+ * with the error's details as fields of the error object.  err is not
+ * freed. */
 int http_error_from(struct http_req *req, const sandlot_error_t *err);
+/* The HTTP status (and *code, if not NULL) http_error_from() answers for
+ * err: for surfaces with an error shape of their own. */
+int http_status_of(const sandlot_error_t *err, const char **code);
 int http_empty(struct http_req *req, int status);              /* e.g. 204 */
 int http_text(struct http_req *req, int status, const char *content_type, const char *text);
 

@@ -4,7 +4,8 @@
  * answers with), paused when the headers are complete; its callbacks count
  * the headers whose repetition or combination would make libmicrohttpd
  * and a client (or a proxy in front) disagree about the request, and keep
- * the Authorization value and the target.  http-parser itself refuses a
+ * the Authorization value (and E2B's X-API-KEY, X-Access-Token,
+ * E2B-Traffic-Access-Token and E2b-Sandbox-Id) and the target.  http-parser itself refuses a
  * Content-Length that is not decimal digits, two of them, one with
  * Transfer-Encoding, control bytes in the head and a CR without LF. */
 #include "daemon/httphead.h"
@@ -15,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-enum hdr { H_OTHER, H_LENGTH, H_TE, H_HOST, H_AUTH };
+enum hdr { H_OTHER, H_LENGTH, H_TE, H_HOST, H_AUTH, H_APIKEY, H_ACCESS, H_SBID, H_TRAFFIC };
 
 struct scan {
 	struct httphead *h;
@@ -28,7 +29,7 @@ struct scan {
 	const char *value;         /* its value, judged once complete */
 	size_t value_len;
 	int pending;
-	int seen[5];
+	int seen[9];
 };
 
 static int fail(struct httphead *h, int status, const char *code, const char *fmt, ...)
@@ -101,6 +102,18 @@ static int judge_value(struct scan *sc)
 	if (sc->cur == H_AUTH) {
 		h->auth = at;
 		h->auth_len = n;
+	} else if (sc->cur == H_APIKEY) {
+		h->api_key = at;
+		h->api_key_len = n;
+	} else if (sc->cur == H_ACCESS) {
+		h->access_token = at;
+		h->access_token_len = n;
+	} else if (sc->cur == H_SBID) {
+		h->sandbox_id = at;
+		h->sandbox_id_len = n;
+	} else if (sc->cur == H_TRAFFIC) {
+		h->traffic_token = at;
+		h->traffic_token_len = n;
 	}
 	return 0;
 }
@@ -142,9 +155,14 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
 	sc->cur = name_is(name, nl, "Content-Length") ? H_LENGTH
 		: name_is(name, nl, "Transfer-Encoding") ? H_TE
 		: name_is(name, nl, "Host") ? H_HOST
-		: name_is(name, nl, "Authorization") ? H_AUTH : H_OTHER;
+		: name_is(name, nl, "Authorization") ? H_AUTH
+		: name_is(name, nl, "X-API-KEY") ? H_APIKEY
+		: name_is(name, nl, "X-Access-Token") ? H_ACCESS
+		: name_is(name, nl, "E2b-Sandbox-Id") ? H_SBID
+		: name_is(name, nl, "E2B-Traffic-Access-Token") ? H_TRAFFIC : H_OTHER;
 	static const char *const names[] = { NULL, "Content-Length", "Transfer-Encoding", "Host",
-					     "Authorization" };
+					     "Authorization", "X-API-KEY", "X-Access-Token",
+					     "E2b-Sandbox-Id", "E2B-Traffic-Access-Token" };
 	if (sc->cur != H_OTHER && sc->seen[sc->cur]++) {
 		fail(h, 400, "bad_request", "duplicated header %s", names[sc->cur]);
 		return sc->error = 1;

@@ -17,8 +17,9 @@
  *     target longer than max_target: 414;
  *   - malformed header lines, whitespace before a colon, folded lines;
  *   - Content-Length not decimal digits, twice, or with Transfer-Encoding;
- *     Transfer-Encoding other than "chunked", or twice; Host or
- *     Authorization twice;
+ *     Transfer-Encoding other than "chunked", or twice; Host,
+ *     Authorization, X-API-KEY, X-Access-Token, E2B-Traffic-Access-Token or
+ *     E2b-Sandbox-Id (E2B's credentials) twice;
  *   - the head, empty line included, longer than max_head: 431.
  *
  * Pure function of its input (fuzzed: tests/fuzz/fuzz_httphead.c).
@@ -39,6 +40,15 @@ struct httphead {
 	const char *auth;         /* Authorization value without surrounding
 	                           * whitespace, or NULL */
 	size_t auth_len;
+	const char *api_key;      /* X-API-KEY and X-Access-Token values (the
+	                           * E2B-compatible API's key headers), or NULL */
+	size_t api_key_len;
+	const char *access_token;
+	size_t access_token_len;
+	const char *sandbox_id;   /* E2b-Sandbox-Id, or NULL */
+	size_t sandbox_id_len;
+	const char *traffic_token; /* E2B-Traffic-Access-Token, or NULL */
+	size_t traffic_token_len;
 	int chunked;
 	int has_length;
 	uint64_t content_length;

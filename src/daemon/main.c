@@ -29,6 +29,9 @@
 
 #include "common/util.h"
 #include "daemon/daemon.h"
+#include "daemon/e2b_envd.h"
+#include "daemon/e2b.h"
+#include "daemon/mcp_http.h"
 
 #define MAX_LISTEN 4
 
@@ -133,6 +136,14 @@ static const char help[] =
 	"                               a new connection must have sent its whole\n"
 	"                               request line and headers this long after it\n"
 	"                               was accepted, whatever it trickles (default 10)\n"
+	"        --mcp-max-sessions N   MCP sessions at /mcp at once (default 100);\n"
+	"                               each owns one sandbox\n"
+	"        --mcp-idle-timeout SECONDS\n"
+	"                               an MCP session without requests for this long\n"
+	"                               ends and its sandbox is deleted (default 1800)\n"
+	"        --mcp-allow-origin ORIGIN\n"
+	"                               an Origin (e.g. https://app.example) that may\n"
+	"                               use /mcp besides loopback ones (repeatable)\n"
 	"    -h, --help                 show this help\n"
 	"\n"
 	"SIGNALS\n"
@@ -149,7 +160,8 @@ enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MA
        OPT_STORAGE_SIZE, OPT_MAX_CONN,
        OPT_MAX_PEER, OPT_HEADER_TIMEOUT, OPT_RESOLVER,
        OPT_EGRESS_RANGE, OPT_EGRESS_MAX_CONN, OPT_PIP_INDEX, OPT_PIP_HOST, OPT_NPM_REGISTRY,
-       OPT_NPM_HOST, OPT_PACKAGE_CA, OPT_PACKAGE_CACHE };
+       OPT_NPM_HOST, OPT_PACKAGE_CA, OPT_PACKAGE_CACHE, OPT_MCP_SESSIONS, OPT_MCP_IDLE,
+       OPT_MCP_ORIGIN };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -180,6 +192,9 @@ static const struct option opts[] = {
 	{ "npm-host", required_argument, NULL, OPT_NPM_HOST },
 	{ "package-ca", required_argument, NULL, OPT_PACKAGE_CA },
 	{ "package-cache", required_argument, NULL, OPT_PACKAGE_CACHE },
+	{ "mcp-max-sessions", required_argument, NULL, OPT_MCP_SESSIONS },
+	{ "mcp-idle-timeout", required_argument, NULL, OPT_MCP_IDLE },
+	{ "mcp-allow-origin", required_argument, NULL, OPT_MCP_ORIGIN },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -377,7 +392,9 @@ static struct http_route *all_routes(void)
 	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
 					      file_routes, workspace_routes, code_routes, port_routes,
 					      proxy_routes, changes_routes, network_routes,
-					      package_routes };
+					      package_routes, mcp_routes, e2b_envd_routes, e2b_interp_routes,
+					      /* last: its final entries take every other /e2b path */
+					      e2b_routes };
 	size_t n = 0;
 	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
 		for (const struct http_route *r = tables[t]; r->method; r++)
@@ -444,6 +461,7 @@ int main(int argc, char **argv)
 	d.cfg.disk_overcommit = 1;
 	struct http_config hc = { .max_connections = 8192, .max_per_peer = 1024,
 				  .header_timeout_s = 10 };
+	struct mcp_http_config mcfg = { .max_sessions = 100, .idle_s = 1800 };
 
 	int c;
 	opterr = 0;
@@ -598,6 +616,23 @@ int main(int argc, char **argv)
 						   "path", optarg);
 			pkgcfg.cache_dir = optarg;
 			break;
+		case OPT_MCP_SESSIONS:
+			if (parse_uint("--mcp-max-sessions", optarg, 100000, &mcfg.max_sessions) < 0)
+				return 2;
+			if (mcfg.max_sessions == 0)
+				return usage_error("--mcp-max-sessions must be at least 1");
+			break;
+		case OPT_MCP_IDLE:
+			if (parse_uint("--mcp-idle-timeout", optarg, 315360000, &mcfg.idle_s) < 0)
+				return 2;
+			if (mcfg.idle_s == 0)
+				return usage_error("--mcp-idle-timeout must be at least 1 second");
+			break;
+		case OPT_MCP_ORIGIN:
+			if (mcfg.norigins == MCP_ORIGINS_MAX)
+				return usage_error("at most %d --mcp-allow-origin options", MCP_ORIGINS_MAX);
+			mcfg.origins[mcfg.norigins++] = optarg;
+			break;
 		case 'h':
 			fputs(help, stdout);
 			return 0;
@@ -670,6 +705,11 @@ int main(int argc, char **argv)
 			return 1;
 	}
 	d.cfg.token = token;
+	/* /mcp reaches the sandboxes through this daemon's API, on its
+	 * (first) unix socket. */
+	for (int i = 0; i < nlisten && !mcfg.api_host; i++)
+		if (strncmp(listens[i], "unix:", 5) == 0)
+			mcfg.api_host = listens[i];
 	if (geteuid() != 0) {
 		fputs("sandlotd: must run as root (sandboxes need uid maps, cgroups and loop "
 		      "devices)\n", stderr);
@@ -759,8 +799,15 @@ int main(int argc, char **argv)
 	hc.listens = listens;
 	hc.nlisten = nlisten;
 	hc.token = token;
+	/* Before the first request: /mcp serves as soon as the rest does. */
+	if (mcp_http_start(&d, &mcfg, &err) < 0) {
+		daemon_log("mcp", "level=error msg=\"%s: /mcp answers 503\"", sandlot_error_message(err));
+		sandlot_error_free(err);
+		err = NULL;
+	}
 	struct http_server *server = http_start(&d, &hc, routes, &err);
 	if (!server) {
+		mcp_http_stop();
 		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
 		sandlot_error_free(err);
 		pool_stop(&d);
@@ -791,6 +838,8 @@ int main(int argc, char **argv)
 	daemon_log("stopping", "signal=%s running=%u", sig == SIGINT ? "INT" : "TERM",
 		   __atomic_load_n(&d.nrunning, __ATOMIC_SEQ_CST));
 	uint64_t t0 = sandlot__now_ms();
+	/* MCP sessions delete their sandboxes through the API: while it serves. */
+	mcp_http_stop();
 	http_quiesce(server);
 	pool_stop(&d);
 	sandboxes_shutdown(&d);

@@ -23,6 +23,13 @@ int64_t daemon_now_ms(void)
 /* One line per call, written with a single write so lines of concurrent
  * threads never interleave.  A message that starts with "level=X " sets
  * the level (default info). */
+void daemon_log_quote(char *s)
+{
+	for (char *p = s; *p; p++)
+		if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
+			*p = '\'';
+}
+
 void daemon_log(const char *event, const char *fmt, ...)
 {
 	char msg[2048];

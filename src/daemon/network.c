@@ -21,21 +21,21 @@ void network_req_free(struct network_req *n)
 }
 
 /* A list of rule strings: NULL-terminated pointers into v (owned by it). */
-static int rule_list(struct http_req *req, const char *what, json_t *v, const char ***out)
+static int rule_list(const char *what, json_t *v, const char ***out, sandlot_error_t **err)
 {
 	if (!json_is_array(v))
-		return http_error(req, 400, "bad_request", "field \"network.%s\" must be an array of "
-				  "strings", what), -1;
+		return sandlot__error(err, EINVAL, "field \"network.%s\" must be an array of "
+				  "strings", what);
 	size_t n = json_array_size(v);
 	const char **list = calloc(n + 1, sizeof(*list));
 	if (!list)
-		return http_error(req, 500, "internal", "out of memory"), -1;
+		return sandlot__error(err, ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		json_t *e = json_array_get(v, i);
 		if (!json_is_string(e) || strlen(json_string_value(e)) != json_string_length(e)) {
 			free(list);
-			return http_error(req, 400, "bad_request", "field \"network.%s\": entry %zu is "
-					  "not a string", what, i), -1;
+			return sandlot__error(err, EINVAL, "field \"network.%s\": entry %zu is "
+					  "not a string", what, i);
 		}
 		list[i] = json_string_value(e);
 	}
@@ -43,7 +43,7 @@ static int rule_list(struct http_req *req, const char *what, json_t *v, const ch
 	return 0;
 }
 
-int network_parse(struct http_req *req, json_t *v, struct network_req *out)
+int network_parse(json_t *v, struct network_req *out, sandlot_error_t **err)
 {
 	memset(out, 0, sizeof(*out));
 	out->policy.mode = SANDLOT_NET_NONE;
@@ -59,13 +59,13 @@ int network_parse(struct http_req *req, json_t *v, struct network_req *out)
 					goto bad_mode;
 				mode = json_string_value(x);
 			} else if (!strcmp(k, "allow")) {
-				if (rule_list(req, "allow", x, &out->allow) < 0)
+				if (rule_list("allow", x, &out->allow, err) < 0)
 					goto fail;
 			} else if (!strcmp(k, "deny")) {
-				if (rule_list(req, "deny", x, &out->deny) < 0)
+				if (rule_list("deny", x, &out->deny, err) < 0)
 					goto fail;
 			} else {
-				http_error(req, 400, "bad_request", "unknown field \"network.%.64s\" (known: "
+				sandlot__error(err, EINVAL, "unknown field \"network.%.64s\" (known: "
 					   "mode, allow, deny)", k);
 				goto fail;
 			}
@@ -74,7 +74,7 @@ int network_parse(struct http_req *req, json_t *v, struct network_req *out)
 		if (!mode)
 			mode = out->allow ? "allowlist" : "none";
 	} else {
-		http_error(req, 400, "bad_request", "field \"network\" must be an object such as "
+		sandlot__error(err, EINVAL, "field \"network\" must be an object such as "
 			   "{\"mode\": \"allowlist\", \"allow\": [\"pypi.org\"]} or a mode string");
 		goto fail;
 	}
@@ -88,15 +88,15 @@ int network_parse(struct http_req *req, json_t *v, struct network_req *out)
 		goto bad_mode;
 	out->policy.allow = out->allow;
 	out->policy.deny = out->deny;
-	sandlot_error_t *err = NULL;
-	if (sandlot_net_policy_validate(&out->policy, &err) < 0) {
-		http_error(req, 400, "bad_request", "%s", sandlot_error_message(err));
-		sandlot_error_free(err);
+	sandlot_error_t *e = NULL;
+	if (sandlot_net_policy_validate(&out->policy, &e) < 0) {
+		sandlot__error(err, EINVAL, "%s", sandlot_error_message(e));
+		sandlot_error_free(e);
 		goto fail;
 	}
 	return 0;
 bad_mode:
-	http_error(req, 400, "bad_request", "field \"network.mode\" must be \"none\", \"allowlist\" "
+	sandlot__error(err, EINVAL, "field \"network.mode\" must be \"none\", \"allowlist\" "
 		   "or \"open\"");
 fail:
 	network_req_free(out);
@@ -158,8 +158,12 @@ static int put_network(struct http_req *req)
 		return http_error(req, 400, "bad_request", "the body must be the network policy, e.g. "
 				  "{\"mode\": \"allowlist\", \"allow\": [\"pypi.org\"]}");
 	struct network_req n;
-	if (network_parse(req, req->json, &n) < 0)
+	sandlot_error_t *perr = NULL;
+	if (network_parse(req->json, &n, &perr) < 0) {
+		http_error_from(req, perr);
+		sandlot_error_free(perr);
 		return 0;
+	}
 	struct dsb *s = dsb_get(d, req, req->params[0]);
 	if (!s) {
 		network_req_free(&n);

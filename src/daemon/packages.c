@@ -14,21 +14,21 @@ void packages_req_free(struct packages_req *p)
 	p->pip = p->npm = NULL;
 }
 
-static int list(struct http_req *req, const char *key, json_t *v, const char ***out)
+static int list(const char *key, json_t *v, const char ***out, sandlot_error_t **err)
 {
 	if (!json_is_array(v))
-		return http_error(req, 400, "bad_request", "field \"packages.%s\" must be an array of "
-				  "strings", key), -1;
+		return sandlot__error(err, EINVAL, "field \"packages.%s\" must be an array of "
+				  "strings", key);
 	size_t n = json_array_size(v);
 	const char **l = calloc(n + 1, sizeof(*l));
 	if (!l)
-		return http_error(req, 500, "internal", "out of memory"), -1;
+		return sandlot__error(err, ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		json_t *e = json_array_get(v, i);
 		if (!json_is_string(e) || strlen(json_string_value(e)) != json_string_length(e)) {
 			free(l);
-			return http_error(req, 400, "bad_request", "field \"packages.%s\": entry %zu is "
-					  "not a string", key, i), -1;
+			return sandlot__error(err, EINVAL, "field \"packages.%s\": entry %zu is "
+					  "not a string", key, i);
 		}
 		l[i] = json_string_value(e);
 	}
@@ -36,33 +36,33 @@ static int list(struct http_req *req, const char *key, json_t *v, const char ***
 	return 0;
 }
 
-int packages_parse(struct http_req *req, json_t *v, struct packages_req *out)
+int packages_parse(json_t *v, struct packages_req *out, sandlot_error_t **err)
 {
 	memset(out, 0, sizeof(*out));
 	if (!json_is_object(v))
-		return http_error(req, 400, "bad_request", "field \"packages\" must be an object such as "
-				  "{\"pip\": [\"pandas==2.2.0\"], \"npm\": [\"lodash@4\"]}"), -1;
+		return sandlot__error(err, EINVAL, "field \"packages\" must be an object such as "
+				  "{\"pip\": [\"pandas==2.2.0\"], \"npm\": [\"lodash@4\"]}");
 	const char *k;
 	json_t *x;
 	json_object_foreach(v, k, x) {
 		const char ***slot = !strcmp(k, "pip") ? &out->pip : !strcmp(k, "npm") ? &out->npm : NULL;
 		if (!slot) {
 			packages_req_free(out);
-			return http_error(req, 400, "bad_request", "unknown field \"packages.%.64s\" "
-					  "(known: pip, npm)", k), -1;
+			return sandlot__error(err, EINVAL, "unknown field \"packages.%.64s\" "
+					  "(known: pip, npm)", k);
 		}
 		free(*slot);
 		*slot = NULL;
-		if (list(req, k, x, slot) < 0) {
+		if (list(k, x, slot, err) < 0) {
 			packages_req_free(out);
 			return -1;
 		}
 	}
 	sandlot_packages_t pk = { out->pip, out->npm };
-	sandlot_error_t *err = NULL;
-	if (sandlot_packages_validate(&pk, &err) < 0) {
-		http_error(req, 400, "bad_request", "%s", sandlot_error_message(err));
-		sandlot_error_free(err);
+	sandlot_error_t *e = NULL;
+	if (sandlot_packages_validate(&pk, &e) < 0) {
+		sandlot__error(err, EINVAL, "%s", sandlot_error_message(e));
+		sandlot_error_free(e);
 		packages_req_free(out);
 		return -1;
 	}
@@ -135,8 +135,12 @@ static int post_packages(struct http_req *req)
 	if (!req->json)
 		return http_error(req, 400, "bad_request", "the body must name the packages, e.g. "
 				  "{\"pip\": [\"pandas==2.2.0\"]}");
-	if (packages_parse(req, req->json, &p) < 0)
+	sandlot_error_t *perr = NULL;
+	if (packages_parse(req->json, &p, &perr) < 0) {
+		http_error_from(req, perr);
+		sandlot_error_free(perr);
 		return 0;
+	}
 	if (!p.any) {
 		packages_req_free(&p);
 		return http_error(req, 400, "bad_request", "no packages given");

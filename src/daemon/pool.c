@@ -162,7 +162,7 @@ int pool_configure(struct daemon *d, const char *arg, char *msg, size_t msglen)
 	return 0;
 }
 
-/* The options of a pooled sandbox: exactly what parse_create() in
+/* The options of a pooled sandbox: exactly what domain_create_parse() in
  * sandboxes.c gives a request without fields.  Keep the two in step. */
 static void pool_options(struct pools *ps, const struct pool *p, sandlot_options_t *o)
 {

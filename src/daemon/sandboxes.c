@@ -1,15 +1,19 @@
-/* The sandbox table, the lifecycle routes and the reaper (the changes log
- * is changes.c).
+/* The sandbox table, creating and listing sandboxes, the reaper and the
+ * start-up's recovery: the domain layer's side of them (domain.h; the
+ * routes are sandbox_routes.c, the state changes lifecycle.c, the changes
+ * log changes.c).
  *
  * The table (d->sbs, under d->lock) holds every live sandbox and the ended
  * ones of the last hour (at most MAX_ENDED of them), so that GET on an
  * expired id says why it ended.  Each entry is reference counted: the
- * table holds one reference, every borrower (dsb_get, dsb_hold) another.
+ * table holds one reference, every borrower (domain_sandbox_get,
+ * domain_sandbox_find, dsb_hold) another.
  *
  * Using a sandbox's libsandlot handle (s->sb) safely: a borrower marks the
- * sandbox busy (dsb_get, dsb_busy) for as long as it may touch s->sb.  An
- * ending sandbox (dsb_end) first stops new borrowers (its state changes
- * under s->lock, after which dsb_get answers 410), kills its init — so
+ * sandbox busy (domain_sandbox_get, dsb_busy) for as long as it may touch
+ * s->sb.  An ending sandbox (dsb_end, lifecycle.c) first stops new
+ * borrowers (its state changes under s->lock, after which
+ * domain_sandbox_get fails with DOMAIN_EENDED), kills its init — so
  * every library call still running on it fails promptly with EPIPE — and
  * destroys the handle only once busy has dropped to 0.  If that takes
  * longer than END_WAIT_MS (say, an upload whose client sends slowly), the
@@ -36,12 +40,9 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
+#include "daemon/domain.h"
 #include "linux/cgroup.h"
 
-/* Provided by execs.c; weak so the daemon links while it is a placeholder. */
-#pragma weak execs_release
-
-#define END_WAIT_MS 5000
 #define RETAIN_ENDED_MS (3600ll * 1000)
 #define MAX_ENDED 10000
 #define MAX_TTL_S (10u * 365 * 24 * 3600)
@@ -72,11 +73,6 @@ static const char *const state_names[DSB_NSTATES] = {
 const char *dsb_state_name(enum dsb_state s)
 {
 	return (unsigned)s < DSB_NSTATES ? state_names[s] : "unknown";
-}
-
-static int is_live(enum dsb_state s)
-{
-	return s == DSB_STARTING || s == DSB_RUNNING;
 }
 
 /* ^sb-[a-z2-7]{26}$ */
@@ -193,71 +189,21 @@ void dsb_release(struct daemon *d, struct dsb *s)
 		dsb_free(s);
 }
 
-static void answer_not_found(struct http_req *req, const char *id)
+/* ENOENT for an id find_ref() did not know. */
+static int error_not_found(const char *id, sandlot_error_t **err)
 {
 	if (!valid_id(id))
-		http_error(req, 404, "not_found",
-			   "invalid sandbox id \"%.64s\": expected \"sb-\" and 26 characters of "
-			   "[a-z2-7]", id ? id : "");
-	else
-		http_error(req, 404, "not_found", "no sandbox %s (unknown, or ended over an hour ago)",
-			   id);
+		return sandlot__error(err, ENOENT,
+				      "invalid sandbox id \"%.64s\": expected \"sb-\" and 26 characters "
+				      "of [a-z2-7]", id ? id : "");
+	return sandlot__error(err, ENOENT, "no sandbox %s (unknown, or ended over an hour ago)", id);
 }
 
-/* 410 with the state and the reason, from the sandbox's fields (s->lock held). */
-static void answer_ended_locked(struct http_req *req, struct dsb *s)
-{
-	char msg[512];
-	snprintf(msg, sizeof(msg), "sandbox %s has ended: %s (%s)", s->id, dsb_state_name(s->state),
-		 s->end_reason ? s->end_reason : "no reason recorded");
-	json_t *e = json_object();
-	json_object_set_new(e, "code", json_string("sandbox_ended"));
-	json_object_set_new(e, "message", json_text(msg, strlen(msg)));
-	json_object_set_new(e, "state", json_string(dsb_state_name(s->state)));
-	json_object_set_new(e, "end_reason", s->end_reason ? json_string(s->end_reason) : json_null());
-	json_t *o = json_object();
-	json_object_set_new(o, "error", e);
-	http_json(req, 410, o);
-}
-
-void dsb_answer_missing(struct http_req *req, const char *id)
-{
-	answer_not_found(req, id);
-}
-
-void dsb_answer_ended(struct http_req *req, struct dsb *s)
-{
-	pthread_mutex_lock(&s->lock);
-	answer_ended_locked(req, s);
-	pthread_mutex_unlock(&s->lock);
-}
-
-struct dsb *dsb_get(struct daemon *d, struct http_req *req, const char *id)
+struct dsb *domain_sandbox_find(struct daemon *d, const char *id, sandlot_error_t **err)
 {
 	struct dsb *s = valid_id(id) ? find_ref(d, id) : NULL;
-	if (!s) {
-		answer_not_found(req, id);
-		return NULL;
-	}
-	pthread_mutex_lock(&s->lock);
-	if (s->state == DSB_PAUSED) {
-		/* Resumed here when it has auto_resume (workspaces.c). */
-		pthread_mutex_unlock(&s->lock);
-		if (workspace_wake(d, req, s) < 0) {
-			dsb_release(d, s);
-			return NULL;
-		}
-		pthread_mutex_lock(&s->lock);
-	}
-	if (s->state != DSB_RUNNING || !s->sb) {
-		answer_ended_locked(req, s);
-		pthread_mutex_unlock(&s->lock);
-		dsb_release(d, s);
-		return NULL;
-	}
-	s->busy++;
-	s->last_active_ms = daemon_now_ms();
-	pthread_mutex_unlock(&s->lock);
+	if (!s)
+		error_not_found(id, err);
 	return s;
 }
 
@@ -404,92 +350,6 @@ static size_t cgroup_retry_run(void)
 	return k;
 }
 
-static const char *end_event(enum dsb_state st)
-{
-	switch (st) {
-	case DSB_EXPIRED: return "expired";
-	case DSB_DELETED: return "deleted";
-	case DSB_LOST: return "lost";
-	case DSB_FAILED: return "failed";
-	default: return "ended";
-	}
-}
-
-static void quote_clean(char *dst, size_t n, const char *src)
-{
-	snprintf(dst, n, "%s", src ? src : "");
-	for (char *p = dst; *p; p++)
-		if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
-			*p = '\'';
-}
-
-void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *reason)
-{
-	pthread_mutex_lock(&s->lock);
-	if (!is_live(s->state)) {
-		pthread_mutex_unlock(&s->lock);
-		return;
-	}
-	s->state = state;
-	s->ended_ms = daemon_now_ms();
-	free(s->end_reason);
-	s->end_reason = strdup(reason ? reason : end_event(state));
-	workspace_on_end_locked(d, s, state);
-	pid_t pid = s->init_pid;
-	int64_t lived = s->ended_ms - s->created_ms;
-	registry_save(d, s);
-	pthread_mutex_unlock(&s->lock);
-
-	__atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
-	__atomic_add_fetch(&d->m.sandboxes_ended, 1, __ATOMIC_RELAXED);
-	char why[256];
-	quote_clean(why, sizeof(why), reason);
-	daemon_log(end_event(state), "%ssandbox=%s reason=\"%s\" lived_ms=%lld",
-		   state == DSB_FAILED ? "level=warn " : "", s->id, why, (long long)lived);
-	dsb_stop(d, s, pid);
-	/* Ended for good: its changes log goes now, not when it is forgotten
-	 * an hour later (its memory, its share of the budget, its rows). */
-	dsb_changes_release(d, s);
-}
-
-void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid)
-{
-	ports_close(s);
-	if (execs_release)
-		execs_release(s);
-	/* Our child, not reaped before sandlot_destroy(): the pid cannot have
-	 * been reused.  Killing the pid namespace's init kills all in it. */
-	if (pid > 0)
-		kill(pid, SIGKILL);
-
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += END_WAIT_MS / 1000;
-	pthread_mutex_lock(&s->lock);
-	while (s->busy > 0) {
-		if (pthread_cond_timedwait(&s->cond, &s->lock, &dl) == ETIMEDOUT)
-			break;
-	}
-	if (s->busy > 0) {
-		s->destroy_pending = 1;
-		int busy = s->busy;
-		pthread_mutex_unlock(&s->lock);
-		daemon_log("destroy_deferred", "level=warn sandbox=%s busy=%d", s->id, busy);
-		return;
-	}
-	sandlot_t *sb = s->sb;
-	pthread_mutex_unlock(&s->lock);
-	/* Destroy before clearing s->sb: status readers (the reaper's liveness
-	 * check) never use sb itself, only init_pid. */
-	sandlot_destroy(sb);
-	pthread_mutex_lock(&s->lock);
-	s->sb = NULL;
-	s->init_pid = 0;
-	pthread_mutex_unlock(&s->lock);
-	cgroup_check_after_destroy(s->id);
-	workspace_destroyed(d, s);
-}
-
 void dsb_count_states(struct daemon *d, unsigned counts[DSB_NSTATES])
 {
 	memset(counts, 0, sizeof(unsigned) * DSB_NSTATES);
@@ -504,25 +364,7 @@ void dsb_count_states(struct daemon *d, unsigned counts[DSB_NSTATES])
 
 /* ---- create ------------------------------------------------------------------ */
 
-struct create_req {
-	sandlot_options_t opts;
-	char **env;              /* "K=V", NULL-terminated */
-	size_t nenv;
-	uint32_t ttl, idle;
-	int ttl_given, idle_given;
-	json_t *norm;            /* normalised options for GET */
-	json_t *metadata;
-	/* kept workspace (workspaces.c) */
-	int auto_resume, disk_given;
-	uint32_t retention;      /* paused_retention_seconds */
-	const char *from_snapshot; /* id, in the request's JSON */
-	uint16_t ports[PORTS_MAX]; /* exposed ports */
-	unsigned nports;
-	struct network_req net;  /* opts.network, net_allow, net_deny */
-	struct packages_req packages; /* installed before the answer */
-};
-
-static void create_req_free(struct create_req *c)
+void domain_create_free(struct domain_create *c)
 {
 	for (size_t i = 0; i < c->nenv; i++)
 		free(c->env[i]);
@@ -547,48 +389,48 @@ static const char *json_type_name(const json_t *v)
 	}
 }
 
-static int bad(struct http_req *req, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int bad(sandlot_error_t **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-static int bad(struct http_req *req, const char *fmt, ...)
+/* EINVAL: what is wrong with the request. */
+static int bad(sandlot_error_t **err, const char *fmt, ...)
 {
 	char msg[512];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	http_error(req, 400, "bad_request", "%s", msg);
-	return -1;
+	return sandlot__error(err, EINVAL, "%s", msg);
 }
 
-static int parse_size_field(struct http_req *req, const char *name, json_t *v, uint64_t *out)
+static int parse_size_field(const char *name, json_t *v, uint64_t *out, sandlot_error_t **err)
 {
 	if (json_is_integer(v)) {
 		if (json_integer_value(v) <= 0)
-			return bad(req, "field \"%s\" must be a positive number of bytes", name);
+			return bad(err, "field \"%s\" must be a positive number of bytes", name);
 		*out = (uint64_t)json_integer_value(v);
 		return 0;
 	}
 	if (json_is_string(v)) {
 		sandlot_error_t *e = NULL;
 		if (sandlot_parse_size(json_string_value(v), 0, out, &e) < 0) {
-			bad(req, "field \"%s\": %s", name, sandlot_error_message(e));
+			bad(err, "field \"%s\": %s", name, sandlot_error_message(e));
 			sandlot_error_free(e);
 			return -1;
 		}
 		return 0;
 	}
-	return bad(req, "field \"%s\" must be an integer (bytes) or a size string such as \"512M\", "
+	return bad(err, "field \"%s\" must be an integer (bytes) or a size string such as \"512M\", "
 		   "not %s", name, json_type_name(v));
 }
 
-static int parse_seconds(struct http_req *req, const char *name, json_t *v, uint32_t *out)
+static int parse_seconds(const char *name, json_t *v, uint32_t *out, sandlot_error_t **err)
 {
 	if (!json_is_integer(v))
-		return bad(req, "field \"%s\" must be an integer (seconds), not %s", name,
+		return bad(err, "field \"%s\" must be an integer (seconds), not %s", name,
 			   json_type_name(v));
 	json_int_t n = json_integer_value(v);
 	if (n < 0 || n > (json_int_t)MAX_TTL_S)
-		return bad(req, "field \"%s\" must be between 0 and %u seconds", name, MAX_TTL_S);
+		return bad(err, "field \"%s\" must be between 0 and %u seconds", name, MAX_TTL_S);
 	*out = (uint32_t)n;
 	return 0;
 }
@@ -611,9 +453,10 @@ static int meta_key_ok(const char *k)
 	return 1;
 }
 
-static int parse_create(struct http_req *req, json_t *body, struct create_req *c)
+int domain_create_parse(struct daemon *d, json_t *body, struct domain_create *c,
+			sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
+	memset(c, 0, sizeof(*c));
 	sandlot_options_init(&c->opts);
 	c->opts.data_dir = d->cfg.data_dir;
 	c->opts.image = d->cfg.default_image ? d->cfg.default_image : "host";
@@ -625,7 +468,7 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 	double cpus = 0;
 	if (body && !json_is_object(body)) {
 		json_decref(env_norm);
-		return bad(req, "the request body must be a JSON object, not %s", json_type_name(body));
+		return bad(err, "the request body must be a JSON object, not %s", json_type_name(body));
 	}
 	const char *key;
 	json_t *v;
@@ -635,71 +478,71 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 				goto wrong_type_string;
 			c->opts.image = json_string_value(v);
 		} else if (strcmp(key, "memory") == 0) {
-			if (parse_size_field(req, key, v, &c->opts.memory_bytes) < 0)
+			if (parse_size_field(key, v, &c->opts.memory_bytes, err) < 0)
 				goto fail;
 		} else if (strcmp(key, "disk") == 0) {
-			if (parse_size_field(req, key, v, &c->opts.disk_bytes) < 0)
+			if (parse_size_field(key, v, &c->opts.disk_bytes, err) < 0)
 				goto fail;
 			c->disk_given = 1;
 		} else if (strcmp(key, "cpus") == 0) {
 			if (!json_is_number(v)) {
-				bad(req, "field \"cpus\" must be a number (e.g. 0.5 or 2), not %s",
+				bad(err, "field \"cpus\" must be a number (e.g. 0.5 or 2), not %s",
 				    json_type_name(v));
 				goto fail;
 			}
 			cpus = json_number_value(v);
 			if (!(cpus >= 0.001 && cpus <= 1024)) {
-				bad(req, "field \"cpus\" must be between 0.001 and 1024");
+				bad(err, "field \"cpus\" must be between 0.001 and 1024");
 				goto fail;
 			}
 			c->opts.cpus_milli = (uint32_t)(cpus * 1000.0 + 0.5);
 		} else if (strcmp(key, "pids") == 0) {
 			if (!json_is_integer(v)) {
-				bad(req, "field \"pids\" must be an integer, not %s", json_type_name(v));
+				bad(err, "field \"pids\" must be an integer, not %s", json_type_name(v));
 				goto fail;
 			}
 			json_int_t n = json_integer_value(v);
 			if (n < 2 || n > 4194304) {
-				bad(req, "field \"pids\" must be between 2 and 4194304");
+				bad(err, "field \"pids\" must be between 2 and 4194304");
 				goto fail;
 			}
 			c->opts.pids = (uint32_t)n;
 		} else if (strcmp(key, "env") == 0) {
 			if (!json_is_object(v)) {
-				bad(req, "field \"env\" must be an object of strings, not %s",
+				bad(err, "field \"env\" must be an object of strings, not %s",
 				    json_type_name(v));
 				goto fail;
 			}
 			if (json_object_size(v) > MAX_ENV) {
-				bad(req, "field \"env\" has more than %u entries", MAX_ENV);
+				bad(err, "field \"env\" has more than %u entries", MAX_ENV);
 				goto fail;
 			}
 			c->env = calloc(json_object_size(v) + 1, sizeof(char *));
 			if (!c->env) {
-				http_error(req, 500, "internal", "out of memory");
+				sandlot__error(err, ENOMEM, "out of memory");
 				goto fail;
 			}
 			const char *ek;
 			json_t *ev;
 			json_object_foreach(v, ek, ev) {
 				if (!plain_string(ev)) {
-					bad(req, "field \"env\": the value of \"%.64s\" must be a string, not %s",
+					bad(err, "field \"env\": the value of \"%.64s\" must be a string, not %s",
 					    ek, json_type_name(ev));
 					goto fail;
 				}
 				if (!*ek || strchr(ek, '=')) {
-					bad(req, "field \"env\": invalid variable name \"%.64s\"", ek);
+					bad(err, "field \"env\": invalid variable name \"%.64s\"", ek);
 					goto fail;
 				}
 				size_t n = strlen(ek) + json_string_length(ev) + 2;
 				if (n > MAX_ENV_ENTRY) {
-					bad(req, "field \"env\": \"%.64s\" is longer than %u bytes", ek,
+					bad(err, "field \"env\": \"%.64s\" is longer than %u bytes", ek,
 					    MAX_ENV_ENTRY);
 					goto fail;
 				}
 				char *kv = malloc(n);
 				if (!kv) {
-					http_error(req, 500, "internal", "out of memory");
+					sandlot__error(err, ENOMEM, "out of memory");
 					goto fail;
 				}
 				snprintf(kv, n, "%s=%s", ek, json_string_value(ev));
@@ -709,7 +552,7 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 			c->opts.env = (const char *const *)c->env;
 		} else if (strcmp(key, "network") == 0) {
 			network_req_free(&c->net);
-			if (network_parse(req, v, &c->net) < 0)
+			if (network_parse(v, &c->net, err) < 0)
 				goto fail;
 			c->opts.network = c->net.policy.mode;
 			c->opts.net_allow = c->net.policy.allow;
@@ -717,25 +560,25 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 		} else if (strcmp(key, "ports") == 0) {
 			char msg[256];
 			if (ports_parse(v, c->ports, &c->nports, msg, sizeof(msg)) < 0) {
-				bad(req, "field \"ports\": %s", msg);
+				bad(err, "field \"ports\": %s", msg);
 				goto fail;
 			}
 		} else if (strcmp(key, "packages") == 0) {
 			packages_req_free(&c->packages);
-			if (packages_parse(req, v, &c->packages) < 0)
+			if (packages_parse(v, &c->packages, err) < 0)
 				goto fail;
 		} else if (strcmp(key, "ttl_seconds") == 0) {
-			if (parse_seconds(req, key, v, &c->ttl) < 0)
+			if (parse_seconds(key, v, &c->ttl, err) < 0)
 				goto fail;
 		} else if (strcmp(key, "idle_timeout_seconds") == 0) {
-			if (parse_seconds(req, key, v, &c->idle) < 0)
+			if (parse_seconds(key, v, &c->idle, err) < 0)
 				goto fail;
 		} else if (strcmp(key, "paused_retention_seconds") == 0) {
-			if (parse_seconds(req, key, v, &c->retention) < 0)
+			if (parse_seconds(key, v, &c->retention, err) < 0)
 				goto fail;
 		} else if (strcmp(key, "auto_resume") == 0) {
 			if (!json_is_boolean(v)) {
-				bad(req, "field \"auto_resume\" must be a boolean, not %s",
+				bad(err, "field \"auto_resume\" must be a boolean, not %s",
 				    json_type_name(v));
 				goto fail;
 			}
@@ -744,36 +587,36 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 			if (!plain_string(v))
 				goto wrong_type_string;
 			if (!valid_id(json_string_value(v))) {
-				bad(req, "field \"from_snapshot\": invalid sandbox id \"%.64s\"",
+				bad(err, "field \"from_snapshot\": invalid sandbox id \"%.64s\"",
 				    json_string_value(v));
 				goto fail;
 			}
 			c->from_snapshot = json_string_value(v);
 		} else if (strcmp(key, "metadata") == 0) {
 			if (!json_is_object(v)) {
-				bad(req, "field \"metadata\" must be an object of strings, not %s",
+				bad(err, "field \"metadata\" must be an object of strings, not %s",
 				    json_type_name(v));
 				goto fail;
 			}
 			if (json_object_size(v) > MAX_META) {
-				bad(req, "field \"metadata\" has more than %u entries", MAX_META);
+				bad(err, "field \"metadata\" has more than %u entries", MAX_META);
 				goto fail;
 			}
 			const char *mk;
 			json_t *mv;
 			json_object_foreach(v, mk, mv) {
 				if (!meta_key_ok(mk)) {
-					bad(req, "field \"metadata\": invalid key \"%.64s\" (1 to %u characters "
+					bad(err, "field \"metadata\": invalid key \"%.64s\" (1 to %u characters "
 					    "of A-Z a-z 0-9 . _ - / :)", mk, MAX_META_KEY);
 					goto fail;
 				}
 				if (!plain_string(mv)) {
-					bad(req, "field \"metadata\": the value of \"%s\" must be a string, "
+					bad(err, "field \"metadata\": the value of \"%s\" must be a string, "
 					    "not %s", mk, json_type_name(mv));
 					goto fail;
 				}
 				if (json_string_length(mv) > MAX_META_VALUE) {
-					bad(req, "field \"metadata\": the value of \"%s\" is longer than %u "
+					bad(err, "field \"metadata\": the value of \"%s\" is longer than %u "
 					    "bytes", mk, MAX_META_VALUE);
 					goto fail;
 				}
@@ -781,19 +624,19 @@ static int parse_create(struct http_req *req, json_t *body, struct create_req *c
 			json_decref(c->metadata);
 			c->metadata = json_deep_copy(v);
 		} else {
-			bad(req, "unknown field \"%.64s\" (known: image, memory, cpus, pids, disk, env, "
+			bad(err, "unknown field \"%.64s\" (known: image, memory, cpus, pids, disk, env, "
 			    "network, packages, ports, ttl_seconds, idle_timeout_seconds, metadata, "
 			    "auto_resume, paused_retention_seconds, from_snapshot)", key);
 			goto fail;
 		}
 		continue;
 wrong_type_string:
-		bad(req, "field \"%s\" must be a string, not %s", key, json_type_name(v));
+		bad(err, "field \"%s\" must be a string, not %s", key, json_type_name(v));
 		goto fail;
 	}
 	sandlot_error_t *e = NULL;
 	if (sandlot_options_validate(&c->opts, &e) < 0) {
-		bad(req, "%s", sandlot_error_message(e));
+		bad(err, "%s", sandlot_error_message(e));
 		sandlot_error_free(e);
 		goto fail;
 	}
@@ -803,7 +646,7 @@ wrong_type_string:
 			    c->opts.cpus_milli ? json_real(c->opts.cpus_milli / 1000.0) : json_null(),
 			    "pids", (int)c->opts.pids, "disk", (json_int_t)c->opts.disk_bytes, "env",
 			    env_norm);
-	return c->norm ? 0 : (http_error(req, 500, "internal", "out of memory"), -1);
+	return c->norm ? 0 : sandlot__error(err, ENOMEM, "out of memory");
 fail:
 	json_decref(env_norm);
 	return -1;
@@ -811,162 +654,173 @@ fail:
 
 /* A cold create: the kept workspace of the new sandbox — a new one, or a
  * snapshot of from_snapshot's — with the id it goes with (into id).
- * 0, or -1 having answered. */
-static int create_workspace(struct http_req *req, struct create_req *c, char id[32])
+ * 0, or -1 with err. */
+static int create_workspace(struct daemon *d, struct domain_create *c, char id[32],
+			    sandlot_error_t **err)
 {
 	if (!c->from_snapshot) {
-		workspace_assign(req->d, &c->opts, id);
+		workspace_assign(d, &c->opts, id);
 		return 0;
 	}
-	if (workspace_from_snapshot(req->d, req, c->from_snapshot, c->disk_given, &c->opts, id) < 0)
+	if (workspace_from_snapshot(d, c->from_snapshot, c->disk_given, &c->opts, id, err) < 0)
 		return -1;
 	json_object_set_new(c->norm, "disk", json_integer((json_int_t)c->opts.disk_bytes));
 	json_object_set_new(c->norm, "from_snapshot", json_string(c->from_snapshot));
 	return 0;
 }
 
-static int create_sandbox(struct http_req *req)
+/* Hand e up to the caller's err (which may be NULL: then it goes). */
+static void pass_error(sandlot_error_t **err, sandlot_error_t *e)
 {
-	struct daemon *d = req->d;
-	struct create_req c = { 0 };
-	if (parse_create(req, req->json, &c) < 0) {
-		create_req_free(&c);
-		return 0;
+	if (err) {
+		sandlot_error_free(*err);
+		*err = e;
+	} else {
+		sandlot_error_free(e);
 	}
+}
+
+void domain_created_free(struct domain_created *out)
+{
+	json_decref(out->installed);
+	json_decref(out->install_error);
+	out->installed = out->install_error = NULL;
+}
+
+/* A creation slot (d->ncreating) given back after a failed create. */
+static void creating_done(struct daemon *d, int failed)
+{
+	pthread_mutex_lock(&d->lock);
+	d->ncreating--;
+	pthread_mutex_unlock(&d->lock);
+	if (failed)
+		__atomic_add_fetch(&d->m.create_failures, 1, __ATOMIC_RELAXED);
+}
+
+/* Destroy a new sandbox nobody saw, and its workspace. */
+static void discard_new(struct daemon *d, sandlot_t *sb)
+{
+	char gone[32];
+	snprintf(gone, sizeof(gone), "%s", sandlot_id(sb));
+	sandlot_destroy(sb);
+	workspace_remove(d, gone);
+}
+
+/* The installers' packages into the normalised options. */
+static void record_packages(json_t *norm, const struct packages_req *p)
+{
+	json_object_set_new(norm, "packages",
+			    json_pack("{s:o, s:o}", "pip", json_array(), "npm", json_array()));
+	for (int m = 0; m < 2; m++) {
+		const char **l = m ? p->npm : p->pip;
+		json_t *a = json_object_get(json_object_get(norm, "packages"), m ? "npm" : "pip");
+		for (size_t i = 0; l && l[i]; i++)
+			json_array_append_new(a, json_string(l[i]));
+	}
+}
+
+struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct domain_created *out,
+			  sandlot_error_t **err)
+{
+	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&d->lock);
 	unsigned live = __atomic_load_n(&d->nrunning, __ATOMIC_SEQ_CST) + d->ncreating;
 	if (d->stopping) {
 		pthread_mutex_unlock(&d->lock);
-		create_req_free(&c);
-		return http_error(req, 503, "shutting_down", "sandlotd is shutting down");
+		sandlot__error(err, ESHUTDOWN, "sandlotd is shutting down");
+		return NULL;
 	}
 	if (live >= d->cfg.max_sandboxes) {
 		pthread_mutex_unlock(&d->lock);
-		create_req_free(&c);
-		return http_error(req, 429, "too_many_sandboxes",
-				  "%u sandboxes are running or starting, the limit of this daemon "
-				  "(--max-sandboxes)", live);
+		sandlot__error(err, EAGAIN,
+			       "%u sandboxes are running or starting, the limit of this daemon "
+			       "(--max-sandboxes)", live);
+		return NULL;
 	}
 	d->ncreating++;
 	pthread_mutex_unlock(&d->lock);
 
 	uint64_t t0 = sandlot__now_ns();
-	sandlot_error_t *err = NULL;
 	const char *pooled = NULL; /* pool.c: a ready sandbox if it has one for these options */
-	sandlot_t *sb = c.from_snapshot ? NULL : pool_take(d, &c.opts, &pooled);
+	sandlot_t *sb = c->from_snapshot ? NULL : pool_take(d, &c->opts, &pooled);
 	if (pooled)
-		http_set_header(req, "Sandlot-Pool", sb ? "hit" : "miss");
+		out->pool = sb ? "hit" : "miss";
 	char wid[32] = "";
+	sandlot_error_t *e = NULL;
 	if (!sb) {
-		if (create_workspace(req, &c, wid) < 0) {
-			pthread_mutex_lock(&d->lock);
-			d->ncreating--;
-			pthread_mutex_unlock(&d->lock);
-			create_req_free(&c);
-			return 0; /* answered */
+		if (create_workspace(d, c, wid, err) < 0) {
+			creating_done(d, 0);
+			return NULL;
 		}
-		sb = sandlot_create(&c.opts, &err);
+		sb = sandlot_create(&c->opts, &e);
 		if (!sb)
 			workspace_remove(d, wid);
 	}
 	double ms = (double)(sandlot__now_ns() - t0) / 1e6;
 	if (!sb) {
-		pthread_mutex_lock(&d->lock);
-		d->ncreating--;
-		pthread_mutex_unlock(&d->lock);
-		__atomic_add_fetch(&d->m.create_failures, 1, __ATOMIC_RELAXED);
+		creating_done(d, 1);
 		char msg[512];
-		quote_clean(msg, sizeof(msg), sandlot_error_message(err));
+		snprintf(msg, sizeof(msg), "%s", sandlot_error_message(e));
+		daemon_log_quote(msg);
 		daemon_log("create_failed", "level=warn ms=%.1f error=\"%s\"", ms, msg);
-		int st = sandlot_error_status(err);
-		if (st == EAGAIN) /* host capacity, e.g. every uid range in use */
-			http_error(req, 429, "too_many_sandboxes", "%s", sandlot_error_message(err));
-		else if (st == EINVAL)
-			http_error(req, 400, "bad_request", "%s", sandlot_error_message(err));
-		else
-			http_error_from(req, err);
-		sandlot_error_free(err);
-		create_req_free(&c);
-		return 0;
+		/* EAGAIN: host capacity, e.g. every uid range in use (429). */
+		pass_error(err, e);
+		return NULL;
 	}
-	json_t *installed = NULL;
-	if (c.packages.any) {
+	if (c->packages.any) {
 		/* Before anyone can use it: a failed install is a failed create. */
-		json_t *e;
-		int st = packages_install(d, NULL, sb, &c.packages, &installed, &e);
-		if (e) {
-			char gone[32];
-			snprintf(gone, sizeof(gone), "%s", sandlot_id(sb));
-			sandlot_destroy(sb);
-			workspace_remove(d, gone);
-			pthread_mutex_lock(&d->lock);
-			d->ncreating--;
-			pthread_mutex_unlock(&d->lock);
-			__atomic_add_fetch(&d->m.create_failures, 1, __ATOMIC_RELAXED);
-			create_req_free(&c);
-			return http_json(req, st, json_pack("{s:o}", "error", e));
+		out->install_status = packages_install(d, NULL, sb, &c->packages, &out->installed,
+						       &out->install_error);
+		if (out->install_error) {
+			discard_new(d, sb);
+			creating_done(d, 1);
+			const char *m = json_string_value(json_object_get(out->install_error, "message"));
+			sandlot__error(err, EIO, "%s", m ? m : "installing packages failed");
+			return NULL;
 		}
-		json_object_set_new(c.norm, "packages",
-				    json_pack("{s:o, s:o}", "pip", json_array(), "npm", json_array()));
-		for (int m = 0; m < 2; m++) {
-			const char **l = m ? c.packages.npm : c.packages.pip;
-			json_t *a = json_object_get(json_object_get(c.norm, "packages"), m ? "npm" : "pip");
-			for (size_t i = 0; l && l[i]; i++)
-				json_array_append_new(a, json_string(l[i]));
-		}
+		record_packages(c->norm, &c->packages);
 	}
 	struct dsb *s = dsb_alloc(sandlot_id(sb));
 	if (!s) {
-		json_decref(installed);
-		char gone[32];
-		snprintf(gone, sizeof(gone), "%s", sandlot_id(sb));
-		sandlot_destroy(sb);
-		workspace_remove(d, gone);
-		pthread_mutex_lock(&d->lock);
-		d->ncreating--;
-		pthread_mutex_unlock(&d->lock);
-		create_req_free(&c);
-		return http_error(req, 500, "internal", "out of memory");
+		discard_new(d, sb);
+		creating_done(d, 0);
+		sandlot__error(err, ENOMEM, "out of memory");
+		return NULL;
 	}
 	int64_t now = daemon_now_ms();
 	s->sb = sb;
 	s->init_pid = sandlot_init_pid(sb);
 	s->created_ms = now;
 	s->last_active_ms = now;
-	s->ttl_seconds = c.ttl;
-	s->idle_timeout_seconds = c.idle;
-	s->expires_ms = c.ttl ? now + (int64_t)c.ttl * 1000 : 0;
+	s->ttl_seconds = c->ttl;
+	s->idle_timeout_seconds = c->idle;
+	s->expires_ms = c->ttl ? now + (int64_t)c->ttl * 1000 : 0;
 	/* Every cold create has a kept workspace; a pooled one if the pool
 	 * made it so. */
 	s->has_workspace = workspace_exists(d, s->id);
-	s->auto_resume = c.auto_resume;
-	s->paused_retention_seconds = c.retention;
-	json_object_set_new(c.norm, "network", network_json(sb));
+	s->auto_resume = c->auto_resume;
+	s->paused_retention_seconds = c->retention;
+	json_object_set_new(c->norm, "network", network_json(sb));
 	json_decref(s->options);
-	s->options = c.norm;
-	c.norm = NULL;
+	s->options = c->norm;
+	c->norm = NULL;
 	json_decref(s->metadata);
-	s->metadata = c.metadata;
-	c.metadata = NULL;
+	s->metadata = c->metadata;
+	c->metadata = NULL;
 	pthread_mutex_lock(&s->lock);
-	ports_set_locked(s, c.ports, c.nports);
+	ports_set_locked(s, c->ports, c->nports);
 	pthread_mutex_unlock(&s->lock);
-	create_req_free(&c);
-	if (s->nports && ports_open(s, &err) < 0) {
+	if (s->nports && ports_open(s, &e) < 0) {
 		/* Not published, not running: nobody used it. */
 		ports_close(s);
 		sandlot_destroy(s->sb);
 		s->sb = NULL;
 		workspace_remove(d, s->id);
 		dsb_release(d, s);
-		pthread_mutex_lock(&d->lock);
-		d->ncreating--;
-		pthread_mutex_unlock(&d->lock);
-		__atomic_add_fetch(&d->m.create_failures, 1, __ATOMIC_RELAXED);
-		sandlot__error_wrap(&err, "expose ports");
-		http_error_from(req, err);
-		sandlot_error_free(err);
-		return 0;
+		creating_done(d, 1);
+		sandlot__error_wrap(&e, "expose ports");
+		pass_error(err, e);
+		return NULL;
 	}
 
 	pthread_mutex_lock(&s->lock);
@@ -974,20 +828,18 @@ static int create_sandbox(struct http_req *req)
 	 * connection to it (its connectors want a running sandbox). */
 	s->state = DSB_RUNNING;
 	registry_save(d, s);
-	json_t *body = to_json_locked(s);
 	/* What the log line says, read before the table makes s visible: from
 	 * then on a DELETE, the reaper or the shutdown may change it. */
 	int init_pid = (int)s->init_pid;
 	unsigned ttl = s->ttl_seconds, idle = s->idle_timeout_seconds;
 	pthread_mutex_unlock(&s->lock);
-	if (installed) /* what the installers said, once */
-		json_object_set_new(body, "packages_install", installed);
 
 	pthread_mutex_lock(&d->lock);
 	d->ncreating--;
 	int stopping = d->stopping;
 	if (!stopping) {
-		table_add_locked(d, s);
+		table_add_locked(d, s); /* the table takes dsb_alloc()'s reference */
+		dsb_hold(s);            /* the caller's */
 		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
 	}
 	pthread_mutex_unlock(&d->lock);
@@ -999,11 +851,10 @@ static int create_sandbox(struct http_req *req)
 		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
 		dsb_end(d, s, DSB_DELETED, "sandlotd stopped");
 		dsb_release(d, s);
-		json_decref(body);
-		return http_error(req, 503, "shutting_down", "sandlotd is shutting down");
+		sandlot__error(err, ESHUTDOWN, "sandlotd is shutting down");
+		return NULL;
 	}
-	snprintf(req->log_sandbox, sizeof(req->log_sandbox), "%s", s->id);
-	return http_json(req, 201, body);
+	return s;
 }
 
 /* ---- list, get, delete, keepalive, changes ------------------------------------ */
@@ -1014,56 +865,63 @@ static int by_created(const void *a, const void *b)
 	return x->created_ms < y->created_ms ? -1 : x->created_ms > y->created_ms;
 }
 
-static int list_sandboxes(struct http_req *req)
+json_t *domain_sandbox_list(struct daemon *d, const char *state, const char *const *labels,
+			    size_t nl, sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
-	const char *state = http_query(req, "state");
 	int want = -2; /* running */
 	if (state && strcmp(state, "all") == 0) {
 		want = -1;
 	} else if (state) {
 		want = -3;
-		for (int s = 0; s < DSB_NSTATES; s++)
-			if (strcmp(state, dsb_state_name((enum dsb_state)s)) == 0)
-				want = s;
-		if (want == -3)
-			return http_error(req, 400, "bad_request",
-					  "invalid state \"%.64s\": expected running, paused, expired, "
-					  "deleted, lost, failed or all", state);
+		for (int st = 0; st < DSB_NSTATES; st++)
+			if (strcmp(state, dsb_state_name((enum dsb_state)st)) == 0)
+				want = st;
+		if (want == -3) {
+			sandlot__error(err, EINVAL,
+				       "invalid state \"%.64s\": expected running, paused, expired, "
+				       "deleted, lost, failed or all", state);
+			return NULL;
+		}
 	}
-	const char *labels[MAX_LABELS];
-	size_t nl = http_query_all(req, "label", labels, MAX_LABELS);
-	if (nl > MAX_LABELS)
-		return http_error(req, 400, "bad_request", "at most %u label filters", MAX_LABELS);
-	char *lk[MAX_LABELS];
-	const char *lv[MAX_LABELS];
+	if (nl > MAX_LABELS) {
+		sandlot__error(err, EINVAL, "at most %u label filters", MAX_LABELS);
+		return NULL;
+	}
+	size_t klen[MAX_LABELS];
 	for (size_t i = 0; i < nl; i++) {
 		const char *eq = strchr(labels[i], '=');
 		if (!eq || eq == labels[i]) {
-			for (size_t j = 0; j < i; j++)
-				free(lk[j]);
-			return http_error(req, 400, "bad_request",
-					  "invalid label filter \"%.64s\": expected KEY=VALUE", labels[i]);
+			sandlot__error(err, EINVAL, "invalid label filter \"%.64s\": expected KEY=VALUE",
+				       labels[i]);
+			return NULL;
 		}
-		lk[i] = strndup(labels[i], (size_t)(eq - labels[i]));
-		lv[i] = eq + 1;
+		klen[i] = (size_t)(eq - labels[i]);
 	}
 	size_t n;
 	struct dsb **v = snapshot(d, &n);
-	if (!v) {
-		for (size_t j = 0; j < nl; j++)
-			free(lk[j]);
-		return http_error(req, 500, "internal", "out of memory");
+	json_t *arr = v ? json_array() : NULL;
+	if (!arr) {
+		free(v);
+		sandlot__error(err, ENOMEM, "out of memory");
+		return NULL;
 	}
 	qsort(v, n, sizeof(*v), by_created);
-	json_t *arr = json_array();
 	for (size_t i = 0; i < n; i++) {
 		struct dsb *s = v[i];
 		pthread_mutex_lock(&s->lock);
 		int ok = want == -1 || (want == -2 ? s->state == DSB_RUNNING : (int)s->state == want);
 		for (size_t k = 0; ok && k < nl; k++) {
-			json_t *mv = lk[k] ? json_object_get(s->metadata, lk[k]) : NULL;
-			ok = mv && json_is_string(mv) && strcmp(json_string_value(mv), lv[k]) == 0;
+			const char *mk, *mv;
+			json_t *val;
+			ok = 0;
+			json_object_foreach(s->metadata, mk, val) {
+				mv = json_string_value(val);
+				if (strlen(mk) == klen[k] && !strncmp(mk, labels[k], klen[k]) && mv &&
+				    !strcmp(mv, labels[k] + klen[k] + 1)) {
+					ok = 1;
+					break;
+				}
+			}
 		}
 		if (ok)
 			json_array_append_new(arr, to_json_locked(s));
@@ -1071,91 +929,32 @@ static int list_sandboxes(struct http_req *req)
 		dsb_release(d, s);
 	}
 	free(v);
-	for (size_t j = 0; j < nl; j++)
-		free(lk[j]);
-	json_t *o = json_object();
-	json_object_set_new(o, "sandboxes", arr);
-	return http_json(req, 200, o);
+	return arr;
 }
 
-static int get_sandbox(struct http_req *req)
+int domain_parse_seconds(const char *name, json_t *v, uint32_t *out, sandlot_error_t **err)
 {
-	const char *id = req->params[0];
-	struct dsb *s = valid_id(id) ? find_ref(req->d, id) : NULL;
-	if (!s) {
-		answer_not_found(req, id);
-		return 0;
-	}
-	http_json(req, 200, dsb_to_json(s));
-	dsb_release(req->d, s);
-	return 0;
+	return parse_seconds(name, v, out, err);
 }
 
-static int delete_sandbox(struct http_req *req)
+json_t *domain_sandbox_keepalive(struct daemon *d, const char *id, const uint32_t *ttl,
+				 sandlot_error_t **err)
 {
-	struct daemon *d = req->d;
-	const char *id = req->params[0];
-	struct dsb *s = valid_id(id) ? find_ref(d, id) : NULL;
-	if (!s) {
-		answer_not_found(req, id);
-		return 0;
-	}
-	pthread_mutex_lock(&s->lock);
-	if (!is_live(s->state)) {
-		/* Paused, or ended with its workspace kept: workspaces.c. */
-		pthread_mutex_unlock(&s->lock);
-		workspace_delete(d, req, s);
-		dsb_release(d, s);
-		return 0;
-	}
-	pthread_mutex_unlock(&s->lock);
-	dsb_end(d, s, DSB_DELETED, "deleted");
-	dsb_release(d, s);
-	return http_empty(req, 204);
-}
-
-static int keepalive(struct http_req *req)
-{
-	struct daemon *d = req->d;
-	json_t *body = req->json;
-	if (body && !json_is_object(body))
-		return http_error(req, 400, "bad_request", "the request body must be a JSON object");
-	uint32_t ttl = 0;
-	int ttl_given = 0;
-	const char *key;
-	json_t *v;
-	json_object_foreach(body, key, v) {
-		if (strcmp(key, "ttl_seconds") != 0)
-			return http_error(req, 400, "bad_request",
-					  "unknown field \"%.64s\" (known: ttl_seconds)", key);
-		if (parse_seconds(req, key, v, &ttl) < 0)
-			return 0;
-		ttl_given = 1;
-	}
-	struct dsb *s = dsb_get(d, req, req->params[0]);
+	struct dsb *s = domain_sandbox_get(d, id, err);
 	if (!s)
-		return 0;
+		return NULL;
 	pthread_mutex_lock(&s->lock);
-	if (ttl_given) {
-		s->ttl_seconds = ttl;
-		s->expires_ms = ttl ? daemon_now_ms() + (int64_t)ttl * 1000 : 0;
+	if (ttl) {
+		s->ttl_seconds = *ttl;
+		s->expires_ms = *ttl ? daemon_now_ms() + (int64_t)*ttl * 1000 : 0;
 	}
 	s->last_active_ms = daemon_now_ms();
 	registry_save(d, s);
 	json_t *o = to_json_locked(s);
 	pthread_mutex_unlock(&s->lock);
 	dsb_put(d, s);
-	return http_json(req, 200, o);
+	return o;
 }
-
-const struct http_route sandbox_routes[] = {
-	{ "POST", "/v1/sandboxes", HTTP_JSON, create_sandbox, NULL, NULL, NULL },
-	{ "GET", "/v1/sandboxes", HTTP_NOBODY, list_sandboxes, NULL, NULL, NULL },
-	{ "GET", "/v1/sandboxes/{}", HTTP_NOBODY, get_sandbox, NULL, NULL, NULL },
-	{ "DELETE", "/v1/sandboxes/{}", HTTP_NOBODY, delete_sandbox, NULL, NULL, NULL },
-	{ "POST", "/v1/sandboxes/{}/keepalive", HTTP_JSON, keepalive, NULL, NULL, NULL },
-	{ 0 },
-};
 
 /* ---- reaper ------------------------------------------------------------------ */
 
@@ -1226,7 +1025,7 @@ static void reap_once(struct daemon *d)
 			} else if (s->init_pid > 0 && child_exited(s->init_pid)) {
 				end_as = DSB_FAILED, reason = "failed: the sandbox's init exited unexpectedly";
 			}
-		} else if (!is_live(s->state)) {
+		} else if (!dsb_state_live(s->state)) {
 			if (workspace_forgettable_locked(s))
 				nended++; /* kept workspaces are bounded by their retention */
 			if (s->destroy_pending && s->busy == 0) {
@@ -1250,8 +1049,9 @@ static void reap_once(struct daemon *d)
 			pthread_mutex_unlock(&s->lock);
 			daemon_log("destroyed", "sandbox=%s deferred=1", s->id);
 			cgroup_check_after_destroy(s->id);
-			workspace_destroyed(d, s);
+			dsb_destroyed(d, s);
 		}
+		dsb_reap_paused(d, s, now);
 		workspace_reap(d, s, now);
 	}
 	cgroup_retry_run();
@@ -1270,7 +1070,7 @@ static void reap_once(struct daemon *d)
 		for (size_t i = 0; i < n; i++) {
 			struct dsb *s = order[i].s;
 			pthread_mutex_lock(&s->lock);
-			int old = !is_live(s->state) && !s->sb && !s->destroy_pending &&
+			int old = !dsb_state_live(s->state) && !s->sb && !s->destroy_pending &&
 				  workspace_forgettable_locked(s) &&
 				  (excess > 0 || now - s->ended_ms >= RETAIN_ENDED_MS);
 			pthread_mutex_unlock(&s->lock);
@@ -1363,7 +1163,7 @@ void sandboxes_recover(struct daemon *d)
 		ports_load_locked(s);
 		pthread_mutex_unlock(&s->lock);
 		npaused += s->state == DSB_PAUSED;
-		if (!is_live(s->state))
+		if (!dsb_state_live(s->state))
 			continue;
 		s->state = DSB_LOST;
 		s->ended_ms = now;
@@ -1444,7 +1244,7 @@ void sandboxes_shutdown(struct daemon *d)
 	size_t nl = 0;
 	for (size_t i = 0; live && i < n; i++) {
 		pthread_mutex_lock(&v[i]->lock);
-		if (is_live(v[i]->state))
+		if (dsb_state_live(v[i]->state))
 			live[nl++] = v[i];
 		pthread_mutex_unlock(&v[i]->lock);
 	}
@@ -1482,7 +1282,7 @@ void sandboxes_free(struct daemon *d)
 			sandlot_destroy(sb);
 			daemon_log("destroyed", "sandbox=%s deferred=1", s->id);
 			cgroup_check_after_destroy(s->id);
-			workspace_destroyed(d, s);
+			dsb_destroyed(d, s);
 		}
 		s->in_table = 0;
 		dsb_release(d, s);

@@ -36,16 +36,9 @@
  *             (<data-dir>/workspaces/<id>.img, an ext4 image per sandbox)
  *             are brought into the pool and deleted.
  *
- * Transitions.  A pause sets the state to paused at once (dsb_get stops
- * handing the sandbox out; the registry says paused, so even a kill -9 in
- * the middle leaves a paused sandbox) and s->transition until the old
- * handle is destroyed and the workspace flushed; a resume keeps the state
- * paused and sets s->transition until the new handle is in place.  Anyone
- * who needs a settled state (auto-resume, DELETE, another pause or resume,
- * a from_snapshot copy) waits on s->cond for transition to drop; a resume
- * also waits for s->copying (from_snapshot copies of its workspace) to
- * drop.  Underneath, libsandlot's lock on the workspace makes sure that two
- * sandboxes never use it at once, whatever the daemon does.
+ * The state changes themselves (pause, resume, delete, retention) are
+ * lifecycle.c's; this module keeps the files: it names, copies, flushes,
+ * removes and recovers kept workspaces.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -62,9 +55,10 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
+#include "daemon/domain.h"
 #include "linux/cgroup.h"
 
-#define SETTLE_WAIT_MS 30000 /* longest wait for a pause or resume in progress */
+#define SETTLE_WAIT_MS 30000 /* longest wait for a teardown before a snapshot copy */
 
 /* ---- workspaces ---------------------------------------------------------------- */
 
@@ -113,7 +107,7 @@ void workspace_remove(struct daemon *d, const char *id)
 
 /* The workspace is complete once its sandbox is gone; make it durable, so
  * that a power cut does not lose a paused workspace. */
-static void flush_workspace(struct daemon *d, const char *id)
+void workspace_flush(struct daemon *d, const char *id)
 {
 	sandlot_options_t o;
 	lib_opts(d, &o);
@@ -124,99 +118,7 @@ static void flush_workspace(struct daemon *d, const char *id)
 	sandlot_error_free(err);
 }
 
-/* ---- state helpers ------------------------------------------------------------- */
-
-static int ended(enum dsb_state st)
-{
-	return st != DSB_STARTING && st != DSB_RUNNING && st != DSB_PAUSED;
-}
-
-/* Wait (s->lock held) until no pause or resume — and with `copies`, no copy
- * of the image — is in progress.  0, or -1 after SETTLE_WAIT_MS. */
-static int settle_locked(struct dsb *s, int copies)
-{
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += SETTLE_WAIT_MS / 1000;
-	while (s->transition || (copies && s->copying))
-		if (pthread_cond_timedwait(&s->cond, &s->lock, &dl) == ETIMEDOUT)
-			return s->transition || (copies && s->copying) ? -1 : 0;
-	return 0;
-}
-
-/* An answer not given yet: status 0 means success. */
-struct outcome {
-	int status;
-	const char *code;
-	char msg[600];
-};
-
-static int fail(struct outcome *o, int status, const char *code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(struct outcome *o, int status, const char *code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(o->msg, sizeof(o->msg), fmt, ap);
-	va_end(ap);
-	o->status = status;
-	o->code = code;
-	return -1;
-}
-
-static int answer(struct http_req *req, struct dsb *s, const struct outcome *o)
-{
-	if (o->status == 410) {
-		dsb_answer_ended(req, s);
-		return 0;
-	}
-	return http_error(req, o->status, o->code, "%s", o->msg);
-}
-
-/* ---- pause ------------------------------------------------------------------------ */
-
-/* Pause s.  0 when it is paused (now or already), -1 with *o. */
-static int do_pause(struct daemon *d, struct dsb *s, struct outcome *o)
-{
-	pthread_mutex_lock(&s->lock);
-	if (settle_locked(s, 0) < 0) {
-		pthread_mutex_unlock(&s->lock);
-		return fail(o, 409, "conflict", "a pause or resume of sandbox %s is still in progress",
-			    s->id);
-	}
-	if (s->state == DSB_PAUSED) {
-		pthread_mutex_unlock(&s->lock);
-		return 0;
-	}
-	if (s->state != DSB_RUNNING) {
-		pthread_mutex_unlock(&s->lock);
-		return fail(o, 410, "sandbox_ended", "ended");
-	}
-	if (!s->has_workspace) {
-		pthread_mutex_unlock(&s->lock);
-		return fail(o, 409, "conflict",
-			    "sandbox %s has no kept workspace (it was made without one), so it cannot "
-			    "be paused", s->id);
-	}
-	daemon_fault("pause-before-registry");
-	uint64_t t0 = sandlot__now_ns();
-	s->state = DSB_PAUSED;
-	s->transition = 1;
-	s->paused_ms = daemon_now_ms();
-	s->workspace_kept = 1;
-	pid_t pid = s->init_pid;
-	registry_save(d, s);
-	pthread_mutex_unlock(&s->lock);
-	daemon_fault("pause-after-registry");
-	__atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
-	/* Kills its commands and init, destroys the handle (or leaves that to
-	 * the reaper while a request still holds it), then workspace_destroyed()
-	 * flushes the image and ends the transition. */
-	dsb_stop(d, s, pid);
-	daemon_log("paused", "sandbox=%s ms=%.1f", s->id, (double)(sandlot__now_ns() - t0) / 1e6);
-	return 0;
-}
+/* ---- teardown, retention, from_snapshot -------------------------------------------- */
 
 void workspace_destroyed(struct daemon *d, struct dsb *s)
 {
@@ -225,422 +127,28 @@ void workspace_destroyed(struct daemon *d, struct dsb *s)
 	int has = s->has_workspace, keep = s->workspace_kept;
 	pthread_mutex_unlock(&s->lock);
 	if (has && keep)
-		flush_workspace(d, s->id);
-	else if (has && ended(st))
+		workspace_flush(d, s->id);
+	else if (has && dsb_state_ended(st))
 		workspace_remove(d, s->id);
 	/* (Still running: destroyed by shutdown after the running ones were
 	 * ended.  The registry says running, so the next start treats it as
 	 * lost and removes the image then.) */
-	pthread_mutex_lock(&s->lock);
-	if (s->transition && st == DSB_PAUSED)
-		s->transition = 0;
-	/* Also wakes from_snapshot copies waiting for the teardown. */
-	pthread_cond_broadcast(&s->cond);
-	pthread_mutex_unlock(&s->lock);
-}
-
-void workspace_on_end_locked(struct daemon *d, struct dsb *s, enum dsb_state state)
-{
-	/* Expiry is what agent frameworks recover from (from_snapshot); an
-	 * explicit DELETE, a failure or a lost sandbox keeps nothing. */
-	s->workspace_kept = s->has_workspace && state == DSB_EXPIRED;
-}
-
-/* ---- resume ------------------------------------------------------------------------ */
-
-/* The sandlot options a sandbox was created with, from its normalised JSON
- * (sandboxes.c, parse_create): image, memory, cpus, pids, disk, env.  *env
- * receives the "K=V" strings to free with free_env(). */
-static int options_from_json(struct daemon *d, json_t *j, sandlot_options_t *o, char ***env)
-{
-	sandlot_options_init(o);
-	o->data_dir = d->cfg.data_dir;
-	*env = NULL;
-	json_t *v;
-	if ((v = json_object_get(j, "image")) && json_is_string(v))
-		o->image = json_string_value(v);
-	if ((v = json_object_get(j, "memory")) && json_is_integer(v))
-		o->memory_bytes = (uint64_t)json_integer_value(v);
-	if ((v = json_object_get(j, "cpus")) && json_is_number(v))
-		o->cpus_milli = (uint32_t)(json_number_value(v) * 1000.0 + 0.5);
-	if ((v = json_object_get(j, "pids")) && json_is_integer(v))
-		o->pids = (uint32_t)json_integer_value(v);
-	if ((v = json_object_get(j, "disk")) && json_is_integer(v))
-		o->disk_bytes = (uint64_t)json_integer_value(v);
-	json_t *e = json_object_get(j, "env");
-	if (json_is_object(e) && json_object_size(e) > 0) {
-		char **kv = calloc(json_object_size(e) + 1, sizeof(char *));
-		if (!kv)
-			return -1;
-		size_t n = 0;
-		const char *k;
-		json_t *ev;
-		json_object_foreach(e, k, ev) {
-			if (!json_is_string(ev))
-				continue;
-			size_t len = strlen(k) + json_string_length(ev) + 2;
-			if (!(kv[n] = malloc(len)))
-				break;
-			snprintf(kv[n++], len, "%s=%s", k, json_string_value(ev));
-		}
-		*env = kv;
-		o->env = (const char *const *)kv;
-	}
-	return 0;
-}
-
-static void free_env(char **env)
-{
-	for (size_t i = 0; env && env[i]; i++)
-		free(env[i]);
-	free(env);
-}
-
-static int create_error(struct outcome *o, const sandlot_error_t *err)
-{
-	const char *m = sandlot_error_message(err);
-	switch (sandlot_error_status(err)) {
-	case EAGAIN:
-		return fail(o, 429, "too_many_sandboxes", "%s", m);
-	case ENOSPC:
-	case EDQUOT:
-		return fail(o, 507, "insufficient_storage", "%s", m);
-	case EBUSY:
-		return fail(o, 409, "conflict", "%s", m);
-	default:
-		return fail(o, 500, "internal", "%s", m);
-	}
-}
-
-/* Resume s (ttl: a new ttl_seconds, or NULL to keep its own).  0 when it
- * runs (now or already), -1 with *o; on failure it stays paused. */
-static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, struct outcome *o)
-{
-	/* Settle, then claim the transition and a creation slot together
-	 * (lock order d->lock → s->lock). */
-	for (;;) {
-		pthread_mutex_lock(&s->lock);
-		if (settle_locked(s, 1) < 0) {
-			pthread_mutex_unlock(&s->lock);
-			return fail(o, 409, "conflict",
-				    "a pause, resume or snapshot copy of sandbox %s is still in progress",
-				    s->id);
-		}
-		enum dsb_state st = s->state;
-		if (st == DSB_RUNNING && ttl) {
-			s->ttl_seconds = *ttl;
-			s->expires_ms = *ttl ? daemon_now_ms() + (int64_t)*ttl * 1000 : 0;
-			registry_save(d, s);
-		}
-		pthread_mutex_unlock(&s->lock);
-		if (st == DSB_RUNNING)
-			return 0;
-		if (st != DSB_PAUSED)
-			return fail(o, 410, "sandbox_ended", "ended");
-		pthread_mutex_lock(&d->lock);
-		unsigned live = __atomic_load_n(&d->nrunning, __ATOMIC_SEQ_CST) + d->ncreating;
-		if (d->stopping) {
-			pthread_mutex_unlock(&d->lock);
-			return fail(o, 503, "shutting_down", "sandlotd is shutting down");
-		}
-		if (live >= d->cfg.max_sandboxes) {
-			pthread_mutex_unlock(&d->lock);
-			return fail(o, 429, "too_many_sandboxes",
-				    "%u sandboxes are running or starting, the limit of this daemon "
-				    "(--max-sandboxes); sandbox %s stays paused", live, s->id);
-		}
-		pthread_mutex_lock(&s->lock);
-		int ok = s->state == DSB_PAUSED && !s->transition && !s->copying;
-		if (ok) {
-			s->transition = 1;
-			d->ncreating++;
-		}
-		pthread_mutex_unlock(&s->lock);
-		pthread_mutex_unlock(&d->lock);
-		if (ok)
-			break;
-	}
-
-	uint64_t t0 = sandlot__now_ns();
-	sandlot_options_t opts;
-	char **env = NULL;
-	struct network_req net = { 0 };
-	sandlot_t *sb = NULL;
-	sandlot_error_t *err = NULL;
-	int gone = !workspace_exists(d, s->id);
-	pthread_mutex_lock(&s->lock);
-	int rc = gone ? 0 : options_from_json(d, s->options, &opts, &env);
-	/* The network policy it had when paused (PUT .../network included). */
-	if (!gone && rc == 0)
-		rc = network_from_json(s->options, &opts, &net);
-	pthread_mutex_unlock(&s->lock);
-	if (gone) {
-		/* Never on a fresh workspace: that would look like a resume and
-		 * have lost every file. */
-		fail(o, 410, "sandbox_ended", "lost");
-	} else if (rc < 0) {
-		fail(o, 500, "internal", "out of memory");
-	} else {
-		opts.id = s->id;
-		opts.workspace = s->id;
-		opts.disk_overcommit = d->cfg.disk_overcommit;
-		sb = sandlot_create(&opts, &err);
-		if (!sb)
-			create_error(o, err);
-	}
-	free_env(env);
-	network_req_free(&net);
-
-	/* Publish under d->lock, as the create route does, so that a shutdown
-	 * either sees it running (and ends it) or we see the shutdown. */
-	int64_t now = daemon_now_ms();
-	pthread_mutex_lock(&d->lock);
-	d->ncreating--;
-	int stopping = d->stopping;
-	pthread_mutex_lock(&s->lock);
-	if (sb && !stopping) {
-		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
-		s->sb = sb;
-		s->init_pid = sandlot_init_pid(sb);
-		s->state = DSB_RUNNING;
-		s->paused_ms = 0;
-		s->workspace_kept = 0;
-		s->last_active_ms = now;
-		if (ttl)
-			s->ttl_seconds = *ttl;
-		s->expires_ms = s->ttl_seconds ? now + (int64_t)s->ttl_seconds * 1000 : 0;
-	} else if (gone) {
-		s->state = DSB_LOST;
-		s->ended_ms = now;
-		s->workspace_kept = 0;
-		free(s->end_reason);
-		s->end_reason = strdup("lost: its workspace is gone");
-	}
-	s->transition = 0;
-	pthread_cond_broadcast(&s->cond);
-	registry_save(d, s);
-	pthread_mutex_unlock(&s->lock);
-	pthread_mutex_unlock(&d->lock);
-
-	double ms = (double)(sandlot__now_ns() - t0) / 1e6;
-	if (sb && stopping) {
-		/* Never handed out: back to paused as it was. */
-		sandlot_destroy(sb);
-		cgroup_check_after_destroy(s->id);
-		flush_workspace(d, s->id);
-		return fail(o, 503, "shutting_down", "sandlotd is shutting down");
-	}
-	if (!sb) {
-		char msg[sizeof(o->msg)];
-		snprintf(msg, sizeof(msg), "%s", gone ? "its workspace is gone" : o->msg);
-		for (char *c = msg; *c; c++)
-			if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
-				*c = '\'';
-		daemon_log("resume_failed", "level=warn sandbox=%s ms=%.1f error=\"%s\"", s->id, ms, msg);
-		sandlot_error_free(err);
-		return -1;
-	}
-	daemon_log("resumed", "sandbox=%s ms=%.1f init_pid=%d", s->id, ms, (int)sandlot_init_pid(sb));
-	/* Its exposed ports listen again (the same host ports when free). */
-	if (ports_open(s, &err) < 0) {
-		char msg[sizeof(o->msg)];
-		snprintf(msg, sizeof(msg), "%s", sandlot_error_message(err));
-		for (char *c = msg; *c; c++)
-			if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
-				*c = '\'';
-		daemon_log("ports_failed", "level=warn sandbox=%s error=\"%s\"", s->id, msg);
-		sandlot_error_free(err);
-	}
-	return 0;
-}
-
-int workspace_wake(struct daemon *d, struct http_req *req, struct dsb *s)
-{
-	pthread_mutex_lock(&s->lock);
-	int auto_resume = s->auto_resume;
-	if (!auto_resume && s->state == DSB_PAUSED) {
-		char msg[512];
-		snprintf(msg, sizeof(msg),
-			 "sandbox %s is paused: POST /v1/sandboxes/%s/resume first (or create "
-			 "sandboxes with \"auto_resume\": true)", s->id, s->id);
-		pthread_mutex_unlock(&s->lock);
-		json_t *e = json_object();
-		json_object_set_new(e, "code", json_string("sandbox_paused"));
-		json_object_set_new(e, "message", json_string(msg));
-		json_object_set_new(e, "state", json_string("paused"));
-		json_t *body = json_object();
-		json_object_set_new(body, "error", e);
-		http_json(req, 409, body);
-		return -1;
-	}
-	pthread_mutex_unlock(&s->lock);
-	if (!auto_resume)
-		return 0; /* resumed meanwhile: the caller looks again */
-	struct outcome o = { 0 };
-	if (do_resume(d, s, NULL, &o) < 0) {
-		answer(req, s, &o);
-		return -1;
-	}
-	return 0;
-}
-
-/* ---- routes --------------------------------------------------------------------- */
-
-/* A JSON body that may be absent or {}, or hold the listed fields only. */
-static int body_fields(struct http_req *req, const char *allowed)
-{
-	json_t *body = req->json;
-	if (body && !json_is_object(body)) {
-		http_error(req, 400, "bad_request", "the request body must be a JSON object");
-		return -1;
-	}
-	const char *key;
-	json_t *v;
-	json_object_foreach(body, key, v) {
-		if (!allowed || strcmp(key, allowed) != 0) {
-			http_error(req, 400, "bad_request", "unknown field \"%.64s\" (known: %s)", key,
-				   allowed ? allowed : "none");
-			return -1;
-		}
-	}
-	return 0;
-}
-
-static int pause_route(struct http_req *req)
-{
-	struct daemon *d = req->d;
-	if (body_fields(req, NULL) < 0)
-		return 0;
-	struct dsb *s = dsb_find(d, req->params[0]);
-	if (!s) {
-		dsb_answer_missing(req, req->params[0]);
-		return 0;
-	}
-	struct outcome o = { 0 };
-	if (do_pause(d, s, &o) < 0)
-		answer(req, s, &o);
-	else
-		http_json(req, 200, dsb_to_json(s));
-	dsb_release(d, s);
-	return 0;
-}
-
-static int resume_route(struct http_req *req)
-{
-	struct daemon *d = req->d;
-	if (body_fields(req, "ttl_seconds") < 0)
-		return 0;
-	uint32_t ttl = 0;
-	json_t *t = req->json ? json_object_get(req->json, "ttl_seconds") : NULL;
-	if (t) {
-		if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-		    json_integer_value(t) > 315360000)
-			return http_error(req, 400, "bad_request",
-					  "field \"ttl_seconds\" must be an integer between 0 and 315360000");
-		ttl = (uint32_t)json_integer_value(t);
-	}
-	struct dsb *s = dsb_find(d, req->params[0]);
-	if (!s) {
-		dsb_answer_missing(req, req->params[0]);
-		return 0;
-	}
-	struct outcome o = { 0 };
-	if (do_resume(d, s, t ? &ttl : NULL, &o) < 0)
-		answer(req, s, &o);
-	else
-		http_json(req, 200, dsb_to_json(s));
-	dsb_release(d, s);
-	return 0;
-}
-
-static int snapshot_route(struct http_req *req)
-{
-	if (http_query(req, "path"))
-		return http_error(req, 400, "bad_request",
-				  "a snapshot is the whole of /home/user and takes no \"path\" (GET "
-				  ".../files/archive?path=DIR archives a part)");
-	return files_archive_get(req);
-}
-
-const struct http_route workspace_routes[] = {
-	{ "POST", "/v1/sandboxes/{}/pause", HTTP_JSON, pause_route, NULL, NULL, NULL },
-	{ "POST", "/v1/sandboxes/{}/resume", HTTP_JSON, resume_route, NULL, NULL, NULL },
-	{ "GET", "/v1/sandboxes/{}/snapshot", HTTP_NOBODY, snapshot_route, NULL, NULL, NULL },
-	{ 0 },
-};
-
-/* ---- delete, retention, from_snapshot -------------------------------------------- */
-
-int workspace_delete(struct daemon *d, struct http_req *req, struct dsb *s)
-{
-	pthread_mutex_lock(&s->lock);
-	if (settle_locked(s, 0) < 0) {
-		pthread_mutex_unlock(&s->lock);
-		return http_error(req, 409, "conflict",
-				  "a pause or resume of sandbox %s is still in progress", s->id);
-	}
-	if (s->state == DSB_RUNNING) { /* a resume finished meanwhile */
-		pthread_mutex_unlock(&s->lock);
-		dsb_end(d, s, DSB_DELETED, "deleted");
-		return http_empty(req, 204);
-	}
-	if (s->state == DSB_PAUSED) {
-		s->state = DSB_DELETED;
-		s->ended_ms = daemon_now_ms();
-		s->workspace_kept = 0;
-		free(s->end_reason);
-		s->end_reason = strdup("deleted");
-		registry_save(d, s);
-		pthread_mutex_unlock(&s->lock);
-		__atomic_add_fetch(&d->m.sandboxes_ended, 1, __ATOMIC_RELAXED);
-		daemon_log("deleted", "sandbox=%s reason=\"deleted\" paused=1", s->id);
-		dsb_changes_release(d, s);
-		workspace_remove(d, s->id);
-		return http_empty(req, 204);
-	}
-	if (s->workspace_kept) {
-		s->workspace_kept = 0;
-		registry_save(d, s);
-		pthread_mutex_unlock(&s->lock);
-		workspace_remove(d, s->id);
-		return http_empty(req, 204);
-	}
-	pthread_mutex_unlock(&s->lock);
-	dsb_answer_ended(req, s);
-	return 0;
 }
 
 void workspace_reap(struct daemon *d, struct dsb *s, int64_t now)
 {
 	pthread_mutex_lock(&s->lock);
 	int64_t keep = (int64_t)s->paused_retention_seconds * 1000;
-	if (s->transition || s->copying || !keep || !s->workspace_kept) {
+	if (s->transition || s->copying || !keep || !s->workspace_kept ||
+	    !dsb_state_ended(s->state) || s->sb || s->destroy_pending || now < s->ended_ms + keep) {
 		pthread_mutex_unlock(&s->lock);
 		return;
 	}
-	if (s->state == DSB_PAUSED && now >= s->paused_ms + keep) {
-		s->state = DSB_EXPIRED;
-		s->ended_ms = now;
-		s->workspace_kept = 0;
-		free(s->end_reason);
-		s->end_reason = strdup("paused_retention");
-		registry_save(d, s);
-		pthread_mutex_unlock(&s->lock);
-		__atomic_add_fetch(&d->m.sandboxes_ended, 1, __ATOMIC_RELAXED);
-		daemon_log("expired", "sandbox=%s reason=\"paused_retention\"", s->id);
-		dsb_changes_release(d, s);
-		workspace_remove(d, s->id);
-		return;
-	}
-	if (ended(s->state) && !s->sb && !s->destroy_pending && now >= s->ended_ms + keep) {
-		s->workspace_kept = 0;
-		registry_save(d, s);
-		pthread_mutex_unlock(&s->lock);
-		daemon_log("workspace_expired", "sandbox=%s", s->id);
-		workspace_remove(d, s->id);
-		return;
-	}
+	s->workspace_kept = 0;
+	registry_save(d, s);
 	pthread_mutex_unlock(&s->lock);
+	daemon_log("workspace_expired", "sandbox=%s", s->id);
+	workspace_remove(d, s->id);
 }
 
 int workspace_forgettable_locked(struct dsb *s)
@@ -648,22 +156,21 @@ int workspace_forgettable_locked(struct dsb *s)
 	return s->state != DSB_PAUSED && !s->workspace_kept && !s->transition && !s->copying;
 }
 
-int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *from,
-			    int disk_given, sandlot_options_t *opts, char id[32])
+int workspace_from_snapshot(struct daemon *d, const char *from, int disk_given,
+			    sandlot_options_t *opts, char id[32], sandlot_error_t **err)
 {
 	struct dsb *src = dsb_find(d, from);
 	if (!src) {
-		http_error(req, 404, "not_found",
-			   "field \"from_snapshot\": no sandbox %s (unknown, or forgotten with its "
-			   "workspace)", from);
-		return -1;
+		return sandlot__error(err, ENOENT,
+				      "field \"from_snapshot\": no sandbox %s (unknown, or forgotten with "
+				      "its workspace)", from);
 	}
 	pthread_mutex_lock(&src->lock);
-	if (settle_locked(src, 0) < 0) {
+	if (dsb_settle_locked(src, 0) < 0) {
 		pthread_mutex_unlock(&src->lock);
 		dsb_release(d, src);
-		http_error(req, 409, "conflict", "a pause or resume of sandbox %s is in progress", from);
-		return -1;
+		return sandlot__error(err, EBUSY, "a pause or resume of sandbox %s is in progress",
+				      from);
 	}
 	if (src->state != DSB_PAUSED && !src->workspace_kept) {
 		const char *st = dsb_state_name(src->state);
@@ -671,12 +178,12 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 		pthread_mutex_unlock(&src->lock);
 		dsb_release(d, src);
 		if (running)
-			http_error(req, 409, "conflict",
-				   "field \"from_snapshot\": sandbox %s is running; pause it first", from);
-		else
-			http_error(req, 409, "conflict",
-				   "field \"from_snapshot\": sandbox %s (%s) has no kept workspace", from, st);
-		return -1;
+			return sandlot__error(err, EBUSY,
+					      "field \"from_snapshot\": sandbox %s is running; pause it "
+					      "first", from);
+		return sandlot__error(err, EBUSY,
+				      "field \"from_snapshot\": sandbox %s (%s) has no kept workspace",
+				      from, st);
 	}
 	/* A sandbox that has just expired still has its workspace in use (and
 	 * locked) until its teardown is done, a few ms to END_WAIT_MS later:
@@ -684,15 +191,15 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += SETTLE_WAIT_MS / 1000;
-	while (ended(src->state) && (src->sb || src->destroy_pending))
+	while (dsb_state_ended(src->state) && (src->sb || src->destroy_pending))
 		if (pthread_cond_timedwait(&src->cond, &src->lock, &dl) == ETIMEDOUT)
 			break;
-	if (ended(src->state) && (src->sb || src->destroy_pending)) {
+	if (dsb_state_ended(src->state) && (src->sb || src->destroy_pending)) {
 		pthread_mutex_unlock(&src->lock);
 		dsb_release(d, src);
-		http_error(req, 409, "conflict",
-			   "field \"from_snapshot\": sandbox %s is still being torn down", from);
-		return -1;
+		return sandlot__error(err, EBUSY,
+				      "field \"from_snapshot\": sandbox %s is still being torn down",
+				      from);
 	}
 	src->copying++;
 	pthread_mutex_unlock(&src->lock);
@@ -701,20 +208,19 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 	sandlot_options_t o;
 	lib_opts(d, &o);
 	uint64_t bytes = 0;
-	sandlot_error_t *err = NULL;
-	if (sandlot_workspace_size(&o, src->id, &bytes, &err) < 0) {
-		http_error(req, 404, "not_found", "field \"from_snapshot\": the workspace of %s is gone",
-			   from);
+	sandlot_error_t *e = NULL;
+	if (sandlot_workspace_size(&o, src->id, &bytes, &e) < 0) {
+		sandlot__error(err, ENOENT, "field \"from_snapshot\": the workspace of %s is gone",
+			       from);
 	} else if (disk_given && opts->disk_bytes != bytes) {
-		http_error(req, 400, "bad_request",
-			   "field \"disk\": a sandbox made from_snapshot has the disk size of the "
-			   "snapshot (%llu bytes); leave \"disk\" out", (unsigned long long)bytes);
+		sandlot__error(err, EINVAL,
+			       "field \"disk\": a sandbox made from_snapshot has the disk size of the "
+			       "snapshot (%llu bytes); leave \"disk\" out", (unsigned long long)bytes);
 	} else {
 		uint64_t t0 = sandlot__now_ns();
 		workspace_assign(d, opts, id);
-		if (sandlot_workspace_copy(&o, src->id, id, &err) < 0) {
+		if (sandlot_workspace_copy(&o, src->id, id, err) < 0) {
 			sandlot_release_id(id); /* no sandbox will have it */
-			http_error_from(req, err);
 		} else {
 			opts->disk_bytes = bytes;
 			daemon_log("snapshot_copied", "from=%s to=%s ms=%.1f", from, id,
@@ -722,7 +228,7 @@ int workspace_from_snapshot(struct daemon *d, struct http_req *req, const char *
 			rc = 0;
 		}
 	}
-	sandlot_error_free(err);
+	sandlot_error_free(e);
 	pthread_mutex_lock(&src->lock);
 	src->copying--;
 	pthread_cond_broadcast(&src->cond);

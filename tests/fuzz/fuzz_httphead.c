@@ -6,7 +6,8 @@
  *   - the result is OK, INCOMPLETE or ERROR, and an error has a status of
  *     400, 414, 431 or 505, a code and a message;
  *   - OK: the head ends with LF inside the buffer and within the limit,
- *     holds no NUL, the target and Authorization value point inside it,
+ *     holds no NUL, the target and the Authorization, X-API-KEY and
+ *     X-Access-Token values point inside it,
  *     Content-Length and chunked are not both set; the head alone (no byte
  *     after it) gives the same answer, so what follows the head never
  *     changes how it is read;
@@ -69,6 +70,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check(h.target && h.target_len > 0 && h.target_len <= MAX_TARGET);
 		check(inside(h.target, h.target_len, buf, h.head_len));
 		check(!h.auth || inside(h.auth, h.auth_len, buf, h.head_len));
+		check(!h.api_key || inside(h.api_key, h.api_key_len, buf, h.head_len));
+		check(!h.access_token || inside(h.access_token, h.access_token_len, buf, h.head_len));
+		check(!h.sandbox_id || inside(h.sandbox_id, h.sandbox_id_len, buf, h.head_len));
+		check(!h.traffic_token || inside(h.traffic_token, h.traffic_token_len, buf, h.head_len));
 		check(!(h.has_length && h.chunked));
 		struct httphead again;
 		check(httphead_check(buf, h.head_len, MAX_HEAD, MAX_TARGET, &again) == HTTPHEAD_OK);
@@ -100,12 +105,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
  * first byte. */
 static const char *const methods[] = { "GET", "POST", "PUT", "DELETE", "HEAD", "PATCH",
 				       "OPTIONS", "BREW", "get", "" };
-static const char *const targets[] = { "/v1/health", "/v1/sandboxes/sb-1/files?path=a%00b",
+static const char *const targets[] = { "/v1/health", "/e2b/v2/sandboxes", "/v1/sandboxes/sb-1/files?path=a%00b",
 				       "*", "http://x/", "/a b", "", "/%zz" };
 static const char *const versions[] = { "HTTP/1.1", "HTTP/1.0", "HTTP/2.0", "HTTP/1.1 ",
 					"http/1.1", "" };
 static const char *const names[] = { "Content-Length", "Transfer-Encoding", "Host",
-				     "Authorization", "content-length", "X-Other",
+				     "Authorization", "content-length", "X-Other", "X-API-KEY",
+				     "x-access-token", "E2b-Sandbox-Id", "E2B-Traffic-Access-Token",
 				     "Content-Length ", "Expect", "" };
 static const char *const values[] = { "0", "-1", "12", "18446744073709551616", " 5 ",
 				      "chunked", "gzip, chunked", "Bearer t0ken", "x\tz",

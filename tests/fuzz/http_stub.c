@@ -52,6 +52,30 @@ size_t http_query_all(struct http_req *req, const char *name, const char **out, 
 	return n;
 }
 
+/* No form parser without libmicrohttpd: uploads answer as for a body
+ * that is not a form. */
+struct http_form *http_form_new(struct http_req *req, http_form_fn fn, void *ud)
+{
+	(void)req;
+	(void)fn;
+	(void)ud;
+	return NULL;
+}
+
+int http_form_feed(struct http_form *f, const char *data, size_t len)
+{
+	(void)f;
+	(void)data;
+	(void)len;
+	return -1;
+}
+
+int http_form_free(struct http_form *f)
+{
+	(void)f;
+	return -1;
+}
+
 int http_wants_ndjson(struct http_req *req)
 {
 	const char *a = http_header(req, "Accept");
@@ -90,19 +114,12 @@ int http_error(struct http_req *req, int status, const char *code, const char *f
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	/* Under /e2b, E2B's shape, as http.c gives it (e2b.h). */
+	if (req->path && strncmp(req->path, "/e2b", 4) == 0 && (!req->path[4] || req->path[4] == '/'))
+		return answer(req, status, json_pack("{s:i,s:s%}", "code", status, "message", msg,
+						     strlen(msg)));
 	return answer(req, status, json_pack("{s:{s:s,s:s%}}", "error", "code", code ? code : "",
 					     "message", msg, strlen(msg)));
-}
-
-int http_error_from(struct http_req *req, const sandlot_error_t *err)
-{
-	/* A coarse copy of http.c's mapping: enough to tell a refusal of the
-	 * request (4xx) from a failure of the daemon (500). */
-	int st = err ? sandlot_error_status(err) : EIO;
-	int status = st == ENOENT ? 404
-		     : (st == EINVAL || st == ENAMETOOLONG || st == EISDIR || st == ENOTDIR ||
-			st == ELOOP || st == EXDEV) ? 400 : 500;
-	return http_error(req, status, NULL, "%s", err ? sandlot_error_message(err) : "error");
 }
 
 int http_empty(struct http_req *req, int status)

@@ -553,6 +553,67 @@ def test_ports_clients_vanish_nothing_leaks(sandlotd):
     assert d.delete(f"/v1/sandboxes/{sid}").status == 204
 
 
+def http_active(d):
+    """Client connections the daemon serves a request on (its door's count,
+    /metrics; the /metrics call itself is one)."""
+    for line in d.get("/metrics").body.decode().splitlines():
+        if line.startswith('sandlot_http_connections{state="active"} '):
+            return int(float(line.split()[-1]))
+    raise AssertionError("no sandlot_http_connections in /metrics")
+
+
+def test_ports_ended_streams_free_their_connection_behind_idle_ones(sandlotd):
+    """A proxied answer that ends early (the server cut it short, or the
+    client left while it waited for the server) closes its connection, and
+    the connection is freed at once even while older kept-alive connections
+    sit idle on the same server threads (it stayed closed but held, socket
+    and all, until those timed out)."""
+    d = sandlotd
+    rec = d.post("/v1/sandboxes", json_body=dict(SMALL, ports=[8000])).json()
+    sid = rec["id"]
+    start_server(d, sid, 8000)
+    assert d.get(f"/v1/sandboxes/{sid}/ports/8000/headers").status == 200
+    # Kept-alive connections, idle from now on: older than the streams
+    # below, on every server thread (they get descriptors of both parities).
+    idle = []
+    for _ in range(6):
+        s = unix_sock(d)
+        s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(65536).startswith(b"HTTP/1.1 200"), "health"
+        idle.append(s)
+    fds0, active0 = daemon_fds(d), http_active(d)
+    # The server cuts its answer short: the client sees it end early.
+    cut = unix_sock(d)
+    cut.sendall(f"GET /v1/sandboxes/{sid}/ports/8000/close-early HTTP/1.1\r\n"
+                f"Host: x\r\n\r\n".encode())
+    got = b""
+    while True:
+        b = cut.recv(65536)
+        if not b:
+            break
+        got += b
+    assert got.startswith(b"HTTP/1.1 200") and b"Content-Length: 100000" in got, got
+    # Clients that leave while their stream waits for the server.
+    gone = []
+    for _ in range(4):
+        s = unix_sock(d)
+        s.sendall(f"GET /v1/sandboxes/{sid}/ports/8000/stream?n=1000 HTTP/1.1\r\n"
+                  f"Host: x\r\n\r\n".encode())
+        assert b"200 OK" in s.recv(4096)
+        gone.append(s)
+    for s in gone:
+        s.close()
+    cut.close()
+    assert wait_until(lambda: http_active(d) <= active0 and daemon_fds(d) <= fds0, 10), \
+        (http_active(d), active0, daemon_fds(d), fds0)
+    # the idle ones still work
+    for s in idle:
+        s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(65536).startswith(b"HTTP/1.1 200")
+        s.close()
+    assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+
+
 def test_ports_sandbox_deletion_closes_everything(sandlotd):
     d = sandlotd
     # warm up: the first sandbox starts libsandlot's I/O thread (its fds stay)

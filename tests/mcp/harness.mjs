@@ -5,8 +5,10 @@
 // (with its own --data-dir there), as tests/integration/daemon.py does, and
 // is stopped with SIGTERM at the end; the directory is then removed.
 import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import path from 'node:path';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -42,18 +44,43 @@ export async function waitFor(fn, timeoutMs, what) {
   }
 }
 
+// A free TCP port on 127.0.0.1 (for a tcp: listener).
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
 export class Daemon {
-  constructor() {
+  // args: more sandlotd options; tcp: also listen on 127.0.0.1 with a
+  // bearer token (this.url, this.token).
+  constructor({ args = [], tcp = false } = {}) {
     this.base = fs.mkdtempSync(path.join('/var/tmp', 'sandlot-mcp-'));
     this.sock = path.join(this.base, 'sandlot.sock');
     this.dataDir = path.join(this.base, 'data');
     this.logPath = path.join(this.base, 'sandlotd.log');
     this.host = `unix:${this.sock}`;
+    this.args = args;
+    this.tcp = tcp;
   }
 
   async start() {
     const log = fs.openSync(this.logPath, 'a');
-    this.proc = spawn(SANDLOTD, ['--listen', this.host, '--data-dir', this.dataDir], {
+    const args = ['--listen', this.host, '--data-dir', this.dataDir, ...this.args];
+    if (this.tcp) {
+      const port = await freePort();
+      this.token = crypto.randomBytes(16).toString('hex');
+      const tokenFile = path.join(this.base, 'token');
+      fs.writeFileSync(tokenFile, this.token + '\n', { mode: 0o600 });
+      this.url = `http://127.0.0.1:${port}`;
+      args.push('--listen', `tcp:127.0.0.1:${port}`, '--token-file', tokenFile);
+    }
+    this.proc = spawn(SANDLOTD, args, {
       stdio: ['ignore', log, log],
     });
     fs.closeSync(log);
@@ -89,6 +116,7 @@ export class Daemon {
       code = this.proc.exitCode;
     }
     const logs = this.logs();
+    this.finalLogs = logs; // the directory goes
     fs.rmSync(this.base, { recursive: true, force: true });
     if (code !== 0) throw new Error(`sandlotd exited with ${code} on SIGTERM:\n${logs}`);
     return code;

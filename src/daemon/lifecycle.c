@@ -1,0 +1,604 @@
+/* The state machine of a sandbox, in one place: every change of a
+ * sandbox's state is made here (but creation, sandboxes.c, and the
+ * start-up's "lost", sandboxes.c's recovery).
+ *
+ *   starting → running                 domain_create (sandboxes.c)
+ *   running  → paused                   domain_sandbox_pause
+ *   paused   → running                  domain_sandbox_resume, or any
+ *                                       domain_sandbox_get() with auto_resume
+ *   running  → expired | deleted | failed   dsb_end (the reaper: ttl, idle,
+ *                                       init died; DELETE; shutdown)
+ *   paused   → deleted                  domain_sandbox_delete
+ *   paused   → expired                  dsb_reap_paused (paused_retention)
+ *   paused   → lost                     a resume that finds its workspace gone
+ *
+ * A pause of a paused sandbox and a resume of a running one succeed; both
+ * refuse an ended one (DOMAIN_EENDED), as every call on it does.
+ *
+ * Transitions.  A pause sets the state to paused at once (domain_sandbox_get
+ * stops handing the sandbox out; the registry says paused, so even a kill
+ * -9 in the middle leaves a paused sandbox) and s->transition until the old
+ * handle is destroyed and the workspace flushed (dsb_destroyed); a resume
+ * keeps the state paused and sets s->transition until the new handle is in
+ * place.  Anyone who needs a settled state (auto-resume, DELETE, another
+ * pause or resume, a from_snapshot copy) waits on s->cond for transition
+ * to drop (dsb_settle_locked); a resume also waits for s->copying
+ * (from_snapshot copies of its workspace, workspaces.c) to drop.
+ * Underneath, libsandlot's lock on the workspace makes sure that two
+ * sandboxes never use it at once, whatever the daemon does.
+ *
+ * Ending.  dsb_end() first stops new borrowers (the state changes under
+ * s->lock), kills the sandbox's init — so every library call still running
+ * on it fails promptly with EPIPE — and destroys the handle only once busy
+ * has dropped to 0 (dsb_stop); if that takes longer than END_WAIT_MS, the
+ * destroy is left to the reaper thread (sandboxes.c).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "daemon/daemon.h"
+#include "daemon/domain.h"
+
+/* Provided by execs.c; weak so the daemon links while it is a placeholder. */
+#pragma weak execs_release
+
+#define END_WAIT_MS 5000
+#define SETTLE_WAIT_MS 30000 /* longest wait for a pause or resume in progress */
+
+/* ---- errors and lookups ------------------------------------------------------ */
+
+static int wake(struct daemon *d, struct dsb *s, sandlot_error_t **err);
+
+/* DOMAIN_EENDED with the state and the reason (s->lock held). */
+static int error_ended_locked(struct dsb *s, sandlot_error_t **err)
+{
+	sandlot__error(err, DOMAIN_EENDED, "sandbox %s has ended: %s (%s)", s->id,
+		       dsb_state_name(s->state), s->end_reason ? s->end_reason : "no reason recorded");
+	sandlot__error_detail(err, "state", dsb_state_name(s->state));
+	sandlot__error_detail(err, "end_reason", s->end_reason);
+	return -1;
+}
+
+int domain_error_ended(struct dsb *s, sandlot_error_t **err)
+{
+	pthread_mutex_lock(&s->lock);
+	error_ended_locked(s, err);
+	pthread_mutex_unlock(&s->lock);
+	return -1;
+}
+
+struct dsb *domain_sandbox_get(struct daemon *d, const char *id, sandlot_error_t **err)
+{
+	struct dsb *s = domain_sandbox_find(d, id, err);
+	if (!s)
+		return NULL;
+	pthread_mutex_lock(&s->lock);
+	if (s->state == DSB_PAUSED) {
+		/* Resumed here when it has auto_resume. */
+		pthread_mutex_unlock(&s->lock);
+		if (wake(d, s, err) < 0) {
+			dsb_release(d, s);
+			return NULL;
+		}
+		pthread_mutex_lock(&s->lock);
+	}
+	if (s->state != DSB_RUNNING || !s->sb) {
+		error_ended_locked(s, err);
+		pthread_mutex_unlock(&s->lock);
+		dsb_release(d, s);
+		return NULL;
+	}
+	s->busy++;
+	s->last_active_ms = daemon_now_ms();
+	pthread_mutex_unlock(&s->lock);
+	return s;
+}
+
+sandlot_t *domain_sandbox_handle(struct dsb *s, sandlot_error_t **err)
+{
+	pthread_mutex_lock(&s->lock);
+	sandlot_t *sb = s->state == DSB_RUNNING ? s->sb : NULL;
+	if (!sb)
+		error_ended_locked(s, err);
+	pthread_mutex_unlock(&s->lock);
+	return sb;
+}
+
+/* ---- ending ------------------------------------------------------------------ */
+
+static const char *end_event(enum dsb_state st)
+{
+	switch (st) {
+	case DSB_EXPIRED: return "expired";
+	case DSB_DELETED: return "deleted";
+	case DSB_LOST: return "lost";
+	case DSB_FAILED: return "failed";
+	default: return "ended";
+	}
+}
+
+void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *reason)
+{
+	pthread_mutex_lock(&s->lock);
+	if (!dsb_state_live(s->state)) {
+		pthread_mutex_unlock(&s->lock);
+		return;
+	}
+	s->state = state;
+	s->ended_ms = daemon_now_ms();
+	free(s->end_reason);
+	s->end_reason = strdup(reason ? reason : end_event(state));
+	/* Expiry is what agent frameworks recover from (from_snapshot): its
+	 * workspace is kept; an explicit DELETE, a failure or a lost sandbox
+	 * keeps nothing. */
+	s->workspace_kept = s->has_workspace && state == DSB_EXPIRED;
+	pid_t pid = s->init_pid;
+	int64_t lived = s->ended_ms - s->created_ms;
+	registry_save(d, s);
+	pthread_mutex_unlock(&s->lock);
+
+	__atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&d->m.sandboxes_ended, 1, __ATOMIC_RELAXED);
+	char why[256];
+	snprintf(why, sizeof(why), "%s", reason ? reason : "");
+	daemon_log_quote(why);
+	daemon_log(end_event(state), "%ssandbox=%s reason=\"%s\" lived_ms=%lld",
+		   state == DSB_FAILED ? "level=warn " : "", s->id, why, (long long)lived);
+	dsb_stop(d, s, pid);
+	/* Ended for good: its changes log goes now, not when it is forgotten
+	 * an hour later (its memory, its share of the budget, its rows). */
+	dsb_changes_release(d, s);
+}
+
+void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid)
+{
+	ports_close(s);
+	if (execs_release)
+		execs_release(s);
+	/* Our child, not reaped before sandlot_destroy(): the pid cannot have
+	 * been reused.  Killing the pid namespace's init kills all in it. */
+	if (pid > 0)
+		kill(pid, SIGKILL);
+
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += END_WAIT_MS / 1000;
+	pthread_mutex_lock(&s->lock);
+	while (s->busy > 0) {
+		if (pthread_cond_timedwait(&s->cond, &s->lock, &dl) == ETIMEDOUT)
+			break;
+	}
+	if (s->busy > 0) {
+		s->destroy_pending = 1;
+		int busy = s->busy;
+		pthread_mutex_unlock(&s->lock);
+		daemon_log("destroy_deferred", "level=warn sandbox=%s busy=%d", s->id, busy);
+		return;
+	}
+	sandlot_t *sb = s->sb;
+	pthread_mutex_unlock(&s->lock);
+	/* Destroy before clearing s->sb: status readers (the reaper's liveness
+	 * check) never use sb itself, only init_pid. */
+	sandlot_destroy(sb);
+	pthread_mutex_lock(&s->lock);
+	s->sb = NULL;
+	s->init_pid = 0;
+	pthread_mutex_unlock(&s->lock);
+	cgroup_check_after_destroy(s->id);
+	dsb_destroyed(d, s);
+}
+
+
+/* ---- settling ----------------------------------------------------------------- */
+
+int dsb_settle_locked(struct dsb *s, int copies)
+{
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += SETTLE_WAIT_MS / 1000;
+	while (s->transition || (copies && s->copying))
+		if (pthread_cond_timedwait(&s->cond, &s->lock, &dl) == ETIMEDOUT)
+			return s->transition || (copies && s->copying) ? -1 : 0;
+	return 0;
+}
+
+/* ---- pause ------------------------------------------------------------------------ */
+
+/* Pause s.  0 when it is paused (now or already), -1 with err. */
+static int do_pause(struct daemon *d, struct dsb *s, sandlot_error_t **err)
+{
+	pthread_mutex_lock(&s->lock);
+	if (dsb_settle_locked(s, 0) < 0) {
+		pthread_mutex_unlock(&s->lock);
+		return sandlot__error(err, EBUSY, "a pause or resume of sandbox %s is still in progress",
+				      s->id);
+	}
+	if (s->state == DSB_PAUSED) {
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	if (s->state != DSB_RUNNING) {
+		pthread_mutex_unlock(&s->lock);
+		return domain_error_ended(s, err);
+	}
+	if (!s->has_workspace) {
+		pthread_mutex_unlock(&s->lock);
+		return sandlot__error(err, EBUSY,
+				      "sandbox %s has no kept workspace (it was made without one), so it "
+				      "cannot be paused", s->id);
+	}
+	daemon_fault("pause-before-registry");
+	uint64_t t0 = sandlot__now_ns();
+	s->state = DSB_PAUSED;
+	s->transition = 1;
+	s->paused_ms = daemon_now_ms();
+	s->workspace_kept = 1;
+	pid_t pid = s->init_pid;
+	registry_save(d, s);
+	pthread_mutex_unlock(&s->lock);
+	daemon_fault("pause-after-registry");
+	__atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
+	/* Kills its commands and init, destroys the handle (or leaves that to
+	 * the reaper while a request still holds it), then dsb_destroyed()
+	 * flushes the image and ends the transition. */
+	dsb_stop(d, s, pid);
+	daemon_log("paused", "sandbox=%s ms=%.1f", s->id, (double)(sandlot__now_ns() - t0) / 1e6);
+	return 0;
+}
+
+void dsb_destroyed(struct daemon *d, struct dsb *s)
+{
+	pthread_mutex_lock(&s->lock);
+	enum dsb_state st = s->state;
+	pthread_mutex_unlock(&s->lock);
+	workspace_destroyed(d, s);
+	pthread_mutex_lock(&s->lock);
+	if (s->transition && st == DSB_PAUSED)
+		s->transition = 0; /* the pause is complete */
+	/* Also wakes from_snapshot copies waiting for the teardown. */
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- resume ------------------------------------------------------------------------ */
+
+/* The sandlot options a sandbox was created with, from its normalised JSON
+ * (sandboxes.c, domain_create_parse): image, memory, cpus, pids, disk, env.  *env
+ * receives the "K=V" strings to free with free_env(). */
+static int options_from_json(struct daemon *d, json_t *j, sandlot_options_t *o, char ***env)
+{
+	sandlot_options_init(o);
+	o->data_dir = d->cfg.data_dir;
+	*env = NULL;
+	json_t *v;
+	if ((v = json_object_get(j, "image")) && json_is_string(v))
+		o->image = json_string_value(v);
+	if ((v = json_object_get(j, "memory")) && json_is_integer(v))
+		o->memory_bytes = (uint64_t)json_integer_value(v);
+	if ((v = json_object_get(j, "cpus")) && json_is_number(v))
+		o->cpus_milli = (uint32_t)(json_number_value(v) * 1000.0 + 0.5);
+	if ((v = json_object_get(j, "pids")) && json_is_integer(v))
+		o->pids = (uint32_t)json_integer_value(v);
+	if ((v = json_object_get(j, "disk")) && json_is_integer(v))
+		o->disk_bytes = (uint64_t)json_integer_value(v);
+	json_t *e = json_object_get(j, "env");
+	if (json_is_object(e) && json_object_size(e) > 0) {
+		char **kv = calloc(json_object_size(e) + 1, sizeof(char *));
+		if (!kv)
+			return -1;
+		size_t n = 0;
+		const char *k;
+		json_t *ev;
+		json_object_foreach(e, k, ev) {
+			if (!json_is_string(ev))
+				continue;
+			size_t len = strlen(k) + json_string_length(ev) + 2;
+			if (!(kv[n] = malloc(len)))
+				break;
+			snprintf(kv[n++], len, "%s=%s", k, json_string_value(ev));
+		}
+		*env = kv;
+		o->env = (const char *const *)kv;
+	}
+	return 0;
+}
+
+static void free_env(char **env)
+{
+	for (size_t i = 0; env && env[i]; i++)
+		free(env[i]);
+	free(env);
+}
+
+/* The error of a resume whose sandlot_create() failed with e (taken):
+ * capacity (EAGAIN), disk (ENOSPC, EDQUOT) and a workspace in use (EBUSY)
+ * keep their status; anything else is the daemon's failure (EIO). */
+static int create_error(sandlot_error_t *e, sandlot_error_t **err)
+{
+	int st = sandlot_error_status(e);
+	if (st != EAGAIN && st != ENOSPC && st != EDQUOT && st != EBUSY)
+		sandlot__error(err, EIO, "%s", sandlot_error_message(e));
+	else if (err)
+		*err = e, e = NULL;
+	sandlot_error_free(e);
+	return -1;
+}
+
+/* Resume s (ttl: a new ttl_seconds, or NULL to keep its own).  0 when it
+ * runs (now or already), -1 with err; on failure it stays paused. */
+static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandlot_error_t **err)
+{
+	/* Settle, then claim the transition and a creation slot together
+	 * (lock order d->lock → s->lock). */
+	for (;;) {
+		pthread_mutex_lock(&s->lock);
+		if (dsb_settle_locked(s, 1) < 0) {
+			pthread_mutex_unlock(&s->lock);
+			return sandlot__error(err, EBUSY,
+					      "a pause, resume or snapshot copy of sandbox %s is still in "
+					      "progress", s->id);
+		}
+		enum dsb_state st = s->state;
+		if (st == DSB_RUNNING && ttl) {
+			s->ttl_seconds = *ttl;
+			s->expires_ms = *ttl ? daemon_now_ms() + (int64_t)*ttl * 1000 : 0;
+			registry_save(d, s);
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (st == DSB_RUNNING)
+			return 0;
+		if (st != DSB_PAUSED)
+			return domain_error_ended(s, err);
+		pthread_mutex_lock(&d->lock);
+		unsigned live = __atomic_load_n(&d->nrunning, __ATOMIC_SEQ_CST) + d->ncreating;
+		if (d->stopping) {
+			pthread_mutex_unlock(&d->lock);
+			return sandlot__error(err, ESHUTDOWN, "sandlotd is shutting down");
+		}
+		if (live >= d->cfg.max_sandboxes) {
+			pthread_mutex_unlock(&d->lock);
+			return sandlot__error(err, EAGAIN,
+					      "%u sandboxes are running or starting, the limit of this "
+					      "daemon (--max-sandboxes); sandbox %s stays paused", live,
+					      s->id);
+		}
+		pthread_mutex_lock(&s->lock);
+		int ok = s->state == DSB_PAUSED && !s->transition && !s->copying;
+		if (ok) {
+			s->transition = 1;
+			d->ncreating++;
+		}
+		pthread_mutex_unlock(&s->lock);
+		pthread_mutex_unlock(&d->lock);
+		if (ok)
+			break;
+	}
+
+	uint64_t t0 = sandlot__now_ns();
+	sandlot_options_t opts;
+	char **env = NULL;
+	struct network_req net = { 0 };
+	sandlot_t *sb = NULL;
+	sandlot_error_t *e = NULL;
+	int gone = !workspace_exists(d, s->id);
+	pthread_mutex_lock(&s->lock);
+	int rc = gone ? 0 : options_from_json(d, s->options, &opts, &env);
+	/* The network policy it had when paused (PUT .../network included). */
+	if (!gone && rc == 0)
+		rc = network_from_json(s->options, &opts, &net);
+	pthread_mutex_unlock(&s->lock);
+	if (gone) {
+		/* Never on a fresh workspace: that would look like a resume and
+		 * have lost every file.  (The error comes below, once it is lost.) */
+	} else if (rc < 0) {
+		sandlot__error(err, ENOMEM, "out of memory");
+	} else {
+		opts.id = s->id;
+		opts.workspace = s->id;
+		opts.disk_overcommit = d->cfg.disk_overcommit;
+		sb = sandlot_create(&opts, &e);
+		if (!sb)
+			create_error(e, err);
+		e = NULL;
+	}
+	free_env(env);
+	network_req_free(&net);
+
+	/* Publish under d->lock, as the create route does, so that a shutdown
+	 * either sees it running (and ends it) or we see the shutdown. */
+	int64_t now = daemon_now_ms();
+	pthread_mutex_lock(&d->lock);
+	d->ncreating--;
+	int stopping = d->stopping;
+	pthread_mutex_lock(&s->lock);
+	if (sb && !stopping) {
+		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
+		s->sb = sb;
+		s->init_pid = sandlot_init_pid(sb);
+		s->state = DSB_RUNNING;
+		s->paused_ms = 0;
+		s->workspace_kept = 0;
+		s->last_active_ms = now;
+		if (ttl)
+			s->ttl_seconds = *ttl;
+		s->expires_ms = s->ttl_seconds ? now + (int64_t)s->ttl_seconds * 1000 : 0;
+	} else if (gone) {
+		s->state = DSB_LOST;
+		s->ended_ms = now;
+		s->workspace_kept = 0;
+		free(s->end_reason);
+		s->end_reason = strdup("lost: its workspace is gone");
+	}
+	s->transition = 0;
+	pthread_cond_broadcast(&s->cond);
+	registry_save(d, s);
+	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&d->lock);
+
+	double ms = (double)(sandlot__now_ns() - t0) / 1e6;
+	if (sb && stopping) {
+		/* Never handed out: back to paused as it was. */
+		sandlot_destroy(sb);
+		cgroup_check_after_destroy(s->id);
+		workspace_flush(d, s->id);
+		return sandlot__error(err, ESHUTDOWN, "sandlotd is shutting down");
+	}
+	if (!sb) {
+		if (gone)
+			domain_error_ended(s, err);
+		char msg[600];
+		snprintf(msg, sizeof(msg), "%s",
+			 gone ? "its workspace is gone" : err && *err ? sandlot_error_message(*err) : "?");
+		for (char *c = msg; *c; c++)
+			if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+				*c = '\'';
+		daemon_log("resume_failed", "level=warn sandbox=%s ms=%.1f error=\"%s\"", s->id, ms, msg);
+		return -1;
+	}
+	daemon_log("resumed", "sandbox=%s ms=%.1f init_pid=%d", s->id, ms, (int)sandlot_init_pid(sb));
+	/* Its exposed ports listen again (the same host ports when free). */
+	if (ports_open(s, &e) < 0) {
+		char msg[600];
+		snprintf(msg, sizeof(msg), "%s", sandlot_error_message(e));
+		daemon_log_quote(msg);
+		daemon_log("ports_failed", "level=warn sandbox=%s error=\"%s\"", s->id, msg);
+		sandlot_error_free(e);
+	}
+	return 0;
+}
+
+/* domain_sandbox_get() found s paused: resume it if it has auto_resume
+ * (after any pause or resume in progress), else DOMAIN_EPAUSED.  0 when
+ * the caller may go on (s running again), -1 with err. */
+static int wake(struct daemon *d, struct dsb *s, sandlot_error_t **err)
+{
+	pthread_mutex_lock(&s->lock);
+	int auto_resume = s->auto_resume;
+	if (!auto_resume && s->state == DSB_PAUSED) {
+		sandlot__error(err, DOMAIN_EPAUSED,
+			       "sandbox %s is paused: POST /v1/sandboxes/%s/resume first (or create "
+			       "sandboxes with \"auto_resume\": true)", s->id, s->id);
+		sandlot__error_detail(err, "state", "paused");
+		pthread_mutex_unlock(&s->lock);
+		return -1;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!auto_resume)
+		return 0; /* resumed meanwhile: the caller looks again */
+	return do_resume(d, s, NULL, err);
+}
+
+/* ---- pause and resume by id --------------------------------------------------------- */
+
+json_t *domain_sandbox_pause(struct daemon *d, const char *id, sandlot_error_t **err)
+{
+	struct dsb *s = domain_sandbox_find(d, id, err);
+	if (!s)
+		return NULL;
+	json_t *o = do_pause(d, s, err) < 0 ? NULL : dsb_to_json(s);
+	dsb_release(d, s);
+	return o;
+}
+
+json_t *domain_sandbox_resume(struct daemon *d, const char *id, const uint32_t *ttl,
+			      sandlot_error_t **err)
+{
+	struct dsb *s = domain_sandbox_find(d, id, err);
+	if (!s)
+		return NULL;
+	json_t *o = do_resume(d, s, ttl, err) < 0 ? NULL : dsb_to_json(s);
+	dsb_release(d, s);
+	return o;
+}
+
+
+/* ---- delete and retention ------------------------------------------------------- */
+
+/* Delete s when it is not running: a paused one is deleted, an ended one
+ * loses its kept workspace (0); otherwise -1 with DOMAIN_EENDED (EBUSY
+ * while a pause or resume is in progress). */
+static int delete_stopped(struct daemon *d, struct dsb *s, sandlot_error_t **err)
+{
+	pthread_mutex_lock(&s->lock);
+	if (dsb_settle_locked(s, 0) < 0) {
+		pthread_mutex_unlock(&s->lock);
+		return sandlot__error(err, EBUSY, "a pause or resume of sandbox %s is still in progress",
+				      s->id);
+	}
+	if (s->state == DSB_RUNNING) { /* a resume finished meanwhile */
+		pthread_mutex_unlock(&s->lock);
+		dsb_end(d, s, DSB_DELETED, "deleted");
+		return 0;
+	}
+	if (s->state == DSB_PAUSED) {
+		s->state = DSB_DELETED;
+		s->ended_ms = daemon_now_ms();
+		s->workspace_kept = 0;
+		free(s->end_reason);
+		s->end_reason = strdup("deleted");
+		registry_save(d, s);
+		pthread_mutex_unlock(&s->lock);
+		__atomic_add_fetch(&d->m.sandboxes_ended, 1, __ATOMIC_RELAXED);
+		daemon_log("deleted", "sandbox=%s reason=\"deleted\" paused=1", s->id);
+		dsb_changes_release(d, s);
+		workspace_remove(d, s->id);
+		return 0;
+	}
+	if (s->workspace_kept) {
+		s->workspace_kept = 0;
+		registry_save(d, s);
+		pthread_mutex_unlock(&s->lock);
+		workspace_remove(d, s->id);
+		return 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return domain_error_ended(s, err);
+}
+
+int domain_sandbox_delete(struct daemon *d, const char *id, sandlot_error_t **err)
+{
+	struct dsb *s = domain_sandbox_find(d, id, err);
+	if (!s)
+		return -1;
+	int rc = 0;
+	pthread_mutex_lock(&s->lock);
+	if (!dsb_state_live(s->state)) {
+		/* Paused, or ended with its workspace kept. */
+		pthread_mutex_unlock(&s->lock);
+		rc = delete_stopped(d, s, err);
+	} else {
+		pthread_mutex_unlock(&s->lock);
+		dsb_end(d, s, DSB_DELETED, "deleted");
+	}
+	dsb_release(d, s);
+	return rc;
+}
+
+
+void dsb_reap_paused(struct daemon *d, struct dsb *s, int64_t now)
+{
+	pthread_mutex_lock(&s->lock);
+	int64_t keep = (int64_t)s->paused_retention_seconds * 1000;
+	if (s->state != DSB_PAUSED || s->transition || s->copying || !keep || !s->workspace_kept ||
+	    now < s->paused_ms + keep) {
+		pthread_mutex_unlock(&s->lock);
+		return;
+	}
+	s->state = DSB_EXPIRED;
+	s->ended_ms = now;
+	s->workspace_kept = 0;
+	free(s->end_reason);
+	s->end_reason = strdup("paused_retention");
+	registry_save(d, s);
+	pthread_mutex_unlock(&s->lock);
+	__atomic_add_fetch(&d->m.sandboxes_ended, 1, __ATOMIC_RELAXED);
+	daemon_log("expired", "sandbox=%s reason=\"paused_retention\"", s->id);
+	dsb_changes_release(d, s);
+	workspace_remove(d, s->id);
+}
