@@ -1,7 +1,8 @@
-"""The runnable examples of the Python docs (blocks after a "<!-- runnable"
-line in docs/python.md, langchain-python.md, deepagents-python.md and
-codeact.md) run as scripts against a real sandlotd, and print what the docs
-say they print (comment lines right after a print)."""
+"""The examples of the Python docs (docs/python.md, langchain-python.md,
+deepagents-python.md, codeact.md, the README's and clients/python/README.md's)
+run as scripts against a real sandlotd, and print what the docs say they
+print (comment lines right after a print).  Every ```python block of those
+pages is one: each must follow a "<!-- runnable" line."""
 import os
 import re
 import subprocess
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-DOCS = ["python.md", "langchain-python.md", "deepagents-python.md", "codeact.md"]
+DOCS = ["docs/python.md", "docs/langchain-python.md", "docs/deepagents-python.md", "docs/codeact.md",
+        "README.md", "clients/python/README.md"]
 
 
 def runnable_blocks(text):
@@ -38,8 +40,10 @@ def expected_output(block):
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_doc_examples_run(doc, sandlotd, client, tmp_path):
-    blocks = runnable_blocks((REPO / "docs" / doc).read_text())
-    assert blocks, f"docs/{doc} has no runnable example"
+    text = (REPO / doc).read_text()
+    blocks = runnable_blocks(text)
+    assert blocks, f"{doc} has no runnable example"
+    assert len(blocks) == text.count("```python\n"), f"{doc} has a python block not marked runnable"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDLOT_")}
     env["SANDLOT_HOST"] = f"unix:{sandlotd.sock}"
     env["PYTHONPATH"] = str(REPO / "clients" / "python")
@@ -48,8 +52,8 @@ def test_doc_examples_run(doc, sandlotd, client, tmp_path):
         script.write_text(block + "\n")
         p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=180)
-        assert p.returncode == 0, f"docs/{doc} example {i} failed:\n{p.stdout}\n{p.stderr}"
+        assert p.returncode == 0, f"{doc} example {i} failed:\n{p.stdout}\n{p.stderr}"
         lines = p.stdout.splitlines()
         want = expected_output(block)
         got = [ln for ln in lines if ln in want]
-        assert got == want, f"docs/{doc} example {i} printed:\n{p.stdout}\nexpected lines: {want}"
+        assert got == want, f"{doc} example {i} printed:\n{p.stdout}\nexpected lines: {want}"

@@ -8,8 +8,11 @@
  *   "@ai-sdk/harness": createSession creates a sandlot sandbox (labelled with
  *   the harness session id), resumeSession finds it again and resumes it.
  *
- * Only types are imported from "ai" and "@ai-sdk/harness": nothing of them
- * is loaded at run time.
+ * Only types are imported from "ai"; "@ai-sdk/harness" is loaded at run
+ * time only for its error classes, when the harness provider throws one
+ * (HarnessSandboxAuthenticationError when sandlotd refuses the client's
+ * token, HarnessCapabilityUnsupportedError for what sandlot cannot do), so
+ * the session alone needs only "ai".
  */
 import * as posix from "node:path/posix";
 import type {
@@ -367,6 +370,42 @@ function ignoreEnded(e: unknown): void {
 
 // ---- harness provider ----------------------------------------------------
 
+let harnessModule: Promise<typeof import("@ai-sdk/harness")> | undefined;
+
+/** The harness's error classes, loaded from "@ai-sdk/harness" on first use. */
+async function harnessErrors(): Promise<typeof import("@ai-sdk/harness")> {
+  harnessModule ??= import("@ai-sdk/harness");
+  return harnessModule;
+}
+
+/** The provider id the harness errors name. */
+export const HARNESS_PROVIDER_ID = "sandlot";
+
+/**
+ * sandlotd's refusal of the client's credentials (401 unauthorized, 403
+ * forbidden) as the harness's HarnessSandboxAuthenticationError, the
+ * SandlotError kept as its cause; anything else is rethrown as it is.
+ */
+async function asAuthError(e: unknown): Promise<never> {
+  if (e instanceof SandlotError && (e.status === 401 || e.status === 403)) {
+    const { HarnessSandboxAuthenticationError } = await harnessErrors();
+    throw new HarnessSandboxAuthenticationError({
+      message: `sandlotd refused the credentials (${e.message}): give the provider a client with the daemon's ` +
+        "token (sandlotHarnessProvider({ client: new Sandlot({ url, token }) })) or set SANDLOT_TOKEN " +
+        "(the contents of sandlotd's --token-file)",
+      sandboxProviderId: HARNESS_PROVIDER_ID,
+      cause: e,
+    });
+  }
+  throw e;
+}
+
+/** A HarnessCapabilityUnsupportedError saying what sandlot cannot do (cause: the SandlotError, if any). */
+async function unsupported(message: string, cause?: unknown): Promise<never> {
+  const { HarnessCapabilityUnsupportedError } = await harnessErrors();
+  throw new HarnessCapabilityUnsupportedError({ message, cause });
+}
+
 export interface SandlotHarnessProviderOptions extends SandlotSessionOptions {
   /** The client (default: a new Sandlot() from the environment). */
   client?: Sandlot;
@@ -416,7 +455,14 @@ export class SandlotHarnessSession extends SandlotSandboxSession implements Harn
    * socket.  Fails for a port that is not exposed.
    */
   readonly getPortEndpoint = async (o: { port: number; protocol?: "http" | "https" | "ws" }): Promise<HarnessV1PortEndpoint> => {
-    return this.sandbox.portEndpoint(o.port, { protocol: o.protocol });
+    try {
+      return await this.sandbox.portEndpoint(o.port, { protocol: o.protocol });
+    } catch (e) {
+      if (e instanceof SandlotError && e.code === "port_not_exposed")
+        return unsupported(`sandlot sandbox ${this.id} does not expose port ${o.port}: ${e.message} ` +
+          "(create it with create: { ports: [...] }, or call setPorts)", e);
+      throw e;
+    }
   };
   readonly getPortUrl = async (o: { port: number; protocol?: "http" | "https" | "ws" }): Promise<string> =>
     (await this.getPortEndpoint(o)).url;
@@ -429,7 +475,13 @@ export class SandlotHarnessSession extends SandlotSandboxSession implements Harn
    * resolves, connections the new policy does not allow are closed.
    */
   readonly setNetworkPolicy = async (policy: HarnessV1NetworkPolicy): Promise<void> => {
-    await this.sandbox.setNetworkPolicy(sandlotNetworkPolicy(policy));
+    let p: NetworkPolicy;
+    try {
+      p = sandlotNetworkPolicy(policy);
+    } catch (e) {
+      return unsupported(`sandlot cannot apply this network policy: ${(e as Error).message}`, e);
+    }
+    await this.sandbox.setNetworkPolicy(p);
   };
   /** Pauses the sandbox: processes stop, files stay; resumeSession brings it back. */
   readonly stop = async (): Promise<void> => {
@@ -485,7 +537,7 @@ export function sandlotHarnessProvider(opts: SandlotHarnessProviderOptions = {})
     createSession: async (o = {}) => {
       const sb = await getClient().create(
         { auto_resume: true, ...(opts.create ?? {}), metadata: labels(o.sessionId, o.identity) },
-        { signal: o.abortSignal });
+        { signal: o.abortSignal }).catch(asAuthError);
       const session = new SandlotHarnessSession(sb, sessionOpts);
       if (o.onFirstCreate) {
         try {
@@ -501,7 +553,8 @@ export function sandlotHarnessProvider(opts: SandlotHarnessProviderOptions = {})
       if (typeof o?.sessionId !== "string" || o.sessionId === "")
         throw new SandlotError("resumeSession needs a sessionId", { code: "bad_option" });
       const c = getClient();
-      const found = (await c.list({ labels: { [HARNESS_SESSION_LABEL]: o.sessionId }, state: "all", signal: o.abortSignal }))
+      const found = (await c.list({ labels: { [HARNESS_SESSION_LABEL]: o.sessionId }, state: "all", signal: o.abortSignal })
+        .catch(asAuthError))
         .filter((s) => s.state === "running" || s.state === "paused" || (s.state === "expired" && s.workspace_kept));
       const last = found[found.length - 1];
       if (!last)

@@ -12,11 +12,11 @@
  */
 import * as posix from "node:path/posix";
 import {
-  BaseSandbox,
+  BaseSandbox, SandboxError,
   type ExecuteResponse, type FileDownloadResponse, type FileInfo, type FileOperationError, type FileUploadResponse,
   type GlobResult, type GrepMatch, type GrepResult, type LsResult, type ReadResult,
 } from "deepagents";
-import { Sandlot, type Sandbox } from "./client.js";
+import { Sandlot, Sandbox } from "./client.js";
 import { SandlotError, isMissingPath } from "./errors.js";
 import type { CreateSandboxOptions } from "./types.js";
 
@@ -29,6 +29,21 @@ export interface SandlotBackendOptions {
   workingDirectory?: string;
   /** Files larger than this are read through the shell fallback, one page at a time.  Default 16 MiB. */
   maxDirectReadBytes?: number;
+}
+
+/** How `SandlotBackend.create()` and `initialize()` make the sandbox. */
+export interface SandlotBackendCreateOptions extends SandlotBackendOptions {
+  /** The daemon; default `new Sandlot()` (from the environment). */
+  client?: Sandlot;
+  /** Options of the sandbox to create. */
+  create?: CreateSandboxOptions;
+  /**
+   * Files written before the backend is handed out: path (relative ones
+   * under the working directory) to text content; parents are created.
+   * A file that cannot be written fails the creation, and the sandbox is
+   * deleted.
+   */
+  initialFiles?: Record<string, string>;
 }
 
 /** Extensions deepagents treats as binary (its MIME table); everything else is text. */
@@ -48,36 +63,124 @@ function isBinaryPath(p: string): boolean {
 }
 
 export class SandlotBackend extends BaseSandbox {
-  readonly sandbox: Sandbox;
+  #sandbox: Sandbox | undefined;
+  #running: boolean;
+  #initializing = false;
+  readonly #pending: SandlotBackendCreateOptions | undefined;
   private readonly timeoutMs: number;
   private readonly maxOutputBytes: number;
   private readonly cwd: string;
   private readonly maxDirectReadBytes: number;
 
-  constructor(sandbox: Sandbox, opts: SandlotBackendOptions = {}) {
+  /**
+   * `new SandlotBackend(sandbox, opts)` wraps a sandbox that exists;
+   * `new SandlotBackend({ client, create, initialFiles, ... })` makes a
+   * backend whose sandbox `initialize()` creates (the two-step creation of
+   * deepagents' sandbox interface: `isRunning` is false until then).
+   */
+  constructor(sandbox: Sandbox, opts?: SandlotBackendOptions);
+  constructor(opts?: SandlotBackendCreateOptions);
+  constructor(sandboxOrOpts?: Sandbox | SandlotBackendCreateOptions, opts: SandlotBackendOptions = {}) {
     super();
-    this.sandbox = sandbox;
+    if (sandboxOrOpts instanceof Sandbox) {
+      this.#sandbox = sandboxOrOpts;
+      this.#running = true;
+    } else {
+      opts = (sandboxOrOpts as SandlotBackendCreateOptions | undefined) ?? {};
+      this.#pending = opts;
+      this.#running = false;
+    }
     this.timeoutMs = opts.timeoutMs ?? 300_000;
     this.maxOutputBytes = opts.maxOutputBytes ?? 100_000;
     this.cwd = posix.resolve("/home/user", opts.workingDirectory ?? "/home/user");
     this.maxDirectReadBytes = opts.maxDirectReadBytes ?? 16 << 20;
   }
 
-  /** Creates a sandbox (on `client`, default from the environment) and a backend over it. */
-  static async create(opts: SandlotBackendOptions & { client?: Sandlot; create?: CreateSandboxOptions } = {}): Promise<SandlotBackend> {
-    const client = opts.client ?? new Sandlot();
-    return new SandlotBackend(await client.create(opts.create ?? {}), opts);
+  /**
+   * Creates a sandbox (on `client`, default from the environment), writes
+   * `initialFiles` into it, and returns a running backend over it.
+   */
+  static async create(opts: SandlotBackendCreateOptions = {}): Promise<SandlotBackend> {
+    const backend = new SandlotBackend(opts);
+    await backend.initialize();
+    return backend;
+  }
+
+  /**
+   * Creates the sandbox of a backend constructed without one, and writes
+   * its `initialFiles`.  Throws deepagents' `SandboxError` with code
+   * ALREADY_INITIALIZED on a backend that has (or is getting) a sandbox.
+   */
+  async initialize(): Promise<void> {
+    if (this.#sandbox || this.#initializing || !this.#pending)
+      throw new SandboxError("the Sandlot backend already has a sandbox: initialize() runs once", "ALREADY_INITIALIZED");
+    this.#initializing = true;
+    try {
+      const client = this.#pending.client ?? new Sandlot();
+      const sandbox = await client.create(this.#pending.create ?? {});
+      const files = Object.entries(this.#pending.initialFiles ?? {});
+      if (files.length) {
+        const enc = new TextEncoder();
+        const failed: string[] = [];
+        try {
+          for (const [path, content] of files) {
+            if (typeof content !== "string") {
+              failed.push(`${path}: the content is not a string`);
+              continue;
+            }
+            try {
+              if (path === "") throw badPath(path);
+              await sandbox.writeFile(posix.resolve(this.cwd, path), enc.encode(content));
+            } catch (e) {
+              if (!(e instanceof SandlotError) || e.sandboxGone) throw e;
+              failed.push(`${path}: ${e.message}`);
+            }
+          }
+          if (failed.length) throw new SandlotError(`initialFiles could not be written: ${failed.join("; ")}`, { code: "invalid_path" });
+        } catch (e) {
+          await sandbox.delete().catch(() => undefined);
+          throw e;
+        }
+      }
+      this.#sandbox = sandbox;
+      this.#running = true;
+    } finally {
+      this.#initializing = false;
+    }
+  }
+
+  /** The sandbox; a `SandboxError` (NOT_INITIALIZED) before `initialize()`. */
+  get sandbox(): Sandbox {
+    if (!this.#sandbox) throw new SandboxError("the Sandlot backend has no sandbox yet: call initialize() first", "NOT_INITIALIZED");
+    return this.#sandbox;
   }
 
   get id(): string {
     return this.sandbox.id;
   }
 
+  /**
+   * Whether the sandbox is there to use: true once created, false before
+   * `initialize()`, after `close()`, and once an operation found it gone
+   * (deleted, expired or killed by someone else).
+   */
+  get isRunning(): boolean {
+    return this.#running;
+  }
+
   /** Deletes the sandbox. */
   async close(): Promise<void> {
-    await this.sandbox.delete().catch((e) => {
+    if (!this.#sandbox) return;
+    await this.#sandbox.delete().catch((e) => {
       if (!(e instanceof SandlotError && e.sandboxGone)) throw e;
     });
+    this.#running = false;
+  }
+
+  /** Notes a sandbox found gone (isRunning turns false) and rethrows. */
+  private gone(e: unknown): never {
+    if (e instanceof SandlotError && e.sandboxGone) this.#running = false;
+    throw e;
   }
 
   private resolve(p: string): string {
@@ -91,6 +194,10 @@ export class SandlotBackend extends BaseSandbox {
    * signal, and a timeout says so in the output.
    */
   async execute(command: string): Promise<ExecuteResponse> {
+    return this.executeImpl(command).catch((e) => this.gone(e));
+  }
+
+  private async executeImpl(command: string): Promise<ExecuteResponse> {
     if (typeof command !== "string" || command.trim() === "")
       return { output: "Error: the command is empty", exitCode: 1, truncated: false };
     const chunks: Buffer[] = [];
@@ -121,6 +228,10 @@ export class SandlotBackend extends BaseSandbox {
 
   /** Writes each file (parents created); a failure is reported for that file only. */
   async uploadFiles(files: Array<[string, Uint8Array]>): Promise<FileUploadResponse[]> {
+    return this.uploadFilesImpl(files).catch((e) => this.gone(e));
+  }
+
+  private async uploadFilesImpl(files: Array<[string, Uint8Array]>): Promise<FileUploadResponse[]> {
     const out: FileUploadResponse[] = [];
     for (const [path, content] of files) {
       try {
@@ -136,6 +247,10 @@ export class SandlotBackend extends BaseSandbox {
 
   /** Reads each file; a failure is reported for that file only. */
   async downloadFiles(paths: string[]): Promise<FileDownloadResponse[]> {
+    return this.downloadFilesImpl(paths).catch((e) => this.gone(e));
+  }
+
+  private async downloadFilesImpl(paths: string[]): Promise<FileDownloadResponse[]> {
     const out: FileDownloadResponse[] = [];
     for (const path of paths) {
       try {
@@ -148,8 +263,16 @@ export class SandlotBackend extends BaseSandbox {
     return out;
   }
 
-  /** Directory entries from sandlotd's list route; directories end with "/". */
+  /**
+   * Directory entries from sandlotd's list route; directories end with "/".
+   * A directory that does not exist lists as empty, as BaseSandbox.ls
+   * does; a path that is not a directory is an error naming it.
+   */
   override async ls(path: string): Promise<LsResult> {
+    return this.lsImpl(path).catch((e) => this.gone(e));
+  }
+
+  private async lsImpl(path: string): Promise<LsResult> {
     try {
       const entries = await this.sandbox.list(this.resolve(path));
       const files: FileInfo[] = entries.map((e) => ({
@@ -160,6 +283,7 @@ export class SandlotBackend extends BaseSandbox {
       }));
       return { files };
     } catch (e) {
+      if (isMissingPath(e) && !/Not a directory/i.test((e as Error).message)) return { files: [] };
       return { error: describe(e, path) };
     }
   }
@@ -169,6 +293,10 @@ export class SandlotBackend extends BaseSandbox {
    * bytes; binary files (by extension) come back whole as bytes.
    */
   override async read(filePath: string, offset = 0, limit = 500): Promise<ReadResult> {
+    return this.readImpl(filePath, offset, limit).catch((e) => this.gone(e));
+  }
+
+  private async readImpl(filePath: string, offset = 0, limit = 500): Promise<ReadResult> {
     const path = this.resolve(filePath);
     let info;
     try {
@@ -212,6 +340,10 @@ export class SandlotBackend extends BaseSandbox {
    * binary files are skipped.  `glob` filters file names (e.g. "*.py").
    */
   override async grep(pattern: string, path = "/", glob: string | null = null, maxCount: number | null = null): Promise<GrepResult> {
+    return this.grepImpl(pattern, path, glob, maxCount).catch((e) => this.gone(e));
+  }
+
+  private async grepImpl(pattern: string, path = "/", glob: string | null = null, maxCount: number | null = null): Promise<GrepResult> {
     if (typeof pattern !== "string" || pattern === "") return { error: "grep: the pattern is empty" };
     const base = this.resolve(path ?? "/");
     const argv = ["grep", "-rHnIFZ"];
@@ -255,6 +387,10 @@ export class SandlotBackend extends BaseSandbox {
    * NUL-separated output.
    */
   override async glob(pattern: string, path = "/"): Promise<GlobResult> {
+    return this.globImpl(pattern, path).catch((e) => this.gone(e));
+  }
+
+  private async globImpl(pattern: string, path = "/"): Promise<GlobResult> {
     if (typeof pattern !== "string" || pattern === "") return { error: "glob: the pattern is empty" };
     const base = this.resolve(path ?? "/");
     let re: RegExp;

@@ -8,6 +8,7 @@ import { z } from "zod";
 import * as fs from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
+import { HarnessCapabilityUnsupportedError, HarnessSandboxAuthenticationError, type HarnessV1NetworkPolicy } from "@ai-sdk/harness";
 import { Sandlot, SandlotError, type Sandbox } from "sandlot";
 import { SandlotSandboxSession, sandlotHarnessProvider, sandlotNetworkPolicy, HARNESS_SESSION_LABEL } from "sandlot/ai-sdk";
 import { Daemon, readStream, skipReason, sleep, waitFor } from "./daemon.js";
@@ -297,8 +298,12 @@ describe("AI SDK harness sandbox provider", { skip }, () => {
     assert.match(session.id, /^sb-/);
     assert.equal(session.defaultWorkingDirectory, "/home/user");
     assert.deepEqual(session.ports, []);
-    await assert.rejects(async () => session.getPortEndpoint({ port: 3000 }),
-      (e: unknown) => e instanceof SandlotError && e.code === "port_not_exposed" && /port 3000/.test(e.message));
+    await assert.rejects(async () => session.getPortEndpoint({ port: 3000 }), (e: unknown) =>
+      HarnessCapabilityUnsupportedError.isInstance(e) && e instanceof HarnessCapabilityUnsupportedError &&
+      /does not expose port 3000/.test(e.message) &&
+      e.cause instanceof SandlotError && e.cause.code === "port_not_exposed");
+    await assert.rejects(async () => session.setNetworkPolicy!({ mode: "proxy-only" } as unknown as HarnessV1NetworkPolicy),
+      (e: unknown) => HarnessCapabilityUnsupportedError.isInstance(e) && /unknown network policy mode "proxy-only"/.test((e as Error).message));
     await session.setNetworkPolicy!({ mode: "custom", allowedHosts: ["api.example.test"], allowedCIDRs: ["203.0.113.0/24"],
       deniedCIDRs: ["203.0.113.7"] });
     assert.deepEqual((await d.client.info(session.id)).options.network,
@@ -381,7 +386,8 @@ describe("AI SDK harness sandbox provider", { skip }, () => {
     await session.setPorts!([9000]);
     assert.deepEqual(session.ports, [9000]);
     await assert.rejects(fetch(ep.url + "index.html"));
-    await assert.rejects(async () => session.getPortEndpoint({ port: 8000 }), /port 8000 is not exposed/);
+    await assert.rejects(async () => session.getPortEndpoint({ port: 8000 }),
+      (e: unknown) => HarnessCapabilityUnsupportedError.isInstance(e) && /port 8000 is not exposed/.test((e as Error).message));
     await assert.rejects(async () => session.setPorts!([0]), (e: unknown) => e instanceof SandlotError && e.status === 400);
     await session.destroy();
   });
@@ -411,6 +417,22 @@ describe("AI SDK harness sandbox provider", { skip }, () => {
       assert.equal((await fetch(ep.url + "index.html")).status, 401); // no token, no way in
       assert.match((await session.getPortEndpoint({ port: 8000, protocol: "ws" })).url, /^ws:\/\/127\.0\.0\.1:/);
       await session.destroy();
+
+      // A wrong or missing token: the harness's authentication error, for
+      // createSession and resumeSession alike, with sandlotd's answer as its cause.
+      for (const bad of [new Sandlot({ url: `http://127.0.0.1:${port}`, token: "not-" + token }),
+        new Sandlot({ url: `http://127.0.0.1:${port}`, token: "" })]) {
+        const p = sandlotHarnessProvider({ client: bad });
+        const isAuth = (e: unknown) => HarnessSandboxAuthenticationError.isInstance(e) &&
+          e instanceof HarnessSandboxAuthenticationError && e.sandboxProviderId === "sandlot" &&
+          /sandlotd refused the credentials .*unauthorized, HTTP 401.*SANDLOT_TOKEN/.test(e.message) &&
+          e.cause instanceof SandlotError && e.cause.status === 401;
+        await assert.rejects(async () => p.createSession({ sessionId: "chat-auth" }), isAuth);
+        await assert.rejects(async () => p.resumeSession!({ sessionId: "chat-tcp" }), isAuth);
+        bad.close();
+      }
+      assert.deepEqual(await client.list({ labels: { [HARNESS_SESSION_LABEL]: "chat-auth" }, state: "all" }), []);
+      client.close();
     } finally {
       const problems = await tcp.stop();
       assert.deepEqual(problems, [], problems.join("\n"));

@@ -1,7 +1,7 @@
 /** The Deep Agents backend against a real sandlotd. */
 import { after, before, describe, test } from "node:test";
 import * as assert from "node:assert/strict";
-import { createDeepAgent } from "deepagents";
+import { createDeepAgent, SandboxError } from "deepagents";
 import { fakeModel } from "@langchain/core/testing";
 import { AIMessage, ToolMessage, type BaseMessage } from "@langchain/core/messages";
 import { SandlotError } from "sandlot";
@@ -68,7 +68,8 @@ describe("Deep Agents SandlotBackend", { skip }, () => {
     assert.deepEqual(ls.files?.map((f) => [f.path, f.is_dir]).sort(), [
       ["/home/user/proj/main.py", false], ["/home/user/proj/pkg/", true],
     ]);
-    assert.match((await backend.ls("/home/user/none")).error ?? "", /not found/);
+    assert.deepEqual(await backend.ls("/home/user/none"), { files: [] }, "a missing directory lists as empty, as BaseSandbox.ls");
+    assert.match((await backend.ls("/home/user/proj/main.py")).error ?? "", /main\.py: Not a directory/);
 
     const page = await backend.read("/home/user/proj/main.py", 1, 2);
     assert.deepEqual(page, { content: "line2\nline3", mimeType: "text/plain", totalLines: 4, startLine: 2, endLine: 3, nextOffset: 3 });
@@ -125,6 +126,70 @@ describe("Deep Agents SandlotBackend", { skip }, () => {
     const fromRoot = await backend.glob("**/deep/*.ts");
     assert.deepEqual(fromRoot.files?.map((f) => f.path), ["home/user/gl/src/deep/b.ts"], "\"/\" searches /home/user and /tmp");
     assert.ok(globToRegExp("**/x").test("x") && globToRegExp("**/x").test("a/b/x") && !globToRegExp("*.ts").test("a/b.ts"));
+  });
+
+  test("isRunning: true once created, false after close", async () => {
+    assert.equal(backend.isRunning, true);
+    const tmp = await SandlotBackend.create({ client: d.client });
+    assert.equal(tmp.isRunning, true);
+    await tmp.close();
+    assert.equal(tmp.isRunning, false);
+    assert.equal((await d.client.info(tmp.id)).state, "deleted");
+    await tmp.close(); // a second close is a no-op
+  });
+
+  test("a sandbox deleted behind the backend's back: the operation throws and isRunning turns false", async () => {
+    const tmp = await SandlotBackend.create({ client: d.client });
+    await d.client.sandbox(tmp.id).delete();
+    assert.equal(tmp.isRunning, true, "not known yet");
+    await assert.rejects(tmp.ls("/home/user"), (e: unknown) => e instanceof SandlotError && e.sandboxGone);
+    assert.equal(tmp.isRunning, false);
+  });
+
+  test("create with initialFiles: text files written (parents made, relative ones under /home/user) before it is handed out", async () => {
+    const tmp = await SandlotBackend.create({
+      client: d.client,
+      initialFiles: { "/home/user/init/a.txt": "alpha", "rel/dir/b.sh": "#!/bin/sh\necho from-b\n", "/tmp/empty": "" },
+    });
+    try {
+      assert.equal((await tmp.execute("cat init/a.txt")).output, "alpha");
+      assert.deepEqual(await tmp.execute("sh /home/user/rel/dir/b.sh"), { output: "from-b\n", exitCode: 0, truncated: false });
+      assert.equal((await tmp.execute("stat -c %s /tmp/empty")).output, "0\n");
+      assert.deepEqual((await tmp.ls("/home/user/rel/dir")).files?.map((f) => f.path), ["/home/user/rel/dir/b.sh"]);
+    } finally {
+      await tmp.close();
+    }
+  });
+
+  test("create with an initial file that cannot be written fails naming it, and deletes the sandbox", async () => {
+    const before = new Set((await d.client.list({ state: "running" })).map((s) => s.id));
+    await assert.rejects(
+      SandlotBackend.create({ client: d.client, initialFiles: { "/home/user/ok.txt": "fine", "/usr/not-writable.txt": "no" } }),
+      (e: unknown) => e instanceof SandlotError && /initialFiles could not be written: \/usr\/not-writable\.txt: /.test(e.message),
+    );
+    const after = (await d.client.list({ state: "running" })).filter((s) => !before.has(s.id));
+    assert.deepEqual(after, [], "the half-made sandbox is deleted");
+  });
+
+  test("two-step creation: new SandlotBackend({...}) then initialize()", async () => {
+    const tmp = new SandlotBackend({ client: d.client, initialFiles: { "two/step.txt": "ok" }, timeoutMs: 5000 });
+    assert.equal(tmp.isRunning, false);
+    assert.throws(() => tmp.id, (e: unknown) => SandboxError.isInstance(e) && e.code === "NOT_INITIALIZED");
+    await assert.rejects(tmp.execute("true"), (e: unknown) => SandboxError.isInstance(e) && e.code === "NOT_INITIALIZED");
+    await tmp.close(); // nothing to delete yet
+    const init = tmp.initialize();
+    await assert.rejects(tmp.initialize(), (e: unknown) => SandboxError.isInstance(e) && e.code === "ALREADY_INITIALIZED", "while the first runs");
+    await init;
+    try {
+      assert.equal(tmp.isRunning, true);
+      assert.match(tmp.id, /^sb-/);
+      assert.equal((await tmp.execute("cat two/step.txt")).output, "ok");
+      await assert.rejects(tmp.initialize(), (e: unknown) => SandboxError.isInstance(e) && e.code === "ALREADY_INITIALIZED");
+      await assert.rejects(new SandlotBackend(tmp.sandbox).initialize(), (e: unknown) => SandboxError.isInstance(e) && e.code === "ALREADY_INITIALIZED");
+    } finally {
+      await tmp.close();
+    }
+    assert.equal(tmp.isRunning, false);
   });
 
   test("a sandbox that is gone is an error, not a silent empty answer", async () => {

@@ -79,6 +79,7 @@ describe("LangChain sandlot middleware", { skip }, () => {
     assert.equal(seen.flat().find((f) => f.path.endsWith("total.txt"))?.source.startsWith("ex-"), true);
 
     await expire(d, first.id);
+    assert.equal((await d.client.info(first.id)).workspace_kept, true, "an expired sandbox keeps its workspace");
 
     const r2 = await agent.invoke({ messages: [{ role: "user", content: "again" }] });
     const out2 = toolOutputs(r2.messages);
@@ -90,7 +91,7 @@ describe("LangChain sandlot middleware", { skip }, () => {
     const second = mw.manager.sandbox!;
     assert.notEqual(second.id, first.id);
     // the expired sandbox's kept workspace is released, not held for the retention period
-    assert.notEqual((await d.client.info(first.id)).workspace_kept, true);
+    assert.equal((await d.client.info(first.id)).workspace_kept, false);
     assert.ok(mw.manager.generatedFiles().some((f) => f.path === "/home/user/again.txt" && f.sandboxId === second.id));
     assert.ok(!mw.manager.generatedFiles().some((f) => f.path.startsWith("/home/user/input/")));
 
@@ -109,6 +110,48 @@ describe("LangChain sandlot middleware", { skip }, () => {
     await (await all.ensure()).exec(make);
     assert.deepEqual((await all.collect()).map((f) => f.path).sort(), [
       "/home/user/.cache/fontconfig/f.cache-9", "/home/user/__pycache__/m.pyc", "/home/user/out/plot.txt"]);
+    await all.close();
+  });
+
+  test("a matplotlib plot: the plot is generated, ~/.cache is neither reported nor re-uploaded after expiry", async () => {
+    const plot = "python3 -c \"import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt; " +
+      "plt.plot([1, 3, 2]); plt.savefig('out/plot.png')\"";
+    const caches = "find /home/user/.cache -type f | sort";
+    const mw = sandlotMiddleware({ client: d.client });
+    const model = fakeModel()
+      .respondWithTools([{ name: "execute", args: { command: `mkdir -p out && ${plot} && ${caches}` }, id: "p1" }])
+      .respond(new AIMessage("Plotted."))
+      .respondWithTools([{ name: "execute", args: { command: "find /home/user -mindepth 1 | sort" }, id: "p2" }])
+      .respond(new AIMessage("Listed."));
+    const agent = createAgent({ model, tools: [], middleware: [mw] });
+    const r1 = await agent.invoke({ messages: [{ role: "user", content: "plot it" }] });
+    const made = toolOutputs(r1.messages).get("p1") ?? "";
+    // matplotlib did write its caches (else this test would prove nothing) ...
+    assert.match(made, /^\/home\/user\/\.cache\/fontconfig\/.*\.cache-\d+$/m, made);
+    assert.match(made, /^\/home\/user\/\.cache\/matplotlib\/fontlist-v\d+\.json$/m, made);
+    // ... and only the plot is a generated file.
+    assert.deepEqual((r1.sandlot_files as Array<{ path: string }>).map((f) => f.path), ["/home/user/out/plot.png"]);
+    const png = mw.manager.generatedFiles()[0]!;
+    assert.deepEqual([...png.content!.subarray(0, 4)], [0x89, 0x50, 0x4e, 0x47]);
+
+    const first = mw.manager.sandbox!;
+    await expire(d, first.id);
+    assert.equal((await d.client.info(first.id)).workspace_kept, true, "an expired sandbox keeps its workspace");
+    const r2 = await agent.invoke({ messages: [{ role: "user", content: "what is there now?" }] });
+    assert.equal(toolOutputs(r2.messages).get("p2"), "/home/user/out\n/home/user/out/plot.png\n[exit code 0]",
+      "the new sandbox has the plot and no tool caches");
+    assert.equal(mw.manager.recreations, 1);
+    // The old sandbox's kept workspace went at once, not after the retention period.
+    const old = await d.client.info(first.id);
+    assert.equal(old.workspace_kept, false, JSON.stringify(old));
+    await mw.manager.close();
+
+    // includeHiddenFiles: the caches are collected too.
+    const all = new SandlotSandboxManager({ client: d.client, includeHiddenFiles: true });
+    await (await all.ensure()).exec(`mkdir -p out && ${plot}`);
+    const paths = (await all.collect()).map((f) => f.path);
+    assert.ok(paths.includes("/home/user/out/plot.png"), paths.join(" "));
+    assert.ok(paths.some((p) => /^\/home\/user\/\.cache\/matplotlib\/fontlist-v\d+\.json$/.test(p)), paths.join(" "));
     await all.close();
   });
 
@@ -136,6 +179,7 @@ describe("LangChain sandlot middleware", { skip }, () => {
     assert.deepEqual(m.generatedFiles().map((f) => f.path), ["/home/user/gen.txt"], "deleted files are dropped");
 
     await expire(d, sb1.id);
+    assert.equal((await d.client.info(sb1.id)).workspace_kept, true);
     const listing = await m.withSandbox((sb) => sb.exec("ls -1 /home/user; cat gen.txt u.txt"));
     assert.equal(listing.stdout, "gen.txt\nu.txt\ngen\nuser");
     assert.equal(m.recreations, 1);
@@ -156,7 +200,7 @@ describe("LangChain sandlot middleware", { skip }, () => {
 
     await m.close();
     // re-creating released the expired sandbox's kept workspace
-    assert.notEqual((await d.client.info(sb1.id)).workspace_kept, true);
+    assert.equal((await d.client.info(sb1.id)).workspace_kept, false);
   });
 
   test("concurrent tool calls on a fresh manager share one sandbox; errors stay errors", async () => {
