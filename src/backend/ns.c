@@ -185,12 +185,17 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 		if (src[i] >= 0 && (hi[i] = sys_dupfd_cloexec(src[i], 100)) < 0)
 			child_fail(a->status_wr, "dup");
 	}
+	/* /dev/null too: in a process with few descriptors it can be one of
+	 * 3..9 itself, and the dup2s below would then turn it into another
+	 * (init's stdio became the status pipe, whose EOF never came). */
+	int devnull = sys_dupfd_cloexec(a->devnull, 100);
+	if (devnull < 0)
+		child_fail(a->status_wr, "dup");
 	int status_fd = hi[1];
 	for (int i = 0; i < NFDS; i++)
 		if (hi[i] >= 0 && sys_dup2(hi[i], INIT_FD_PROTO + i) < 0)
 			child_fail(status_fd, "dup2");
-	if (sys_dup2(a->devnull, 0) < 0 || sys_dup2(a->devnull, 1) < 0 ||
-	    sys_dup2(a->devnull, 2) < 0)
+	if (sys_dup2(devnull, 0) < 0 || sys_dup2(devnull, 1) < 0 || sys_dup2(devnull, 2) < 0)
 		child_fail(status_fd, "dup2 stdio");
 	/* Absent ones closed, so that init can tell (no fd 9 unless a tree
 	 * came), and nothing above INIT_FD_ROOT. */
