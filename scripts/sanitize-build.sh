@@ -40,8 +40,11 @@ fi
 if [ "$kind" = asan ]; then
 	# Not `ninja` alone: the static sandlot-init does not link sanitized.
 	# The unit tests, the fuzz replays and test-lib's hostile fake-init.
+	# (build.ninja brought up to date first: a build dir set up before a
+	# new test was added would not list it.)
+	ninja --quiet -C "$dir" build.ninja >&2
 	targets=$(cd "$dir" && ninja -t targets all |
-		grep -oE '^tests/[^:]*(test-[a-z0-9-]+|fuzz-[a-z0-9]+-replay|fake-init)' | sort -u)
+		grep -oE '^tests/[^:]*(test-[a-z0-9_-]+|fuzz-[a-z0-9_]+-replay|fake-init)' | sort -u)
 	programs="src/daemon/sandlotd src/cli/sandlot src/cli/sandlot-client"
 	# shellcheck disable=SC2086
 	ninja --quiet -C "$dir" $targets $programs >&2
