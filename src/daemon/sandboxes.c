@@ -38,7 +38,9 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/parse.h"
 #include "common/util.h"
+#include "core/private.h"
 #include "daemon/daemon.h"
 #include "daemon/domain.h"
 #include "linux/cgroup.h"
@@ -412,7 +414,7 @@ static int parse_size_field(const char *name, json_t *v, uint64_t *out, sandlot_
 	}
 	if (json_is_string(v)) {
 		sandlot_error_t *e = NULL;
-		if (sandlot_parse_size(json_string_value(v), 0, out, &e) < 0) {
+		if (sandlot__parse_size(json_string_value(v), 0, out, &e) < 0) {
 			bad(err, "field \"%s\": %s", name, sandlot_error_message(e));
 			sandlot_error_free(e);
 			return -1;
@@ -789,7 +791,7 @@ struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct doma
 	}
 	int64_t now = daemon_now_ms();
 	s->sb = sb;
-	s->init_pid = sandlot_init_pid(sb);
+	s->init_pid = sandlot__init_pid(sb);
 	s->created_ms = now;
 	s->last_active_ms = now;
 	s->ttl_seconds = c->ttl;

@@ -53,6 +53,7 @@
 
 #include "sandlot.h"
 #include "common/proto.h" /* SANDLOT_PROTO_WINDOW, SANDLOT_PROTO_MAX_DATA */
+#include "core/private.h" /* sandlot__init_pid */
 #include "tap.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -462,7 +463,8 @@ static void run_on_exit(void *ud, const sandlot_exit_t *st)
 
 static sandlot_proc_t *start(sandlot_t *sb, const sandlot_exec_spec_t *spec, struct run *r)
 {
-	sandlot_exec_callbacks_t cb = { run_on_output, run_on_exit, r };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+					.on_output = run_on_output, .on_exit = run_on_exit, .userdata = r };
 	sandlot_error_t *e = NULL;
 	sandlot_proc_t *p = sandlot_exec(sb, spec, &cb, &e);
 	if (!p) {
@@ -542,7 +544,7 @@ static void run_spec(sandlot_t *sb, const sandlot_exec_spec_t *spec, struct run 
 static void run_sh(sandlot_t *sb, const char *script, struct run *r)
 {
 	const char *argv[] = { "sh", "-c", script, NULL };
-	sandlot_exec_spec_t spec = { .argv = argv };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv };
 	run_spec(sb, &spec, r);
 }
 
@@ -850,7 +852,7 @@ static void test_create_destroy(void)
 	CHECK(strcmp(sandlot_id(a), sandlot_id(b)) != 0);
 	printf("#   ids %s %s\n", sandlot_id(a), sandlot_id(b));
 
-	pid_t pa = sandlot_init_pid(a), pb = sandlot_init_pid(b);
+	pid_t pa = sandlot__init_pid(a), pb = sandlot__init_pid(b);
 	CHECK(pa > 1 && pb > 1 && pa != pb);
 	CHECK(kill(pa, 0) == 0);
 	CHECK(kill(pb, 0) == 0);
@@ -910,10 +912,11 @@ static void *creator_main(void *arg)
 		char script[64];
 		snprintf(script, sizeof(script), "echo %d-%d", c->id, i);
 		const char *argv[] = { "sh", "-c", script, NULL };
-		sandlot_exec_spec_t s = { .argv = argv };
+		sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 		struct run r;
 		run_init(&r);
-		sandlot_exec_callbacks_t cb = { run_on_output, run_on_exit, &r };
+		sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+						.on_output = run_on_output, .on_exit = run_on_exit, .userdata = &r };
 		sandlot_proc_t *p = sandlot_exec(sb, &s, &cb, NULL);
 		sandlot_exit_t ex = { .exit_code = -1 };
 		if (p)
@@ -977,11 +980,11 @@ static void test_alive_after_init_killed(void)
 	struct run r;
 	run_init(&r);
 	const char *argv[] = { "sh", "-c", "echo ready; exec sleep 30", NULL };
-	sandlot_exec_spec_t spec = { .argv = argv };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv };
 	sandlot_proc_t *p = start(sb, &spec, &r);
 	CHECK(wait_output(&r, "ready", 5000));
 
-	CHECK(kill(sandlot_init_pid(sb), SIGKILL) == 0);
+	CHECK(kill(sandlot__init_pid(sb), SIGKILL) == 0);
 	uint64_t t0 = now_ms();
 	while (sandlot_alive(sb) && now_ms() - t0 < 5000)
 		sleep_ms(5);
@@ -993,7 +996,7 @@ static void test_alive_after_init_killed(void)
 	run_fini(&r);
 
 	const char *true_argv[] = { "true", NULL };
-	sandlot_exec_spec_t ts = { .argv = true_argv };
+	sandlot_exec_spec_t ts = { .size = sizeof(ts), .argv = true_argv };
 	MUST_FAIL(sandlot_exec(sb, &ts, NULL, E) ? 0 : -1, EPIPE, NULL);
 	sandlot_stat_t st;
 	MUST_FAIL(sandlot_stat(sb, "/home/user", &st, E), EPIPE, NULL);
@@ -1033,7 +1036,7 @@ static void test_exec_basic(void)
 	const char *xenv[] = { "OVR=exec", NULL };
 	const char *argv[] = { "sh", "-c", "echo $SBVAR $OVR $HOSTNAME $(hostname) $HOME $USER $(id -u); pwd",
 			       NULL };
-	sandlot_exec_spec_t spec = { .argv = argv, .env = xenv };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv, .env = xenv };
 	run_init(&r);
 	run_spec(sb, &spec, &r);
 	if (!buf_is(&r.out, "one exec box-1 box-1 /home/user user 1000\n/home/user\n"))
@@ -1044,7 +1047,7 @@ static void test_exec_basic(void)
 	/* Working directory: relative = under /home/user. */
 	MUST(sandlot_mkdir(sb, "sub", 0, 0, E));
 	const char *pwd[] = { "pwd", NULL };
-	sandlot_exec_spec_t ws = { .argv = pwd, .cwd = "sub" };
+	sandlot_exec_spec_t ws = { .size = sizeof(ws), .argv = pwd, .cwd = "sub" };
 	run_init(&r);
 	run_spec(sb, &ws, &r);
 	CHECK(buf_is(&r.out, "/home/user/sub\n"));
@@ -1057,7 +1060,7 @@ static void test_exec_basic(void)
 
 	/* No callbacks at all: wait still reports. */
 	const char *ex7[] = { "sh", "-c", "echo ignored; exit 7", NULL };
-	sandlot_exec_spec_t s7 = { .argv = ex7 };
+	sandlot_exec_spec_t s7 = { .size = sizeof(s7), .argv = ex7 };
 	sandlot_proc_t *p = sandlot_exec(sb, &s7, NULL, NULL);
 	REQUIRE(p);
 	sandlot_exit_t ex;
@@ -1069,7 +1072,7 @@ static void test_exec_basic(void)
 
 	/* Duration is wall time. */
 	const char *slp[] = { "sleep", "0.2", NULL };
-	sandlot_exec_spec_t ss = { .argv = slp };
+	sandlot_exec_spec_t ss = { .size = sizeof(ss), .argv = slp };
 	run_init(&r);
 	run_spec(sb, &ss, &r);
 	CHECK(r.ex.duration_ms >= 180 && r.ex.duration_ms < 5000);
@@ -1094,7 +1097,7 @@ static void test_set_env(void)
 
 	/* A command running across the change keeps its environment. */
 	const char *slow[] = { "sh", "-c", "read x; echo $A $B $C $HOME", NULL };
-	sandlot_exec_spec_t ss = { .argv = slow, .stdin_pipe = 1 };
+	sandlot_exec_spec_t ss = { .size = sizeof(ss), .argv = slow, .stdin_pipe = 1 };
 	run_init(&r);
 	sandlot_proc_t *p = start(sb, &ss, &r);
 
@@ -1123,7 +1126,7 @@ static void test_set_env(void)
 	run_fini(&r);
 	const char *xenv[] = { "B=exec", NULL };
 	const char *argv[] = { "sh", "-c", "echo $B", NULL };
-	sandlot_exec_spec_t spec = { .argv = argv, .env = xenv };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv, .env = xenv };
 	run_init(&r);
 	run_spec(sb, &spec, &r);
 	CHECK(buf_is(&r.out, "exec\n"));
@@ -1136,7 +1139,7 @@ static void test_set_env(void)
 static void test_network_policy(void)
 {
 	const char *bad[] = { "*.com", NULL };
-	sandlot_net_policy_t p = { SANDLOT_NET_ALLOWLIST, bad, NULL };
+	sandlot_net_policy_t p = { .size = sizeof(p), .mode = SANDLOT_NET_ALLOWLIST, .allow = bad };
 	MUST_FAIL(sandlot_net_policy_validate(&p, E), EINVAL, "too broad");
 	p.mode = SANDLOT_NET_OPEN;
 	const char *one[] = { "x.example", NULL };
@@ -1182,7 +1185,7 @@ static void test_network_policy(void)
 	MUST(sandlot_net_log(sb, n, &ev, &n, NULL, E));
 	CHECK(n == 0 && ev == NULL);
 	/* Back to none: loopback only, failing fast. */
-	sandlot_net_policy_t none = { SANDLOT_NET_NONE, NULL, NULL };
+	sandlot_net_policy_t none = { .size = sizeof(none), .mode = SANDLOT_NET_NONE };
 	MUST(sandlot_set_network(sb, &none, E));
 	CHECK_EQ_INT(sandlot_network(sb, &a, &d), SANDLOT_NET_NONE);
 	run_init(&r);
@@ -1280,16 +1283,17 @@ static void test_exec_start_errors(void)
 {
 	sandlot_t *sb = new_sandbox();
 	const char *missing[] = { "no-such-command-xyz", "arg", NULL };
-	sandlot_exec_spec_t s = { .argv = missing };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = missing };
 	expect_start_error(sb, &s, 127, ENOENT, "no-such-command-xyz", NULL, __LINE__);
 
 	const char *missing_abs[] = { "/no/such/dir/cmd", NULL };
-	s = (sandlot_exec_spec_t){ .argv = missing_abs };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = missing_abs };
 	expect_start_error(sb, &s, 127, ENOENT, "/no/such/dir/cmd", NULL, __LINE__);
 
 	/* The working directory fails: STAGE 'w', so 126 even for ENOENT. */
 	const char *tru[] = { "true", NULL };
-	s = (sandlot_exec_spec_t){ .argv = tru, .cwd = "/nonexistent-dir" };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = tru,
+				   .cwd = "/nonexistent-dir" };
 	expect_start_error(sb, &s, 126, ENOENT, "/nonexistent-dir", "working directory", __LINE__);
 	s.cwd = "missing-rel";
 	expect_start_error(sb, &s, 126, ENOENT, "missing-rel", "working directory", __LINE__);
@@ -1298,17 +1302,17 @@ static void test_exec_start_errors(void)
 	const char *script = "#!/bin/sh\necho hi\n";
 	MUST(put_file(sb, "script.sh", script, strlen(script), 0644, 0, E));
 	const char *noexec[] = { "./script.sh", NULL };
-	s = (sandlot_exec_spec_t){ .argv = noexec };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = noexec };
 	expect_start_error(sb, &s, 126, EACCES, "script.sh", NULL, __LINE__);
 	/* A file as working directory. */
-	s = (sandlot_exec_spec_t){ .argv = tru, .cwd = "script.sh" };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = tru, .cwd = "script.sh" };
 	expect_start_error(sb, &s, 126, ENOTDIR, "script.sh", "working directory", __LINE__);
 
 	/* Once executable it runs. */
 	MUST(put_file(sb, "script.sh", script, strlen(script), 0755, 0, E));
 	struct run r;
 	run_init(&r);
-	s = (sandlot_exec_spec_t){ .argv = noexec };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = noexec };
 	run_spec(sb, &s, &r);
 	CHECK(buf_is(&r.out, "hi\n"));
 	CHECK_EQ_INT(r.ex.exit_code, 0);
@@ -1325,15 +1329,15 @@ static void count_exit(void *ud, const sandlot_exit_t *st)
 static void test_exec_invalid_spec(void)
 {
 	sandlot_t *sb = new_sandbox();
-	sandlot_exec_callbacks_t cb = { NULL, count_exit, NULL };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb), .on_exit = count_exit };
 	const char *empty_argv[] = { NULL };
 	const char *empty_cmd[] = { "", NULL };
 	const char *ok[] = { "true", NULL };
 	const char *bad_env[] = { "GOOD=1", "BADENTRY", NULL };
-	sandlot_exec_spec_t s0 = { .argv = NULL };
-	sandlot_exec_spec_t s1 = { .argv = empty_argv };
-	sandlot_exec_spec_t s2 = { .argv = empty_cmd };
-	sandlot_exec_spec_t s3 = { .argv = ok, .env = bad_env };
+	sandlot_exec_spec_t s0 = { .size = sizeof(s0), .argv = NULL };
+	sandlot_exec_spec_t s1 = { .size = sizeof(s1), .argv = empty_argv };
+	sandlot_exec_spec_t s2 = { .size = sizeof(s2), .argv = empty_cmd };
+	sandlot_exec_spec_t s3 = { .size = sizeof(s3), .argv = ok, .env = bad_env };
 	MUST_FAIL(sandlot_exec(sb, NULL, &cb, E) ? 0 : -1, EINVAL, NULL);
 	MUST_FAIL(sandlot_exec(sb, &s0, &cb, E) ? 0 : -1, EINVAL, NULL);
 	MUST_FAIL(sandlot_exec(sb, &s1, &cb, E) ? 0 : -1, EINVAL, NULL);
@@ -1351,7 +1355,7 @@ static void test_exec_timeout(void)
 	uint32_t idle = idle_pids(sb);
 	struct run r;
 	const char *slp[] = { "sleep", "30", NULL };
-	sandlot_exec_spec_t s = { .argv = slp, .timeout_ms = 300 };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = slp, .timeout_ms = 300 };
 	run_init(&r);
 	uint64_t t0 = now_ms();
 	run_spec(sb, &s, &r);
@@ -1365,7 +1369,7 @@ static void test_exec_timeout(void)
 
 	/* The whole process group goes, output flowing or not. */
 	const char *grp[] = { "sh", "-c", "sleep 30 & sleep 30 & while :; do echo tick; sleep 0.01; done", NULL };
-	s = (sandlot_exec_spec_t){ .argv = grp, .timeout_ms = 300 };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = grp, .timeout_ms = 300 };
 	run_init(&r);
 	run_spec(sb, &s, &r);
 	CHECK_EQ_INT(r.ex.timed_out, 1);
@@ -1376,7 +1380,7 @@ static void test_exec_timeout(void)
 
 	/* Finishing first: not timed out, and the timer does not fire later. */
 	const char *tru[] = { "true", NULL };
-	s = (sandlot_exec_spec_t){ .argv = tru, .timeout_ms = 200 };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = tru, .timeout_ms = 200 };
 	run_init(&r);
 	run_spec(sb, &s, &r);
 	CHECK_EQ_INT(r.ex.timed_out, 0);
@@ -1395,7 +1399,7 @@ static void test_exec_stdin_roundtrip(void)
 	struct run r;
 	run_init(&r);
 	const char *cat[] = { "cat", NULL };
-	sandlot_exec_spec_t s = { .argv = cat, .stdin_pipe = 1 };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = cat, .stdin_pipe = 1 };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	for (size_t off = 0; off < n;) {
 		size_t k = 1 + rnd() % (200 * KiB);
@@ -1418,7 +1422,7 @@ static void test_exec_stdin_roundtrip(void)
 	data = random_bytes(8 * MiB);
 	run_init(&r);
 	const char *wc[] = { "wc", "-c", NULL };
-	s = (sandlot_exec_spec_t){ .argv = wc, .stdin_pipe = 1 };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = wc, .stdin_pipe = 1 };
 	p = start(sb, &s, &r);
 	MUST(sandlot_proc_write_stdin(p, data, 8 * MiB, E));
 	MUST(sandlot_proc_close_stdin(p, E));
@@ -1438,7 +1442,7 @@ static void test_exec_stdin_errors(void)
 
 	/* Without a pipe. */
 	run_init(&r);
-	sandlot_exec_spec_t s = { .argv = tru };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = tru };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	MUST_FAIL(sandlot_proc_write_stdin(p, "x", 1, E), EINVAL, "stdin");
 	MUST(sandlot_proc_close_stdin(p, E));
@@ -1459,7 +1463,7 @@ static void test_exec_stdin_errors(void)
 	/* Blocked on credit when the command exits without reading: EPIPE,
 	 * not a hang. */
 	const char *slp[] = { "sleep", "0.3", NULL };
-	s = (sandlot_exec_spec_t){ .argv = slp, .stdin_pipe = 1 };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = slp, .stdin_pipe = 1 };
 	size_t n = 4 * MiB;
 	uint8_t *data = random_bytes(n);
 	run_init(&r);
@@ -1480,7 +1484,7 @@ static void test_exec_kill(void)
 	uint32_t idle = idle_pids(sb);
 	struct run r;
 	const char *slp[] = { "sleep", "30", NULL };
-	sandlot_exec_spec_t s = { .argv = slp };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = slp };
 	run_init(&r);
 	sandlot_proc_t *p = start(sb, &s, &r);
 	uint64_t t0 = now_ms();
@@ -1494,7 +1498,7 @@ static void test_exec_kill(void)
 
 	/* The signal goes to the process group. */
 	const char *grp[] = { "sh", "-c", "sleep 30 & sleep 30 & echo ready; wait", NULL };
-	s = (sandlot_exec_spec_t){ .argv = grp };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = grp };
 	run_init(&r);
 	p = start(sb, &s, &r);
 	CHECK(wait_output(&r, "ready", 5000));
@@ -1507,7 +1511,7 @@ static void test_exec_kill(void)
 
 	/* Bad signals; a finished process. */
 	run_init(&r);
-	s = (sandlot_exec_spec_t){ .argv = slp };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = slp };
 	p = start(sb, &s, &r);
 	MUST_FAIL(sandlot_proc_kill(p, 0, E), EINVAL, "0");
 	MUST_FAIL(sandlot_proc_kill(p, 65, E), EINVAL, "65");
@@ -1564,7 +1568,7 @@ static void test_exec_pause_resume(void)
 	run_init(&r);
 	r.pause_budget = 1 << 30;
 	const char *argv[] = { "seq", "1", "300000", NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	struct resumer rs = { &r, p, 200, 0 };
 	pthread_t t;
@@ -1593,7 +1597,7 @@ static void test_exec_pause_holds_output(void)
 	run_init(&r);
 	r.pause_budget = 3;
 	const char *argv[] = { "head", "-c", "4M", "/dev/zero", NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	struct resumer rs = { &r, p, 300000, 0 };
 	pthread_t t;
@@ -1621,7 +1625,7 @@ static void test_exec_kill_from_callback(void)
 	run_init(&r);
 	r.kill_after = "go";
 	const char *argv[] = { "sh", "-c", "sleep 0.2; echo go; exec sleep 30", NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	if (!wait_exit_cb(&r, 8000)) {
 		printf("#   check failed: no on_exit 8 s after on_output called sandlot_proc_kill(): "
@@ -1652,7 +1656,7 @@ static void test_exec_free_while_paused(void)
 	run_init(&r);
 	r.pause_budget = 1;
 	const char *argv[] = { "head", "-c", "4M", "/dev/zero", NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	uint64_t t0 = now_ms();
 	pthread_mutex_lock(&r.mu);
@@ -1686,7 +1690,7 @@ static void test_exec_big_args(void)
 	memset(big, 'x', n);
 	big[n] = '\0';
 	const char *argv[] = { "sh", "-c", "printf %s \"$1\" | wc -c", "sh", big, NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	struct run r;
 	run_init(&r);
 	run_spec(sb, &s, &r);
@@ -1700,8 +1704,8 @@ static void test_exec_big_args(void)
 	memset(big, 'y', n);
 	big[n] = '\0';
 	const char *argv2[] = { "echo", big, NULL };
-	s = (sandlot_exec_spec_t){ .argv = argv2 };
-	sandlot_exec_callbacks_t cb = { NULL, count_exit, NULL };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = argv2 };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb), .on_exit = count_exit };
 	sandlot_error_t *e = NULL;
 	sandlot_proc_t *p = sandlot_exec(sb, &s, &cb, &e);
 	CHECK(p == NULL);
@@ -1736,8 +1740,9 @@ static void *worker_main(void *arg)
 		struct run r;
 		run_init(&r);
 		const char *argv[] = { "sh", "-c", script, NULL };
-		sandlot_exec_spec_t s = { .argv = argv };
-		sandlot_exec_callbacks_t cb = { run_on_output, run_on_exit, &r };
+		sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
+		sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+						.on_output = run_on_output, .on_exit = run_on_exit, .userdata = &r };
 		sandlot_error_t *e = NULL;
 		sandlot_proc_t *p = sandlot_exec(w->sb, &s, &cb, &e);
 		if (!p) {
@@ -2759,7 +2764,7 @@ static void test_destroy_running_exec(void)
 	run_init(&r);
 	run_init(&r2);
 	const char *argv[] = { "sh", "-c", "echo ready; exec sleep 30", NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	sandlot_proc_t *p2 = start(sb, &s, &r2); /* nobody waits on this one */
 	CHECK(wait_output(&r, "ready", 5000));
@@ -2845,7 +2850,7 @@ static void test_destroy_open_reader(void)
 	ssize_t k = 0;
 	MUST(k = sandlot_file_reader_read(rd, b, sizeof(b), E));
 	CHECK(k > 0);
-	pid_t init = sandlot_init_pid(sb);
+	pid_t init = sandlot__init_pid(sb);
 	REQUIRE(kill(init, SIGSTOP) == 0);
 	struct drain d = { rd, 0, 0, 0, 0 };
 	pthread_t t;
@@ -2935,7 +2940,7 @@ static void test_usage(void)
 	struct run r;
 	run_init(&r);
 	const char *argv[] = { "sh", "-c", "sleep 30 & echo ready; wait", NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	CHECK(wait_output(&r, "ready", 5000));
 	uint32_t idle = u.pids;
@@ -2990,7 +2995,7 @@ static void test_error_contract(void)
 	if (w)
 		CHECK_EQ_INT(sandlot_file_writer_commit(w, NULL), -1);
 	const char *bad[] = { "", NULL };
-	sandlot_exec_spec_t s = { .argv = bad };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = bad };
 	CHECK(sandlot_exec(sb, &s, NULL, NULL) == NULL);
 	sandlot_usage_t u;
 	CHECK_EQ_INT(sandlot_usage(sb, &u, NULL), 0);
@@ -3100,7 +3105,7 @@ static void test_port_connect(void)
 		char tag[16];
 		snprintf(tag, sizeof(tag), "in%zu", i);
 		const char *argv[] = { "python3", "-c", port_server_py, binds[i], pstr, tag, NULL };
-		sandlot_exec_spec_t spec = { .argv = argv };
+		sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv };
 		struct run r;
 		run_init(&r);
 		sandlot_proc_t *p = start(sb, &spec, &r);
@@ -3135,7 +3140,7 @@ static void test_port_connect(void)
 		close(c);
 	close(host_fd);
 
-	CHECK(kill(sandlot_init_pid(sb), SIGKILL) == 0);
+	CHECK(kill(sandlot__init_pid(sb), SIGKILL) == 0);
 	uint64_t t0 = now_ms();
 	while (sandlot_alive(sb) && now_ms() - t0 < 5000)
 		sleep_ms(5);
