@@ -2,6 +2,7 @@
 #include "core/sized.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -151,4 +152,36 @@ int sandlot__packages_config_copy(const sandlot_packages_config_t *in,
 				  sandlot_packages_config_t *out, sandlot_error_t **err)
 {
 	return sandlot__sized_copy(&packages_config_layout, in, out, err);
+}
+
+static const struct sl_struct_layout *const layouts[] = {
+	&options_layout,  &exec_spec_layout, &exec_callbacks_layout, &net_policy_layout,
+	&net_config_layout, &packages_layout, &packages_config_layout,
+};
+
+/* Whether each layout lists every member: in order, from right after
+ * `size` to the end, with no gap longer than padding (shorter than the next
+ * member and than 8 bytes; the structs are 8-aligned by `size`).  It cannot
+ * see a small member missing where padding could have been. */
+int sandlot__sized_layouts_check(char *why, size_t len)
+{
+	for (size_t k = 0; k < sizeof(layouts) / sizeof(layouts[0]); k++) {
+		const struct sl_struct_layout *l = layouts[k];
+		size_t end = sizeof(size_t);
+		for (size_t i = 0; i < l->nfields; i++) {
+			const struct sl_field *f = &l->fields[i];
+			if (f->off < end || f->off - end >= 8 || f->off - end >= f->len) {
+				snprintf(why, len, "%s: field %zu at offset %zu, after a field ending at %zu",
+					 l->name, i, f->off, end);
+				return -1;
+			}
+			end = f->off + f->len;
+		}
+		if (((end + 7) & ~(size_t)7) != l->size) {
+			snprintf(why, len, "%s: the listed fields end at %zu, the struct at %zu",
+				 l->name, end, l->size);
+			return -1;
+		}
+	}
+	return 0;
 }

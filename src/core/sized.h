@@ -58,4 +58,8 @@ int sandlot__packages_copy(const sandlot_packages_t *in, sandlot_packages_t *out
 int sandlot__packages_config_copy(const sandlot_packages_config_t *in,
 				  sandlot_packages_config_t *out, sandlot_error_t **err);
 
+/* For the tests: 0 if every layout lists all members of its struct, else
+ * -1 with what is missing in why. */
+int sandlot__sized_layouts_check(char *why, size_t len);
+
 #endif

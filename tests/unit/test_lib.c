@@ -54,6 +54,7 @@
 #include "sandlot.h"
 #include "common/proto.h" /* SANDLOT_PROTO_WINDOW, SANDLOT_PROTO_MAX_DATA */
 #include "core/private.h" /* sandlot__init_pid */
+#include "core/sized.h"   /* sandlot__sized_layouts_check */
 #include "tap.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -726,6 +727,223 @@ static void expect_valid(const sandlot_options_t *o, int line)
 		tap_case_failed = 1;
 	}
 	sandlot_error_free(e);
+}
+
+/* A versioned struct (sandlot.h, "Versioned structs") with a size the
+ * library must refuse: EINVAL, and a message naming the struct and `what`. */
+static void expect_bad_size(int rc, sandlot_error_t **ep, const char *type, const char *what,
+			    int line)
+{
+	sandlot_error_t *e = *ep;
+	*ep = NULL;
+	const char *msg = sandlot_error_message(e);
+	if (rc != -1 || sandlot_error_status(e) != EINVAL || !msg || !strstr(msg, type) ||
+	    !strstr(msg, what)) {
+		printf("#   check failed: a bad size of %s should fail with EINVAL naming \"%s\"; "
+		       "got rc %d \"%s\" (%s:%d)\n", type, what, rc, msg ? msg : "(null)", __FILE__,
+		       line);
+		tap_case_failed = 1;
+	}
+	sandlot_error_free(e);
+}
+
+/* Sizes that match no version of a struct are refused, for every versioned
+ * struct and entry point; a newer caller's longer struct is taken when its
+ * unknown fields are 0. */
+static void test_versioned_struct_sizes(void)
+{
+	char why[256] = "";
+	if (sandlot__sized_layouts_check(why, sizeof(why)) < 0) {
+		printf("#   check failed: layout list of sized.c: %s\n", why);
+		tap_case_failed = 1;
+	}
+	sandlot_options_t o;
+	sandlot_error_t *e = NULL;
+	sandlot_options_init(&o);
+	CHECK_EQ_INT(o.size, sizeof(o));
+
+	o.size = 0;
+	expect_bad_size(sandlot_options_validate(&o, &e), &e, "sandlot_options_t",
+			"sandlot_options_init()", __LINE__);
+	e = NULL;
+	REQUIRE(sandlot_create(&o, &e) == NULL);
+	expect_bad_size(-1, &e, "sandlot_options_t", "size is 0", __LINE__);
+	e = NULL;
+	expect_bad_size(sandlot_prepare(&o, 1, &e), &e, "sandlot_options_t", "size is 0", __LINE__);
+	e = NULL;
+	char **names = NULL;
+	expect_bad_size(sandlot_workspace_list(&o, &names, &e), &e, "sandlot_options_t",
+			"size is 0", __LINE__);
+	CHECK(names == NULL);
+	/* Inside a field (the second half of memory_bytes). */
+	o.size = offsetof(sandlot_options_t, memory_bytes) + 4;
+	e = NULL;
+	expect_bad_size(sandlot_options_validate(&o, &e), &e, "sandlot_options_t",
+			"ends inside a field", __LINE__);
+	/* Garbage: far past any version, or below the size field itself. */
+	o.size = (size_t)1 << 40;
+	e = NULL;
+	expect_bad_size(sandlot_options_validate(&o, &e), &e, "sandlot_options_t",
+			"not the size of any version", __LINE__);
+	o.size = 3;
+	e = NULL;
+	expect_bad_size(sandlot_options_validate(&o, &e), &e, "sandlot_options_t",
+			"not the size of any version", __LINE__);
+
+	/* A newer caller: a longer struct whose extra fields are 0 works; one
+	 * that sets one of them is refused (this library would ignore it). */
+	struct {
+		sandlot_options_t o;
+		uint64_t newer_field;
+	} newer;
+	sandlot_options_init(&newer.o);
+	CHECK_EQ_INT(newer.o.size, sizeof(newer.o));
+	newer.o.size = sizeof(newer);
+	newer.newer_field = 0;
+	e = NULL;
+	CHECK(sandlot_options_validate(&newer.o, &e) == 0);
+	sandlot_error_free(e);
+	newer.newer_field = 1;
+	e = NULL;
+	expect_bad_size(sandlot_options_validate(&newer.o, &e), &e, "sandlot_options_t",
+			"needs a newer libsandlot", __LINE__);
+	/* sandlot_options_init() of a newer caller zeroes what it does not know. */
+	memset(&newer, 0xa5, sizeof(newer));
+	sandlot_options_init_sized(&newer.o, sizeof(newer));
+	CHECK_EQ_INT(newer.o.size, sizeof(newer));
+	CHECK_EQ_INT(newer.newer_field, 0);
+	CHECK_STR(newer.o.image, "host");
+
+	/* The other versioned structs, at their entry points that need no
+	 * sandbox (sandlot_exec's own checks come before the sandbox's). */
+	sandlot_net_policy_t pol = { .mode = SANDLOT_NET_NONE };
+	e = NULL;
+	expect_bad_size(sandlot_net_policy_validate(&pol, &e), &e, "sandlot_net_policy_t",
+			"size is 0", __LINE__);
+	pol.size = sizeof(pol);
+	CHECK(sandlot_net_policy_validate(&pol, NULL) == 0);
+	sandlot_packages_t pk = { .size = 1, .pip = NULL };
+	e = NULL;
+	expect_bad_size(sandlot_packages_validate(&pk, &e), &e, "sandlot_packages_t",
+			"not the size of any version", __LINE__);
+	sandlot_net_config_t nc = { .size = sizeof(nc) + 8 * 1024 };
+	e = NULL;
+	expect_bad_size(sandlot_net_configure(&nc, &e), &e, "sandlot_net_config_t",
+			"not the size of any version", __LINE__);
+	sandlot_packages_config_t pc = { .size = 0 };
+	e = NULL;
+	expect_bad_size(sandlot_packages_configure(&pc, &e), &e, "sandlot_packages_config_t",
+			"size is 0", __LINE__);
+	const char *argv[] = { "true", NULL };
+	sandlot_exec_spec_t spec = { .argv = argv };
+	e = NULL;
+	CHECK(sandlot_exec(NULL, &spec, NULL, &e) == NULL);
+	expect_bad_size(-1, &e, "sandlot_exec_spec_t", "size is 0", __LINE__);
+	spec.size = sizeof(spec);
+	sandlot_exec_callbacks_t cb = { .size = offsetof(sandlot_exec_callbacks_t, on_output) + 2 };
+	e = NULL;
+	CHECK(sandlot_exec(NULL, &spec, &cb, &e) == NULL);
+	expect_bad_size(-1, &e, "sandlot_exec_callbacks_t", "ends inside a field", __LINE__);
+}
+
+/* What on_exit of an older program's callbacks saw. */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int calls, exit_code;
+	void *userdata;
+} old_exit = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, -1, NULL };
+
+static void old_on_exit(void *ud, const sandlot_exit_t *st)
+{
+	pthread_mutex_lock(&old_exit.mu);
+	old_exit.calls++;
+	old_exit.userdata = ud;
+	old_exit.exit_code = st->exit_code;
+	pthread_cond_broadcast(&old_exit.cv);
+	pthread_mutex_unlock(&old_exit.mu);
+}
+
+/* A program built against an older sandlot.h, whose structs ended earlier,
+ * still works: the library reads only what the size covers.  The bytes
+ * past it (which the older program does not have: here garbage that would
+ * fail every check if it were read) are never looked at, and the fields
+ * they would hold take their defaults. */
+static void test_versioned_struct_older_caller(void)
+{
+	need_sandbox();
+	/* Options as they were before `network` (a program of that time). */
+	union {
+		sandlot_options_t o;
+		unsigned char bytes[sizeof(sandlot_options_t)];
+	} old;
+	sandlot_options_init(&old.o);
+	old.o.hostname = "old-caller";
+	size_t old_size = offsetof(sandlot_options_t, network);
+	memset(old.bytes + old_size, 0xff, sizeof(old) - old_size);
+	old.o.size = old_size;
+	CHECK(old.o.storage != SANDLOT_STORAGE_DEFAULT); /* the garbage is there */
+	sandlot_error_t *e = NULL;
+	if (sandlot_options_validate(&old.o, &e) != 0) {
+		show_err("validate older options", e);
+		tap_case_failed = 1;
+	}
+	sandlot_error_free(e);
+	sandlot_t *sb = new_sandbox_opts(&old.o);
+
+	/* An exec spec as it was before `cwd`, and callbacks before
+	 * `userdata`: a cwd that does not exist and a stdin pipe (cat would
+	 * wait for input) lie past the size. */
+	const char *argv[] = { "sh", "-c", "pwd; hostname; cat; echo done", NULL };
+	sandlot_exec_spec_t spec = { .size = offsetof(sandlot_exec_spec_t, cwd), .argv = argv,
+				     .cwd = "/nonexistent-dir", .stdin_pipe = 1,
+				     .timeout_ms = 1 };
+	sandlot_proc_t *p = sandlot_exec(sb, &spec, NULL, &e);
+	if (!p) {
+		show_err("exec with an older spec", e);
+		sandlot_error_free(e);
+		sandlot_destroy(sb);
+		bail("exec failed", __LINE__);
+	}
+	sandlot_exit_t ex;
+	CHECK(sandlot_proc_wait(p, &ex, NULL) == 0);
+	CHECK_EQ_INT(ex.exit_code, 0);
+	CHECK_EQ_INT(ex.timed_out, 0);
+	CHECK_EQ_INT(ex.start_error, 0);
+	sandlot_proc_free(p);
+
+	struct run r;
+	run_init(&r);
+	sandlot_exec_spec_t spec2 = { .size = sizeof(spec2), .argv = argv };
+	run_spec(sb, &spec2, &r);
+	CHECK(buf_is(&r.out, "/home/user\nold-caller\ndone\n"));
+	run_fini(&r);
+
+	/* Callbacks as they were before `userdata`: the callbacks get NULL,
+	 * not what lies past the size. */
+	sandlot_exec_callbacks_t cb = { .size = offsetof(sandlot_exec_callbacks_t, userdata),
+					.on_exit = old_on_exit, .userdata = (void *)&old_exit };
+	p = sandlot_exec(sb, &spec2, &cb, &e);
+	if (!p) {
+		show_err("exec with older callbacks", e);
+		sandlot_error_free(e);
+		sandlot_destroy(sb);
+		bail("exec failed", __LINE__);
+	}
+	CHECK(sandlot_proc_wait(p, NULL, NULL) == 0);
+	pthread_mutex_lock(&old_exit.mu);
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	while (!old_exit.calls &&
+	       pthread_cond_timedwait(&old_exit.cv, &old_exit.mu, &until) == 0)
+		;
+	CHECK_EQ_INT(old_exit.calls, 1);
+	CHECK(old_exit.userdata == NULL);
+	CHECK_EQ_INT(old_exit.exit_code, 0);
+	pthread_mutex_unlock(&old_exit.mu);
+	sandlot_proc_free(p);
+	sandlot_destroy(sb);
 }
 
 static void test_options_validate(void)
@@ -3278,6 +3496,8 @@ int main(void)
 #endif
 	RUN(test_options_defaults);
 	RUN(test_options_validate);
+	RUN(test_versioned_struct_sizes);
+	RUN(test_versioned_struct_older_caller);
 	RUN(test_create_rejects);
 	RUN(test_create_destroy);
 	RUN(test_create_concurrent);
