@@ -114,7 +114,8 @@ static int validate_env(const char *const *env, sandlot_error_t **err)
 }
 
 /* sandlot-init next to the running program (build/bin, or an install's
- * bin/ + libexec/sandlot/), unless SANDLOT_INIT or the options say where. */
+ * bin/ + libexec/sandlot/), unless SANDLOT_INIT or the options say where;
+ * else the usual system places and where this library's install put it. */
 static char *find_init(const char *given, sandlot_error_t **err)
 {
 	const char *env = getenv("SANDLOT_INIT");
@@ -146,6 +147,9 @@ static char *find_init(const char *given, sandlot_error_t **err)
 	static const char *const sys[] = {
 		"/usr/libexec/sandlot/sandlot-init", "/usr/local/libexec/sandlot/sandlot-init",
 		"/usr/lib/sandlot/sandlot-init",
+#ifdef SANDLOT_INSTALLED_INIT
+		SANDLOT_INSTALLED_INIT, /* where `meson install` put it */
+#endif
 	};
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(sys); i++)
 		if (access(sys[i], X_OK) == 0)
