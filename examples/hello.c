@@ -17,7 +17,8 @@
 
 #include <sandlot.h>
 
-/* The command's output, as the library hands it over. */
+/* The command's output, as the library hands it over (the first 4 KiB:
+ * enough for a greeting). */
 struct output {
 	char buf[4096];
 	size_t len;
