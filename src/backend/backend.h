@@ -44,6 +44,15 @@ struct sandlot_backend_ops {
 	/* Kill every process of the sandbox and wait until they are gone (the
 	 * connection then reads EOF).  Never fails; idempotent. */
 	void (*kill)(struct sandlot *sb);
+	/* Start killing every process of the sandbox and return at once
+	 * (kill waits; release reaps).  Safe from any thread while other calls
+	 * use sb, though not concurrently with kill, detach or release.
+	 * Idempotent; never fails. */
+	void (*stop)(struct sandlot *sb);
+	/* 1 when the sandbox ended by itself or was stopped: its PID 1 is gone
+	 * (nothing is reaped: release does that), 0 while it runs.  Thread
+	 * safety as for stop. */
+	int (*ended)(const struct sandlot *sb);
 	/* Start killing the sandbox and hand the rest of its teardown to a
 	 * helper process without waiting (sandlot_destroy_nowait()); release
 	 * then only frees this process's state.  -1 (nothing done) when the
@@ -72,9 +81,20 @@ struct sandlot_backend_ops {
 	/* The sandbox's network namespace (owned by the backend, open while
 	 * the sandbox is), or -1. */
 	int (*netns_fd)(const struct sandlot *sb);
+	/* Remove what a sandbox with this (valid) id left on the host after
+	 * its owner lost it (killed, or a release the kernel was slow to let
+	 * finish): with kill, kill whatever of it still runs first.  Returns
+	 * how many of its parts remain (the host is still finishing with
+	 * them: call again later), 0 when none does.  Only for ids the caller
+	 * knows to be its own.  NULL: the backend leaves nothing behind. */
+	unsigned (*remove_leftovers)(const char *id, int kill);
 };
 
 extern const struct sandlot_backend_ops sandlot__backend_ns;
+
+/* Every backend, NULL-terminated (for calls that only know a sandbox's id,
+ * as sandlot__remove_leftovers()). */
+extern const struct sandlot_backend_ops *const sandlot__backends[];
 
 /* The backend for an image ("host" or a built image → ns).  NULL + error
  * if there is none for it. */

@@ -605,6 +605,37 @@ static void ns_kill(struct sandlot *sb)
 		ns_kill_init(sb->backend);
 }
 
+static void ns_stop(struct sandlot *sb)
+{
+	const struct ns_state *ns = sb->backend;
+	/* Our child, not reaped before release: the pid cannot have been
+	 * reused.  Killing a pid namespace's init kills all in it. */
+	if (!ns || ns->pid <= 0)
+		return;
+	if (ns->pidfd < 0 || sys_pidfd_send_signal(ns->pidfd, SIGKILL, NULL, 0) < 0)
+		kill(ns->pid, SIGKILL);
+}
+
+static int ns_ended(const struct sandlot *sb)
+{
+	const struct ns_state *ns = sb->backend;
+	if (!ns || ns->pid <= 0)
+		return 1;
+	/* WNOWAIT: release reaps it (and only then may the pid be reused). */
+	siginfo_t si = { 0 };
+	if (waitid(P_PID, (id_t)ns->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0)
+		return errno == ECHILD;
+	return si.si_pid == ns->pid;
+}
+
+/* A sandbox's cgroup is named after its id; the rest of what it holds on
+ * the host (uid range, network namespace, mounts) goes with its processes,
+ * and its workspace belongs to the caller (sandlot_workspace_*). */
+static unsigned ns_remove_leftovers(const char *id, int kill)
+{
+	return (unsigned)sandlot__cgroup_remove_named(id, kill);
+}
+
 static int ns_detach(struct sandlot *sb)
 {
 	struct ns_state *ns = sb->backend;
@@ -693,6 +724,8 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.start = ns_start,
 	.ready = ns_ready,
 	.kill = ns_kill,
+	.stop = ns_stop,
+	.ended = ns_ended,
 	.detach = ns_detach,
 	.release = ns_release_sb,
 	.usage = ns_usage,
@@ -702,4 +735,5 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.new_id = sandlot__ns_new_id,
 	.port_connect = ns_port_connect,
 	.netns_fd = ns_netns_fd,
+	.remove_leftovers = ns_remove_leftovers,
 };
