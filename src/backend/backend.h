@@ -3,7 +3,10 @@
  * A backend starts a sandbox whose PID 1 is sandlot-init and hands back a
  * connected byte stream to it; everything above (exec, files, changes)
  * speaks spec/protocol.md over that stream and does not care whether the
- * other end is a namespace sandbox or a microVM.
+ * other end is a namespace sandbox or a microVM.  What the sandbox's kernel
+ * counts (OOM kills, forks refused by the pids limit) init reports in each
+ * command's EXIT: a backend gives its init the means to read them (ns: its
+ * cgroup's event files, init.h fds 10 and 11), core never polls them.
  *
  * The workspace (/home/user and /tmp) comes from src/linux/storage.h, in
  * three calls a backend makes in start, and one in release:
@@ -63,9 +66,6 @@ struct sandlot_backend_ops {
 	 * shut down, so nothing uses the backend any more.  Never fails. */
 	void (*release)(struct sandlot *sb);
 	int (*usage)(struct sandlot *sb, sandlot_usage_t *out, sandlot_error_t **err);
-	/* Just the OOM-kill and refused-fork counters (read around every exec,
-	 * so cheaper than usage).  0, or -1 when they cannot be read. */
-	int (*events)(struct sandlot *sb, uint64_t *oom_kills, uint64_t *pids_limit_hits);
 	pid_t (*init_pid)(const struct sandlot *sb);
 	/* sandlot_prepare() and sandlot_new_id() for this backend (opts are
 	 * validated, defaults not yet applied). */

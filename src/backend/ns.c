@@ -129,6 +129,7 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_fail(int status_
 struct child_args {
 	const struct sandlot_cgroup_join *join;
 	int sync_rd, status_wr, sock, seccomp_fd, storage_fd, image_fd, lock_fd, devnull;
+	int oom_fd, pids_fd;
 	const char *init_path;
 	char *const *argv;
 };
@@ -174,11 +175,12 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	if (sys_setresgid(0, 0, 0) < 0 || sys_setresuid(0, 0, 0) < 0)
 		child_fail(a->status_wr, "become root of the user namespace");
 
-	/* Move the descriptors init expects to 3..9, going through high
+	/* Move the descriptors init expects to 3..11, going through high
 	 * numbers first so no dup2 clobbers a source. */
-	enum { NFDS = INIT_FD_ROOT - INIT_FD_PROTO + 1 };
+	enum { NFDS = INIT_FD_LAST - INIT_FD_PROTO + 1 };
 	int src[NFDS] = { a->sock,       a->status_wr, a->seccomp_fd, a->storage_fd,
-			  a->image_fd,   a->lock_fd,   root_fd };
+			  a->image_fd,   a->lock_fd,   root_fd,       a->oom_fd,
+			  a->pids_fd };
 	int hi[NFDS];
 	for (int i = 0; i < NFDS; i++) {
 		hi[i] = -1;
@@ -188,6 +190,7 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	/* /dev/null too: in a process with few descriptors it can be one of
 	 * 3..9 itself, and the dup2s below would then turn it into another
 	 * (init's stdio became the status pipe, whose EOF never came). */
+	_Static_assert(INIT_FD_LAST < 100, "init's descriptors are below the dup targets");
 	int devnull = sys_dupfd_cloexec(a->devnull, 100);
 	if (devnull < 0)
 		child_fail(a->status_wr, "dup");
@@ -198,12 +201,12 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	if (sys_dup2(devnull, 0) < 0 || sys_dup2(devnull, 1) < 0 || sys_dup2(devnull, 2) < 0)
 		child_fail(status_fd, "dup2 stdio");
 	/* Absent ones closed, so that init can tell (no fd 9 unless a tree
-	 * came), and nothing above INIT_FD_ROOT. */
+	 * came), and nothing above INIT_FD_LAST. */
 	for (int i = 0; i < NFDS; i++)
 		if (hi[i] < 0)
 			sys_close(INIT_FD_PROTO + i);
-	if (sys_close_range(INIT_FD_ROOT + 1, ~0U, 0) < 0) {
-		for (unsigned fd = INIT_FD_ROOT + 1; fd < 1024; fd++)
+	if (sys_close_range(INIT_FD_LAST + 1, ~0U, 0) < 0) {
+		for (unsigned fd = INIT_FD_LAST + 1; fd < 1024; fd++)
 			sys_close((int)fd);
 	}
 	char *const envp[] = { NULL };
@@ -375,6 +378,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 
 	cleanup_close int sync_rd = -1, sync_wr = -1, status_rd = -1, status_wr = -1;
 	cleanup_close int sock_host = -1, sock_child = -1, devnull = -1;
+	cleanup_close int oom_fd = -1, pids_fd = -1;
 	int fds[2];
 
 	struct root_job rj;
@@ -406,6 +410,9 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	if (!ns->cg)
 		goto fail;
 	sandlot__trace(prepared ? "cgroup (prepared)" : "cgroup");
+	/* Init reports what the kernel counted there around every command
+	 * (EXIT's OOM_KILLS and PIDS_REFUSED). */
+	sandlot__cgroup_event_fds(ns->cg, &oom_fd, &pids_fd);
 	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, (int)sb->opts.storage,
 				    sb->opts.workspace, sb->opts.disk_overcommit, &ns->storage,
 				    err) < 0)
@@ -485,6 +492,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		.sync_rd = sync_rd, .status_wr = status_wr, .sock = sock_child,
 		.seccomp_fd = seccomp_fd, .storage_fd = ns->storage.mount_fd,
 		.image_fd = sb->img.root_fd, .lock_fd = ns->storage.lock_fd, .devnull = devnull,
+		.oom_fd = oom_fd, .pids_fd = pids_fd,
 		.init_path = sb->init_path, .argv = argv,
 	};
 
@@ -529,6 +537,10 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	close(sync_rd), sync_rd = -1;
 	close(status_wr), status_wr = -1;
 	close(sock_child), sock_child = -1;
+	if (oom_fd >= 0)
+		close(oom_fd), oom_fd = -1;
+	if (pids_fd >= 0)
+		close(pids_fd), pids_fd = -1;
 	if (sandlot__userns_write_maps(pid, ns->slot.base, err) < 0)
 		goto fail;
 	sandlot__trace("uid map");
@@ -665,13 +677,6 @@ static int ns_usage(struct sandlot *sb, sandlot_usage_t *out, sandlot_error_t **
 	return sandlot__cgroup_usage(ns->cg, out, err);
 }
 
-static int ns_events(struct sandlot *sb, uint64_t *oom, uint64_t *pids)
-{
-	struct ns_state *ns = sb->backend;
-	*oom = *pids = 0;
-	return ns ? sandlot__cgroup_events(ns->cg, oom, pids) : -1;
-}
-
 static pid_t ns_init_pid(const struct sandlot *sb)
 {
 	const struct ns_state *ns = sb->backend;
@@ -729,7 +734,6 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.detach = ns_detach,
 	.release = ns_release_sb,
 	.usage = ns_usage,
-	.events = ns_events,
 	.init_pid = ns_init_pid,
 	.prepare = sandlot__ns_prepare,
 	.new_id = sandlot__ns_new_id,
