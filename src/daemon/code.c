@@ -551,7 +551,6 @@ struct cell {
 	int killed;
 	int state_lost;
 	int done;
-	int released;               /* the context's slot was given back (cell_release) */
 	char *out[3];
 	size_t outlen[3];
 	json_t *displays;
@@ -752,20 +751,11 @@ static json_t *cell_drain(struct cell *k)
 	return NULL;
 }
 
-/* Give the context's slot back (once): the next cell may start. */
-static void cell_release(struct cell *k)
+static void cell_free(struct cell *k)
 {
-	if (k->released)
-		return;
-	k->released = 1;
 	pthread_mutex_lock(&k->c->lock);
 	k->c->busy = 0;
 	pthread_mutex_unlock(&k->c->lock);
-}
-
-static void cell_free(struct cell *k)
-{
-	cell_release(k);
 	ctx_put(k->c);
 	json_decref(k->displays);
 	free(k->out[1]);
@@ -810,13 +800,8 @@ static ssize_t stream_read(void *ud, char *out, size_t max, struct http_wait *w)
 		free(k->buf);
 		k->buf = NULL;
 		k->len = k->off = 0;
-		if (k->done) {
-			/* Before the client sees the end: the stream's own free
-			 * comes later, on a worker, and a client that sends its
-			 * next cell right after the end must not get 409. */
-			cell_release(k);
+		if (k->done)
 			return 0;
-		}
 		int ms;
 		json_t *ev = cell_step(k, &ms);
 		if (!ev) {
