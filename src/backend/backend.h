@@ -31,6 +31,8 @@
 #include "sandlot.h"
 #include "common/error.h"
 
+struct nft_ctx;
+
 struct sandlot;
 
 struct sandlot_backend_ops {
@@ -88,6 +90,11 @@ struct sandlot_backend_ops {
 	 * them: call again later), 0 when none does.  Only for ids the caller
 	 * knows to be its own.  NULL: the backend leaves nothing behind. */
 	unsigned (*remove_leftovers)(const char *id, int kill);
+	/* Hand over egress set up ahead in that namespace (what
+	 * sandlot__netns_egress(redirect = 1) makes: listeners into fds, the
+	 * rules' context into *nft) and return 1, or 0 when there is none.
+	 * Optional. */
+	int (*take_egress)(struct sandlot *sb, int fds[3], struct nft_ctx **nft);
 };
 
 extern const struct sandlot_backend_ops sandlot__backend_ns;
