@@ -491,11 +491,25 @@ static void pending_ready(struct gate *g, struct gate_conn *c, uint32_t events,
 		/* Under /e2b the token may come in E2B's headers too (e2b.h). */
 		int e2b = e2b_path(h.target, h.target_len);
 		int ok = token_ok(g, h.auth, h.auth_len);
-		if (e2b) {
-			struct e2b_keys k = { h.api_key, h.api_key_len, h.access_token,
-					      h.access_token_len, h.sandbox_id, h.sandbox_id_len,
-					      h.target, h.target_len, h.traffic_token,
-					      h.traffic_token_len };
+		struct e2b_keys k = { h.api_key, h.api_key_len, h.access_token, h.access_token_len,
+				      h.sandbox_id, h.sandbox_id_len, h.target, h.target_len,
+				      h.traffic_token, h.traffic_token_len };
+		struct e2b_host eh;
+		if (e2b_host_parse(h.host, h.host_len, g->cfg.sandbox_domain, &eh)) {
+			/* A sandbox's host: its token, or none if it is public. */
+			e2b = 1;
+			ok = e2b_host_key_ok(g->bearer + strlen("Bearer "), h.auth, h.auth_len, &k,
+					     eh.id);
+			if (!ok && eh.id[0] && g->cfg.sandbox_public)
+				ok = g->cfg.sandbox_public(g->cfg.public_ud, eh.id);
+			if (!ok) {
+				answer_shaped(g, c, 401, "unauthorized",
+					      "missing or wrong token for this sandbox's host (send the "
+					      "sandbox's trafficAccessToken as E2B-Traffic-Access-Token, "
+					      "or the daemon's token)", R_UNAUTHORIZED, 1);
+				return;
+			}
+		} else if (e2b) {
 			ok |= e2b_key_ok(g->bearer + strlen("Bearer "), &k);
 		}
 		if (!ok) {
