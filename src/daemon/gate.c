@@ -378,7 +378,8 @@ static size_t discard_input(int fd, size_t max, int *eof)
 
 /* Answer an error on a connection of ours and let it linger (CLOSING):
  * {"error": {"code": code, "message": message}}, or E2B's shape
- * {"code": status, "message": message} when e2b is set (e2b.h). */
+ * {"code": status, "message": message} when e2b is set (e2b.h), with
+ * "error": code too when it is 2 (a sandbox's host). */
 static void answer_shaped(struct gate *g, struct gate_conn *c, int status, const char *code,
 			  const char *message, enum reason why, int e2b)
 {
@@ -386,7 +387,10 @@ static void answer_shaped(struct gate *g, struct gate_conn *c, int status, const
 	int eof;
 	c->lingered = discard_input(c->fd, LINGER_BYTES, &eof);
 	json_t *o;
-	if (e2b) {
+	if (e2b == 2) { /* a sandbox's host: E2B's shape with our code, as http.c */
+		o = json_pack("{s:i, s:s, s:o}", "code", status, "error", code, "message",
+			      json_text(message, strlen(message)));
+	} else if (e2b) {
 		o = json_pack("{s:i, s:o}", "code", status, "message",
 			      json_text(message, strlen(message)));
 	} else {
@@ -506,7 +510,7 @@ static void pending_ready(struct gate *g, struct gate_conn *c, uint32_t events,
 				answer_shaped(g, c, 401, "unauthorized",
 					      "missing or wrong token for this sandbox's host (send the "
 					      "sandbox's trafficAccessToken as E2B-Traffic-Access-Token, "
-					      "or the daemon's token)", R_UNAUTHORIZED, 1);
+					      "or the daemon's token)", R_UNAUTHORIZED, 2);
 				return;
 			}
 		} else if (e2b) {
