@@ -107,7 +107,8 @@ struct e2b_host {
  * LABEL.DOMAIN, compared without regard to case, with an optional final
  * dot.  0: it does not (the request is the API's).  1: it does, and *out
  * says which port of which sandbox, or (out->bad) why LABEL is not
- * PORT-SANDBOXID with PORT from 1 to 65535.  Pure; fuzzed
+ * PORT-SANDBOXID with PORT from 1 to 65535 and SANDBOXID of letters, digits
+ * and '-'.  Pure; fuzzed
  * (tests/fuzz/fuzz_e2b_host.c). */
 int e2b_host_parse(const char *host, size_t len, const char *domain, struct e2b_host *out);
 /* Whether a request to sandbox id's host may in: the daemon's token as

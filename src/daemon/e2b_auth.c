@@ -132,7 +132,13 @@ int e2b_host_parse(const char *host, size_t len, const char *domain, struct e2b_
 	}
 	for (size_t i = 0; i < il; i++) {
 		char c = dash[1 + i];
-		out->id[i] = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+		c = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) {
+			out->id[0] = '\0';
+			out->bad = "the sandbox id in the host may hold only letters, digits and '-'";
+			return 1;
+		}
+		out->id[i] = c;
 	}
 	out->id[il] = '\0';
 	out->port = (unsigned)port;
