@@ -35,7 +35,9 @@
  *
  * A route's method "*" matches every method, and a pattern ending in "*"
  * matches any rest of the path (the proxy: "/v1/sandboxes/{}/ports/{}/" then
- * a star).
+ * a star).  A request whose Host names a sandbox's port (PORT-ID.DOMAIN,
+ * http_config.sandbox_domain; e2b.h) is matched to no route: it goes to
+ * proxy_host_route (proxy.c), with host_routed set.
  *
  * Every handler answers exactly once with one of the http_* response
  * functions, or parks and answers from its continuation.  Answers are JSON
