@@ -52,6 +52,8 @@ class _State:
         self.pending_int = False    # SIGINT arrived inside a critical section
         self.timed_out = False
         self.interrupted = False    # bash: an interrupt was forwarded during this cell
+        self.int_next = 0.0         # bash: when to forward it again if the cell still runs
+        self.int_gap = 0.0
         self.watchdog = None
         self.ns = None
         self.loop = None
@@ -676,6 +678,7 @@ class _Bash:
         self.version = None
         self.began = 0
         self.buf = b""
+        self.eof = False
 
     def start(self):
         import subprocess
@@ -731,6 +734,7 @@ class _Bash:
                 return None
             data = os.read(self.status, 4096)
             if not data:
+                self.eof = True
                 return None
             self.buf += data
         rec, self.buf = self.buf.split(b"\0", 1)
@@ -763,6 +767,16 @@ def _bash_interrupt():
         S.pending_int = True            # bash is still reading the cell line: wait for "B"
         return
     S.interrupted = True
+    S.int_gap = 0.25
+    _bash_signal(b)
+
+
+def _bash_signal(b):
+    # SIGINT the whole group.  One that reaches bash between two commands of the cell (after a
+    # builtin, before the next fork), or while the cell ignores it, does not stop what follows:
+    # run_bash forwards it again while the cell runs on (after 0.25 s, 0.5 s, 1 s, then every 2 s).
+    S.int_next = time.monotonic() + S.int_gap
+    S.int_gap = min(2.0, S.int_gap * 2)
     try:
         os.killpg(b.proc.pid, signal.SIGINT)
     except OSError:
@@ -791,9 +805,12 @@ def run_bash(rid, code, timeout_ms):
         S.running = True
         alive = b._write(line.encode("utf-8", "replace"))
         while alive:
-            rec = b._record()
+            rec = b._record(0.25)
             if rec is None:
-                alive = False
+                if b.eof:
+                    alive = False
+                elif S.interrupted and b.began == seq and time.monotonic() >= S.int_next:
+                    _bash_signal(b)
             elif rec[0] == "B" and rec[1] == str(seq):
                 b.began = seq
                 if S.pending_int:

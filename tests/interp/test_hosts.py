@@ -903,6 +903,20 @@ def test_bash_background_job_and_exit_status(sh):
     assert sh.run("true").result["exit_code"] == 0
 
 
+def test_bash_one_interrupt_stops_a_cell_that_missed_it(sh):
+    # The SIGINT reaches the shell while the cell ignores it (as one that lands between two
+    # commands, after a builtin and before the next fork, is lost): the host forwards it again
+    # while the cell runs on, so one interrupt still stops the command that follows.
+    sh.run("kept=yes")
+    rid = sh.send_running("trap '' INT; sleep 0.6; trap - INT; sleep 100")
+    t0 = time.monotonic()
+    sh.interrupt()
+    c = sh.collect(rid, timeout=10)
+    assert c.status == "interrupted", c.result
+    assert time.monotonic() - t0 < 5
+    assert sh.run("echo $kept").stdout == "yes\n"
+
+
 @pytest.mark.parametrize("code", ["Promise.resolve().then(() => { RUNNING while (true) {} }); 1",
                                   "process.nextTick(() => { RUNNING while (true) {} }); 1",
                                   "setImmediate(() => { RUNNING while (true) {} }); 1"])
