@@ -153,6 +153,9 @@ count_node_tap() {
 	n() { grep -E "^# $1 [0-9]+$" "$tap_file" | tail -n 1 | grep -oE '[0-9]+$' || echo 0; }
 	passed=$((passed + $(n pass)))
 	failed=$((failed + $(n fail) + $(n cancelled)))
+	# A failing before/after hook fails its suite without failing a test:
+	# node's summary leaves it out of "# fail".
+	failed=$((failed + $(grep -cE "^ *failureType: 'hookFailed'" "$tap_file" || true)))
 	local name
 	while IFS= read -r name; do
 		if [ "${SANDLOT_MUST_WORK:-}" = 1 ] && ! node_skip_listed "$name"; then

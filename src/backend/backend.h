@@ -28,6 +28,8 @@
 #include "sandlot.h"
 #include "common/error.h"
 
+struct nft_ctx;
+
 struct sandlot;
 
 struct sandlot_backend_ops {
@@ -72,6 +74,11 @@ struct sandlot_backend_ops {
 	/* The sandbox's network namespace (owned by the backend, open while
 	 * the sandbox is), or -1. */
 	int (*netns_fd)(const struct sandlot *sb);
+	/* Hand over egress set up ahead in that namespace (what
+	 * sandlot__netns_egress(redirect = 1) makes: listeners into fds, the
+	 * rules' context into *nft) and return 1, or 0 when there is none.
+	 * Optional. */
+	int (*take_egress)(struct sandlot *sb, int fds[3], struct nft_ctx **nft);
 };
 
 extern const struct sandlot_backend_ops sandlot__backend_ns;

@@ -1,7 +1,8 @@
 /* sandlot_prepare() for the `ns` backend: a background thread that keeps a
  * set of prepared cgroups filled (src/linux/cgroup.h, "prepared cgroups")
  * and the root tree of the likely image built (ns-root.c), so that a
- * sandbox's creation finds both ready.  It is woken whenever a sandbox took
+ * sandbox's creation finds both ready, and a stock of network namespaces
+ * (linux/netns.h: plain ones, and ones with egress set up) made ahead.  It is woken whenever a sandbox took
  * a prepared cgroup (sandlot__ns_prepare_taken), and otherwise sleeps.
  *
  * This process is the preparer of the data directory's pool from the first
@@ -21,6 +22,12 @@
 #include "core/internal.h"
 #include "core/images.h"
 #include "common/util.h"
+#include "linux/netns.h"
+
+/* Network namespaces kept made: plain (most sandboxes), and with egress set
+ * up (sandboxes with a network). */
+#define NETNS_PLAIN 8
+#define NETNS_EGRESS 4
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
@@ -52,6 +59,7 @@ static void *prepare_main(void *arg)
 		if (!n)
 			continue;
 		sandlot__cgroup_pool_fill(dd, &lim, n);
+		sandlot__netns_pool_fill();
 		/* The tree is built once (then cloned, as long as the host's /etc
 		 * stays the same); a clone made and dropped at once costs a few
 		 * microseconds. */
@@ -76,6 +84,7 @@ static void stop_locked(void)
 	while (busy)
 		pthread_cond_wait(&idle_cond, &lock);
 	sandlot__cgroup_pool_release(data_dir, hold_fd);
+	sandlot__netns_pool_want(0, 0);
 	hold_fd = -1;
 	data_dir[0] = '\0';
 }
@@ -130,6 +139,7 @@ int sandlot__ns_prepare(const sandlot_options_t *likely, unsigned n, sandlot_err
 	}
 	if (rc == 0) {
 		count = n;
+		sandlot__netns_pool_want(NETNS_PLAIN, NETNS_EGRESS);
 		limits_of(likely, &limits);
 		snprintf(hostname, sizeof(hostname), "%s",
 			 likely->hostname ? likely->hostname : "sandlot");

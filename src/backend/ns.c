@@ -45,6 +45,7 @@
 #include "linux/storage.h"
 #include "linux/syscalls.h"
 #include "linux/userns.h"
+#include "net/policy.h"
 
 
 static void ns_kill_init(struct ns_state *ns)
@@ -86,9 +87,13 @@ static void ns_release(struct ns_state *ns)
 		ns->storage.ephemeral = 0;
 	sandlot__storage_destroy(&ns->storage);
 	sandlot__uid_slot_release(&ns->slot);
-	if (ns->netns_fd >= 0)
-		close(ns->netns_fd);
+	struct sandlot_netns_ready left = { .ns_fd = ns->netns_fd, .nft = ns->egress_nft };
+	memcpy(left.fds, ns->egress_fds, sizeof(left.fds));
+	sandlot__netns_ready_close(&left);
 	ns->netns_fd = -1;
+	ns->egress_nft = NULL;
+	for (int i = 0; i < SANDLOT_NETNS_NFDS; i++)
+		ns->egress_fds[i] = -1;
 	if (ns->cleanup_lock_fd >= 0)
 		close(ns->cleanup_lock_fd);
 	ns->cleanup_lock_fd = -1;
@@ -367,6 +372,8 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		return sandlot__error(err, ENOMEM, "out of memory");
 	ns->pidfd = -1;
 	ns->netns_fd = -1;
+	for (int i = 0; i < SANDLOT_NETNS_NFDS; i++)
+		ns->egress_fds[i] = -1;
 	ns->slot.lock_fd = -1;
 	ns->storage.mount_fd = ns->storage.lock_fd = -1;
 	ns->helper_fd = -1;
@@ -494,7 +501,18 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 				    CLONE_NEWUTS;
 	int added = 0, net_saved = -1;
 	pid_t pid = -1;
-	if (sandlot__netns_new(&ns->netns_fd, &net_saved, err) < 0) {
+	/* A namespace made ahead (sandlot_prepare()) when there is one of the
+	 * kind, else a new one. */
+	struct sandlot_netns_ready ready;
+	int made_ahead = sandlot__netns_pool_take(sb->net_policy && sb->net_policy->mode != SANDLOT_NET_NONE, &ready) == 0;
+	if (made_ahead) {
+		sandlot__ns_prepare_taken();
+		ns->netns_fd = ready.ns_fd;
+		memcpy(ns->egress_fds, ready.fds, sizeof(ns->egress_fds));
+		ns->egress_nft = ready.nft;
+	}
+	if (made_ahead ? sandlot__netns_enter(ns->netns_fd, &net_saved, err) < 0
+		       : sandlot__netns_new(&ns->netns_fd, &net_saved, err) < 0) {
 		sandlot__cgroup_join_close(&join);
 		goto fail;
 	}
@@ -688,6 +706,20 @@ static int ns_netns_fd(const struct sandlot *sb)
 	return ns ? ns->netns_fd : -1;
 }
 
+static int ns_take_egress(struct sandlot *sb, int fds[3], struct nft_ctx **nft)
+{
+	struct ns_state *ns = sb->backend;
+	if (!ns || ns->egress_fds[0] < 0 || !ns->egress_nft)
+		return 0;
+	for (int i = 0; i < SANDLOT_NETNS_NFDS; i++) {
+		fds[i] = ns->egress_fds[i];
+		ns->egress_fds[i] = -1;
+	}
+	*nft = ns->egress_nft;
+	ns->egress_nft = NULL;
+	return 1;
+}
+
 const struct sandlot_backend_ops sandlot__backend_ns = {
 	.name = "ns",
 	.start = ns_start,
@@ -702,4 +734,5 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.new_id = sandlot__ns_new_id,
 	.port_connect = ns_port_connect,
 	.netns_fd = ns_netns_fd,
+	.take_egress = ns_take_egress,
 };

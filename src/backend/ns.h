@@ -8,6 +8,7 @@
 #include "sandlot.h"
 #include "common/error.h"
 #include "linux/cgroup.h"
+#include "linux/netns.h"
 #include "linux/storage.h"
 #include "linux/userns.h"
 
@@ -27,6 +28,11 @@ struct ns_state {
 	int status_fd;              /* init's set-up report, until ready() read it */
 	int detached;               /* the helper owns the teardown: release only frees */
 	int netns_fd;               /* the network namespace the host made for it, or -1 */
+	/* Taken from the stock made ahead with egress set up in it: its
+	 * listeners and rules context, until the core takes them
+	 * (backend op take_egress); else -1 / NULL. */
+	int egress_fds[SANDLOT_NETNS_NFDS];
+	struct nft_ctx *egress_nft;
 };
 
 /* Remove cgroups and workspaces that a killed sandlot process left, and the

@@ -50,7 +50,10 @@ static int apply_locked(sandlot_t *sb, struct sl_policy *p, sandlot_error_t **er
 	}
 	if (!sb->net) {
 		int fds[3] = { -1, -1, -1 };
-		if (sandlot__netns_egress(nsfd, 1, fds, &sb->net_nft, err) < 0) {
+		/* Set up ahead (a namespace from sandlot_prepare()'s stock), or now. */
+		int ahead = !sb->net_nft && sb->ops->take_egress &&
+			    sb->ops->take_egress(sb, fds, &sb->net_nft);
+		if (!ahead && sandlot__netns_egress(nsfd, 1, fds, &sb->net_nft, err) < 0) {
 			sl_policy_unref(p);
 			return sandlot__error_wrap(err, "set up the sandbox's network");
 		}

@@ -551,6 +551,7 @@ struct cell {
 	int killed;
 	int state_lost;
 	int done;
+	int released;               /* c->busy cleared for this cell */
 	char *out[3];
 	size_t outlen[3];
 	json_t *displays;
@@ -636,6 +637,19 @@ static json_t *died_error(struct cell *k)
 	return json_pack("{s:s,s:s,s:[]}", "name", "InterpreterDied", "value", v, "traceback");
 }
 
+/* The context takes its next cell from now on: as soon as the result is
+ * made, before it reaches the client (which may send the next cell the
+ * moment it reads it), not when the answer's connection is done with. */
+static void cell_release(struct cell *k)
+{
+	if (k->released)
+		return;
+	k->released = 1;
+	pthread_mutex_lock(&k->c->lock);
+	k->c->busy = 0;
+	pthread_mutex_unlock(&k->c->lock);
+}
+
 /* Interrupt the cell (SIGINT) unless that was done already. */
 static void cell_interrupt_once(struct cell *k)
 {
@@ -699,6 +713,7 @@ static json_t *cell_step(struct cell *k, int *wait_ms)
 				json_t *o = final_result(k, j);
 				json_decref(j);
 				k->done = 1;
+				cell_release(k);
 				return o;
 			}
 			json_decref(j);
@@ -712,6 +727,7 @@ static json_t *cell_step(struct cell *k, int *wait_ms)
 			json_t *o = final_result(k, NULL);
 			json_object_set_new(o, "error", died_error(k));
 			k->done = 1;
+			cell_release(k);
 			daemon_log("code_host_lost", "sandbox=%s context=%s", c->sbid, c->id);
 			return o;
 		}
@@ -753,9 +769,7 @@ static json_t *cell_drain(struct cell *k)
 
 static void cell_free(struct cell *k)
 {
-	pthread_mutex_lock(&k->c->lock);
-	k->c->busy = 0;
-	pthread_mutex_unlock(&k->c->lock);
+	cell_release(k);
 	ctx_put(k->c);
 	json_decref(k->displays);
 	free(k->out[1]);

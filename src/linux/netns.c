@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,4 +324,90 @@ fail:
 		if (made[i] >= 0)
 			close(made[i]);
 	return -1;
+}
+
+/* ---- namespaces made ahead ------------------------------------------------ */
+
+int sandlot__netns_make(int egress, struct sandlot_netns_ready *r, sandlot_error_t **err)
+{
+	r->ns_fd = -1;
+	for (int i = 0; i < SANDLOT_NETNS_NFDS; i++)
+		r->fds[i] = -1;
+	r->nft = NULL;
+	int saved;
+	if (sandlot__netns_new(&r->ns_fd, &saved, err) < 0)
+		return -1;
+	sandlot__netns_leave(&saved);
+	if (egress && sandlot__netns_egress(r->ns_fd, 1, r->fds, &r->nft, err) < 0) {
+		sandlot__netns_ready_close(r);
+		return -1;
+	}
+	return 0;
+}
+
+void sandlot__netns_ready_close(struct sandlot_netns_ready *r)
+{
+	for (int i = 0; i < SANDLOT_NETNS_NFDS; i++) {
+		if (r->fds[i] >= 0)
+			close(r->fds[i]);
+		r->fds[i] = -1;
+	}
+	sandlot__netns_egress_close(r->nft);
+	r->nft = NULL;
+	if (r->ns_fd >= 0)
+		close(r->ns_fd);
+	r->ns_fd = -1;
+}
+
+#define NETNS_POOL_MAX 16
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sandlot_netns_ready pool[2][NETNS_POOL_MAX]; /* [egress] */
+static unsigned pool_n[2], pool_want[2];
+
+void sandlot__netns_pool_want(unsigned plain, unsigned egress)
+{
+	struct sandlot_netns_ready drop[2 * NETNS_POOL_MAX];
+	unsigned ndrop = 0;
+	pthread_mutex_lock(&pool_lock);
+	pool_want[0] = plain < NETNS_POOL_MAX ? plain : NETNS_POOL_MAX;
+	pool_want[1] = egress < NETNS_POOL_MAX ? egress : NETNS_POOL_MAX;
+	for (int k = 0; k < 2; k++)
+		while (pool_n[k] > pool_want[k])
+			drop[ndrop++] = pool[k][--pool_n[k]];
+	pthread_mutex_unlock(&pool_lock);
+	for (unsigned i = 0; i < ndrop; i++) /* slow (RCU): not under the lock */
+		sandlot__netns_ready_close(&drop[i]);
+}
+
+void sandlot__netns_pool_fill(void)
+{
+	for (;;) {
+		pthread_mutex_lock(&pool_lock);
+		int k = pool_n[0] < pool_want[0] ? 0 : pool_n[1] < pool_want[1] ? 1 : -1;
+		pthread_mutex_unlock(&pool_lock);
+		if (k < 0)
+			return;
+		struct sandlot_netns_ready r;
+		if (sandlot__netns_make(k, &r, NULL) < 0)
+			return; /* creates make their own, and say why if they cannot */
+		pthread_mutex_lock(&pool_lock);
+		int keep = pool_n[k] < pool_want[k];
+		if (keep)
+			pool[k][pool_n[k]++] = r;
+		pthread_mutex_unlock(&pool_lock);
+		if (!keep)
+			sandlot__netns_ready_close(&r);
+	}
+}
+
+int sandlot__netns_pool_take(int egress, struct sandlot_netns_ready *out)
+{
+	int k = egress ? 1 : 0, got = 0;
+	pthread_mutex_lock(&pool_lock);
+	if (pool_n[k] > 0) {
+		*out = pool[k][--pool_n[k]];
+		got = 1;
+	}
+	pthread_mutex_unlock(&pool_lock);
+	return got ? 0 : -1;
 }

@@ -61,6 +61,30 @@ int sandlot__netns_egress(int ns_fd, int redirect, int fds[SANDLOT_NETNS_NFDS],
  * so on a teardown path. */
 void sandlot__netns_egress_close(struct nft_ctx *nft);
 
+/* ---- namespaces made ahead ---- */
+
+/* A network namespace made before a sandbox asks for one: loopback up and,
+ * for egress, everything sandlot__netns_egress(redirect = 1) sets up (its
+ * listeners and the nftables context the rules went through). */
+struct sandlot_netns_ready {
+	int ns_fd;
+	int fds[SANDLOT_NETNS_NFDS];        /* egress: the listeners, else -1 */
+	struct nft_ctx *nft;                /* egress: the rules' context, else NULL */
+};
+int sandlot__netns_make(int egress, struct sandlot_netns_ready *r, sandlot_error_t **err);
+/* Close what r still holds (each member may have been taken: -1 / NULL). */
+void sandlot__netns_ready_close(struct sandlot_netns_ready *r);
+
+/* An in-process stock of them, for a long-running process (sandlotd, through
+ * sandlot_prepare()): creating a network namespace costs the kernel most of
+ * a millisecond, and loading the egress rules about as much again.
+ * _want sets how many of each kind to keep (0, 0 empties the stock);
+ * _fill makes what is missing (the preparing thread calls it); _take hands
+ * one over (0) or says there is none (-1: make it on the spot). */
+void sandlot__netns_pool_want(unsigned plain, unsigned egress);
+void sandlot__netns_pool_fill(void);
+int sandlot__netns_pool_take(int egress, struct sandlot_netns_ready *out);
+
 /* Where the proxy listens inside each sandbox: a port below 1024, which
  * nothing in the sandbox may bind (see above), on 127.0.0.1. */
 #define SANDLOT_NETNS_PROXY_PORT 1

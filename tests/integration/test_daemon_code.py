@@ -86,6 +86,28 @@ def test_interrupt_route(sandlotd):
     assert code(sandlotd, sid, "keep")["value"] == "7"
 
 
+def test_next_cell_right_after_a_streamed_result(sandlotd):
+    # The context is free as soon as the result line is out: a client that
+    # sends its next cell the moment it has read the result (its stream not
+    # yet closed) is not told the context is busy.
+    sid = sandlotd.create()
+    code(sandlotd, sid, "n = 0")
+    for i in range(40):
+        c, r = sandlotd.stream("POST", f"/v1/sandboxes/{sid}/code",
+                               json_body={"language": "python", "code": "n += 1\nprint(n)\nn"},
+                               headers=NDJSON)
+        assert r.status == 200
+        while True:
+            ev = json.loads(r.readline())
+            if ev["type"] == "result":
+                break
+        assert ev["value"] == str(i + 1)
+        nxt = sandlotd.post(f"/v1/sandboxes/{sid}/code", json_body={"language": "python", "code": "n"})
+        assert nxt.status == 200, (i, nxt)
+        assert nxt.json()["value"] == str(i + 1)
+        c.close()
+
+
 def test_exception_traceback_context_alive(sandlotd):
     sid = sandlotd.create()
     code(sandlotd, sid, "y = 5")

@@ -5,7 +5,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "common/error.h"
+#include "linux/netns.h"
 #include "net/policy.h"
 #include "net/wire.h"
 #include "tap.h"
@@ -482,6 +488,69 @@ static void test_closed_ranges(void)
 		}
 }
 
+/* ---- network namespaces made ahead (linux/netns.h) ------------------------------ */
+
+/* A TCP connect to a documentation address from inside ns_fd: 0 when it went
+ * through (to whatever took it), else the errno. */
+static int connect_from(int ns_fd, int *sock)
+{
+	int saved;
+	if (sandlot__netns_enter(ns_fd, &saved, NULL) < 0)
+		return -1;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	sandlot__netns_leave(&saved);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(80) };
+	inet_pton(AF_INET, "198.51.100.7", &a.sin_addr);
+	int r = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 ? 0 : errno;
+	*sock = fd;
+	return r;
+}
+
+static void test_netns_stock(void)
+{
+	if (geteuid() != 0)
+		tap_skip("network namespaces need root");
+	sandlot__netns_pool_want(1, 1);
+	sandlot__netns_pool_fill();
+	struct sandlot_netns_ready plain, egress, none;
+	CHECK_EQ_INT(sandlot__netns_pool_take(0, &plain), 0);
+	CHECK_EQ_INT(sandlot__netns_pool_take(1, &egress), 0);
+	CHECK_EQ_INT(sandlot__netns_pool_take(1, &none), -1); /* one of each was made */
+	CHECK(plain.ns_fd >= 0 && plain.fds[0] < 0 && plain.nft == NULL);
+	CHECK(egress.ns_fd >= 0 && egress.nft != NULL);
+	for (int i = 0; i < SANDLOT_NETNS_NFDS; i++)
+		CHECK(egress.fds[i] >= 0);
+	/* Plain: loopback only, no route out. */
+	int s1 = -1, s2 = -1;
+	CHECK_EQ_INT(connect_from(plain.ns_fd, &s1), ENETUNREACH);
+	/* Egress: the connection is redirected to the proxy listener. */
+	int r = connect_from(egress.ns_fd, &s2);
+	CHECK(r == 0 || r == EINPROGRESS);
+	struct pollfd p = { .fd = egress.fds[SANDLOT_NETNS_FD_PROXY], .events = POLLIN };
+	CHECK_EQ_INT(poll(&p, 1, 5000), 1);
+	int c = accept4(egress.fds[SANDLOT_NETNS_FD_PROXY], NULL, NULL, SOCK_CLOEXEC);
+	CHECK(c >= 0);
+	close(c);
+	close(s1);
+	close(s2);
+	sandlot__netns_ready_close(&plain);
+	sandlot__netns_ready_close(&egress);
+	CHECK(plain.ns_fd == -1 && egress.nft == NULL && egress.fds[0] == -1);
+	/* Emptied: nothing is handed out after want(0, 0), and fill makes none. */
+	sandlot__netns_pool_want(0, 0);
+	sandlot__netns_pool_fill();
+	CHECK_EQ_INT(sandlot__netns_pool_take(0, &none), -1);
+	/* A stock filled and then emptied gives back its descriptors. */
+	int before = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	close(before);
+	sandlot__netns_pool_want(2, 2);
+	sandlot__netns_pool_fill();
+	sandlot__netns_pool_want(0, 0);
+	int after = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	close(after);
+	CHECK_EQ_INT(after, before);
+}
+
 int main(void)
 {
 	TAP_RUN(test_names);
@@ -493,5 +562,6 @@ int main(void)
 	TAP_RUN(test_policy_match);
 	TAP_RUN(test_policy_errors);
 	TAP_RUN(test_closed_ranges);
+	TAP_RUN(test_netns_stock);
 	return tap_done();
 }

@@ -112,10 +112,11 @@ export class Daemon {
     });
     if (code !== 0) problems.push(`sandlotd exited with ${code} on SIGTERM:\n${this.logs()}`);
     // Inits are reaped and loop devices detached asynchronously; the
-    // storage pool's device once nothing holds its filesystem any more,
-    // which on a loaded shared host took over 5 s once (the integration
-    // suite's checks wait 10 s too).
-    const deadline = Date.now() + 10_000;
+    // storage pool's device once nothing holds its filesystem any more: a
+    // sandbox starting elsewhere copies the mount and detaches its copy
+    // lazily, which on a loaded shared host took over 10 s (the integration
+    // suite's check waits 30 s too).
+    const deadline = Date.now() + 30_000;
     let found = hostLeftovers(this.dataDir, this.createdIds());
     while (found.length && Date.now() < deadline) {
       await sleep(100);
