@@ -112,7 +112,6 @@ struct dsb {
 	int refs;                   /* lifetime: table + borrowers */
 	/* sandboxes.c private */
 	pthread_cond_t cond;        /* busy dropped to 0 */
-	pid_t init_pid;             /* host pid of its init (our child) */
 	int destroy_pending;        /* ended, but borrowers still used sb */
 	int in_table;
 	/* kept workspace (workspaces.c), under s->lock */
@@ -294,10 +293,10 @@ void dsb_table_add(struct daemon *d, struct dsb *s);
 /* Number of sandboxes in each state (for metrics). */
 void dsb_count_states(struct daemon *d, unsigned counts[DSB_NSTATES]);
 
-/* After sandlot_destroy() of sandbox `id`: if its cgroup is still there
- * (the kernel was slow to let go), retry removing it in the background
- * (the reaper, and sandboxes_free() at the end). */
-void cgroup_check_after_destroy(const char *id);
+/* After sandlot_destroy() of sandbox `id`: if something of it is still on
+ * the host (the kernel was slow to let go of its cgroup), retry removing it
+ * in the background (the reaper, and sandboxes_free() at the end). */
+void leftovers_check_after_destroy(const char *id);
 
 /* Without busy marking: a reference to sandbox `id` (release with
  * dsb_release), or NULL if the id is malformed or unknown. */
@@ -311,8 +310,9 @@ void dsb_answer_ended(struct http_req *req, struct dsb *s);
  * changed under s->lock (so that no new borrower gets it) and nrunning
  * went down: kill its execs and init, wait (bounded) for borrowers, destroy
  * the handle — or leave that to the reaper if a borrower holds on — and
- * tell dsb_destroyed().  `pid` is its init_pid from before the change. */
-void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid);
+ * tell dsb_destroyed().  `sb` is its handle from before the change (or
+ * NULL): only dsb_stop() and the reaper destroy it, so it is still there. */
+void dsb_stop(struct daemon *d, struct dsb *s, sandlot_t *sb);
 
 extern const struct http_route sandbox_routes[];
 
