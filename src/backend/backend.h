@@ -3,7 +3,10 @@
  * A backend starts a sandbox whose PID 1 is sandlot-init and hands back a
  * connected byte stream to it; everything above (exec, files, changes)
  * speaks spec/protocol.md over that stream and does not care whether the
- * other end is a namespace sandbox or a microVM.
+ * other end is a namespace sandbox or a microVM.  What the sandbox's kernel
+ * counts (OOM kills, forks refused by the pids limit) init reports in each
+ * command's EXIT: a backend gives its init the means to read them (ns: its
+ * cgroup's event files, init.h fds 10 and 11), core never polls them.
  *
  * The workspace (/home/user and /tmp) comes from src/linux/storage.h, in
  * three calls a backend makes in start, and one in release:
@@ -46,6 +49,15 @@ struct sandlot_backend_ops {
 	/* Kill every process of the sandbox and wait until they are gone (the
 	 * connection then reads EOF).  Never fails; idempotent. */
 	void (*kill)(struct sandlot *sb);
+	/* Start killing every process of the sandbox and return at once
+	 * (kill waits; release reaps).  Safe from any thread while other calls
+	 * use sb, though not concurrently with kill, detach or release.
+	 * Idempotent; never fails. */
+	void (*stop)(struct sandlot *sb);
+	/* 1 when the sandbox ended by itself or was stopped: its PID 1 is gone
+	 * (nothing is reaped: release does that), 0 while it runs.  Thread
+	 * safety as for stop. */
+	int (*ended)(const struct sandlot *sb);
 	/* Start killing the sandbox and hand the rest of its teardown to a
 	 * helper process without waiting (sandlot_destroy_nowait()); release
 	 * then only frees this process's state.  -1 (nothing done) when the
@@ -56,9 +68,6 @@ struct sandlot_backend_ops {
 	 * shut down, so nothing uses the backend any more.  Never fails. */
 	void (*release)(struct sandlot *sb);
 	int (*usage)(struct sandlot *sb, sandlot_usage_t *out, sandlot_error_t **err);
-	/* Just the OOM-kill and refused-fork counters (read around every exec,
-	 * so cheaper than usage).  0, or -1 when they cannot be read. */
-	int (*events)(struct sandlot *sb, uint64_t *oom_kills, uint64_t *pids_limit_hits);
 	pid_t (*init_pid)(const struct sandlot *sb);
 	/* sandlot_prepare() and sandlot_new_id() for this backend (opts are
 	 * validated, defaults not yet applied). */
@@ -74,6 +83,13 @@ struct sandlot_backend_ops {
 	/* The sandbox's network namespace (owned by the backend, open while
 	 * the sandbox is), or -1. */
 	int (*netns_fd)(const struct sandlot *sb);
+	/* Remove what a sandbox with this (valid) id left on the host after
+	 * its owner lost it (killed, or a release the kernel was slow to let
+	 * finish): with kill, kill whatever of it still runs first.  Returns
+	 * how many of its parts remain (the host is still finishing with
+	 * them: call again later), 0 when none does.  Only for ids the caller
+	 * knows to be its own.  NULL: the backend leaves nothing behind. */
+	unsigned (*remove_leftovers)(const char *id, int kill);
 	/* Hand over egress set up ahead in that namespace (what
 	 * sandlot__netns_egress(redirect = 1) makes: listeners into fds, the
 	 * rules' context into *nft) and return 1, or 0 when there is none.
@@ -82,6 +98,10 @@ struct sandlot_backend_ops {
 };
 
 extern const struct sandlot_backend_ops sandlot__backend_ns;
+
+/* Every backend, NULL-terminated (for calls that only know a sandbox's id,
+ * as sandlot__remove_leftovers()). */
+extern const struct sandlot_backend_ops *const sandlot__backends[];
 
 /* The backend for an image ("host" or a built image → ns).  NULL + error
  * if there is none for it. */

@@ -134,6 +134,7 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_fail(int status_
 struct child_args {
 	const struct sandlot_cgroup_join *join;
 	int sync_rd, status_wr, sock, seccomp_fd, storage_fd, image_fd, lock_fd, devnull;
+	int oom_fd, pids_fd;
 	const char *init_path;
 	char *const *argv;
 };
@@ -179,11 +180,12 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	if (sys_setresgid(0, 0, 0) < 0 || sys_setresuid(0, 0, 0) < 0)
 		child_fail(a->status_wr, "become root of the user namespace");
 
-	/* Move the descriptors init expects to 3..9, going through high
+	/* Move the descriptors init expects to 3..11, going through high
 	 * numbers first so no dup2 clobbers a source. */
-	enum { NFDS = INIT_FD_ROOT - INIT_FD_PROTO + 1 };
+	enum { NFDS = INIT_FD_LAST - INIT_FD_PROTO + 1 };
 	int src[NFDS] = { a->sock,       a->status_wr, a->seccomp_fd, a->storage_fd,
-			  a->image_fd,   a->lock_fd,   root_fd };
+			  a->image_fd,   a->lock_fd,   root_fd,       a->oom_fd,
+			  a->pids_fd };
 	int hi[NFDS];
 	for (int i = 0; i < NFDS; i++) {
 		hi[i] = -1;
@@ -193,6 +195,7 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	/* /dev/null too: in a process with few descriptors it can be one of
 	 * 3..9 itself, and the dup2s below would then turn it into another
 	 * (init's stdio became the status pipe, whose EOF never came). */
+	_Static_assert(INIT_FD_LAST < 100, "init's descriptors are below the dup targets");
 	int devnull = sys_dupfd_cloexec(a->devnull, 100);
 	if (devnull < 0)
 		child_fail(a->status_wr, "dup");
@@ -203,12 +206,12 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	if (sys_dup2(devnull, 0) < 0 || sys_dup2(devnull, 1) < 0 || sys_dup2(devnull, 2) < 0)
 		child_fail(status_fd, "dup2 stdio");
 	/* Absent ones closed, so that init can tell (no fd 9 unless a tree
-	 * came), and nothing above INIT_FD_ROOT. */
+	 * came), and nothing above INIT_FD_LAST. */
 	for (int i = 0; i < NFDS; i++)
 		if (hi[i] < 0)
 			sys_close(INIT_FD_PROTO + i);
-	if (sys_close_range(INIT_FD_ROOT + 1, ~0U, 0) < 0) {
-		for (unsigned fd = INIT_FD_ROOT + 1; fd < 1024; fd++)
+	if (sys_close_range(INIT_FD_LAST + 1, ~0U, 0) < 0) {
+		for (unsigned fd = INIT_FD_LAST + 1; fd < 1024; fd++)
 			sys_close((int)fd);
 	}
 	char *const envp[] = { NULL };
@@ -382,6 +385,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 
 	cleanup_close int sync_rd = -1, sync_wr = -1, status_rd = -1, status_wr = -1;
 	cleanup_close int sock_host = -1, sock_child = -1, devnull = -1;
+	cleanup_close int oom_fd = -1, pids_fd = -1;
 	int fds[2];
 
 	struct root_job rj;
@@ -413,6 +417,9 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	if (!ns->cg)
 		goto fail;
 	sandlot__trace(prepared ? "cgroup (prepared)" : "cgroup");
+	/* Init reports what the kernel counted there around every command
+	 * (EXIT's OOM_KILLS and PIDS_REFUSED). */
+	sandlot__cgroup_event_fds(ns->cg, &oom_fd, &pids_fd);
 	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, (int)sb->opts.storage,
 				    sb->opts.workspace, sb->opts.disk_overcommit, &ns->storage,
 				    err) < 0)
@@ -492,6 +499,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		.sync_rd = sync_rd, .status_wr = status_wr, .sock = sock_child,
 		.seccomp_fd = seccomp_fd, .storage_fd = ns->storage.mount_fd,
 		.image_fd = sb->img.root_fd, .lock_fd = ns->storage.lock_fd, .devnull = devnull,
+		.oom_fd = oom_fd, .pids_fd = pids_fd,
 		.init_path = sb->init_path, .argv = argv,
 	};
 
@@ -547,6 +555,10 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	close(sync_rd), sync_rd = -1;
 	close(status_wr), status_wr = -1;
 	close(sock_child), sock_child = -1;
+	if (oom_fd >= 0)
+		close(oom_fd), oom_fd = -1;
+	if (pids_fd >= 0)
+		close(pids_fd), pids_fd = -1;
 	if (sandlot__userns_write_maps(pid, ns->slot.base, err) < 0)
 		goto fail;
 	sandlot__trace("uid map");
@@ -623,6 +635,37 @@ static void ns_kill(struct sandlot *sb)
 		ns_kill_init(sb->backend);
 }
 
+static void ns_stop(struct sandlot *sb)
+{
+	const struct ns_state *ns = sb->backend;
+	/* Our child, not reaped before release: the pid cannot have been
+	 * reused.  Killing a pid namespace's init kills all in it. */
+	if (!ns || ns->pid <= 0)
+		return;
+	if (ns->pidfd < 0 || sys_pidfd_send_signal(ns->pidfd, SIGKILL, NULL, 0) < 0)
+		kill(ns->pid, SIGKILL);
+}
+
+static int ns_ended(const struct sandlot *sb)
+{
+	const struct ns_state *ns = sb->backend;
+	if (!ns || ns->pid <= 0)
+		return 1;
+	/* WNOWAIT: release reaps it (and only then may the pid be reused). */
+	siginfo_t si = { 0 };
+	if (waitid(P_PID, (id_t)ns->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0)
+		return errno == ECHILD;
+	return si.si_pid == ns->pid;
+}
+
+/* A sandbox's cgroup is named after its id; the rest of what it holds on
+ * the host (uid range, network namespace, mounts) goes with its processes,
+ * and its workspace belongs to the caller (sandlot_workspace_*). */
+static unsigned ns_remove_leftovers(const char *id, int kill)
+{
+	return (unsigned)sandlot__cgroup_remove_named(id, kill);
+}
+
 static int ns_detach(struct sandlot *sb)
 {
 	struct ns_state *ns = sb->backend;
@@ -650,13 +693,6 @@ static int ns_usage(struct sandlot *sb, sandlot_usage_t *out, sandlot_error_t **
 	if (!ns)
 		return sandlot__error(err, EPIPE, "the sandbox is gone");
 	return sandlot__cgroup_usage(ns->cg, out, err);
-}
-
-static int ns_events(struct sandlot *sb, uint64_t *oom, uint64_t *pids)
-{
-	struct ns_state *ns = sb->backend;
-	*oom = *pids = 0;
-	return ns ? sandlot__cgroup_events(ns->cg, oom, pids) : -1;
 }
 
 static pid_t ns_init_pid(const struct sandlot *sb)
@@ -725,14 +761,16 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.start = ns_start,
 	.ready = ns_ready,
 	.kill = ns_kill,
+	.stop = ns_stop,
+	.ended = ns_ended,
 	.detach = ns_detach,
 	.release = ns_release_sb,
 	.usage = ns_usage,
-	.events = ns_events,
 	.init_pid = ns_init_pid,
 	.prepare = sandlot__ns_prepare,
 	.new_id = sandlot__ns_new_id,
 	.port_connect = ns_port_connect,
 	.netns_fd = ns_netns_fd,
+	.remove_leftovers = ns_remove_leftovers,
 	.take_egress = ns_take_egress,
 };

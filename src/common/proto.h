@@ -70,6 +70,8 @@ enum sandlot_tag {
 	SL_TAG_ALLOCATED = 23, /* u64: bytes the file takes on disk (STAT, ENTRIES) */
 	SL_TAG_MAX_BYTES = 24, /* u64: FREAD: largest file to send; SCAN: most CHANGES bytes */
 	SL_TAG_MEMORY = 25,    /* u64: SCAN: most memory the walk may use */
+	SL_TAG_OOM_KILLS = 26, /* u64: EXIT: OOM kills in the sandbox while the command ran */
+	SL_TAG_PIDS_REFUSED = 27, /* u64: EXIT: forks the pids limit refused meanwhile */
 };
 
 /* A decoded frame header. */

@@ -27,7 +27,6 @@ struct sandlot_proc {
 	uint32_t consumed;    /* output bytes handled but not yet credited back */
 	int paused;
 	uint64_t start_ns;
-	uint64_t before_oom, before_pids;   /* cgroup event counters at start */
 	sandlot_exit_t ex;
 };
 
@@ -51,11 +50,6 @@ static void finish(struct sandlot_proc *p)
 	sandlot__stream_unregister_locked(&p->s);
 	p->ex.duration_ms = (sandlot__now_ns() - p->start_ns) / 1000000u;
 	p->ex.timed_out = p->timed_out;
-	uint64_t oom, pids;
-	if (p->sb->ops->events(p->sb, &oom, &pids) == 0) {
-		p->ex.oom_killed = oom > p->before_oom;
-		p->ex.pids_limited = pids > p->before_pids;
-	}
 	p->done = 1;
 	if (p->cb.on_exit)
 		p->cb.on_exit(p->cb.userdata, &p->ex);
@@ -125,10 +119,17 @@ static void on_frame(struct sl_stream *s, const struct sl_frame_header *h, const
 		while (sl_rec_next(&it, &r) == 1) {
 			int32_t code;
 			uint32_t sig;
+			uint64_t n;
 			if (r.tag == SL_TAG_EXIT_CODE && sl_rec_i32(&r, &code) == 0)
 				p->ex.exit_code = code;
 			else if (r.tag == SL_TAG_SIGNAL && sl_rec_u32(&r, &sig) == 0)
 				p->ex.signal = (int)sig;
+			/* What the sandbox's kernel counted while it ran, as
+			 * init reports it (spec/protocol.md, "Processes"). */
+			else if (r.tag == SL_TAG_OOM_KILLS && sl_rec_u64(&r, &n) == 0)
+				p->ex.oom_killed = n > 0;
+			else if (r.tag == SL_TAG_PIDS_REFUSED && sl_rec_u64(&r, &n) == 0)
+				p->ex.pids_limited = n > 0;
 		}
 		finish(p);
 		break;
@@ -187,7 +188,6 @@ sandlot_proc_t *sandlot_exec(sandlot_t *sb, const sandlot_exec_spec_t *spec,
 	p->stdin_pipe = spec->stdin_pipe;
 	p->stdin_credit = SANDLOT_PROTO_WINDOW;
 	p->timer.fire = on_timeout;
-	sb->ops->events(sb, &p->before_oom, &p->before_pids);
 
 	pthread_mutex_lock(&sb->env_lock);
 	char **env = sandlot__env_merge(sb->env, spec->env);

@@ -136,6 +136,9 @@ double sandlot__overcommit(const sandlot_options_t *opts);
  * when that is 0, is not a ratio from 1 to 1000. */
 int sandlot__overcommit_check(const sandlot_options_t *opts, sandlot_error_t **err);
 
+/* Whether id has the form of a sandbox id: "sb-" and 26 of [a-z2-7]. */
+int sandlot__sandbox_id_valid(const char *id);
+
 /* Record the workspace baseline for change tracking (no report). */
 int sandlot__changes_baseline(sandlot_t *sb, sandlot_error_t **err);
 

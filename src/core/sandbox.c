@@ -187,7 +187,7 @@ static const char *const default_env[] = {
 };
 
 /* ^sb-[a-z2-7]{26}$, what sandlot__new_id() makes. */
-static int valid_sandbox_id(const char *id)
+int sandlot__sandbox_id_valid(const char *id)
 {
 	if (strncmp(id, "sb-", 3) != 0 || strlen(id) != 29)
 		return 0;
@@ -232,7 +232,7 @@ static int validate(const sandlot_options_t *opts, int check_image, sandlot_erro
 				      "a kept workspace needs pool storage, not tmpfs");
 	if (sandlot__overcommit_check(opts, err) < 0)
 		return -1;
-	if (opts->id && !valid_sandbox_id(opts->id))
+	if (opts->id && !sandlot__sandbox_id_valid(opts->id))
 		return sandlot__error(err, EINVAL,
 				      "invalid sandbox id \"%.64s\": expected \"sb-\" and 26 characters "
 				      "of [a-z2-7]", opts->id);

@@ -81,9 +81,11 @@ static int on_headers_complete(http_parser *hp)
 	a->status = hp->status_code;
 	a->length = (hp->flags & F_CONTENTLENGTH) && !(hp->flags & F_CHUNKED) ? hp->content_length
 									       : ANSWER_NO_LENGTH;
-	/* An answer to HEAD, a 204 and a 304 have no body (RFC 9112 6.3),
-	 * whatever length they announce. */
-	int no_body = a->head_req || a->status == 204 || a->status == 304;
+	/* An answer to HEAD, a 101, a 204 and a 304 have no body (RFC 9112
+	 * 6.3), whatever length they announce: after a 101 the bytes are the
+	 * new protocol's (taken as a body, they were lost to it or not,
+	 * depending on how the reads fell). */
+	int no_body = a->head_req || a->status == 101 || a->status == 204 || a->status == 304;
 	if (a->status == 204 || a->status == 304)
 		a->length = 0;
 	if (a->status != 101)

@@ -112,7 +112,6 @@ struct dsb {
 	int refs;                   /* lifetime: table + borrowers */
 	/* sandboxes.c private */
 	pthread_cond_t cond;        /* busy dropped to 0 */
-	pid_t init_pid;             /* host pid of its init (our child) */
 	int destroy_pending;        /* ended, but borrowers still used sb */
 	int in_table;
 	/* kept workspace (workspaces.c), under s->lock */
@@ -142,6 +141,9 @@ struct daemon_config {
 	double disk_overcommit;     /* --disk-overcommit; 1 = every quota reserved */
 	uint64_t storage_size;      /* --storage-size: grow the pool to it at start-up */
 	const char *default_image;  /* --default-image; "host" unless set */
+	const char *e2b_domain;     /* what E2B's create answers as "domain"
+	                             * (--e2b-domain, else localhost:PORT of the
+	                             * first TCP listener; NULL: none) */
 	uint64_t max_download;      /* --max-download: file bytes a download may send; 0 = any */
 	/* Change tracking, bounded in bytes (changes.c). */
 	uint64_t changes_scan_bytes;   /* --changes-scan-bytes: what one scan may report */
@@ -291,10 +293,10 @@ void dsb_table_add(struct daemon *d, struct dsb *s);
 /* Number of sandboxes in each state (for metrics). */
 void dsb_count_states(struct daemon *d, unsigned counts[DSB_NSTATES]);
 
-/* After sandlot_destroy() of sandbox `id`: if its cgroup is still there
- * (the kernel was slow to let go), retry removing it in the background
- * (the reaper, and sandboxes_free() at the end). */
-void cgroup_check_after_destroy(const char *id);
+/* After sandlot_destroy() of sandbox `id`: if something of it is still on
+ * the host (the kernel was slow to let go of its cgroup), retry removing it
+ * in the background (the reaper, and sandboxes_free() at the end). */
+void leftovers_check_after_destroy(const char *id);
 
 /* Without busy marking: a reference to sandbox `id` (release with
  * dsb_release), or NULL if the id is malformed or unknown. */
@@ -308,8 +310,9 @@ void dsb_answer_ended(struct http_req *req, struct dsb *s);
  * changed under s->lock (so that no new borrower gets it) and nrunning
  * went down: kill its execs and init, wait (bounded) for borrowers, destroy
  * the handle — or leave that to the reaper if a borrower holds on — and
- * tell dsb_destroyed().  `pid` is its init_pid from before the change. */
-void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid);
+ * tell dsb_destroyed().  `sb` is its handle from before the change (or
+ * NULL): only dsb_stop() and the reaper destroy it, so it is still there. */
+void dsb_stop(struct daemon *d, struct dsb *s, sandlot_t *sb);
 
 extern const struct http_route sandbox_routes[];
 
@@ -490,22 +493,26 @@ int ports_exposed(struct dsb *s, unsigned port);
 /* Proxied requests (proxy.c): register the upstream socket fd of a request
  * to `port`, so that removing the port or ending s cuts it (shutdown; the
  * owner closes it, after ports_untrack()).  A handle, or NULL if the port
- * is not exposed (or s not running). */
+ * is not exposed (or s not running).  any: a port that is not exposed is
+ * reachable too while s runs (a sandbox created through /e2b, by its host:
+ * proxy.c); unexposing a port does not cut those. */
 struct ptrack;
-struct ptrack *ports_track(struct dsb *s, unsigned port, int fd);
+struct ptrack *ports_track(struct dsb *s, unsigned port, int any, int fd);
 void ports_untrack(struct ptrack *t);
 /* Relay an upgraded HTTP connection (a WebSocket): client_fd is closed with
  * close_client(close_ud), sb_fd with close(); the bytes given are sent
  * first each way.  Both are closed on failure too.  0 or -1. */
-int ports_adopt(struct dsb *s, unsigned port, int client_fd, void (*close_client)(void *),
-		void *close_ud, const void *to_sandbox, size_t to_sandbox_len, int sb_fd,
-		const void *to_client, size_t to_client_len);
+int ports_adopt(struct dsb *s, unsigned port, int any, int client_fd,
+		void (*close_client)(void *), void *close_ud, const void *to_sandbox,
+		size_t to_sandbox_len, int sb_fd, const void *to_client, size_t to_client_len);
 /* The relay's Prometheus lines, to be freed. */
 char *ports_metrics(void);
 
 /* ---- proxy.c ------------------------------------------------------------ */
 
 extern const struct http_route proxy_routes[];
+/* The requests to a sandbox's host (e2b.h), which http.c routes by Host. */
+extern const struct http_route proxy_host_route;
 /* ---- network.c ---------------------------------------------------------- */
 
 /* A network policy as a request gave it; the strings point into the

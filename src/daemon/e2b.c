@@ -12,6 +12,12 @@
  *   autoResume        auto_resume
  *   pause             pause; connect and resume resume a paused sandbox
  *   kill              delete
+ *   network.allowPublicTraffic  options "e2b": {"public_traffic": true}:
+ *                     the sandbox's host (getHost) needs no token; every
+ *                     sandbox created here has the option "e2b", which
+ *                     makes every port of its loopback reachable by its
+ *                     host (proxy.c)
+ *   domain            --e2b-domain (what getHost(port) builds hosts from)
  * A sandbox that has ended (killed, expired) is "not found" here, as in
  * E2B, although /v1 still shows its record for a while. */
 #include <errno.h>
@@ -108,13 +114,19 @@ static void set_access_token(struct daemon *d, json_t *o, json_t *rec)
 	json_object_set_new(o, "envdAccessToken", json_string(tok));
 }
 
+/* The "domain" the SDKs build a port's host from (getHost): --e2b-domain. */
+static json_t *domain_json(struct daemon *d)
+{
+	return d->cfg.e2b_domain ? json_string(d->cfg.e2b_domain) : json_null();
+}
+
 /* Sandbox: what create, connect and resume answer. */
 static json_t *sandbox_json(struct daemon *d, json_t *rec)
 {
-	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:n}", "templateID",
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:o}", "templateID",
 			      str_field(json_object_get(rec, "options"), "image"), "sandboxID",
 			      str_field(rec, "id"), "clientID", "sandlot", "envdVersion",
-			      E2B_ENVD_VERSION, "domain");
+			      E2B_ENVD_VERSION, "domain", domain_json(d));
 	set_access_token(d, o, rec);
 	/* The code interpreter SDKs send this one (E2B-Traffic-Access-Token),
 	 * not envdAccessToken, on their calls to contexts. */
@@ -161,6 +173,13 @@ static json_t *detail_json(struct daemon *d, json_t *rec)
 		"autoResume", json_is_true(json_object_get(rec, "auto_resume")), "onTimeout", "kill",
 		"volumeMounts");
 	set_access_token(d, o, rec);
+	if (o) {
+		json_object_set_new(o, "domain", domain_json(d));
+		json_t *e2b = json_object_get(opts, "e2b");
+		json_object_set_new(o, "network",
+				    json_pack("{s:b}", "allowPublicTraffic",
+					      json_is_true(json_object_get(e2b, "public_traffic"))));
+	}
 	return o;
 }
 
@@ -243,7 +262,7 @@ static int asks_for_something(json_t *v)
 
 /* NewSandbox → the body of a /v1 create (a new object), or NULL having
  * answered 400. */
-static json_t *native_create_body(struct http_req *req, json_t *body)
+static json_t *native_create_body(struct http_req *req, json_t *body, int *public_traffic)
 {
 	json_t *t = json_object_get(body, "templateID");
 	if (!json_is_string(t) || json_string_length(t) == 0) {
@@ -257,7 +276,6 @@ static json_t *native_create_body(struct http_req *req, json_t *body)
 		{ "allow_internet_access",
 		  "sandboxes have no network by default; set a network policy with sandlotd's "
 		  "own API (/v1/sandboxes/{id}/network)" },
-		{ "network", "network settings are sandlotd's own (/v1/sandboxes/{id}/network)" },
 		{ "mcp", "the MCP gateway is not supported" },
 		{ "iam", "IAM settings are not supported" },
 		{ "volumeMounts", "volumes are not supported" },
@@ -269,6 +287,31 @@ static json_t *native_create_body(struct http_req *req, json_t *body)
 			http_error(req, 400, NULL, "\"%s\" is not supported by sandlotd: %s",
 				   unsupported[i][0], unsupported[i][1]);
 			return NULL;
+		}
+	}
+	json_t *net = json_object_get(body, "network");
+	json_t *pub = json_object_get(net, "allowPublicTraffic");
+	if (net && !json_is_null(net)) {
+		if (!json_is_object(net)) {
+			http_error(req, 400, NULL, "\"network\" must be an object");
+			return NULL;
+		}
+		const char *key;
+		json_t *v;
+		json_object_foreach(net, key, v) {
+			if (strcmp(key, "allowPublicTraffic") == 0) {
+				if (!json_is_boolean(v) && !json_is_null(v)) {
+					http_error(req, 400, NULL,
+						   "\"network.allowPublicTraffic\" must be true or false");
+					return NULL;
+				}
+			} else if (asks_for_something(v)) {
+				http_error(req, 400, NULL,
+					   "\"network.%.64s\" is not supported by sandlotd: sandboxes have no "
+					   "network by default; set a network policy with sandlotd's own API "
+					   "(/v1/sandboxes/{id}/network)", key);
+				return NULL;
+			}
 		}
 	}
 	json_t *ar = json_object_get(body, "autoResume");
@@ -299,6 +342,8 @@ static json_t *native_create_body(struct http_req *req, json_t *body)
 		json_object_set(n, "metadata", v);
 	if (json_is_true(json_object_get(ar, "enabled")))
 		json_object_set_new(n, "auto_resume", json_true());
+	/* Public only when asked for explicitly (E2B's default is public). */
+	*public_traffic = json_is_true(pub);
 	return n;
 }
 
@@ -310,7 +355,8 @@ static int create_route(struct http_req *req)
 	if (body_ok(req) < 0)
 		return 0;
 	json_t *body = req->json;
-	json_t *native = native_create_body(req, body);
+	int public_traffic = 0;
+	json_t *native = native_create_body(req, body, &public_traffic);
 	if (!native)
 		return 0;
 	struct domain_create c;
@@ -324,6 +370,8 @@ static int create_route(struct http_req *req)
 		sandlot_error_free(err);
 		return 0;
 	}
+	/* Made here: every port reachable by its host, public if asked. */
+	json_object_set_new(c.norm, "e2b", json_pack("{s:b}", "public_traffic", public_traffic));
 	struct domain_created out;
 	struct dsb *s = domain_create(d, &c, &out, &err);
 	domain_create_free(&c);
@@ -839,6 +887,34 @@ static int list_v1_route(struct http_req *req)
 static int list_v2_route(struct http_req *req)
 {
 	return list_common(req, 1);
+}
+
+/* ---- sandbox hosts (e2b.h) ---------------------------------------------------------- */
+
+/* s->lock held. */
+static json_t *e2b_option_locked(struct dsb *s)
+{
+	return json_object_get(s->options, "e2b");
+}
+
+int e2b_sandbox_all_ports(struct dsb *s)
+{
+	pthread_mutex_lock(&s->lock);
+	int all = json_is_object(e2b_option_locked(s));
+	pthread_mutex_unlock(&s->lock);
+	return all;
+}
+
+int e2b_sandbox_public(struct daemon *d, const char *id)
+{
+	struct dsb *s = dsb_find(d, id);
+	if (!s)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	int pub = json_is_true(json_object_get(e2b_option_locked(s), "public_traffic"));
+	pthread_mutex_unlock(&s->lock);
+	dsb_release(d, s);
+	return pub;
 }
 
 /* ---- everything else -------------------------------------------------------------- */

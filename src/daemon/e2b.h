@@ -88,4 +88,46 @@ struct e2b_keys {
  * Constant time for given lengths. */
 int e2b_key_ok(const char *token, const struct e2b_keys *k);
 
+/* ---- sandbox hosts: what getHost(port) gives (e2b_auth.c, e2b_host) ----
+ *
+ * E2B's SDKs build a sandbox port's address as PORT-SANDBOXID.DOMAIN, with
+ * DOMAIN the "domain" that create and connect answer (sandlotd's
+ * --e2b-domain).  A request whose Host is such a name, on any listener,
+ * is not the API's: it goes to that port of that sandbox (proxy.c), and
+ * its path and query are the server's. */
+
+/* A parsed Host header. */
+struct e2b_host {
+	unsigned port;                /* 1 to 65535; 0 when bad */
+	char id[64];                  /* lower-cased; "" when bad */
+	const char *bad;              /* NULL, or what is wrong with the name */
+};
+/* Whether host[0, len) (a Host header's value: NAME or NAME:PORT) names a
+ * sandbox under domain (a host name without port, lower-case): NAME is
+ * LABEL.DOMAIN, compared without regard to case, with an optional final
+ * dot.  0: it does not (the request is the API's).  1: it does, and *out
+ * says which port of which sandbox, or (out->bad) why LABEL is not
+ * PORT-SANDBOXID with PORT from 1 to 65535 and SANDBOXID of letters, digits
+ * and '-'.  Pure; fuzzed
+ * (tests/fuzz/fuzz_e2b_host.c). */
+int e2b_host_parse(const char *host, size_t len, const char *domain, struct e2b_host *out);
+/* Whether a request to sandbox id's host may in: the daemon's token as
+ * "Authorization: Bearer" (auth: the header's whole value), X-API-KEY,
+ * X-Access-Token or E2B-Traffic-Access-Token, or id's access token in one
+ * of the last two.  (A sandbox that allows public traffic needs none: the
+ * caller asks.)  Never with no token configured.  Constant time for given
+ * lengths. */
+int e2b_host_key_ok(const char *token, const char *auth, size_t auth_len,
+		    const struct e2b_keys *k, const char *id);
+
+/* e2b.c.  Whether sandbox id was created through /e2b with
+ * network.allowPublicTraffic true (its host needs no token); unknown: 0.
+ * Takes the table's lock and the sandbox's: for the door too. */
+struct daemon;
+struct dsb;
+int e2b_sandbox_public(struct daemon *d, const char *id);
+/* Whether every port of s is reachable by its host (created through
+ * /e2b), not only its exposed ones.  Takes s->lock. */
+int e2b_sandbox_all_ports(struct dsb *s);
+
 #endif

@@ -378,7 +378,8 @@ static size_t discard_input(int fd, size_t max, int *eof)
 
 /* Answer an error on a connection of ours and let it linger (CLOSING):
  * {"error": {"code": code, "message": message}}, or E2B's shape
- * {"code": status, "message": message} when e2b is set (e2b.h). */
+ * {"code": status, "message": message} when e2b is set (e2b.h), with
+ * "error": code too when it is 2 (a sandbox's host). */
 static void answer_shaped(struct gate *g, struct gate_conn *c, int status, const char *code,
 			  const char *message, enum reason why, int e2b)
 {
@@ -386,7 +387,10 @@ static void answer_shaped(struct gate *g, struct gate_conn *c, int status, const
 	int eof;
 	c->lingered = discard_input(c->fd, LINGER_BYTES, &eof);
 	json_t *o;
-	if (e2b) {
+	if (e2b == 2) { /* a sandbox's host: E2B's shape with our code, as http.c */
+		o = json_pack("{s:i, s:s, s:o}", "code", status, "error", code, "message",
+			      json_text(message, strlen(message)));
+	} else if (e2b) {
 		o = json_pack("{s:i, s:o}", "code", status, "message",
 			      json_text(message, strlen(message)));
 	} else {
@@ -491,11 +495,25 @@ static void pending_ready(struct gate *g, struct gate_conn *c, uint32_t events,
 		/* Under /e2b the token may come in E2B's headers too (e2b.h). */
 		int e2b = e2b_path(h.target, h.target_len);
 		int ok = token_ok(g, h.auth, h.auth_len);
-		if (e2b) {
-			struct e2b_keys k = { h.api_key, h.api_key_len, h.access_token,
-					      h.access_token_len, h.sandbox_id, h.sandbox_id_len,
-					      h.target, h.target_len, h.traffic_token,
-					      h.traffic_token_len };
+		struct e2b_keys k = { h.api_key, h.api_key_len, h.access_token, h.access_token_len,
+				      h.sandbox_id, h.sandbox_id_len, h.target, h.target_len,
+				      h.traffic_token, h.traffic_token_len };
+		struct e2b_host eh;
+		if (e2b_host_parse(h.host, h.host_len, g->cfg.sandbox_domain, &eh)) {
+			/* A sandbox's host: its token, or none if it is public. */
+			e2b = 1;
+			ok = e2b_host_key_ok(g->bearer + strlen("Bearer "), h.auth, h.auth_len, &k,
+					     eh.id);
+			if (!ok && eh.id[0] && g->cfg.sandbox_public)
+				ok = g->cfg.sandbox_public(g->cfg.public_ud, eh.id);
+			if (!ok) {
+				answer_shaped(g, c, 401, "unauthorized",
+					      "missing or wrong token for this sandbox's host (send the "
+					      "sandbox's trafficAccessToken as E2B-Traffic-Access-Token, "
+					      "or the daemon's token)", R_UNAUTHORIZED, 2);
+				return;
+			}
+		} else if (e2b) {
 			ok |= e2b_key_ok(g->bearer + strlen("Bearer "), &k);
 		}
 		if (!ok) {

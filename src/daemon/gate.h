@@ -53,6 +53,13 @@ struct gate_config {
 	size_t max_head;            /* request line + headers */
 	size_t max_target;          /* request URI */
 	const char *token;          /* bearer token for TCP listeners, NULL: none */
+	/* Sandbox hosts (e2b.h): a request whose Host is PORT-ID.domain is let
+	 * in by the token in any of E2B's headers or by sandbox ID's access
+	 * token, or with none when sandbox_public(public_ud, ID) says so.
+	 * domain NULL: no sandbox hosts. */
+	const char *sandbox_domain;
+	int (*sandbox_public)(void *ud, const char *id);
+	void *public_ud;
 };
 
 /* A door with no listener yet.  NULL with err on failure. */

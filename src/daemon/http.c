@@ -91,6 +91,7 @@ struct http_server {
 	struct gate *gate;
 	const struct http_route *routes;
 	char *bearer;                /* "Bearer TOKEN" for TCP clients, or NULL */
+	const char *sandbox_domain;  /* http_config's */
 	pthread_mutex_t lock;
 	pthread_cond_t idle;         /* active went to 0 */
 	int active;                  /* requests between access #1 and completed() */
@@ -261,6 +262,13 @@ static int error_va(struct http_req *req, int status, const char *code, const ch
 	char msg[1024];
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	json_t *o = json_object();
+	if (req->host_routed) {
+		/* A sandbox's host: E2B's shape, with our code named. */
+		json_object_set_new(o, "code", json_integer(status));
+		json_object_set_new(o, "error", json_string(code ? code : status_code_name(status)));
+		json_object_set_new(o, "message", json_text(msg, strlen(msg)));
+		return http_json(req, status, o);
+	}
 	if (req->path && e2b_path(req->path, strlen(req->path))) {
 		/* E2B's shape, which its SDKs read (e2b.h). */
 		json_object_set_new(o, "code", json_integer(status));
@@ -1148,6 +1156,78 @@ static int check_framing(struct req *r, const char *version)
 	return 0;
 }
 
+/* A request to a sandbox's host (e2b.h): checked as the door checks it,
+ * then given to the proxy (proxy_host_route) with the sandbox and the port
+ * as its params.  MHD, cheap. */
+static void host_request(struct req *r, const struct e2b_host *eh, int tcp)
+{
+	struct http_server *srv = r->srv;
+	struct http_req *pub = &r->pub;
+	struct MHD_Connection *conn = pub->conn;
+	pub->host_routed = 1;
+	pub->route = proxy_host_route.pattern;
+	if (eh->id[0])
+		snprintf(pub->log_sandbox, sizeof(pub->log_sandbox), "%.31s", eh->id);
+	const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+	if (tcp && srv->bearer) {
+		const char *k = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-KEY");
+		const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Access-Token");
+		const char *t = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+							    "E2B-Traffic-Access-Token");
+		struct e2b_keys keys = { k, k ? strlen(k) : 0, a, a ? strlen(a) : 0, NULL, 0,
+					 pub->uri, strlen(pub->uri), t, t ? strlen(t) : 0 };
+		int ok = e2b_host_key_ok(srv->bearer + strlen("Bearer "), auth,
+					 auth ? strlen(auth) : 0, &keys, eh->id);
+		if (!ok && eh->id[0])
+			ok = e2b_sandbox_public(srv->d, eh->id);
+		if (!ok) {
+			r->close_after = 1;
+			early_error(r, 401, "unauthorized",
+				    "missing or wrong token for this sandbox's host (send the sandbox's "
+				    "trafficAccessToken as E2B-Traffic-Access-Token, or the daemon's "
+				    "token)");
+			return;
+		}
+		/* Only the daemon's own bearer token is the API's to drop
+		 * (proxy.c): any other Authorization is the application's. */
+		pub->token_auth = auth_ok(auth, srv->bearer);
+	}
+	if (strlen(r->raw_uri) > HTTP_MAX_URI) {
+		early_error(r, 414, "uri_too_long", "request URI longer than %u bytes", HTTP_MAX_URI);
+		return;
+	}
+	char where[96];
+	if (find_nul(r->raw_uri, where, sizeof(where))) {
+		early_error(r, 400, "bad_request",
+			    "%s holds a NUL byte (%%00), which no path or value may contain", where);
+		return;
+	}
+	if (eh->bad) {
+		early_error(r, 400, "bad_request", "Host \"%.120s\": %s",
+			    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"), eh->bad);
+		return;
+	}
+	if (r->raw_uri[0] != '/') {
+		early_error(r, 400, "bad_request",
+			    "a request to a sandbox's host must have a path starting with /");
+		return;
+	}
+	char port[8];
+	snprintf(port, sizeof(port), "%u", eh->port);
+	r->param_buf[0] = strdup(eh->id);
+	r->param_buf[1] = strdup(port);
+	if (!r->param_buf[0] || !r->param_buf[1]) {
+		early_error(r, 500, "internal", "out of memory");
+		return;
+	}
+	pub->params[0] = r->param_buf[0];
+	pub->params[1] = r->param_buf[1];
+	pub->nparams = 2;
+	r->rt = &proxy_host_route;
+	if (__atomic_load_n(&srv->d->stopping, __ATOMIC_RELAXED))
+		early_error(r, 503, "shutting_down", "sandlotd is shutting down");
+}
+
 /* Headers are in: decide what to do with the request (MHD, cheap). */
 static void first_call(struct req *r, const char *method, const char *version)
 {
@@ -1172,6 +1252,12 @@ static void first_call(struct req *r, const char *method, const char *version)
 		return;
 	ci = MHD_get_connection_info(pub->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	int tcp = ci && ci->client_addr && ci->client_addr->sa_family != AF_UNIX;
+	const char *host = MHD_lookup_connection_value(pub->conn, MHD_HEADER_KIND, "Host");
+	struct e2b_host eh;
+	if (host && e2b_host_parse(host, strlen(host), srv->sandbox_domain, &eh)) {
+		host_request(r, &eh, tcp);
+		return;
+	}
 	int e2b = e2b_path(pub->path, strlen(pub->path));
 	if (tcp && srv->bearer &&
 	    !auth_ok(MHD_lookup_connection_value(pub->conn, MHD_HEADER_KIND, "Authorization"),
@@ -1604,6 +1690,12 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
 
 /* ---- the server ---------------------------------------------------------------------- */
 
+/* The door's question (gate.h): whether sandbox id takes public traffic. */
+static int door_sandbox_public(void *ud, const char *id)
+{
+	return e2b_sandbox_public(ud, id);
+}
+
 struct http_server *http_start(struct daemon *d, const struct http_config *cfg,
 			       const struct http_route *routes, sandlot_error_t **err)
 {
@@ -1627,7 +1719,11 @@ struct http_server *http_start(struct daemon *d, const struct http_config *cfg,
 		.max_head = MAX_HEAD,
 		.max_target = HTTP_MAX_URI,
 		.token = cfg->token,
+		.sandbox_domain = cfg->sandbox_domain,
+		.sandbox_public = door_sandbox_public,
+		.public_ud = d,
 	};
+	srv->sandbox_domain = cfg->sandbox_domain;
 	srv->gate = gate_new(&gc, err);
 	if (!srv->gate)
 		goto fail;

@@ -35,7 +35,9 @@
  *
  * A route's method "*" matches every method, and a pattern ending in "*"
  * matches any rest of the path (the proxy: "/v1/sandboxes/{}/ports/{}/" then
- * a star).
+ * a star).  A request whose Host names a sandbox's port (PORT-ID.DOMAIN,
+ * http_config.sandbox_domain; e2b.h) is matched to no route: it goes to
+ * proxy_host_route (proxy.c), with host_routed set.
  *
  * Every handler answers exactly once with one of the http_* response
  * functions, or parks and answers from its continuation.  Answers are JSON
@@ -94,6 +96,8 @@ struct http_req {
 	const char *uri;             /* the request target as sent: raw path
 	                              * (percent-encoded) and query */
 	int token_auth;              /* it carried the server's bearer token */
+	int host_routed;             /* its Host named a sandbox's port (e2b.h):
+	                              * params[0] the sandbox, params[1] the port */
 };
 
 /* Query parameter or request header (NULL if absent). */
@@ -238,6 +242,9 @@ struct http_config {
 	unsigned max_connections;     /* see gate.h */
 	unsigned max_per_peer;
 	unsigned header_timeout_s;
+	/* Requests whose Host is PORT-ID.sandbox_domain go to that port of
+	 * that sandbox (e2b.h, proxy.c) instead of a route; NULL: none do. */
+	const char *sandbox_domain;
 };
 
 /* Listen and serve routes (terminated by a zero entry). */

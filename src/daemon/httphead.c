@@ -114,6 +114,9 @@ static int judge_value(struct scan *sc)
 	} else if (sc->cur == H_TRAFFIC) {
 		h->traffic_token = at;
 		h->traffic_token_len = n;
+	} else if (sc->cur == H_HOST) {
+		h->host = at;
+		h->host_len = n;
 	}
 	return 0;
 }

@@ -49,6 +49,9 @@ struct httphead {
 	size_t sandbox_id_len;
 	const char *traffic_token; /* E2B-Traffic-Access-Token, or NULL */
 	size_t traffic_token_len;
+	const char *host;         /* Host (a sandbox's host names its port:
+	                           * e2b.h), or NULL */
+	size_t host_len;
 	int chunked;
 	int has_length;
 	uint64_t content_length;

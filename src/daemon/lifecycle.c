@@ -44,6 +44,7 @@
 #include "common/util.h"
 #include "core/private.h"
 #include "daemon/daemon.h"
+#include "core/teardown.h"
 #include "daemon/domain.h"
 
 /* Provided by execs.c; weak so the daemon links while it is a placeholder. */
@@ -139,7 +140,7 @@ void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *
 	 * workspace is kept; an explicit DELETE, a failure or a lost sandbox
 	 * keeps nothing. */
 	s->workspace_kept = s->has_workspace && state == DSB_EXPIRED;
-	pid_t pid = s->init_pid;
+	sandlot_t *sb = s->sb;
 	int64_t lived = s->ended_ms - s->created_ms;
 	registry_save(d, s);
 	pthread_mutex_unlock(&s->lock);
@@ -151,21 +152,20 @@ void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *
 	daemon_log_quote(why);
 	daemon_log(end_event(state), "%ssandbox=%s reason=\"%s\" lived_ms=%lld",
 		   state == DSB_FAILED ? "level=warn " : "", s->id, why, (long long)lived);
-	dsb_stop(d, s, pid);
+	dsb_stop(d, s, sb);
 	/* Ended for good: its changes log goes now, not when it is forgotten
 	 * an hour later (its memory, its share of the budget, its rows). */
 	dsb_changes_release(d, s);
 }
 
-void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid)
+void dsb_stop(struct daemon *d, struct dsb *s, sandlot_t *stop)
 {
 	ports_close(s);
 	if (execs_release)
 		execs_release(s);
-	/* Our child, not reaped before sandlot_destroy(): the pid cannot have
-	 * been reused.  Killing the pid namespace's init kills all in it. */
-	if (pid > 0)
-		kill(pid, SIGKILL);
+	/* Borrowers may still be in calls on it: they end as killed. */
+	if (stop)
+		sandlot__stop(stop);
 
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
@@ -184,14 +184,13 @@ void dsb_stop(struct daemon *d, struct dsb *s, pid_t pid)
 	}
 	sandlot_t *sb = s->sb;
 	pthread_mutex_unlock(&s->lock);
-	/* Destroy before clearing s->sb: status readers (the reaper's liveness
-	 * check) never use sb itself, only init_pid. */
+	/* Destroy before clearing s->sb: the reaper's liveness check uses sb
+	 * only while s is running, which it no longer is. */
 	sandlot_destroy(sb);
 	pthread_mutex_lock(&s->lock);
 	s->sb = NULL;
-	s->init_pid = 0;
 	pthread_mutex_unlock(&s->lock);
-	cgroup_check_after_destroy(s->id);
+	leftovers_check_after_destroy(s->id);
 	dsb_destroyed(d, s);
 }
 
@@ -240,7 +239,7 @@ static int do_pause(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 	s->transition = 1;
 	s->paused_ms = daemon_now_ms();
 	s->workspace_kept = 1;
-	pid_t pid = s->init_pid;
+	sandlot_t *sb = s->sb;
 	registry_save(d, s);
 	pthread_mutex_unlock(&s->lock);
 	daemon_fault("pause-after-registry");
@@ -248,7 +247,7 @@ static int do_pause(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 	/* Kills its commands and init, destroys the handle (or leaves that to
 	 * the reaper while a request still holds it), then dsb_destroyed()
 	 * flushes the image and ends the transition. */
-	dsb_stop(d, s, pid);
+	dsb_stop(d, s, sb);
 	daemon_log("paused", "sandbox=%s ms=%.1f", s->id, (double)(sandlot__now_ns() - t0) / 1e6);
 	return 0;
 }
@@ -421,7 +420,6 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandl
 	if (sb && !stopping) {
 		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
 		s->sb = sb;
-		s->init_pid = sandlot__init_pid(sb);
 		s->state = DSB_RUNNING;
 		s->paused_ms = 0;
 		s->workspace_kept = 0;
@@ -446,7 +444,7 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandl
 	if (sb && stopping) {
 		/* Never handed out: back to paused as it was. */
 		sandlot_destroy(sb);
-		cgroup_check_after_destroy(s->id);
+		leftovers_check_after_destroy(s->id);
 		workspace_flush(d, s->id);
 		return sandlot__error(err, ESHUTDOWN, "sandlotd is shutting down");
 	}

@@ -145,6 +145,12 @@ static const char help[] =
 	"        --mcp-allow-origin ORIGIN\n"
 	"                               an Origin (e.g. https://app.example) that may\n"
 	"                               use /mcp besides loopback ones (repeatable)\n"
+	"        --e2b-domain NAME[:PORT]\n"
+	"                               the domain of sandboxes' hosts for E2B's\n"
+	"                               getHost(port): a request whose Host is\n"
+	"                               PORT-SANDBOXID.NAME goes to that port of that\n"
+	"                               sandbox (default localhost:PORT of the first\n"
+	"                               tcp: listener; see docs/e2b.md)\n"
 	"    -h, --help                 show this help\n"
 	"\n"
 	"SIGNALS\n"
@@ -162,7 +168,7 @@ enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MA
        OPT_MAX_PEER, OPT_HEADER_TIMEOUT, OPT_RESOLVER,
        OPT_EGRESS_RANGE, OPT_EGRESS_MAX_CONN, OPT_PIP_INDEX, OPT_PIP_HOST, OPT_NPM_REGISTRY,
        OPT_NPM_HOST, OPT_PACKAGE_CA, OPT_PACKAGE_CACHE, OPT_MCP_SESSIONS, OPT_MCP_IDLE,
-       OPT_MCP_ORIGIN };
+       OPT_MCP_ORIGIN, OPT_E2B_DOMAIN };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -196,11 +202,70 @@ static const struct option opts[] = {
 	{ "mcp-max-sessions", required_argument, NULL, OPT_MCP_SESSIONS },
 	{ "mcp-idle-timeout", required_argument, NULL, OPT_MCP_IDLE },
 	{ "mcp-allow-origin", required_argument, NULL, OPT_MCP_ORIGIN },
+	{ "e2b-domain", required_argument, NULL, OPT_E2B_DOMAIN },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* --e2b-domain NAME[:PORT], or the default from the first tcp: listener
+ * (localhost:PORT: RFC 6761 names under localhost are the loopback's, and
+ * browsers and curl resolve them so).  *domain: what create answers (NULL:
+ * no TCP listener, nothing to answer); *host_domain: NAME lower-cased, which
+ * Host headers are matched against.  Both new strings.  0, or -1 with a
+ * message in msg. */
+static int e2b_domain_of(const char *arg, const char *const *listens, int nlisten, char **domain,
+			 char **host_domain, char *msg, size_t n)
+{
+	*domain = *host_domain = NULL;
+	if (!arg) {
+		const char *port = NULL;
+		for (int i = 0; i < nlisten && !port; i++)
+			if (strncmp(listens[i], "tcp:", 4) == 0)
+				port = strrchr(listens[i], ':') + 1;
+		*host_domain = strdup("localhost");
+		if (port && strcmp(port, "0") != 0 && asprintf(domain, "localhost:%s", port) < 0)
+			*domain = NULL;
+		if (!*host_domain || (port && strcmp(port, "0") != 0 && !*domain)) {
+			snprintf(msg, n, "out of memory");
+			return -1;
+		}
+		return 0;
+	}
+	size_t len = strlen(arg);
+	const char *colon = strchr(arg, ':');
+	size_t nl = colon ? (size_t)(colon - arg) : len;
+	int ok = nl > 0 && nl <= 200 && arg[0] != '.' && arg[0] != '-' && arg[nl - 1] != '.';
+	for (size_t i = 0; i < nl && ok; i++)
+		ok = (arg[i] >= 'a' && arg[i] <= 'z') || (arg[i] >= 'A' && arg[i] <= 'Z') ||
+		     (arg[i] >= '0' && arg[i] <= '9') || arg[i] == '-' ||
+		     (arg[i] == '.' && arg[i + 1] != '.');
+	if (ok && colon) {
+		char *end;
+		errno = 0;
+		unsigned long p = strtoul(colon + 1, &end, 10);
+		ok = colon[1] >= '0' && colon[1] <= '9' && !*end && !errno && p >= 1 && p <= 65535;
+	}
+	if (!ok) {
+		snprintf(msg, n, "invalid --e2b-domain \"%.100s\": expected a host name with an "
+			 "optional :PORT, e.g. sandboxes.example.com or localhost:8765", arg);
+		return -1;
+	}
+	*domain = strdup(arg);
+	*host_domain = strndup(arg, nl);
+	if (!*domain || !*host_domain) {
+		snprintf(msg, n, "out of memory");
+		return -1;
+	}
+	for (char *c = *domain; *c; c++)
+		if (*c >= 'A' && *c <= 'Z')
+			*c = (char)(*c - 'A' + 'a');
+	for (char *c = *host_domain; *c; c++)
+		if (*c >= 'A' && *c <= 'Z')
+			*c = (char)(*c - 'A' + 'a');
+	return 0;
+}
 
 static int usage_error(const char *fmt, ...)
 {
@@ -437,6 +502,9 @@ int main(int argc, char **argv)
 	const char *listens[MAX_LISTEN];
 	int nlisten = 0;
 	const char *token_file = NULL;
+	const char *e2b_domain_arg = NULL;
+	/* Static: reachable to the end, as d's strings are. */
+	static char *e2b_domain, *e2b_host_domain;
 	/* --pool is applied after every option is known: its image is looked
 	 * up in --data-dir, and "N" means --default-image. */
 	const char *pool_args[64];
@@ -510,6 +578,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_DEFAULT_IMAGE:
 			d.cfg.default_image = optarg;
+			break;
+		case OPT_E2B_DOMAIN:
+			e2b_domain_arg = optarg;
 			break;
 		case OPT_OVERCOMMIT: {
 			char *end;
@@ -706,6 +777,16 @@ int main(int argc, char **argv)
 			return 1;
 	}
 	d.cfg.token = token;
+	{
+		char msg[256];
+		if (e2b_domain_of(e2b_domain_arg, listens, nlisten, &e2b_domain, &e2b_host_domain, msg,
+				  sizeof(msg)) < 0) {
+			free(token);
+			return usage_error("%s", msg);
+		}
+		d.cfg.e2b_domain = e2b_domain;
+		hc.sandbox_domain = e2b_host_domain;
+	}
 	/* /mcp reaches the sandboxes through this daemon's API, on its
 	 * (first) unix socket. */
 	for (int i = 0; i < nlisten && !mcfg.api_host; i++)

@@ -59,7 +59,7 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
-#include "linux/cgroup.h"
+#include "core/teardown.h"
 
 #define MAX_POOLS 8
 #define MAX_POOL_SIZE 1000
@@ -289,14 +289,14 @@ static void recover_markers(struct pools *ps)
 	for (;;) {
 		left = 0;
 		for (size_t i = 0; i < n; i++)
-			left += sandlot__cgroup_remove_named(ids[i], 0);
+			left += sandlot__remove_leftovers(ids[i], 0, NULL) > 0;
 		if (!left || sandlot__now_ms() > deadline)
 			break;
 		usleep(50000);
 	}
 	for (size_t i = 0; i < n; i++) {
 		workspace_remove(ps->d, ids[i]); /* workspace_recover() did, as a rule */
-		if (!sandlot__cgroup_remove_named(ids[i], 0))
+		if (sandlot__remove_leftovers(ids[i], 0, NULL) <= 0)
 			unmark(ps, ids[i]);
 	}
 	daemon_log("pool_recover", "%smarkers=%zu cgroups_left=%zu", left ? "level=warn " : "", n,
@@ -329,7 +329,7 @@ static void drop(struct pools *ps, sandlot_t *sb, const char *why)
 	char id[32];
 	snprintf(id, sizeof(id), "%s", sandlot_id(sb));
 	sandlot_destroy(sb);
-	cgroup_check_after_destroy(id);
+	leftovers_check_after_destroy(id);
 	workspace_remove(ps->d, id);
 	pthread_mutex_lock(&ps->lock);
 	unmark_later_locked(ps, id);

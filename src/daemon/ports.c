@@ -90,6 +90,7 @@ struct pconn {
 	struct pside side[2];         /* 0: the host's client, 1: the sandbox */
 	struct psb *owner;
 	uint16_t port;
+	int any;                      /* not by an exposure: stays when the port is unexposed */
 	int dead;
 	int queued;                   /* on P.ready */
 	void (*close0)(void *ud);     /* closes side 0's fd (an upgraded HTTP
@@ -102,6 +103,7 @@ struct pconn {
 struct ptrack {                       /* a proxied request's upstream socket */
 	int fd;
 	uint16_t port;
+	int any;                             /* as pconn's */
 	struct psb *owner;                   /* holds a reference */
 	struct ptrack *prev, *next;
 };
@@ -386,11 +388,11 @@ static void cut_locked(struct psb *ps, unsigned port)
 	}
 	for (struct pconn *c = ps->conns, *next; c; c = next) {
 		next = c->next;
-		if (!port || c->port == port)
+		if (!port || (c->port == port && !c->any))
 			conn_close_locked(c);
 	}
 	for (struct ptrack *t = ps->tracks; t; t = t->next)
-		if (!port || t->port == port)
+		if (!port || (t->port == port && !t->any))
 			shutdown(t->fd, SHUT_RDWR);
 	wake_loop();
 }
@@ -430,7 +432,22 @@ void ports_close(struct dsb *s)
 
 /* ---- proxied requests' upstream sockets --------------------------------------- */
 
-struct ptrack *ports_track(struct dsb *s, unsigned port, int fd)
+/* The runtime through which `port` of s is reached (s->lock and P.lock
+ * held), or NULL: when the port is exposed, the sandbox's (it has one
+ * while it runs); with `any`, also made for a running sandbox without
+ * exposed ports (ports_close() ends it with the sandbox, as any other). */
+static struct psb *reach_locked(struct dsb *s, unsigned port, int any)
+{
+	if (s->psb && s->psb->closed)
+		return NULL;
+	if (find_port_locked(s, port) >= 0)
+		return s->psb;
+	if (!any || s->state != DSB_RUNNING || !s->sb || s->destroy_pending)
+		return NULL;
+	return psb_get_locked(s);
+}
+
+struct ptrack *ports_track(struct dsb *s, unsigned port, int any, int fd)
 {
 	struct ptrack *t = calloc(1, sizeof(*t));
 	if (!t)
@@ -438,9 +455,9 @@ struct ptrack *ports_track(struct dsb *s, unsigned port, int fd)
 	t->fd = fd;
 	t->port = (uint16_t)port;
 	pthread_mutex_lock(&s->lock);
-	int exposed = find_port_locked(s, port) >= 0;
+	t->any = any && find_port_locked(s, port) < 0;
 	pthread_mutex_lock(&P.lock);
-	struct psb *ps = exposed ? s->psb : NULL;
+	struct psb *ps = reach_locked(s, port, any);
 	if (ps) {
 		t->owner = ps;
 		ps->refs++;
@@ -868,18 +885,19 @@ static void *loop_main(void *arg)
 
 /* ---- upgraded HTTP connections (proxy.c) ------------------------------------------ */
 
-int ports_adopt(struct dsb *s, unsigned port, int client_fd, void (*close_client)(void *),
-		void *close_ud, const void *to_sandbox, size_t to_sandbox_len, int sb_fd,
-		const void *to_client, size_t to_client_len)
+int ports_adopt(struct dsb *s, unsigned port, int any, int client_fd,
+		void (*close_client)(void *), void *close_ud, const void *to_sandbox,
+		size_t to_sandbox_len, int sb_fd, const void *to_client, size_t to_client_len)
 {
 	pthread_mutex_lock(&s->lock);
-	int exposed = find_port_locked(s, port) >= 0;
 	pthread_mutex_lock(&P.lock);
-	struct psb *ps = exposed ? s->psb : NULL;
+	struct psb *ps = reach_locked(s, port, any);
 	struct pconn *c = NULL;
-	if (ps && !ps->closed)
+	if (ps && !ps->closed) {
 		c = conn_start_locked(ps, (uint16_t)port, client_fd, sb_fd, close_client, close_ud);
-	else {
+		if (c)
+			c->any = any && find_port_locked(s, port) < 0;
+	} else {
 		close_client(close_ud);
 		close(sb_fd);
 	}

@@ -31,6 +31,16 @@
  *             server cannot send an answer while a request body is still
  *             coming (the port's URL relays such full-duplex streams).
  *
+ * A sandbox's host (e2b.h): a request whose Host is PORT-ID.DOMAIN (any
+ * path) is proxied the same way to that port (proxy_host_route; http.c
+ * routes it by its Host).  Then the target is the request's own; there is
+ * no X-Forwarded-Prefix; E2B's credential headers are dropped
+ * (E2B-Traffic-Access-Token, and X-API-KEY or X-Access-Token carrying the
+ * daemon's or the sandbox's token); errors have E2B's shape with our code
+ * ({"code": status, "error", "message"}).  A sandbox created through /e2b
+ * has every port of its loopback reachable so (E2B exposes no ports
+ * explicitly); any other only its exposed ports.
+ *
  * Waiting: the request body goes up from the worker pool for calls that
  * may wait (http_long_wait(): send_up() waits while the server takes
  * nothing, watching the client for a hang-up, at most
@@ -55,6 +65,8 @@
 #include "common/util.h"
 #include "daemon/answer.h"
 #include "daemon/daemon.h"
+#include "daemon/domain.h"
+#include "daemon/e2b.h"
 
 #define PROXY_HEAD_MAX (64u * 1024)      /* the request head we build */
 #define PROXY_EARLY_MAX (1u << 20)       /* answer bytes kept while the body is sent */
@@ -65,6 +77,8 @@ struct prx {
 	struct daemon *d;
 	struct dsb *s;                       /* dsb_get()'s busy reference */
 	unsigned port;
+	int host_mode;                       /* came by a sandbox's host */
+	int any_port;                        /* every port reachable (not only exposed ones) */
 	int up;                              /* the connection into the sandbox */
 	struct ptrack *tracked;
 	int client_fd;
@@ -168,6 +182,9 @@ struct copy_ctx {
 	struct head *h;
 	const char *connection;              /* the client's Connection header */
 	const char *bearer;                  /* "Bearer TOKEN" of the daemon, or NULL */
+	int host_mode;
+	const char *token;                   /* the daemon's token, or NULL */
+	const char *scoped;                  /* the sandbox's access token, or NULL */
 };
 
 /* Constant-time string equality (the daemon's token). */
@@ -191,6 +208,15 @@ static int copy_header(void *ud, const char *name, const char *value)
 	if (strcasecmp(name, "Authorization") == 0 &&
 	    (c->req->token_auth || (c->bearer && same_secret(value, c->bearer))))
 		return 0; /* the API's credentials, not the application's */
+	if (c->host_mode) {
+		/* E2B's proxy's header, and E2B's keys when they are ours. */
+		if (strcasecmp(name, "E2B-Traffic-Access-Token") == 0)
+			return 0;
+		if ((strcasecmp(name, "X-API-KEY") == 0 || strcasecmp(name, "X-Access-Token") == 0) &&
+		    ((c->token && same_secret(value, c->token)) ||
+		     (c->scoped && same_secret(value, c->scoped))))
+			return 0;
+	}
 	hprintf(c->h, "%s: %s\r\n", name, value);
 	return 0;
 }
@@ -208,11 +234,17 @@ static int build_head(struct http_req *req, struct prx *p, const char *target, s
 	if (req->d->cfg.token)
 		snprintf(bearer, sizeof(bearer), "Bearer %s", req->d->cfg.token);
 	hprintf(h, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n", req->method, target, p->port);
-	struct copy_ctx c = { req, h, connection, bearer[0] ? bearer : NULL };
+	char scoped[E2B_ACCESS_TOKEN_LEN + 1] = "";
+	if (p->host_mode && req->d->cfg.token)
+		e2b_access_token(req->d->cfg.token, p->s->id, strlen(p->s->id), scoped);
+	struct copy_ctx c = { req, h, connection, bearer[0] ? bearer : NULL, p->host_mode,
+			      req->d->cfg.token, scoped[0] ? scoped : NULL };
 	http_headers_each(req, copy_header, &c);
 	if (host)
 		hprintf(h, "X-Forwarded-Host: %s\r\n", host);
-	hprintf(h, "X-Forwarded-Proto: http\r\nX-Forwarded-Prefix: %s\r\n", p->prefix);
+	hprintf(h, "X-Forwarded-Proto: http\r\n");
+	if (!p->host_mode)
+		hprintf(h, "X-Forwarded-Prefix: %s\r\n", p->prefix);
 	if (p->upgrade_req)
 		hprintf(h, "Connection: Upgrade\r\nUpgrade: %s\r\n", upgrade);
 	else
@@ -427,8 +459,8 @@ static void upgraded(void *ud, int sock, const char *extra, size_t extra_len, vo
 	ports_untrack(p->tracked);
 	p->tracked = NULL;
 	p->up = -1;
-	ports_adopt(p->s, p->port, sock, http_upgrade_close, handle, extra, extra_len, up,
-		    p->ans.raw ? p->ans.raw + p->ans.raw_off : NULL, p->ans.raw_len);
+	ports_adopt(p->s, p->port, p->any_port, sock, http_upgrade_close, handle, extra, extra_len,
+		    up, p->ans.raw ? p->ans.raw + p->ans.raw_off : NULL, p->ans.raw_len);
 	prx_free(p);
 }
 
@@ -484,6 +516,32 @@ static const char *target_of(const char *uri)
 	return "/";
 }
 
+/* The sandbox of a request to its host, busy (dsb_put()), or NULL having
+ * answered: 404 unknown, 409 paused (unless it resumes on use), 410
+ * ended. */
+static struct dsb *host_sandbox(struct http_req *req)
+{
+	const char *id = req->params[0];
+	sandlot_error_t *err = NULL;
+	struct dsb *s = domain_sandbox_get(req->d, id, &err);
+	if (s)
+		return s;
+	int st = sandlot_error_status(err);
+	if (st == ENOENT)
+		http_error(req, 404, "sandbox_not_found", "sandbox %.64s not found", id);
+	else if (st == DOMAIN_EPAUSED)
+		http_error(req, 409, "sandbox_paused",
+			   "sandbox %.64s is paused: resume it first (Sandbox.connect(), or POST "
+			   "/v1/sandboxes/%.64s/resume)", id, id);
+	else {
+		const char *code;
+		int hs = http_status_of(err, &code);
+		http_error(req, hs, code, "%s", err ? sandlot_error_message(err) : "out of memory");
+	}
+	sandlot_error_free(err);
+	return NULL;
+}
+
 static int proxy_begin(struct http_req *req)
 {
 	struct daemon *d = req->d;
@@ -506,14 +564,16 @@ static int proxy_begin(struct http_req *req)
 	http_long_wait(req); /* send_up() waits while the server takes nothing */
 	answer_init(&p->ans, p->head_req);
 	req->state = p;
-	p->s = dsb_get(d, req, req->params[0]);
+	p->host_mode = req->host_routed;
+	p->s = p->host_mode ? host_sandbox(req) : dsb_get(d, req, req->params[0]);
 	if (!p->s) {
 		req->state = NULL;
 		free(p);
 		return -1; /* answered */
 	}
 	snprintf(p->prefix, sizeof(p->prefix), "/v1/sandboxes/%s/ports/%u", p->s->id, p->port);
-	if (!ports_exposed(p->s, p->port)) {
+	p->any_port = p->host_mode && e2b_sandbox_all_ports(p->s);
+	if (!p->any_port && !ports_exposed(p->s, p->port)) {
 		char list[PORTS_MAX * 8] = "";
 		size_t o = 0;
 		pthread_mutex_lock(&p->s->lock);
@@ -523,8 +583,10 @@ static int proxy_begin(struct http_req *req)
 		pthread_mutex_unlock(&p->s->lock);
 		return proxy_error(req, p, 404, "port_not_exposed",
 				   "port %u is not exposed in sandbox %s (exposed: %s); add it with "
-				   "POST /v1/sandboxes/%s/ports", p->port, p->s->id,
-				   list[0] ? list : "none", p->s->id);
+				   "POST /v1/sandboxes/%s/ports%s", p->port, p->s->id,
+				   list[0] ? list : "none", p->s->id,
+				   p->host_mode ? " (sandboxes created through /e2b reach every port "
+						  "by their host)" : "");
 	}
 	sandlot_error_t *err = NULL;
 	p->up = sandlot_port_connect(p->s->sb, p->port, 0, &err);
@@ -547,12 +609,16 @@ static int proxy_begin(struct http_req *req)
 	}
 	int one = 1;
 	setsockopt(p->up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	p->tracked = ports_track(p->s, p->port, p->up);
-	if (!p->tracked)
+	p->tracked = ports_track(p->s, p->port, p->any_port, p->up);
+	if (!p->tracked) {
+		if (p->any_port)
+			return proxy_error(req, p, 410, "sandbox_gone", "sandbox %s is no longer running",
+					   p->s->id);
 		return proxy_error(req, p, 404, "port_not_exposed",
 				   "port %u of sandbox %s was just removed", p->port, p->s->id);
+	}
 	struct head h = { 0 };
-	if (build_head(req, p, target_of(req->uri), &h) < 0) {
+	if (build_head(req, p, p->host_mode ? req->uri : target_of(req->uri), &h) < 0) {
 		free(h.p);
 		return proxy_error(req, p, 431, "bad_request",
 				   "the request's header is too large to pass on (over %u bytes)",
@@ -651,6 +717,11 @@ static int proxy_abort(struct http_req *req)
 	req->state = NULL;
 	return 0;
 }
+
+/* Not in a table: http.c gives it the requests to a sandbox's host, with
+ * the sandbox and the port as params. */
+const struct http_route proxy_host_route = { "*", "PORT-SANDBOXID.DOMAIN", HTTP_RAW, proxy_begin,
+					     proxy_chunk, proxy_end, proxy_abort };
 
 const struct http_route proxy_routes[] = {
 	{ "*", "/v1/sandboxes/{}/ports/{}/*", HTTP_RAW, proxy_begin, proxy_chunk, proxy_end,

@@ -43,7 +43,7 @@
 #include "core/private.h"
 #include "daemon/daemon.h"
 #include "daemon/domain.h"
-#include "linux/cgroup.h"
+#include "core/teardown.h"
 
 #define RETAIN_ENDED_MS (3600ll * 1000)
 #define MAX_ENDED 10000
@@ -299,7 +299,8 @@ json_t *dsb_to_json(struct dsb *s)
 /* libsandlot removes a sandbox's cgroups when destroying it, retrying for
  * about a second while the kernel finishes with the killed processes; on a
  * loaded host that is sometimes not enough.  Such leftovers are retried here
- * (by the reaper, every second, for a minute; and at shutdown). */
+ * (by the reaper, every second, for a minute; and at shutdown), through
+ * sandlot__remove_leftovers(). */
 #define CG_RETRY_MS 60000
 struct cg_retry {
 	char id[32];
@@ -309,9 +310,16 @@ static pthread_mutex_t cg_retry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cg_retry *cg_retries;
 static size_t ncg_retries, capcg_retries;
 
-void cgroup_check_after_destroy(const char *id)
+/* sandlot__remove_leftovers() without kill: > 0 while something remains
+ * (an id that is not a sandbox id has nothing to remove). */
+static int leftovers_remain(const char *id, int kill)
 {
-	if (!sandlot__cgroup_remove_named(id, 0))
+	return sandlot__remove_leftovers(id, kill, NULL) > 0;
+}
+
+void leftovers_check_after_destroy(const char *id)
+{
+	if (!leftovers_remain(id, 0))
 		return;
 	pthread_mutex_lock(&cg_retry_lock);
 	if (ncg_retries == capcg_retries) {
@@ -330,15 +338,15 @@ void cgroup_check_after_destroy(const char *id)
 	pthread_mutex_unlock(&cg_retry_lock);
 }
 
-/* Retry the pending cgroup removals; returns how many are still pending. */
-static size_t cgroup_retry_run(void)
+/* Retry the pending removals; returns how many are still pending. */
+static size_t leftovers_retry_run(void)
 {
 	pthread_mutex_lock(&cg_retry_lock);
 	int64_t now = daemon_now_ms();
 	size_t k = 0;
 	for (size_t i = 0; i < ncg_retries; i++) {
 		struct cg_retry *c = &cg_retries[i];
-		if (!sandlot__cgroup_remove_named(c->id, 0))
+		if (!leftovers_remain(c->id, 0))
 			continue;
 		if (now > c->until_ms) {
 			daemon_log("cgroup_left", "level=warn sandbox=%s msg=\"could not remove its cgroup\"",
@@ -791,7 +799,6 @@ struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct doma
 	}
 	int64_t now = daemon_now_ms();
 	s->sb = sb;
-	s->init_pid = sandlot__init_pid(sb);
 	s->created_ms = now;
 	s->last_active_ms = now;
 	s->ttl_seconds = c->ttl;
@@ -832,7 +839,7 @@ struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct doma
 	registry_save(d, s);
 	/* What the log line says, read before the table makes s visible: from
 	 * then on a DELETE, the reaper or the shutdown may change it. */
-	int init_pid = (int)s->init_pid;
+	int init_pid = (int)sandlot__init_pid(s->sb);
 	unsigned ttl = s->ttl_seconds, idle = s->idle_timeout_seconds;
 	pthread_mutex_unlock(&s->lock);
 
@@ -960,16 +967,6 @@ json_t *domain_sandbox_keepalive(struct daemon *d, const char *id, const uint32_
 
 /* ---- reaper ------------------------------------------------------------------ */
 
-/* Whether our child `pid` has exited (without reaping it: sandlot_destroy
- * does that). */
-static int child_exited(pid_t pid)
-{
-	siginfo_t si = { 0 };
-	if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0)
-		return errno == ECHILD;
-	return si.si_pid == pid;
-}
-
 static void forget(struct daemon *d, struct dsb *s)
 {
 	pthread_mutex_lock(&d->lock);
@@ -1024,7 +1021,9 @@ static void reap_once(struct daemon *d)
 			} else if (s->idle_timeout_seconds && s->busy == 0 &&
 				   now - s->last_active_ms >= (int64_t)s->idle_timeout_seconds * 1000) {
 				end_as = DSB_EXPIRED, reason = "idle";
-			} else if (s->init_pid > 0 && child_exited(s->init_pid)) {
+			} else if (s->sb && sandlot__ended(s->sb)) {
+				/* Running: only dsb_stop() (after a state change
+				 * under s->lock, which we hold) destroys s->sb. */
 				end_as = DSB_FAILED, reason = "failed: the sandbox's init exited unexpectedly";
 			}
 		} else if (!dsb_state_live(s->state)) {
@@ -1047,16 +1046,15 @@ static void reap_once(struct daemon *d)
 			sandlot_destroy(destroy);
 			pthread_mutex_lock(&s->lock);
 			s->sb = NULL;
-			s->init_pid = 0;
 			pthread_mutex_unlock(&s->lock);
 			daemon_log("destroyed", "sandbox=%s deferred=1", s->id);
-			cgroup_check_after_destroy(s->id);
+			leftovers_check_after_destroy(s->id);
 			dsb_destroyed(d, s);
 		}
 		dsb_reap_paused(d, s, now);
 		workspace_reap(d, s, now);
 	}
-	cgroup_retry_run();
+	leftovers_retry_run();
 	registry_reclaim(d);
 	/* Forget ended sandboxes after an hour, and the oldest beyond MAX_ENDED
 	 * (out of memory for the order: at the next round). */
@@ -1176,8 +1174,9 @@ void sandboxes_recover(struct daemon *d)
 		nlost++;
 	}
 	/* Their inits died with our connection to them (kill -9 of the previous
-	 * sandlotd); give the kernel a moment to finish, then remove their
-	 * cgroups — only those of ids in our registry, never someone else's. */
+	 * sandlotd); give the kernel a moment to finish, then remove what they
+	 * left (their cgroups) — only of ids in our registry, never someone
+	 * else's. */
 	/* Paused ones too: a pause the previous daemon was killed in the middle
 	 * of leaves its sandbox's cgroup like a running sandbox's. */
 	if (nlost || npaused) {
@@ -1189,8 +1188,7 @@ void sandboxes_recover(struct daemon *d)
 				if ((s->state != DSB_LOST || s->ended_ms != now) && s->state != DSB_PAUSED)
 					continue;
 				/* Kill what is left only after a grace period. */
-				left += sandlot__cgroup_remove_named(s->id,
-								     sandlot__now_ms() > deadline - 1500);
+				left += leftovers_remain(s->id, sandlot__now_ms() > deadline - 1500);
 			}
 			if (!left || sandlot__now_ms() > deadline) {
 				if (left)
@@ -1283,7 +1281,7 @@ void sandboxes_free(struct daemon *d)
 		if (sb) {
 			sandlot_destroy(sb);
 			daemon_log("destroyed", "sandbox=%s deferred=1", s->id);
-			cgroup_check_after_destroy(s->id);
+			leftovers_check_after_destroy(s->id);
 			dsb_destroyed(d, s);
 		}
 		s->in_table = 0;
@@ -1292,7 +1290,7 @@ void sandboxes_free(struct daemon *d)
 	free(v);
 	/* Last chance for cgroups the kernel was slow to let go of. */
 	uint64_t deadline = sandlot__now_ms() + 3000;
-	while (cgroup_retry_run() > 0 && sandlot__now_ms() < deadline)
+	while (leftovers_retry_run() > 0 && sandlot__now_ms() < deadline)
 		usleep(50000);
 	free(cg_retries);
 	cg_retries = NULL;

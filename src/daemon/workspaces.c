@@ -56,7 +56,6 @@
 #include "common/util.h"
 #include "daemon/daemon.h"
 #include "daemon/domain.h"
-#include "linux/cgroup.h"
 
 #define SETTLE_WAIT_MS 30000 /* longest wait for a teardown before a snapshot copy */
 

@@ -44,6 +44,8 @@ struct exec {
 	size_t inoff, inlen;
 	int reaped, wstatus;
 	size_t left[2];   /* after reaping: bytes still to forward per pipe */
+	uint64_t ev0[INIT_EVENTS_N]; /* the sandbox's counters when it started */
+	unsigned ev0_have;           /* init__events_read()'s mask for ev0 */
 };
 
 /* Stages of the child, reported with errno over the status pipe. */
@@ -471,6 +473,16 @@ static void maybe_finish(struct loop *l, struct stream *s)
 		if (WCOREDUMP(e->wstatus))
 			sl_msg_put_u8(&m, SL_TAG_CORE, 1);
 	}
+	/* What happened in the sandbox while the command ran (counters only
+	 * grow; a smaller one would be a reset, which counts as nothing). */
+	uint64_t ev[INIT_EVENTS_N];
+	unsigned have = init__events_read(ev) & e->ev0_have;
+	static const uint16_t tags[INIT_EVENTS_N] = {
+		[INIT_EV_OOM] = SL_TAG_OOM_KILLS, [INIT_EV_PIDS] = SL_TAG_PIDS_REFUSED,
+	};
+	for (int i = 0; i < INIT_EVENTS_N; i++)
+		if (have & (1u << i))
+			sl_msg_put_u64(&m, tags[i], ev[i] >= e->ev0[i] ? ev[i] - e->ev0[i] : 0);
 	init__queue(l, &m);
 	init__stream_close(l, s);
 	warm_blocked = 0;
@@ -714,6 +726,9 @@ static void spawn(struct loop *l, uint32_t id, char *const argv[], char *const e
 	int p[2];
 	pid_t pid = 0;
 	struct exec *e = NULL;
+	/* The counters before the command can do anything. */
+	uint64_t ev0[INIT_EVENTS_N];
+	unsigned ev0_have = init__events_read(ev0);
 
 	if (warm.pid > 0) {
 		if (warm_send(argv, envp, cwd, stdin_pipe) == 0) {
@@ -792,6 +807,8 @@ started:;
 	}
 
 	e->pid = pid;
+	memcpy(e->ev0, ev0, sizeof(ev0));
+	e->ev0_have = ev0_have;
 	e->pipe[OUT] = steal_fd(&out_r);
 	e->pipe[ERR] = steal_fd(&err_r);
 	e->in = steal_fd(&in_w);

@@ -23,6 +23,14 @@
  *   9  optional: the whole root tree, prepared by the host (a detached
  *      clone of src/backend/ns-root.c's template): when it is open, init
  *      attaches it instead of building the root (and ignores fd 7)
+ *  10  optional: the sandbox's OOM-kill counter, a read-only file with an
+ *      "oom_kill N" line (the ns backend: its cgroup's memory.events, or
+ *      memory.oom_control on v1)
+ *  11  optional: the sandbox's refused-fork counter, a read-only file with a
+ *      "max N" line (the ns backend: its cgroup's pids.events)
+ *      Init reads both before and after every command, for EXIT's
+ *      OOM_KILLS and PIDS_REFUSED (src/init/events.c); commands never
+ *      inherit them.
  *
  * Options (all numbers decimal):
  *   --uid N --gid N        sandbox user (default 1000/1000)
@@ -59,6 +67,10 @@
 #define INIT_FD_IMAGE 7
 #define INIT_FD_LOCK 8
 #define INIT_FD_ROOT 9
+#define INIT_FD_OOM_EVENTS 10
+#define INIT_FD_PIDS_EVENTS 11
+/* The last descriptor init may be handed. */
+#define INIT_FD_LAST INIT_FD_PIDS_EVENTS
 
 #define INIT_HOME "/home/user"
 #define INIT_SCAN_LIMIT 100000

@@ -575,6 +575,8 @@ static int prepare(struct loop *l)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 
+	init__events_setup();
+
 	int fl = fcntl(l->fd, F_GETFL);
 	if (fl < 0 || fcntl(l->fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return -1;

@@ -136,6 +136,18 @@ void init__as_init(struct loop *l);
 
 /* --- exec.c ------------------------------------------------------------- */
 
+/* events.c: the sandbox's counters (init.h, fds 10 and 11). */
+enum { INIT_EV_OOM, INIT_EV_PIDS, INIT_EVENTS_N };
+/* Mark the counters' descriptors close-on-exec and note which are open
+ * (before the first fork). */
+void init__events_setup(void);
+/* Read the counters into out (absent ones 0); returns a bit mask, bit i
+ * set when counter i was read. */
+unsigned init__events_read(uint64_t out[INIT_EVENTS_N]);
+/* Find the line "KEY N" in buf[0..len) (N decimal, fitting 64 bits): 0 with
+ * *out, or -1 when there is no such line or its number is malformed. */
+int init__events_parse(const char *buf, size_t len, const char *key, uint64_t *out);
+
 void init__exec_request(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload);
 /* SIGCHLD: reap every exited child (orphans included) and record the exit
  * of the ones we started. */

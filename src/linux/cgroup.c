@@ -519,26 +519,25 @@ bool sandlot__cg_young(const char *dir, unsigned secs)
 	return time(NULL) - st.st_mtime < (time_t)secs;
 }
 
-int sandlot__cgroup_events(sandlot_cgroup_t *cg, uint64_t *oom_kills, uint64_t *pids_limit_hits)
+/* "<dir>/<file>" opened read-only, or -1. */
+static int open_in(const char *dir, const char *file)
 {
-	*oom_kills = *pids_limit_hits = 0;
+	char path[PATH_MAX];
+	if (!dir || sandlot__cg_pathf(path, "%s/%s", dir, file) < 0)
+		return -1;
+	return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+void sandlot__cgroup_event_fds(sandlot_cgroup_t *cg, int *oom_fd, int *pids_fd)
+{
+	*oom_fd = *pids_fd = -1;
 	if (cg->ops == &sandlot__cgroup_v1_ops) {
-		if (cg->dir[SL_CG_MEMORY] &&
-		    sandlot__cg_read_key(cg->dir[SL_CG_MEMORY], "memory.oom_control", "oom_kill",
-					 oom_kills) < 0 && errno != ENOENT)
-			return -1;
-		if (cg->dir[SL_CG_PIDS])
-			sandlot__cg_read_key(cg->dir[SL_CG_PIDS], "pids.events", "max", pids_limit_hits);
-		return 0;
+		*oom_fd = open_in(cg->dir[SL_CG_MEMORY], "memory.oom_control");
+		*pids_fd = open_in(cg->dir[SL_CG_PIDS], "pids.events");
+	} else if (cg->ops == &sandlot__cgroup_v2_ops) {
+		*oom_fd = open_in(cg->dir[0], "memory.events");
+		*pids_fd = open_in(cg->dir[0], "pids.events");
 	}
-	if (cg->ops == &sandlot__cgroup_v2_ops) {
-		if (sandlot__cg_read_key(cg->dir[0], "memory.events", "oom_kill", oom_kills) < 0 &&
-		    errno != ENOENT)
-			return -1;
-		sandlot__cg_read_key(cg->dir[0], "pids.events", "max", pids_limit_hits);
-		return 0;
-	}
-	return 0;
 }
 
 /* Every directory of the cgroup named `name` (v1: one per hierarchy; v2:

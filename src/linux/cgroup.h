@@ -99,10 +99,13 @@ int sandlot__cgroup_join_self(const struct sandlot_cgroup_join *j);
 /* Close what join_prepare opened (in the parent, after the child joined). */
 void sandlot__cgroup_join_close(struct sandlot_cgroup_join *j);
 
-/* Only the OOM-kill and refused-fork counters (2 small reads instead of
- * usage's ~6): what libsandlot compares around every exec.  0, or -1 if
- * the cgroup is gone; counters the host lacks read 0. */
-int sandlot__cgroup_events(sandlot_cgroup_t *cg, uint64_t *oom_kills, uint64_t *pids_limit_hits);
+/* Open the files that hold the OOM-kill counter (an "oom_kill N" line: v2
+ * memory.events, v1 memory.oom_control) and the refused-fork counter (a
+ * "max N" line: pids.events), read-only and close-on-exec, for the
+ * sandbox's init to read before and after every command (init.h, fds 10
+ * and 11).  Each is -1 where the host lacks it (a controller not mounted,
+ * a kernel without the counter).  Never fails. */
+void sandlot__cgroup_event_fds(sandlot_cgroup_t *cg, int *oom_fd, int *pids_fd);
 
 /* Kill every process in the cgroup(s), including ones that setsid() or
  * double-forked, and wait (at most about 2 s) until no process is left.

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -249,10 +250,25 @@ static const char ruleset_drop[] =
  * rather than freed after each use because closing that socket waits for
  * RCU grace periods: 3 to 15 ms measured here, which would double the cost
  * of creating a sandbox with a network. */
+/* Below FD_SETSIZE with room for descriptors other threads open meanwhile. */
+#define NFT_FD_LIMIT (FD_SETSIZE - 64)
+
 static int load_rules(int redirect, struct nft_ctx **pctx, sandlot_error_t **err)
 {
 	const char *replace = *pctx ? REPLACE : "";
 	if (!*pctx) {
+		/* libnftables select()s on its netlink socket, which a descriptor
+		 * numbered FD_SETSIZE (1024) or more would overflow (glibc aborts
+		 * the process).  The socket takes the lowest free number: refuse
+		 * while that is too close to the limit (a daemon holding
+		 * thousands of connections or sandboxes) rather than crash. */
+		int probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (probe >= 0)
+			close(probe);
+		if (probe >= NFT_FD_LIMIT)
+			return sandlot__error(err, EMFILE,
+					      "load the egress nftables rules: descriptors 0 to %d are all "
+					      "in use, and nftables cannot use a higher one", probe - 1);
 		*pctx = nft_ctx_new(NFT_CTX_DEFAULT);
 		if (!*pctx)
 			return sandlot__error(err, ENOMEM, "create an nftables context");

@@ -12,7 +12,7 @@
  *   - the head never holds more than ANSWER_HEAD_MAX bytes or
  *     ANSWER_MAX_HEADERS headers, each header's name and value lie inside
  *     it, and the decoded body is never longer than the input;
- *   - an answer to HEAD, a 204 and a 304 have no body.
+ *   - an answer to HEAD, a 101, a 204 and a 304 have no body.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -115,7 +115,7 @@ static void run(const uint8_t *d, size_t n, int head_req, unsigned cut, struct o
 	o->body_len = a.body_len;
 	a.body = NULL;
 	check(o->body_len <= n);
-	if (a.head_done && (head_req || a.status == 204 || a.status == 304))
+	if (a.head_done && (head_req || a.status == 101 || a.status == 204 || a.status == 304))
 		check(o->body_len == 0);
 	answer_free(&a);
 }

@@ -6,8 +6,9 @@
  *   - the result is OK, INCOMPLETE or ERROR, and an error has a status of
  *     400, 414, 431 or 505, a code and a message;
  *   - OK: the head ends with LF inside the buffer and within the limit,
- *     holds no NUL, the target and the Authorization, X-API-KEY and
- *     X-Access-Token values point inside it,
+ *     holds no NUL, the target and the Host, Authorization, X-API-KEY,
+ *     X-Access-Token, E2b-Sandbox-Id and E2B-Traffic-Access-Token values
+ *     point inside it,
  *     Content-Length and chunked are not both set; the head alone (no byte
  *     after it) gives the same answer, so what follows the head never
  *     changes how it is read;
@@ -74,6 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check(!h.access_token || inside(h.access_token, h.access_token_len, buf, h.head_len));
 		check(!h.sandbox_id || inside(h.sandbox_id, h.sandbox_id_len, buf, h.head_len));
 		check(!h.traffic_token || inside(h.traffic_token, h.traffic_token_len, buf, h.head_len));
+		check(!h.host || inside(h.host, h.host_len, buf, h.head_len));
 		check(!(h.has_length && h.chunked));
 		struct httphead again;
 		check(httphead_check(buf, h.head_len, MAX_HEAD, MAX_TARGET, &again) == HTTPHEAD_OK);

@@ -114,7 +114,10 @@ int http_error(struct http_req *req, int status, const char *code, const char *f
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	/* Under /e2b, E2B's shape, as http.c gives it (e2b.h). */
+	/* A sandbox's host, and under /e2b: E2B's shape, as http.c gives it (e2b.h). */
+	if (req->host_routed)
+		return answer(req, status, json_pack("{s:i,s:s,s:s%}", "code", status, "error",
+						     code ? code : "", "message", msg, strlen(msg)));
 	if (req->path && strncmp(req->path, "/e2b", 4) == 0 && (!req->path[4] || req->path[4] == '/'))
 		return answer(req, status, json_pack("{s:i,s:s%}", "code", status, "message", msg,
 						     strlen(msg)));

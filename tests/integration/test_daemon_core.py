@@ -720,6 +720,32 @@ def test_kill9_then_restart_reports_lost(own_daemon):
     assert d.stop() == 0
 
 
+def test_init_killed_from_outside_fails_only_its_sandbox(own_daemon):
+    """The reaper notices a sandbox whose init died by itself (here killed
+    from the host; an OOM kill or a crash look the same), marks it failed
+    and tears it down completely; the other sandboxes are untouched."""
+    d = own_daemon().start()
+    sid = d.create(**SMALL)
+    inits = inits_of(d.proc.pid)
+    assert len(inits) == 1
+    victim = inits.pop()
+    other = d.create(**SMALL)
+    os.kill(victim, signal.SIGKILL)
+    assert wait_state(d, sid, "failed", 10), state(d, sid)
+    s = state(d, sid)
+    assert s["end_reason"] == "failed: the sandbox's init exited unexpectedly", s
+    assert s["ended_at"], s
+    assert_error(d.post(f"/v1/sandboxes/{sid}/exec", {"argv": ["true"]}), 410, "sandbox_ended")
+    assert wait_until(lambda: victim not in hostscan.init_pids(), 10)
+    problems = wait_until(lambda: not no_leftovers_of([sid], d.data_dir), 5) or \
+        no_leftovers_of([sid], d.data_dir)
+    assert problems is True, problems
+    assert state(d, other)["state"] == "running"
+    r = d.exec(other, argv=["sh", "-c", "echo still here"])
+    assert r["exit_code"] == 0 and r["stdout"] == "still here\n", r
+    assert d.stop() == 0
+
+
 def test_sigterm_destroys_and_records(own_daemon):
     d = own_daemon().start()
     ids = [d.create(**SMALL) for _ in range(3)]

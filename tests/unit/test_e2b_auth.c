@@ -3,6 +3,7 @@
  * The front door and the HTTP layer call these on every TCP request, so
  * a wrong answer here would let a request in with the wrong key, or open
  * /v1 to E2B's headers. */
+#include <stdio.h>
 #include <string.h>
 
 #include "daemon/e2b.h"
@@ -121,6 +122,105 @@ static void test_control_paths(void)
 	CHECK(!e2b_control_path("/v1/sandboxes", 13)); /* not under /e2b at all */
 }
 
+/* e2b_host_parse(host, "localhost"): -1 not a sandbox host, else the port
+ * (0 when bad: *bad set) and the id into id. */
+static int host_port(const char *host, const char *domain, char id[64], const char **bad)
+{
+	struct e2b_host h;
+	int r = e2b_host_parse(host, strlen(host), domain, &h);
+	strcpy(id, h.id);
+	*bad = h.bad;
+	return r ? (int)h.port : -1;
+}
+
+static void test_sandbox_hosts(void)
+{
+	char id[64];
+	const char *bad;
+	const char *sb = "sb-abcdefghijklmnopqrstuvwxyz";
+	char host[160];
+	snprintf(host, sizeof(host), "8000-%s.localhost:8765", sb);
+	CHECK_EQ_INT(host_port(host, "localhost", id, &bad), 8000);
+	CHECK(!bad && strcmp(id, sb) == 0);
+	/* No port, a final dot, any case: the same. */
+	CHECK_EQ_INT(host_port("3000-SB-ABC.LocalHost.", "localhost", id, &bad), 3000);
+	CHECK(!bad && strcmp(id, "sb-abc") == 0);
+	CHECK_EQ_INT(host_port("1-x.sandboxes.example.com", "sandboxes.example.com", id, &bad), 1);
+	CHECK_EQ_INT(host_port("65535-x.localhost", "localhost", id, &bad), 65535);
+	CHECK_EQ_INT(host_port("08000-x.localhost", "localhost", id, &bad), 8000);
+	/* Not sandbox hosts: the API's. */
+	CHECK_EQ_INT(host_port("localhost:8765", "localhost", id, &bad), -1);
+	CHECK_EQ_INT(host_port("localhost", "localhost", id, &bad), -1);
+	CHECK_EQ_INT(host_port(".localhost", "localhost", id, &bad), -1);
+	CHECK_EQ_INT(host_port("127.0.0.1:8765", "localhost", id, &bad), -1);
+	CHECK_EQ_INT(host_port("8000-x.notlocalhost", "localhost", id, &bad), -1);
+	CHECK_EQ_INT(host_port("8000-x.localhost.example", "localhost", id, &bad), -1);
+	CHECK_EQ_INT(host_port("[::1]:8765", "localhost", id, &bad), -1);
+	CHECK_EQ_INT(host_port("8000-x.localhost", "", id, &bad), -1);
+	CHECK_EQ_INT(host_port("8000-x.localhost", NULL, id, &bad), -1);
+	/* Sandbox hosts with something wrong: said what. */
+	const char *bad_ports[] = { "0-x.localhost", "65536-x.localhost", "abc-x.localhost",
+				    "-x.localhost", "99999999999999999999-x.localhost",
+				    "8o00-x.localhost" };
+	for (size_t i = 0; i < sizeof(bad_ports) / sizeof(bad_ports[0]); i++) {
+		CHECK_EQ_INT(host_port(bad_ports[i], "localhost", id, &bad), 0);
+		CHECK(bad && strstr(bad, "1 to 65535"));
+		CHECK(id[0] == '\0');
+	}
+	CHECK_EQ_INT(host_port("8000.localhost", "localhost", id, &bad), 0);
+	CHECK(bad && strstr(bad, "PORT-SANDBOXID"));
+	CHECK_EQ_INT(host_port("8000-a.b.localhost", "localhost", id, &bad), 0);
+	CHECK_EQ_INT(host_port("8000-sb_x.localhost", "localhost", id, &bad), 0);
+	CHECK(bad && strstr(bad, "only letters, digits and '-'") && id[0] == '\0');
+	CHECK_EQ_INT(host_port("8000-.localhost", "localhost", id, &bad), 0);
+	CHECK(bad && strstr(bad, "no sandbox id"));
+	/* Only len bytes count. */
+	struct e2b_host h;
+	CHECK_EQ_INT(e2b_host_parse("8000-x.localhostZZZ", 16, "localhost", &h), 1);
+	CHECK_EQ_INT((int)h.port, 8000);
+}
+
+static int host_key(const char *auth, const char *api_key, const char *access, const char *traffic,
+		    const char *id)
+{
+	struct e2b_keys k = { api_key, api_key ? strlen(api_key) : 0, access,
+			      access ? strlen(access) : 0, NULL, 0, "/", 1, traffic,
+			      traffic ? strlen(traffic) : 0 };
+	return e2b_host_key_ok(TOK, auth, auth ? strlen(auth) : 0, &k, id);
+}
+
+static void test_sandbox_host_keys(void)
+{
+	char a[E2B_ACCESS_TOKEN_LEN + 1], b[E2B_ACCESS_TOKEN_LEN + 1], bearer[64];
+	e2b_access_token(TOK, "sb-aaa", 6, a);
+	e2b_access_token(TOK, "sb-bbb", 6, b);
+	snprintf(bearer, sizeof(bearer), "Bearer %s", TOK);
+	/* The daemon's token in any header. */
+	CHECK(host_key(bearer, NULL, NULL, NULL, "sb-aaa"));
+	CHECK(host_key(NULL, TOK, NULL, NULL, "sb-aaa"));
+	CHECK(host_key(NULL, NULL, TOK, NULL, "sb-aaa"));
+	CHECK(host_key(NULL, NULL, NULL, TOK, "sb-aaa"));
+	CHECK(host_key(bearer, NULL, NULL, NULL, "")); /* even for a bad host: it is then answered */
+	/* The sandbox's own token, in E2B's token headers only. */
+	CHECK(host_key(NULL, NULL, a, NULL, "sb-aaa"));
+	CHECK(host_key(NULL, NULL, NULL, a, "sb-aaa"));
+	CHECK(!host_key(NULL, a, NULL, NULL, "sb-aaa"));
+	char ba[96];
+	snprintf(ba, sizeof(ba), "Bearer %s", a);
+	CHECK(!host_key(ba, NULL, NULL, NULL, "sb-aaa"));
+	/* Not another sandbox's, not for no sandbox, nothing else. */
+	CHECK(!host_key(NULL, NULL, b, b, "sb-aaa"));
+	CHECK(!host_key(NULL, NULL, a, a, ""));
+	CHECK(!host_key(NULL, NULL, a, a, NULL));
+	CHECK(!host_key(NULL, NULL, NULL, NULL, "sb-aaa"));
+	CHECK(!host_key(TOK, NULL, NULL, NULL, "sb-aaa")); /* Authorization wants "Bearer " */
+	CHECK(!host_key("Basic dXNlcjo=", "x", "y", "z", "sb-aaa"));
+	/* No token configured: nothing opens a host. */
+	struct e2b_keys k = { "", 0, "", 0, NULL, 0, "/", 1, "", 0 };
+	CHECK(!e2b_host_key_ok(NULL, "", 0, &k, "sb-aaa"));
+	CHECK(!e2b_host_key_ok("", "Bearer ", 7, &k, "sb-aaa"));
+}
+
 int main(void)
 {
 	TAP_RUN(test_paths_under_the_prefix);
@@ -128,5 +228,7 @@ int main(void)
 	TAP_RUN(test_the_token_in_either_header);
 	TAP_RUN(test_access_token_is_per_sandbox);
 	TAP_RUN(test_control_paths);
+	TAP_RUN(test_sandbox_hosts);
+	TAP_RUN(test_sandbox_host_keys);
 	return tap_done();
 }

@@ -65,7 +65,23 @@ static void path_in(const struct client *c, const char *rel, char *out, size_t n
 struct init_opts {
 	rlim_t fsize; /* RLIMIT_FSIZE for init itself (0: none) */
 	uid_t uid;    /* --uid and --gid (0: the test's own) */
+	/* Files init gets as its event counters (fds 10 and 11), or NULL. */
+	const char *oom_events, *pids_events;
 };
+
+/* Open `path` read-only as descriptor `fd` (in init's child, before it
+ * starts): 0, or -1. */
+static int open_as(const char *path, int fd)
+{
+	if (!path)
+		return 0;
+	int t = open(path, O_RDONLY);
+	if (t < 0 || (t != fd && dup2(t, fd) < 0))
+		return -1;
+	if (t != fd)
+		close(t);
+	return 0;
+}
 
 static void start_init_opts(struct client *c, const struct init_opts *o)
 {
@@ -88,6 +104,9 @@ static void start_init_opts(struct client *c, const struct init_opts *o)
 		if (a < 0 || b < 0 || dup2(a, INIT_FD_PROTO) < 0 || dup2(b, INIT_FD_STATUS) < 0)
 			_exit(99);
 		sys_close_range(5, ~0U, 0);
+		if (o && (open_as(o->oom_events, INIT_FD_OOM_EVENTS) < 0 ||
+			  open_as(o->pids_events, INIT_FD_PIDS_EVENTS) < 0))
+			_exit(97);
 		if (o && o->fsize) {
 			/* Writing past the limit must fail with EFBIG, not kill. */
 			signal(SIGXFSZ, SIG_IGN);
@@ -370,6 +389,8 @@ struct result {
 	char msg[256];
 	int out_end, err_end, bad_order;
 	uint64_t exit_ms;
+	int has_oom, has_pids; /* EXIT carried OOM_KILLS, PIDS_REFUSED */
+	uint64_t oom, pids;
 };
 
 static void result_free(struct result *r)
@@ -432,6 +453,9 @@ static void run_to_exit(struct client *c, uint32_t id, struct result *r)
 					  ? code
 					  : -1000;
 			r->sig = (int)rec_u32(&f, SL_TAG_SIGNAL, 0);
+			r->has_oom = rec_get(&f, SL_TAG_OOM_KILLS, &rec) && sl_rec_u64(&rec, &r->oom) == 0;
+			r->has_pids = rec_get(&f, SL_TAG_PIDS_REFUSED, &rec) &&
+				      sl_rec_u64(&rec, &r->pids) == 0;
 			if (!r->out_end || !r->err_end)
 				r->bad_order = 1;
 			frame_free(&f);
@@ -659,6 +683,123 @@ static void test_start_errors(void)
 	send_empty(&c, SL_MSG_PING, 8);
 	CHECK_EQ_INT(expect_reply(&c, 8, NULL), 0);
 	stop_init(&c);
+}
+
+/* End the case when `expr` does not hold (init gets EOF and exits). */
+#define REQUIRE(expr)                                                                 \
+	do {                                                                          \
+		if (!(expr)) {                                                        \
+			printf("#   required: %s (%s:%d)\n", #expr, __FILE__, __LINE__); \
+			fflush(stdout);                                               \
+			exit(1);                                                      \
+		}                                                                     \
+	} while (0)
+
+/* Replace the contents of `path` (an event counter file). */
+static void put_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	REQUIRE(fd >= 0);
+	REQUIRE(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+	close(fd);
+}
+
+/* Start `cat` on stream id with a stdin pipe and wait for its STARTED (so
+ * init has read the counters it compares against). */
+static void start_cat(struct client *c, uint32_t id)
+{
+	send_exec(c, id, (const char *[]){ "cat", NULL }, 1, NULL);
+	for (;;) {
+		struct frame f;
+		REQUIRE(next_frame(c, &f) == 1);
+		int started = f.stream == id && f.type == SL_MSG_STARTED;
+		REQUIRE(f.stream != id || f.type == SL_MSG_STARTED);
+		frame_free(&f);
+		if (started)
+			return;
+	}
+}
+
+/* End the `cat` of start_cat() and collect its EXIT. */
+static void end_cat(struct client *c, uint32_t id, struct result *r)
+{
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_STDIN, SANDLOT_PROTO_FLAG_END, id);
+	send_msg(c, &m);
+	run_to_exit(c, id, r);
+	CHECK(r->exited && r->code == 0);
+}
+
+/* EXIT's OOM_KILLS and PIDS_REFUSED: what the counters init was handed
+ * (fds 10 and 11; here files standing in for a cgroup's memory.events or
+ * memory.oom_control and pids.events) grew by between EXEC and EXIT; 0
+ * when they did not; absent without the descriptors, or when a file holds
+ * no such line (or a malformed one); a counter that went down counts 0.
+ * "oom_kill_disable" (v1's memory.oom_control) is not "oom_kill". */
+static void test_exit_events(void)
+{
+	char dir[] = "/tmp/sandlot-init-ev-XXXXXX";
+	REQUIRE(mkdtemp(dir));
+	char oom[64], pids[64];
+	snprintf(oom, sizeof(oom), "%s/oom", dir);
+	snprintf(pids, sizeof(pids), "%s/pids", dir);
+	put_file(oom, "oom_kill_disable 0\nunder_oom 0\noom_kill 5\n");
+	put_file(pids, "max 7\n");
+	struct init_opts o = { .oom_events = oom, .pids_events = pids };
+	struct client c;
+	start_init_opts(&c, &o);
+	skip_hello(&c);
+	struct result r;
+
+	/* Nothing happened. */
+	run_cmd(&c, 1, (const char *[]){ "true", NULL }, &r);
+	CHECK(r.exited && r.code == 0);
+	CHECK(r.has_oom && r.oom == 0);
+	CHECK(r.has_pids && r.pids == 0);
+	result_free(&r);
+
+	/* Three OOM kills while it ran (the disable flag changes too: not a
+	 * count). */
+	start_cat(&c, 2);
+	put_file(oom, "oom_kill_disable 1\nunder_oom 0\noom_kill 8\n");
+	end_cat(&c, 2, &r);
+	CHECK(r.has_oom && r.oom == 3);
+	CHECK(r.has_pids && r.pids == 0);
+	result_free(&r);
+
+	/* Two refused forks; a counter that went down counts nothing. */
+	start_cat(&c, 3);
+	put_file(pids, "max 9\n");
+	put_file(oom, "oom_kill 1\n");
+	end_cat(&c, 3, &r);
+	CHECK(r.has_oom && r.oom == 0);
+	CHECK(r.has_pids && r.pids == 2);
+	result_free(&r);
+
+	/* No such line, or a malformed number: not reported. */
+	start_cat(&c, 4);
+	put_file(oom, "low 0\nhigh 0\n");
+	end_cat(&c, 4, &r);
+	CHECK(!r.has_oom);
+	CHECK(r.has_pids && r.pids == 0);
+	result_free(&r);
+	put_file(pids, "max 18446744073709551616\n"); /* 2^64 */
+	run_cmd(&c, 5, (const char *[]){ "true", NULL }, &r);
+	CHECK(!r.has_oom && !r.has_pids);
+	result_free(&r);
+	stop_init(&c);
+
+	/* Without the descriptors: neither record. */
+	start_init(&c);
+	skip_hello(&c);
+	run_cmd(&c, 1, (const char *[]){ "true", NULL }, &r);
+	CHECK(r.exited && r.code == 0);
+	CHECK(!r.has_oom && !r.has_pids);
+	result_free(&r);
+	stop_init(&c);
+	unlink(oom);
+	unlink(pids);
+	rmdir(dir);
 }
 
 static void test_stdin_cat(void)
@@ -1978,6 +2119,7 @@ int main(void)
 	TAP_RUN(test_killed_signal);
 	TAP_RUN(test_start_errors);
 	TAP_RUN(test_stdin_cat);
+	TAP_RUN(test_exit_events);
 	TAP_RUN(test_flow_control);
 	TAP_RUN(test_background_holder);
 	TAP_RUN(test_fwrite_fread);

@@ -55,6 +55,8 @@
 #include "common/proto.h" /* SANDLOT_PROTO_WINDOW, SANDLOT_PROTO_MAX_DATA */
 #include "core/private.h" /* sandlot__init_pid */
 #include "core/sized.h"   /* sandlot__sized_layouts_check */
+#include "core/teardown.h"    /* sandlot__stop, sandlot__ended, sandlot__remove_leftovers */
+#include <glob.h>
 #include "tap.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -816,7 +818,7 @@ static void test_versioned_struct_sizes(void)
 
 	/* The other versioned structs, at their entry points that need no
 	 * sandbox (sandlot_exec's own checks come before the sandbox's). */
-	sandlot_net_policy_t pol = { .mode = SANDLOT_NET_NONE };
+	sandlot_net_policy_t pol = { .mode = SANDLOT_NET_NONE }; /* no size */
 	e = NULL;
 	expect_bad_size(sandlot_net_policy_validate(&pol, &e), &e, "sandlot_net_policy_t",
 			"size is 0", __LINE__);
@@ -835,7 +837,7 @@ static void test_versioned_struct_sizes(void)
 	expect_bad_size(sandlot_packages_configure(&pc, &e), &e, "sandlot_packages_config_t",
 			"size is 0", __LINE__);
 	const char *argv[] = { "true", NULL };
-	sandlot_exec_spec_t spec = { .argv = argv };
+	sandlot_exec_spec_t spec = { .argv = argv }; /* no size */
 	e = NULL;
 	CHECK(sandlot_exec(NULL, &spec, NULL, &e) == NULL);
 	expect_bad_size(-1, &e, "sandlot_exec_spec_t", "size is 0", __LINE__);
@@ -1223,6 +1225,124 @@ static void test_alive_after_init_killed(void)
 	sandlot_changes_t ch;
 	MUST_FAIL(sandlot_changes_scan(sb, &ch, E), EPIPE, NULL);
 	sandlot_destroy(sb);
+}
+
+/* sandlot__stop() ends a running sandbox at once, from another thread
+ * while a command runs in it; sandlot__ended() sees that (and, before,
+ * that it runs); a second stop is harmless and destroy still works. */
+static void test_stop_and_ended(void)
+{
+	sandlot_t *sb = new_sandbox();
+	CHECK_EQ_INT(sandlot__ended(sb), 0);
+	struct run r;
+	run_init(&r);
+	const char *argv[] = { "sh", "-c", "echo ready; exec sleep 30", NULL };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv };
+	sandlot_proc_t *p = start(sb, &spec, &r);
+	CHECK(wait_output(&r, "ready", 5000));
+	CHECK_EQ_INT(sandlot__ended(sb), 0);
+
+	sandlot__stop(sb);
+	CHECK(wait_exit_cb(&r, 5000));
+	CHECK_EQ_INT(r.ex.signal, SIGKILL);
+	uint64_t t0 = now_ms();
+	while (!sandlot__ended(sb) && now_ms() - t0 < 5000)
+		sleep_ms(5);
+	CHECK_EQ_INT(sandlot__ended(sb), 1);
+	CHECK_EQ_INT(sandlot__ended(sb), 1); /* nothing was reaped by asking */
+	sandlot__stop(sb);
+	finish_proc(p, &r);
+	run_fini(&r);
+	const char *true_argv[] = { "true", NULL };
+	sandlot_exec_spec_t ts = { .size = sizeof(ts), .argv = true_argv };
+	MUST_FAIL(sandlot_exec(sb, &ts, NULL, E) ? 0 : -1, EPIPE, NULL);
+	sandlot_destroy(sb);
+}
+
+/* A sandbox whose init died by itself (here: killed from outside, as an
+ * out-of-memory kill or a crash would) is ended. */
+static void test_ended_when_init_dies(void)
+{
+	sandlot_t *sb = new_sandbox();
+	CHECK_EQ_INT(sandlot__ended(sb), 0);
+	CHECK(kill(sandlot__init_pid(sb), SIGKILL) == 0);
+	uint64_t t0 = now_ms();
+	while (!sandlot__ended(sb) && now_ms() - t0 < 5000)
+		sleep_ms(5);
+	CHECK_EQ_INT(sandlot__ended(sb), 1);
+	sandlot_destroy(sb);
+}
+
+/* How many cgroup directories named `id` exist (every v1 hierarchy, or
+ * the v2 tree). */
+static size_t cgroup_dirs_named(const char *id)
+{
+	size_t n = 0;
+	const char *roots[] = { "/sys/fs/cgroup/*", "/sys/fs/cgroup" };
+	for (size_t i = 0; i < 2; i++) {
+		char pat[256];
+		snprintf(pat, sizeof(pat), "%s/sandlot/%s", roots[i], id);
+		glob_t g;
+		if (glob(pat, GLOB_NOSORT | GLOB_ONLYDIR, NULL, &g) == 0)
+			n += g.gl_pathc;
+		globfree(&g);
+	}
+	return n;
+}
+
+/* sandlot__remove_leftovers(): bad ids are refused before anything is
+ * looked up (a glob character or a path must never reach the cgroup
+ * tree); an id nothing is left of is clean; a live sandbox's cgroup is
+ * left alone without kill; with kill, what a lost sandbox left (its
+ * processes, its cgroups) goes, and a later destroy of the handle copes. */
+static void test_remove_leftovers(void)
+{
+	MUST_FAIL(sandlot__remove_leftovers(NULL, 0, E), EINVAL, "invalid sandbox id");
+	MUST_FAIL(sandlot__remove_leftovers("", 0, E), EINVAL, "invalid sandbox id");
+	MUST_FAIL(sandlot__remove_leftovers("sb-*", 1, E), EINVAL, "sb-*");
+	MUST_FAIL(sandlot__remove_leftovers("../sandlot", 1, E), EINVAL, NULL);
+	MUST_FAIL(sandlot__remove_leftovers("sb-aaaaaaaaaaaaaaaaaaaaaaaaa/", 1, E), EINVAL, NULL);
+	MUST_FAIL(sandlot__remove_leftovers("sb-aaaaaaaaaaaaaaaaaaaaaaaaaa1", 1, E), EINVAL, NULL);
+	/* Without an error pointer, still refused. */
+	CHECK_EQ_INT(sandlot__remove_leftovers("sb-?", 1, NULL), -1);
+	char fresh[32];
+	sandlot_new_id(NULL, fresh);
+	CHECK_EQ_INT(sandlot__remove_leftovers(fresh, 1, NULL), 0);
+	sandlot_release_id(fresh);
+
+	sandlot_t *sb = new_sandbox();
+	char id[32];
+	snprintf(id, sizeof(id), "%s", sandlot_id(sb));
+	size_t dirs = cgroup_dirs_named(id);
+	CHECK(dirs > 0);
+	/* Live, without kill: left alone, and it still works. */
+	MUST(sandlot__remove_leftovers(id, 0, E) > 0 ? 0 : -1);
+	CHECK_EQ_INT(cgroup_dirs_named(id), dirs);
+	CHECK_EQ_INT(sandlot__ended(sb), 0);
+	struct run r;
+	run_init(&r);
+	run_sh(sb, "echo alive", &r);
+	CHECK(buf_is(&r.out, "alive\n"));
+	CHECK_EQ_INT(r.ex.exit_code, 0);
+	run_fini(&r);
+
+	/* As after a kill -9 of the owner: kill what is there, then retry
+	 * until the kernel let go of the cgroups. */
+	int left = sandlot__remove_leftovers(id, 1, NULL);
+	CHECK(left >= 0);
+	uint64_t t0 = now_ms();
+	while (left > 0 && now_ms() - t0 < 5000) {
+		sleep_ms(20);
+		left = sandlot__remove_leftovers(id, 0, NULL);
+	}
+	CHECK_EQ_INT(left, 0);
+	CHECK_EQ_INT(cgroup_dirs_named(id), 0);
+	t0 = now_ms();
+	while (!sandlot__ended(sb) && now_ms() - t0 < 5000)
+		sleep_ms(5);
+	CHECK_EQ_INT(sandlot__ended(sb), 1);
+	sandlot_destroy(sb);
+	CHECK_EQ_INT(sandlot__remove_leftovers(id, 0, NULL), 0);
 }
 
 /* ---- exec ------------------------------------------------------------------- */
@@ -3502,6 +3622,9 @@ int main(void)
 	RUN(test_create_destroy);
 	RUN(test_create_concurrent);
 	RUN(test_alive_after_init_killed);
+	RUN(test_stop_and_ended);
+	RUN(test_ended_when_init_dies);
+	RUN(test_remove_leftovers);
 	RUN(test_port_connect);
 	RUN(test_exec_basic);
 	RUN(test_set_env);

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -552,6 +553,44 @@ static void test_netns_stock(void)
 	CHECK_EQ_INT(after, before);
 }
 
+/* With every descriptor below FD_SETSIZE taken (a daemon holding thousands
+ * of connections), egress cannot be set up through libnftables, which
+ * select()s on its socket: a clear error, not an abort of the process. */
+static void test_netns_egress_with_high_descriptors(void)
+{
+	if (geteuid() != 0)
+		tap_skip("network namespaces need root");
+	struct rlimit rl;
+	CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+	if (rl.rlim_max < 1200)
+		tap_skip("RLIMIT_NOFILE's hard limit is below 1200");
+	rl.rlim_cur = rl.rlim_max;
+	CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	int held[1100], n = 0;
+	for (; n < 1100; n++) {
+		held[n] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (held[n] < 0 || held[n] >= 1060)
+			break;
+	}
+	struct sandlot_netns_ready r;
+	sandlot_error_t *err = NULL;
+	CHECK_EQ_INT(sandlot__netns_make(1, &r, &err), -1);
+	CHECK_EQ_INT(sandlot_error_status(err), EMFILE);
+	CHECK(err && strstr(sandlot_error_message(err), "nftables") != NULL);
+	if (err)
+		printf("# %s\n", sandlot_error_message(err));
+	sandlot_error_free(err);
+	CHECK(r.ns_fd == -1 && r.nft == NULL);
+	for (int i = 0; i <= n && i < 1100; i++)
+		if (held[i] >= 0)
+			close(held[i]);
+	/* Descriptors free again: it works. */
+	err = NULL;
+	CHECK_EQ_INT(sandlot__netns_make(1, &r, &err), 0);
+	sandlot_error_free(err);
+	sandlot__netns_ready_close(&r);
+}
+
 int main(void)
 {
 	TAP_RUN(test_names);
@@ -564,5 +603,6 @@ int main(void)
 	TAP_RUN(test_policy_errors);
 	TAP_RUN(test_closed_ranges);
 	TAP_RUN(test_netns_stock);
+	TAP_RUN(test_netns_egress_with_high_descriptors);
 	return tap_done();
 }
