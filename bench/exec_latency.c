@@ -58,7 +58,7 @@ int main(int argc, char **argv)
 	}
 	double created = now_ms() - t0;
 	const char *const eargv[] = { prog, NULL };
-	sandlot_exec_spec_t spec = { .argv = eargv };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = eargv };
 	for (int i = 0; i < n; i++) {
 		double t = now_ms();
 		sandlot_proc_t *p = sandlot_exec(s, &spec, NULL, &err);

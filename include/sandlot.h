@@ -18,6 +18,21 @@
  *  - Handles that belong to a sandbox (processes, readers, writers) stay
  *    valid after sandlot_destroy(): they just fail (EPIPE) or report the
  *    process as killed.  Free them as usual.
+ *
+ * Versioned structs.  Every struct the caller fills in and passes by
+ * pointer (sandlot_options_t, sandlot_exec_spec_t, sandlot_exec_callbacks_t,
+ * sandlot_net_policy_t, sandlot_net_config_t, sandlot_packages_t,
+ * sandlot_packages_config_t) starts with `size_t size`, which the caller
+ * sets to sizeof the struct: sandlot_options_init() does it for options,
+ * the others are written e.g.
+ *     sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv };
+ * New fields are only ever added at the end, and 0 always means "the
+ * default", so a program built with an older sandlot.h keeps working with a
+ * newer library: the library reads the fields the size covers and takes
+ * the rest as 0.  A program built with a newer sandlot.h works with an
+ * older library as long as it leaves the newer fields 0.  A size of 0 (the
+ * struct was not initialised) or one that matches no version fails with
+ * EINVAL and a message saying so.
  */
 #ifndef SANDLOT_H
 #define SANDLOT_H
@@ -66,6 +81,7 @@ typedef enum {
  * form of an international name).  A deny rule wins over an allow rule.
  * Lists are NULL-terminated, at most 256 entries; NULL means empty. */
 typedef struct sandlot_net_policy {
+	size_t size;               /* sizeof(this struct): see "Versioned structs" above */
 	sandlot_network_t mode;
 	const char *const *allow;   /* ALLOWLIST only */
 	const char *const *deny;
@@ -83,6 +99,7 @@ typedef enum {
 } sandlot_storage_t;
 
 typedef struct sandlot_options {
+	size_t size;                /* sizeof(sandlot_options_t): set by sandlot_options_init() */
 	const char *image;          /* "host" (default) */
 	uint64_t memory_bytes;      /* memory incl. swap; default 512 MiB */
 	uint32_t cpus_milli;        /* CPU quota in thousandths of a CPU; 0 = no quota */
@@ -150,8 +167,11 @@ typedef struct sandlot_options {
 	int start_nowait;
 } sandlot_options_t;
 
-/* Fill opts with the defaults above. */
-SANDLOT_API void sandlot_options_init(sandlot_options_t *opts);
+/* Fill opts with the defaults above and set opts->size: always start
+ * from this.  A macro, so that the size is the caller's sizeof; the
+ * function writes only that many bytes. */
+#define sandlot_options_init(opts) sandlot_options_init_sized((opts), sizeof(*(opts)))
+SANDLOT_API void sandlot_options_init_sized(sandlot_options_t *opts, size_t size);
 
 /* Prepare, in a background thread of the library, what sandboxes created
  * with options like `likely` need, so that their creation does less: a
@@ -229,9 +249,6 @@ SANDLOT_API const char *sandlot_id(const sandlot_t *sb);
  * or ENOMEM; on failure the environment is unchanged.  (sandlotd uses it to
  * give a sandbox made in advance the environment a request asks for.) */
 SANDLOT_API int sandlot_set_env(sandlot_t *sb, const char *const *env, sandlot_error_t **err);
-
-/* Host pid of the sandbox's init (for diagnostics and tests). */
-SANDLOT_API pid_t sandlot_init_pid(const sandlot_t *sb);
 
 /* Whether the sandbox is still usable (its init is alive). */
 SANDLOT_API int sandlot_alive(const sandlot_t *sb);
@@ -349,6 +366,7 @@ SANDLOT_API sandlot_network_t sandlot_network(sandlot_t *sb, const char *const *
  * EBUSY).  Without a call, SANDLOT_RESOLVER and SANDLOT_EGRESS_ALLOW_RANGES
  * (comma-separated) from the environment are used, else the defaults. */
 typedef struct sandlot_net_config {
+	size_t size;               /* sizeof(this struct): see "Versioned structs" above */
 	/* Upstream DNS servers, "ADDR[:PORT]" comma-separated (IPv4).  NULL:
 	 * the nameservers of the host's /etc/resolv.conf. */
 	const char *resolver;
@@ -411,6 +429,7 @@ SANDLOT_API const char *sandlot_net_reason_name(unsigned i);
  * the same pinned packages (pip name==version, npm name@x.y.z) downloads
  * nothing. */
 typedef struct sandlot_packages {
+	size_t size;               /* sizeof(this struct): see "Versioned structs" above */
 	/* "pandas==2.2.0", "requests>=2,<3", "uvicorn[standard]": requirement
 	 * specifiers only (no options, URLs, paths or markers). */
 	const char *const *pip;
@@ -420,6 +439,7 @@ typedef struct sandlot_packages {
 } sandlot_packages_t;
 
 typedef struct sandlot_packages_config {
+	size_t size;               /* sizeof(this struct): see "Versioned structs" above */
 	const char *pip_index;          /* default https://pypi.org/simple */
 	/* Hosts the download may reach besides the index's; default
 	 * files.pythonhosted.org with the default index, none otherwise. */
@@ -471,6 +491,7 @@ typedef struct sandlot_exit {
 } sandlot_exit_t;
 
 typedef struct sandlot_exec_callbacks {
+	size_t size;               /* sizeof(this struct): see "Versioned structs" above */
 	/* Output as it arrives.  Return 0 to keep receiving, or 1 to pause the
 	 * command's output until sandlot_proc_resume_output() (flow control):
 	 * the sandbox stops sending once what is in flight (at most one 256 KiB
@@ -484,6 +505,7 @@ typedef struct sandlot_exec_callbacks {
 } sandlot_exec_callbacks_t;
 
 typedef struct sandlot_exec_spec {
+	size_t size;               /* sizeof(this struct): see "Versioned structs" above */
 	const char *const *argv;   /* required; argv[0] is looked up in PATH */
 	const char *const *env;    /* extra "K=V", override the sandbox's; may be NULL */
 	const char *cwd;           /* default /home/user; relative = under /home/user */
@@ -651,18 +673,6 @@ SANDLOT_API int sandlot_changes_scan(sandlot_t *sb, sandlot_changes_t *out, sand
 SANDLOT_API int sandlot_changes_scan_max(sandlot_t *sb, uint64_t max_bytes, sandlot_changes_t *out,
 					 sandlot_error_t **err);
 SANDLOT_API void sandlot_changes_free(sandlot_changes_t *c);
-
-/* ---- parsing helpers shared by the CLI and the daemon ------------------ */
-
-/* "512M", "1G", "1.5GiB", "1048576" → bytes.  Units K/M/G/T are binary
- * (1024-based), with or without "i"/"B".  Rejects empty, negative, zero
- * when !allow_zero, overflow and junk. */
-SANDLOT_API int sandlot_parse_size(const char *s, int allow_zero, uint64_t *out,
-				   sandlot_error_t **err);
-/* "500ms", "30s", "2m", "1h", "1m30s", bare number = seconds → milliseconds. */
-SANDLOT_API int sandlot_parse_duration(const char *s, uint64_t *out_ms, sandlot_error_t **err);
-/* "2", "0.5", "1.25" → thousandths of a CPU. */
-SANDLOT_API int sandlot_parse_cpus(const char *s, uint32_t *out_milli, sandlot_error_t **err);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include "client.h"
 #include "common/base64.h"
 #include "common/cleanup.h"
+#include "common/parse.h"
 
 static const char code_help[] =
 	"NAME\n"
@@ -462,7 +463,7 @@ int cmd_code(int argc, char **argv)
 			a.context = optarg;
 			break;
 		case 't':
-			if (sandlot_parse_duration(optarg, &a.timeout_ms, &err) < 0) {
+			if (sandlot__parse_duration(optarg, &a.timeout_ms, &err) < 0) {
 				rc = cli_usage_error("code", "--timeout: %s", sandlot_error_message(err));
 				sandlot_error_free(err);
 				goto out;

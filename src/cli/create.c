@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "client.h"
 #include "common/cleanup.h"
+#include "common/parse.h"
 
 static const char create_help[] =
 	"NAME\n"
@@ -96,12 +97,12 @@ int cli_sandbox_option(const char *verb, int c, const char *arg, json_t *body, j
 	case 'm':
 	case OPT_DISK:
 		opt = c == 'm' ? "--memory" : "--disk";
-		if (sandlot_parse_size(arg, 0, &v, &err) == 0)
+		if (sandlot__parse_size(arg, 0, &v, &err) == 0)
 			json_object_set_new(body, c == 'm' ? "memory" : "disk", json_integer((json_int_t)v));
 		break;
 	case OPT_CPUS:
 		opt = "--cpus";
-		if (sandlot_parse_cpus(arg, &milli, &err) == 0)
+		if (sandlot__parse_cpus(arg, &milli, &err) == 0)
 			json_object_set_new(body, "cpus", json_real(milli / 1000.0));
 		break;
 	case OPT_PIDS: {
@@ -118,7 +119,7 @@ int cli_sandbox_option(const char *verb, int c, const char *arg, json_t *body, j
 	case OPT_IDLE:
 		opt = c == OPT_TTL ? "--ttl" : "--idle-timeout";
 		/* The API counts whole seconds; round up so that 500ms is not "never". */
-		if (sandlot_parse_duration(arg, &v, &err) == 0)
+		if (sandlot__parse_duration(arg, &v, &err) == 0)
 			json_object_set_new(body, c == OPT_TTL ? "ttl_seconds" : "idle_timeout_seconds",
 					    json_integer((json_int_t)((v + 999) / 1000)));
 		break;

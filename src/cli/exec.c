@@ -12,6 +12,7 @@
 #include "client.h"
 #include "common/base64.h"
 #include "common/cleanup.h"
+#include "common/parse.h"
 
 static const char exec_help[] =
 	"NAME\n"
@@ -494,7 +495,7 @@ int cmd_exec(int argc, char **argv)
 			a.workdir = optarg;
 			break;
 		case 't':
-			if (sandlot_parse_duration(optarg, &a.timeout_ms, &err) < 0) {
+			if (sandlot__parse_duration(optarg, &a.timeout_ms, &err) < 0) {
 				rc = cli_usage_error("exec", "--timeout: %s", sandlot_error_message(err));
 				sandlot_error_free(err);
 				goto out;

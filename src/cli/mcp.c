@@ -30,6 +30,7 @@
 #include "cli.h"
 #include "client.h"
 #include "common/cleanup.h"
+#include "common/parse.h"
 #include "mcp/mcp.h"
 
 #define MESSAGE_MAX (64u << 20)        /* longest JSON-RPC line we take */
@@ -336,7 +337,7 @@ static int parse_options(struct stdio *m, int argc, char **argv, const char **ho
 			c = ':';
 		switch (c) {
 		case 't':
-			if (sandlot_parse_duration(optarg, &v, &err) < 0) {
+			if (sandlot__parse_duration(optarg, &v, &err) < 0) {
 				rc = cli_usage_error("mcp", "--timeout: %s", sandlot_error_message(err));
 				sandlot_error_free(err);
 				err = NULL;

@@ -30,7 +30,7 @@ int cli_net_option(const char *verb, int c, const char *arg, json_t *body)
 	case OPT_ALLOW_HOST:
 	case OPT_DENY_HOST: {
 		const char *key = c == OPT_ALLOW_HOST ? "allow" : "deny";
-		sandlot_net_policy_t p = { SANDLOT_NET_ALLOWLIST, NULL, NULL };
+		sandlot_net_policy_t p = { .size = sizeof(p), .mode = SANDLOT_NET_ALLOWLIST };
 		const char *one[2] = { arg, NULL };
 		if (c == OPT_ALLOW_HOST)
 			p.allow = one;
@@ -55,7 +55,8 @@ int cli_net_option(const char *verb, int c, const char *arg, json_t *body)
 	case OPT_NPM: {
 		const char *key = c == OPT_PIP ? "pip" : "npm";
 		const char *one[2] = { arg, NULL };
-		sandlot_packages_t pk = { c == OPT_PIP ? one : NULL, c == OPT_NPM ? one : NULL };
+		sandlot_packages_t pk = { .size = sizeof(pk),
+					  .pip = c == OPT_PIP ? one : NULL, .npm = c == OPT_NPM ? one : NULL };
 		sandlot_error_t *err = NULL;
 		if (sandlot_packages_validate(&pk, &err) < 0) {
 			int rc = cli_usage_error(verb, "--%s: %s", key, sandlot_error_message(err));

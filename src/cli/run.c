@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "common/cleanup.h"
+#include "common/parse.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "common/util.h"
@@ -451,11 +452,11 @@ int cmd_run(int argc, char **argv)
 			c = ':';
 		switch (c) {
 		case 'm':
-			if (sandlot_parse_size(optarg, 0, &opts.memory_bytes, &err) < 0)
+			if (sandlot__parse_size(optarg, 0, &opts.memory_bytes, &err) < 0)
 				USAGE_FROM_ERR("--memory");
 			break;
 		case OPT_CPUS:
-			if (sandlot_parse_cpus(optarg, &opts.cpus_milli, &err) < 0)
+			if (sandlot__parse_cpus(optarg, &opts.cpus_milli, &err) < 0)
 				USAGE_FROM_ERR("--cpus");
 			break;
 		case OPT_PIDS:
@@ -470,11 +471,11 @@ int cmd_run(int argc, char **argv)
 			opts.pids = (uint32_t)v;
 			break;
 		case OPT_DISK:
-			if (sandlot_parse_size(optarg, 0, &opts.disk_bytes, &err) < 0)
+			if (sandlot__parse_size(optarg, 0, &opts.disk_bytes, &err) < 0)
 				USAGE_FROM_ERR("--disk");
 			break;
 		case 't':
-			if (sandlot_parse_duration(optarg, &timeout_ms, &err) < 0)
+			if (sandlot__parse_duration(optarg, &timeout_ms, &err) < 0)
 				USAGE_FROM_ERR("--timeout");
 			break;
 		case 'e':
@@ -507,7 +508,7 @@ int cmd_run(int argc, char **argv)
 			json = 1;
 			break;
 		case OPT_OUTPUT_LIMIT:
-			if (sandlot_parse_size(optarg, 1, &output_limit, &err) < 0)
+			if (sandlot__parse_size(optarg, 1, &output_limit, &err) < 0)
 				USAGE_FROM_ERR("--output-limit");
 			break;
 		case OPT_NOFILE:
@@ -586,7 +587,8 @@ int cmd_run(int argc, char **argv)
 	}
 	if ((rc = cli_net_finish("run", net)) != 0)
 		goto out;
-	sandlot_packages_t packages = { npip ? pip : NULL, nnpm ? npm : NULL };
+	sandlot_packages_t packages = { .size = sizeof(packages),
+					.pip = npip ? pip : NULL, .npm = nnpm ? npm : NULL };
 	if (sandlot_packages_validate(&packages, &err) < 0)
 		USAGE_FROM_ERR(npip && strstr(sandlot_error_message(err), "pip") ? "--pip" : "--npm");
 	rc = EXIT_SANDLOT;
@@ -716,12 +718,13 @@ int cmd_run(int argc, char **argv)
 		goto out;
 	}
 	sandlot_exec_spec_t spec = {
-		.argv = (const char *const *)cmd,
+		.size = sizeof(spec), .argv = (const char *const *)cmd,
 		.cwd = workdir,
 		.stdin_pipe = interactive,
 		.timeout_ms = timeout_ms,
 	};
-	sandlot_exec_callbacks_t cb = { .on_output = on_output, .on_exit = on_exit_cb, .userdata = &st };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+					.on_output = on_output, .on_exit = on_exit_cb, .userdata = &st };
 	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, &err);
 	sandlot_exit_t ex = { .exit_code = -1 };
 	if (!p || (early && sandlot_wait_ready(sb, &err) < 0)) {

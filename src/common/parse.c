@@ -8,7 +8,7 @@
  * "1.5G" is exactly 1610612736 and overflow is always detected.  On failure
  * the output is left untouched.
  */
-#include "sandlot.h"
+#include "common/parse.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -148,7 +148,7 @@ static bool scale(const struct number *n, uint64_t mult, uint64_t *out)
 
 #define SIZE_EXPECTED "expected a number with an optional unit K, M, G or T (e.g. 512M)"
 
-int sandlot_parse_size(const char *s, int allow_zero, uint64_t *out, sandlot_error_t **err)
+int sandlot__parse_size(const char *s, int allow_zero, uint64_t *out, sandlot_error_t **err)
 {
 	char q[QUOTE_BUF];
 	if (!s)
@@ -229,7 +229,7 @@ static const struct duration_unit duration_units[] = {
 	{ "s", 1000 },
 };
 
-int sandlot_parse_duration(const char *s, uint64_t *out_ms, sandlot_error_t **err)
+int sandlot__parse_duration(const char *s, uint64_t *out_ms, sandlot_error_t **err)
 {
 	char q[QUOTE_BUF];
 	if (!s)
@@ -302,7 +302,7 @@ int sandlot_parse_duration(const char *s, uint64_t *out_ms, sandlot_error_t **er
 
 #define CPUS_EXPECTED "expected a number of CPUs such as 2, 0.5 or 1.25"
 
-int sandlot_parse_cpus(const char *s, uint32_t *out_milli, sandlot_error_t **err)
+int sandlot__parse_cpus(const char *s, uint32_t *out_milli, sandlot_error_t **err)
 {
 	char q[QUOTE_BUF];
 	if (!s)

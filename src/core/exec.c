@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "core/sized.h"
 
 /* Return credit to init once this much output has been consumed: fewer
  * CREDIT frames, still well inside the window. */
@@ -156,7 +157,19 @@ static void on_timeout(struct sl_timer *t)
 sandlot_proc_t *sandlot_exec(sandlot_t *sb, const sandlot_exec_spec_t *spec,
 			     const sandlot_exec_callbacks_t *cb, sandlot_error_t **err)
 {
-	if (!spec || !spec->argv || !spec->argv[0] || !spec->argv[0][0])
+	sandlot_exec_spec_t spec_buf;
+	sandlot_exec_callbacks_t cb_buf;
+	if (!spec)
+		return sandlot__error(err, EINVAL, "exec: no command given"), NULL;
+	if (sandlot__exec_spec_copy(spec, &spec_buf, err) < 0)
+		return sandlot__error_wrap(err, "exec"), NULL;
+	spec = &spec_buf;
+	if (cb) {
+		if (sandlot__exec_callbacks_copy(cb, &cb_buf, err) < 0)
+			return sandlot__error_wrap(err, "exec"), NULL;
+		cb = &cb_buf;
+	}
+	if (!spec->argv || !spec->argv[0] || !spec->argv[0][0])
 		return sandlot__error(err, EINVAL, "exec: no command given"), NULL;
 	for (size_t i = 0; spec->env && spec->env[i]; i++) {
 		const char *eq = strchr(spec->env[i], '=');

@@ -15,18 +15,36 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/sized.h"
 #include "linux/netns.h"
 #include "net/engine.h"
 #include "net/policy.h"
 
 struct sl_policy *sandlot__net_policy_of(const sandlot_options_t *opts, sandlot_error_t **err)
 {
-	sandlot_net_policy_t p = { opts->network, opts->net_allow, opts->net_deny };
+	sandlot_net_policy_t p = { .size = sizeof(p), .mode = opts->network,
+				   .allow = opts->net_allow, .deny = opts->net_deny };
 	return sl_policy_compile(&p, err);
+}
+
+/* The caller's policy as this library's struct (sized.h); NULL stays NULL
+ * (no network). */
+static int policy_norm(const sandlot_net_policy_t **policy, sandlot_net_policy_t *buf,
+		       sandlot_error_t **err)
+{
+	if (!*policy)
+		return 0;
+	if (sandlot__net_policy_copy(*policy, buf, err) < 0)
+		return -1;
+	*policy = buf;
+	return 0;
 }
 
 int sandlot_net_policy_validate(const sandlot_net_policy_t *policy, sandlot_error_t **err)
 {
+	sandlot_net_policy_t buf;
+	if (policy_norm(&policy, &buf, err) < 0)
+		return -1;
 	struct sl_policy *p = sl_policy_compile(policy, err);
 	sl_policy_unref(p);
 	return p ? 0 : -1;
@@ -121,6 +139,9 @@ void sandlot__net_stop(sandlot_t *sb)
 
 int sandlot_set_network(sandlot_t *sb, const sandlot_net_policy_t *policy, sandlot_error_t **err)
 {
+	sandlot_net_policy_t buf;
+	if (policy_norm(&policy, &buf, err) < 0)
+		return -1;
 	struct sl_policy *p = sl_policy_compile(policy, err);
 	if (!p)
 		return -1;
@@ -147,6 +168,12 @@ sandlot_network_t sandlot_network(sandlot_t *sb, const char *const **allow,
 
 int sandlot_net_configure(const sandlot_net_config_t *cfg, sandlot_error_t **err)
 {
+	sandlot_net_config_t buf;
+	if (cfg) {
+		if (sandlot__net_config_copy(cfg, &buf, err) < 0)
+			return -1;
+		cfg = &buf;
+	}
 	return sandlot__net_configure(cfg, err);
 }
 

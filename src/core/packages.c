@@ -36,6 +36,7 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "core/sized.h"
 #include "linux/cgroup.h"
 #include "net/policy.h"
 
@@ -166,6 +167,10 @@ static int configure_locked(const sandlot_packages_config_t *cfg, const char *pi
 
 int sandlot_packages_configure(const sandlot_packages_config_t *cfg, sandlot_error_t **err)
 {
+	sandlot_packages_config_t buf = { .size = sizeof(buf) };
+	if (cfg && sandlot__packages_config_copy(cfg, &buf, err) < 0)
+		return -1;
+	cfg = &buf;
 	pthread_mutex_lock(&C.lock);
 	int r = C.used ? sandlot__error(err, EBUSY, "packages were installed already: configure "
 					"the registries before the first install")
@@ -182,6 +187,7 @@ static int config_locked(sandlot_error_t **err)
 	if (C.done)
 		return 0;
 	sandlot_packages_config_t cfg = {
+		.size = sizeof(cfg),
 		.pip_index = getenv("SANDLOT_PIP_INDEX"),
 		.npm_registry = getenv("SANDLOT_NPM_REGISTRY"),
 		.ca_file = getenv("SANDLOT_PACKAGE_CA"),
@@ -319,8 +325,12 @@ static int validate_list(enum mgr m, const char *const *v, int *all_pinned, sand
 int sandlot_packages_validate(const sandlot_packages_t *pk, sandlot_error_t **err)
 {
 	int pinned;
+	sandlot_packages_t buf;
 	if (!pk)
 		return 0;
+	if (sandlot__packages_copy(pk, &buf, err) < 0)
+		return -1;
+	pk = &buf;
 	if (validate_list(PIP, pk->pip, &pinned, err) < 0 ||
 	    validate_list(NPM, pk->npm, &pinned, err) < 0)
 		return -1;
@@ -385,9 +395,10 @@ static int run(sandlot_t *sb, const char *const *argv, const char *const *env, c
 		n = sizeof(line) - 2;
 	line[n++] = '\n';
 	cap_add(c, line, n);
-	sandlot_exec_spec_t spec = { .argv = argv, .env = env, .cwd = cwd,
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv, .env = env, .cwd = cwd,
 				     .timeout_ms = STEP_TIMEOUT_MS };
-	sandlot_exec_callbacks_t cb = { on_output, proc_done, c };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb), .on_output = on_output,
+					.on_exit = proc_done, .userdata = c };
 	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, err);
 	if (!p)
 		return -1;
@@ -813,6 +824,14 @@ int sandlot_install_packages(sandlot_t *sb, const sandlot_packages_t *pk,
 			     sandlot_install_result_t *res, sandlot_error_t **err)
 {
 	memset(res, 0, sizeof(*res));
+	sandlot_packages_t buf;
+	if (pk) {
+		if (sandlot__packages_copy(pk, &buf, err) < 0) {
+			res->output = strdup("");
+			return -1;
+		}
+		pk = &buf;
+	}
 	uint64_t t0 = sandlot__now_ms();
 	struct capture out = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	int pinned[2], downloaded = 0, rc = 0;

@@ -10,6 +10,8 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "core/private.h"
+#include "core/sized.h"
 #include "linux/cgroup.h"
 #include "linux/storage.h"
 #include "net/policy.h"
@@ -25,16 +27,31 @@
 #define MAX_SCAN_MEMORY_DEFAULT (32ull << 20)
 #define MIN_SCAN_MEMORY (64ull << 10)
 
-void sandlot_options_init(sandlot_options_t *o)
+/* Writes `size` bytes, the caller's sizeof (the sandlot_options_init()
+ * macro): the defaults of the fields an older caller knows.  A size below
+ * the size field's is a no-op, since nothing could be written safely; the
+ * size it leaves (or the caller's garbage) fails later with EINVAL. */
+void sandlot_options_init_sized(sandlot_options_t *o, size_t size)
 {
-	memset(o, 0, sizeof(*o));
-	o->image = "host";
-	o->memory_bytes = DEFAULT_MEMORY;
-	o->pids = DEFAULT_PIDS;
-	o->disk_bytes = DEFAULT_DISK;
-	o->nofile = DEFAULT_NOFILE;
-	o->hostname = "sandlot";
-	o->network = SANDLOT_NET_NONE;
+	sandlot_options_t d;
+	memset(&d, 0, sizeof(d));
+	d.image = "host";
+	d.memory_bytes = DEFAULT_MEMORY;
+	d.pids = DEFAULT_PIDS;
+	d.disk_bytes = DEFAULT_DISK;
+	d.nofile = DEFAULT_NOFILE;
+	d.hostname = "sandlot";
+	d.network = SANDLOT_NET_NONE;
+	if (size < sizeof(d.size))
+		return;
+	d.size = size;
+	if (size > sizeof(d)) {
+		/* A caller with a newer sandlot.h: the fields this library does
+		 * not know are 0, their default. */
+		memset((char *)o + sizeof(d), 0, size - sizeof(d));
+		size = sizeof(d);
+	}
+	memcpy(o, &d, size);
 }
 
 void sandlot__strv_free(char **v)
@@ -97,7 +114,8 @@ static int validate_env(const char *const *env, sandlot_error_t **err)
 }
 
 /* sandlot-init next to the running program (build/bin, or an install's
- * bin/ + libexec/sandlot/), unless SANDLOT_INIT or the options say where. */
+ * bin/ + libexec/sandlot/), unless SANDLOT_INIT or the options say where;
+ * else the usual system places and where this library's install put it. */
 static char *find_init(const char *given, sandlot_error_t **err)
 {
 	const char *env = getenv("SANDLOT_INIT");
@@ -129,6 +147,9 @@ static char *find_init(const char *given, sandlot_error_t **err)
 	static const char *const sys[] = {
 		"/usr/libexec/sandlot/sandlot-init", "/usr/local/libexec/sandlot/sandlot-init",
 		"/usr/lib/sandlot/sandlot-init",
+#ifdef SANDLOT_INSTALLED_INIT
+		SANDLOT_INSTALLED_INIT, /* where `meson install` put it */
+#endif
 	};
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(sys); i++)
 		if (access(sys[i], X_OK) == 0)
@@ -236,7 +257,14 @@ static int validate(const sandlot_options_t *opts, int check_image, sandlot_erro
 
 int sandlot_options_validate(const sandlot_options_t *opts, sandlot_error_t **err)
 {
-	return validate(opts, 1, err);
+	sandlot_options_t o;
+	if (!opts) {
+		sandlot_options_init(&o);
+		return validate(&o, 1, err);
+	}
+	if (sandlot__options_copy(opts, &o, err) < 0)
+		return -1;
+	return validate(&o, 1, err);
 }
 
 /* opts with the defaults of unset limits applied (what a sandbox gets). */
@@ -265,10 +293,11 @@ static void effective(const sandlot_options_t *in, sandlot_options_t *out)
 int sandlot_prepare(const sandlot_options_t *likely, unsigned count, sandlot_error_t **err)
 {
 	sandlot_options_t o;
-	if (!likely) {
+	if (!likely)
 		sandlot_options_init(&o);
-		likely = &o;
-	}
+	else if (sandlot__options_copy(likely, &o, err) < 0)
+		return -1;
+	likely = &o;
 	/* Stopping works whatever the options say now (the image may be gone
 	 * since). */
 	if (count && sandlot_options_validate(likely, err) < 0)
@@ -284,10 +313,11 @@ int sandlot_prepare(const sandlot_options_t *likely, unsigned count, sandlot_err
 void sandlot_new_id(const sandlot_options_t *opts, char id[32])
 {
 	sandlot_options_t o;
-	if (!opts) {
+	/* Options this library cannot read: the defaults' id (an id is
+	 * never wrong, it may just not find resources prepared for it). */
+	if (!opts || sandlot__options_copy(opts, &o, NULL) < 0)
 		sandlot_options_init(&o);
-		opts = &o;
-	}
+	opts = &o;
 	const struct sandlot_backend_ops *ops = sandlot__backend_for(opts->image, NULL);
 	sandlot_options_t eff;
 	effective(opts, &eff);
@@ -370,11 +400,12 @@ static void free_sandbox(sandlot_t *sb)
 
 sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 {
-	sandlot_options_t defaults;
-	if (!opts) {
-		sandlot_options_init(&defaults);
-		opts = &defaults;
-	}
+	sandlot_options_t given;
+	if (!opts)
+		sandlot_options_init(&given);
+	else if (sandlot__options_copy(opts, &given, err) < 0)
+		return NULL;
+	opts = &given;
 	if (validate(opts, 0, err) < 0)
 		return NULL;
 	const struct sandlot_backend_ops *ops = sandlot__backend_for(opts->image, err);
@@ -566,7 +597,7 @@ const char *sandlot_id(const sandlot_t *sb)
 	return sb->id;
 }
 
-pid_t sandlot_init_pid(const sandlot_t *sb)
+pid_t sandlot__init_pid(const sandlot_t *sb)
 {
 	return sb->ops ? sb->ops->init_pid(sb) : 0;
 }

@@ -5,7 +5,20 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "core/sized.h"
 #include "linux/storage.h"
+
+/* The caller's options as this library's struct (sized.h), in *buf; NULL
+ * stays NULL (the defaults). */
+static int norm(const sandlot_options_t **opts, sandlot_options_t *buf, sandlot_error_t **err)
+{
+	if (!*opts)
+		return 0;
+	if (sandlot__options_copy(*opts, buf, err) < 0)
+		return -1;
+	*opts = buf;
+	return 0;
+}
 
 static const char *dir_of(const sandlot_options_t *opts)
 {
@@ -55,6 +68,9 @@ double sandlot__overcommit(const sandlot_options_t *opts)
 int sandlot_workspace_copy(const sandlot_options_t *opts, const char *src, const char *dst,
 			   sandlot_error_t **err)
 {
+	sandlot_options_t o;
+	if (norm(&opts, &o, err) < 0)
+		return -1;
 	if (sandlot__workspace_name_check(src, err) < 0)
 		return -1;
 	return sandlot__workspace_copy(dir_of(opts), src, dst, sandlot__overcommit(opts), err);
@@ -63,28 +79,43 @@ int sandlot_workspace_copy(const sandlot_options_t *opts, const char *src, const
 int sandlot_workspace_remove(const sandlot_options_t *opts, const char *name,
 			     sandlot_error_t **err)
 {
+	sandlot_options_t o;
+	if (norm(&opts, &o, err) < 0)
+		return -1;
 	return sandlot__workspace_remove(dir_of(opts), name, err);
 }
 
 int sandlot_workspace_size(const sandlot_options_t *opts, const char *name, uint64_t *bytes,
 			   sandlot_error_t **err)
 {
+	sandlot_options_t o;
+	if (norm(&opts, &o, err) < 0)
+		return -1;
 	return sandlot__workspace_size(dir_of(opts), name, bytes, err);
 }
 
 int sandlot_workspace_list(const sandlot_options_t *opts, char ***names, sandlot_error_t **err)
 {
+	sandlot_options_t o;
+	if (norm(&opts, &o, err) < 0)
+		return -1;
 	return sandlot__workspace_list(dir_of(opts), names, err);
 }
 
 int sandlot_workspace_sync(const sandlot_options_t *opts, sandlot_error_t **err)
 {
+	sandlot_options_t o;
+	if (norm(&opts, &o, err) < 0)
+		return -1;
 	return sandlot__workspace_sync(dir_of(opts), err);
 }
 
 int sandlot_workspace_import(const sandlot_options_t *opts, const char *name, const char *image,
 			     sandlot_error_t **err)
 {
+	sandlot_options_t o;
+	if (norm(&opts, &o, err) < 0)
+		return -1;
 	if (!image || !*image)
 		return sandlot__error(err, EINVAL, "workspace import: empty image path");
 	return sandlot__workspace_import(dir_of(opts), name, image, sandlot__overcommit(opts), err);
@@ -98,6 +129,9 @@ void sandlot_strv_free(char **v)
 int sandlot_storage_info(const sandlot_options_t *opts, sandlot_storage_info_t *out,
 			 sandlot_error_t **err)
 {
+	sandlot_options_t o;
+	if (norm(&opts, &o, err) < 0)
+		return -1;
 	struct sandlot_pool_info pi;
 	if (sandlot__pool_info(dir_of(opts), &pi, err) < 0)
 		return -1;
@@ -109,10 +143,16 @@ int sandlot_storage_info(const sandlot_options_t *opts, sandlot_storage_info_t *
 
 int sandlot_storage_grow(const sandlot_options_t *opts, uint64_t bytes, sandlot_error_t **err)
 {
+	sandlot_options_t o;
+	if (norm(&opts, &o, err) < 0)
+		return -1;
 	return sandlot__pool_grow(dir_of(opts), bytes, err);
 }
 
 int sandlot_storage_unmount(const sandlot_options_t *opts, sandlot_error_t **err)
 {
+	sandlot_options_t o;
+	if (norm(&opts, &o, err) < 0)
+		return -1;
 	return sandlot__pool_unmount(dir_of(opts), err);
 }

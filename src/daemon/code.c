@@ -496,8 +496,9 @@ static int host_start(struct dsb *s, struct ctx *c, char *msg, size_t msglen)
 		snprintf(msg, msglen, "sandbox %s is not running", s->id);
 		return -1;
 	}
-	sandlot_exec_spec_t spec = { .argv = argv, .stdin_pipe = 1 };
-	sandlot_exec_callbacks_t cb = { .on_output = on_output, .on_exit = on_exit_cb, .userdata = c };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv, .stdin_pipe = 1 };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+					.on_output = on_output, .on_exit = on_exit_cb, .userdata = c };
 	sandlot_error_t *err = NULL;
 	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, &err);
 	if (!p) {

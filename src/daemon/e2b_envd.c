@@ -536,8 +536,10 @@ static int fs_move(struct http_req *req, struct dsb *s, sandlot_t *sb, json_t *m
 	}
 	struct mv_out out = { .len = 0 };
 	const char *argv[] = { "mv", "-T", "-f", "--", src, dst, NULL };
-	sandlot_exec_spec_t spec = { .argv = argv, .cwd = "/", .timeout_ms = MOVE_TIMEOUT_MS };
-	sandlot_exec_callbacks_t cb = { .on_output = mv_output, .userdata = &out };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec),
+				     .argv = argv, .cwd = "/", .timeout_ms = MOVE_TIMEOUT_MS };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+					.on_output = mv_output, .userdata = &out };
 	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, &err);
 	if (!p)
 		return e2b_answer_sandlot(req, E2B_UNARY, err, "moving");

@@ -686,10 +686,11 @@ static int start(struct http_req *req, struct e2b_call *c)
 	p->listed = 1;
 	pthread_mutex_unlock(&procs_lock);
 
-	sandlot_exec_spec_t spec = { .argv = argv, .env = env, .cwd = cwd,
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv, .env = env, .cwd = cwd,
 				     .stdin_pipe = stdin_pipe,
 				     .timeout_ms = (uint64_t)c->timeout_ms };
-	sandlot_exec_callbacks_t cb = { .on_output = on_output, .on_exit = on_exit_cb,
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+					.on_output = on_output, .on_exit = on_exit_cb,
 					.userdata = p };
 	sandlot_error_t *err = NULL;
 	dsb_busy(s, +1); /* until the proc handle is freed (the watcher) */

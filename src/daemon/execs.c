@@ -1025,13 +1025,14 @@ static int exec_launch(struct dsb *s, struct dexec *e, struct domain_exec_req *r
 
 	e->stdin_pipe = r->has_stdin || r->background;
 	sandlot_exec_spec_t spec = {
-		.argv = r->argv,
+		.size = sizeof(spec), .argv = r->argv,
 		.env = (const char *const *)r->env,
 		.cwd = r->cwd,
 		.stdin_pipe = e->stdin_pipe,
 		.timeout_ms = r->timeout_ms,
 	};
-	sandlot_exec_callbacks_t cb = { .on_output = on_output, .on_exit = on_exit_cb, .userdata = e };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+					.on_output = on_output, .on_exit = on_exit_cb, .userdata = e };
 	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, err);
 	pthread_mutex_lock(&e->lock);
 	e->proc = p;

@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "common/cleanup.h"
+#include "common/parse.h"
 
 #define WORKSPACE "/home/user"
 #define MAX_PATH_LEN 4096            /* as sandlot-init allows */
@@ -129,7 +130,7 @@ static int download_limit(struct http_req *req, uint64_t *limit, const char **wh
 		return 0;
 	uint64_t asked;
 	sandlot_error_t *e = NULL;
-	if (sandlot_parse_size(v, 0, &asked, &e) < 0) {
+	if (sandlot__parse_size(v, 0, &asked, &e) < 0) {
 		http_error(req, 400, "bad_request", "max_bytes: %s", sandlot_error_message(e));
 		sandlot_error_free(e);
 		return -1;

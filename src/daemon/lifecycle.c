@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "core/private.h"
 #include "daemon/daemon.h"
 #include "core/teardown.h"
 #include "daemon/domain.h"
@@ -459,7 +460,7 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandl
 		daemon_log("resume_failed", "level=warn sandbox=%s ms=%.1f error=\"%s\"", s->id, ms, msg);
 		return -1;
 	}
-	daemon_log("resumed", "sandbox=%s ms=%.1f init_pid=%d", s->id, ms, (int)sandlot_init_pid(sb));
+	daemon_log("resumed", "sandbox=%s ms=%.1f init_pid=%d", s->id, ms, (int)sandlot__init_pid(sb));
 	/* Its exposed ports listen again (the same host ports when free). */
 	if (ports_open(s, &e) < 0) {
 		char msg[600];

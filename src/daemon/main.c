@@ -27,6 +27,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "common/parse.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
 #include "daemon/e2b_envd.h"
@@ -294,7 +295,7 @@ static int parse_uint(const char *opt, const char *s, unsigned long max, unsigne
 static int parse_size_opt(const char *opt, const char *s, int allow_zero, uint64_t *out)
 {
 	sandlot_error_t *e = NULL;
-	if (sandlot_parse_size(s, allow_zero, out, &e) == 0)
+	if (sandlot__parse_size(s, allow_zero, out, &e) == 0)
 		return 0;
 	usage_error("invalid %s: %s", opt, sandlot_error_message(e));
 	sandlot_error_free(e);
@@ -514,7 +515,7 @@ int main(int argc, char **argv)
 	const char *ranges[65];
 	int nranges = 0;
 	unsigned max_conn = 0;
-	sandlot_packages_config_t pkgcfg = { 0 };
+	sandlot_packages_config_t pkgcfg = { .size = sizeof(pkgcfg) };
 	const char *pip_hosts[33], *npm_hosts[33];
 	int npip_hosts = 0, nnpm_hosts = 0;
 	d.cfg.data_dir = "/var/lib/sandlot";
@@ -593,7 +594,7 @@ int main(int argc, char **argv)
 		}
 		case OPT_STORAGE_SIZE: {
 			sandlot_error_t *e = NULL;
-			if (sandlot_parse_size(optarg, 0, &d.cfg.storage_size, &e) < 0) {
+			if (sandlot__parse_size(optarg, 0, &d.cfg.storage_size, &e) < 0) {
 				usage_error("invalid --storage-size: %s", sandlot_error_message(e));
 				sandlot_error_free(e);
 				return 2;
@@ -732,7 +733,7 @@ int main(int argc, char **argv)
 	}
 	ranges[nranges] = NULL;
 	sandlot_net_config_t netcfg = {
-		.resolver = nresolvers ? resolvers : NULL,
+		.size = sizeof(netcfg), .resolver = nresolvers ? resolvers : NULL,
 		.allow_ranges = ranges,
 		.max_connections = max_conn,
 	};

@@ -46,6 +46,7 @@ static int rule_list(const char *what, json_t *v, const char ***out, sandlot_err
 int network_parse(json_t *v, struct network_req *out, sandlot_error_t **err)
 {
 	memset(out, 0, sizeof(*out));
+	out->policy.size = sizeof(out->policy);
 	out->policy.mode = SANDLOT_NET_NONE;
 	const char *mode = NULL;
 	if (json_is_string(v)) {

@@ -58,7 +58,7 @@ int packages_parse(json_t *v, struct packages_req *out, sandlot_error_t **err)
 			return -1;
 		}
 	}
-	sandlot_packages_t pk = { out->pip, out->npm };
+	sandlot_packages_t pk = { .size = sizeof(pk), .pip = out->pip, .npm = out->npm };
 	sandlot_error_t *e = NULL;
 	if (sandlot_packages_validate(&pk, &e) < 0) {
 		sandlot__error(err, EINVAL, "%s", sandlot_error_message(e));
@@ -96,7 +96,7 @@ int packages_install(struct daemon *d, struct dsb *s, sandlot_t *sb, const struc
 		     json_t **result, json_t **error)
 {
 	*result = *error = NULL;
-	sandlot_packages_t pk = { p->pip, p->npm };
+	sandlot_packages_t pk = { .size = sizeof(pk), .pip = p->pip, .npm = p->npm };
 	sandlot_install_result_t ir;
 	sandlot_error_t *err = NULL;
 	int r = sandlot_install_packages(sb, &pk, &ir, &err);

@@ -376,7 +376,8 @@ sandlot_t *pool_take(struct daemon *d, const sandlot_options_t *opts, const char
 			continue;
 		}
 		sandlot_error_t *err = NULL;
-		sandlot_net_policy_t net = { opts->network, opts->net_allow, opts->net_deny };
+		sandlot_net_policy_t net = { .size = sizeof(net),
+					     .mode = opts->network, .allow = opts->net_allow, .deny = opts->net_deny };
 		int r = sandlot_set_env(sb, opts->env, &err);
 		if (r == 0 && opts->network != SANDLOT_NET_NONE)
 			r = sandlot_set_network(sb, &net, &err);

@@ -38,7 +38,9 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/parse.h"
 #include "common/util.h"
+#include "core/private.h"
 #include "daemon/daemon.h"
 #include "daemon/domain.h"
 #include "core/teardown.h"
@@ -420,7 +422,7 @@ static int parse_size_field(const char *name, json_t *v, uint64_t *out, sandlot_
 	}
 	if (json_is_string(v)) {
 		sandlot_error_t *e = NULL;
-		if (sandlot_parse_size(json_string_value(v), 0, out, &e) < 0) {
+		if (sandlot__parse_size(json_string_value(v), 0, out, &e) < 0) {
 			bad(err, "field \"%s\": %s", name, sandlot_error_message(e));
 			sandlot_error_free(e);
 			return -1;
@@ -837,7 +839,7 @@ struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct doma
 	registry_save(d, s);
 	/* What the log line says, read before the table makes s visible: from
 	 * then on a DELETE, the reaper or the shutdown may change it. */
-	int init_pid = (int)sandlot_init_pid(s->sb);
+	int init_pid = (int)sandlot__init_pid(s->sb);
 	unsigned ttl = s->ttl_seconds, idle = s->idle_timeout_seconds;
 	pthread_mutex_unlock(&s->lock);
 

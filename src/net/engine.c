@@ -604,7 +604,7 @@ static int configure(const sandlot_net_config_t *cfg, struct sl_engine_config *c
 
 static int env_config(sandlot_error_t **err)
 {
-	sandlot_net_config_t cfg = { 0 };
+	sandlot_net_config_t cfg = { .size = sizeof(cfg) };
 	cfg.resolver = getenv("SANDLOT_RESOLVER");
 	const char *ranges = getenv("SANDLOT_EGRESS_ALLOW_RANGES");
 	char *copy = ranges ? strdup(ranges) : NULL;

@@ -178,7 +178,7 @@ static struct sl_policy *policy_alloc(sandlot_network_t mode, size_t nallow, siz
 
 struct sl_policy *sl_policy_compile(const sandlot_net_policy_t *in, sandlot_error_t **err)
 {
-	sandlot_net_policy_t none = { SANDLOT_NET_NONE, NULL, NULL };
+	sandlot_net_policy_t none = { .size = sizeof(none), .mode = SANDLOT_NET_NONE };
 	if (!in)
 		in = &none;
 	if (in->mode != SANDLOT_NET_NONE && in->mode != SANDLOT_NET_ALLOWLIST &&

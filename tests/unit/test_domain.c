@@ -430,8 +430,8 @@ static void test_files_and_changes(void)
 
 	/* A scan logs what changed behind the API's back. */
 	const char *argv[] = { "sh", "-c", "echo b > /home/user/out/b.txt", NULL };
-	sandlot_exec_spec_t spec = { .argv = argv, .timeout_ms = 30000 };
-	sandlot_exec_callbacks_t cb = { 0 };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv, .timeout_ms = 30000 };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb) };
 	sandlot_proc_t *p = sandlot_exec(domain_sandbox_handle(g, NULL), &spec, &cb, &err);
 	REQUIRE(p);
 	sandlot_exit_t ex;

@@ -53,6 +53,8 @@
 
 #include "sandlot.h"
 #include "common/proto.h" /* SANDLOT_PROTO_WINDOW, SANDLOT_PROTO_MAX_DATA */
+#include "core/private.h" /* sandlot__init_pid */
+#include "core/sized.h"   /* sandlot__sized_layouts_check */
 #include "core/teardown.h"    /* sandlot__stop, sandlot__ended, sandlot__remove_leftovers */
 #include <glob.h>
 #include "tap.h"
@@ -464,7 +466,8 @@ static void run_on_exit(void *ud, const sandlot_exit_t *st)
 
 static sandlot_proc_t *start(sandlot_t *sb, const sandlot_exec_spec_t *spec, struct run *r)
 {
-	sandlot_exec_callbacks_t cb = { run_on_output, run_on_exit, r };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+					.on_output = run_on_output, .on_exit = run_on_exit, .userdata = r };
 	sandlot_error_t *e = NULL;
 	sandlot_proc_t *p = sandlot_exec(sb, spec, &cb, &e);
 	if (!p) {
@@ -544,7 +547,7 @@ static void run_spec(sandlot_t *sb, const sandlot_exec_spec_t *spec, struct run 
 static void run_sh(sandlot_t *sb, const char *script, struct run *r)
 {
 	const char *argv[] = { "sh", "-c", script, NULL };
-	sandlot_exec_spec_t spec = { .argv = argv };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv };
 	run_spec(sb, &spec, r);
 }
 
@@ -728,6 +731,223 @@ static void expect_valid(const sandlot_options_t *o, int line)
 	sandlot_error_free(e);
 }
 
+/* A versioned struct (sandlot.h, "Versioned structs") with a size the
+ * library must refuse: EINVAL, and a message naming the struct and `what`. */
+static void expect_bad_size(int rc, sandlot_error_t **ep, const char *type, const char *what,
+			    int line)
+{
+	sandlot_error_t *e = *ep;
+	*ep = NULL;
+	const char *msg = sandlot_error_message(e);
+	if (rc != -1 || sandlot_error_status(e) != EINVAL || !msg || !strstr(msg, type) ||
+	    !strstr(msg, what)) {
+		printf("#   check failed: a bad size of %s should fail with EINVAL naming \"%s\"; "
+		       "got rc %d \"%s\" (%s:%d)\n", type, what, rc, msg ? msg : "(null)", __FILE__,
+		       line);
+		tap_case_failed = 1;
+	}
+	sandlot_error_free(e);
+}
+
+/* Sizes that match no version of a struct are refused, for every versioned
+ * struct and entry point; a newer caller's longer struct is taken when its
+ * unknown fields are 0. */
+static void test_versioned_struct_sizes(void)
+{
+	char why[256] = "";
+	if (sandlot__sized_layouts_check(why, sizeof(why)) < 0) {
+		printf("#   check failed: layout list of sized.c: %s\n", why);
+		tap_case_failed = 1;
+	}
+	sandlot_options_t o;
+	sandlot_error_t *e = NULL;
+	sandlot_options_init(&o);
+	CHECK_EQ_INT(o.size, sizeof(o));
+
+	o.size = 0;
+	expect_bad_size(sandlot_options_validate(&o, &e), &e, "sandlot_options_t",
+			"sandlot_options_init()", __LINE__);
+	e = NULL;
+	REQUIRE(sandlot_create(&o, &e) == NULL);
+	expect_bad_size(-1, &e, "sandlot_options_t", "size is 0", __LINE__);
+	e = NULL;
+	expect_bad_size(sandlot_prepare(&o, 1, &e), &e, "sandlot_options_t", "size is 0", __LINE__);
+	e = NULL;
+	char **names = NULL;
+	expect_bad_size(sandlot_workspace_list(&o, &names, &e), &e, "sandlot_options_t",
+			"size is 0", __LINE__);
+	CHECK(names == NULL);
+	/* Inside a field (the second half of memory_bytes). */
+	o.size = offsetof(sandlot_options_t, memory_bytes) + 4;
+	e = NULL;
+	expect_bad_size(sandlot_options_validate(&o, &e), &e, "sandlot_options_t",
+			"ends inside a field", __LINE__);
+	/* Garbage: far past any version, or below the size field itself. */
+	o.size = (size_t)1 << 40;
+	e = NULL;
+	expect_bad_size(sandlot_options_validate(&o, &e), &e, "sandlot_options_t",
+			"not the size of any version", __LINE__);
+	o.size = 3;
+	e = NULL;
+	expect_bad_size(sandlot_options_validate(&o, &e), &e, "sandlot_options_t",
+			"not the size of any version", __LINE__);
+
+	/* A newer caller: a longer struct whose extra fields are 0 works; one
+	 * that sets one of them is refused (this library would ignore it). */
+	struct {
+		sandlot_options_t o;
+		uint64_t newer_field;
+	} newer;
+	sandlot_options_init(&newer.o);
+	CHECK_EQ_INT(newer.o.size, sizeof(newer.o));
+	newer.o.size = sizeof(newer);
+	newer.newer_field = 0;
+	e = NULL;
+	CHECK(sandlot_options_validate(&newer.o, &e) == 0);
+	sandlot_error_free(e);
+	newer.newer_field = 1;
+	e = NULL;
+	expect_bad_size(sandlot_options_validate(&newer.o, &e), &e, "sandlot_options_t",
+			"needs a newer libsandlot", __LINE__);
+	/* sandlot_options_init() of a newer caller zeroes what it does not know. */
+	memset(&newer, 0xa5, sizeof(newer));
+	sandlot_options_init_sized(&newer.o, sizeof(newer));
+	CHECK_EQ_INT(newer.o.size, sizeof(newer));
+	CHECK_EQ_INT(newer.newer_field, 0);
+	CHECK_STR(newer.o.image, "host");
+
+	/* The other versioned structs, at their entry points that need no
+	 * sandbox (sandlot_exec's own checks come before the sandbox's). */
+	sandlot_net_policy_t pol = { .mode = SANDLOT_NET_NONE }; /* no size */
+	e = NULL;
+	expect_bad_size(sandlot_net_policy_validate(&pol, &e), &e, "sandlot_net_policy_t",
+			"size is 0", __LINE__);
+	pol.size = sizeof(pol);
+	CHECK(sandlot_net_policy_validate(&pol, NULL) == 0);
+	sandlot_packages_t pk = { .size = 1, .pip = NULL };
+	e = NULL;
+	expect_bad_size(sandlot_packages_validate(&pk, &e), &e, "sandlot_packages_t",
+			"not the size of any version", __LINE__);
+	sandlot_net_config_t nc = { .size = sizeof(nc) + 8 * 1024 };
+	e = NULL;
+	expect_bad_size(sandlot_net_configure(&nc, &e), &e, "sandlot_net_config_t",
+			"not the size of any version", __LINE__);
+	sandlot_packages_config_t pc = { .size = 0 };
+	e = NULL;
+	expect_bad_size(sandlot_packages_configure(&pc, &e), &e, "sandlot_packages_config_t",
+			"size is 0", __LINE__);
+	const char *argv[] = { "true", NULL };
+	sandlot_exec_spec_t spec = { .argv = argv }; /* no size */
+	e = NULL;
+	CHECK(sandlot_exec(NULL, &spec, NULL, &e) == NULL);
+	expect_bad_size(-1, &e, "sandlot_exec_spec_t", "size is 0", __LINE__);
+	spec.size = sizeof(spec);
+	sandlot_exec_callbacks_t cb = { .size = offsetof(sandlot_exec_callbacks_t, on_output) + 2 };
+	e = NULL;
+	CHECK(sandlot_exec(NULL, &spec, &cb, &e) == NULL);
+	expect_bad_size(-1, &e, "sandlot_exec_callbacks_t", "ends inside a field", __LINE__);
+}
+
+/* What on_exit of an older program's callbacks saw. */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int calls, exit_code;
+	void *userdata;
+} old_exit = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, -1, NULL };
+
+static void old_on_exit(void *ud, const sandlot_exit_t *st)
+{
+	pthread_mutex_lock(&old_exit.mu);
+	old_exit.calls++;
+	old_exit.userdata = ud;
+	old_exit.exit_code = st->exit_code;
+	pthread_cond_broadcast(&old_exit.cv);
+	pthread_mutex_unlock(&old_exit.mu);
+}
+
+/* A program built against an older sandlot.h, whose structs ended earlier,
+ * still works: the library reads only what the size covers.  The bytes
+ * past it (which the older program does not have: here garbage that would
+ * fail every check if it were read) are never looked at, and the fields
+ * they would hold take their defaults. */
+static void test_versioned_struct_older_caller(void)
+{
+	need_sandbox();
+	/* Options as they were before `network` (a program of that time). */
+	union {
+		sandlot_options_t o;
+		unsigned char bytes[sizeof(sandlot_options_t)];
+	} old;
+	sandlot_options_init(&old.o);
+	old.o.hostname = "old-caller";
+	size_t old_size = offsetof(sandlot_options_t, network);
+	memset(old.bytes + old_size, 0xff, sizeof(old) - old_size);
+	old.o.size = old_size;
+	CHECK(old.o.storage != SANDLOT_STORAGE_DEFAULT); /* the garbage is there */
+	sandlot_error_t *e = NULL;
+	if (sandlot_options_validate(&old.o, &e) != 0) {
+		show_err("validate older options", e);
+		tap_case_failed = 1;
+	}
+	sandlot_error_free(e);
+	sandlot_t *sb = new_sandbox_opts(&old.o);
+
+	/* An exec spec as it was before `cwd`, and callbacks before
+	 * `userdata`: a cwd that does not exist and a stdin pipe (cat would
+	 * wait for input) lie past the size. */
+	const char *argv[] = { "sh", "-c", "pwd; hostname; cat; echo done", NULL };
+	sandlot_exec_spec_t spec = { .size = offsetof(sandlot_exec_spec_t, cwd), .argv = argv,
+				     .cwd = "/nonexistent-dir", .stdin_pipe = 1,
+				     .timeout_ms = 1 };
+	sandlot_proc_t *p = sandlot_exec(sb, &spec, NULL, &e);
+	if (!p) {
+		show_err("exec with an older spec", e);
+		sandlot_error_free(e);
+		sandlot_destroy(sb);
+		bail("exec failed", __LINE__);
+	}
+	sandlot_exit_t ex;
+	CHECK(sandlot_proc_wait(p, &ex, NULL) == 0);
+	CHECK_EQ_INT(ex.exit_code, 0);
+	CHECK_EQ_INT(ex.timed_out, 0);
+	CHECK_EQ_INT(ex.start_error, 0);
+	sandlot_proc_free(p);
+
+	struct run r;
+	run_init(&r);
+	sandlot_exec_spec_t spec2 = { .size = sizeof(spec2), .argv = argv };
+	run_spec(sb, &spec2, &r);
+	CHECK(buf_is(&r.out, "/home/user\nold-caller\ndone\n"));
+	run_fini(&r);
+
+	/* Callbacks as they were before `userdata`: the callbacks get NULL,
+	 * not what lies past the size. */
+	sandlot_exec_callbacks_t cb = { .size = offsetof(sandlot_exec_callbacks_t, userdata),
+					.on_exit = old_on_exit, .userdata = (void *)&old_exit };
+	p = sandlot_exec(sb, &spec2, &cb, &e);
+	if (!p) {
+		show_err("exec with older callbacks", e);
+		sandlot_error_free(e);
+		sandlot_destroy(sb);
+		bail("exec failed", __LINE__);
+	}
+	CHECK(sandlot_proc_wait(p, NULL, NULL) == 0);
+	pthread_mutex_lock(&old_exit.mu);
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	while (!old_exit.calls &&
+	       pthread_cond_timedwait(&old_exit.cv, &old_exit.mu, &until) == 0)
+		;
+	CHECK_EQ_INT(old_exit.calls, 1);
+	CHECK(old_exit.userdata == NULL);
+	CHECK_EQ_INT(old_exit.exit_code, 0);
+	pthread_mutex_unlock(&old_exit.mu);
+	sandlot_proc_free(p);
+	sandlot_destroy(sb);
+}
+
 static void test_options_validate(void)
 {
 	sandlot_options_t o;
@@ -852,7 +1072,7 @@ static void test_create_destroy(void)
 	CHECK(strcmp(sandlot_id(a), sandlot_id(b)) != 0);
 	printf("#   ids %s %s\n", sandlot_id(a), sandlot_id(b));
 
-	pid_t pa = sandlot_init_pid(a), pb = sandlot_init_pid(b);
+	pid_t pa = sandlot__init_pid(a), pb = sandlot__init_pid(b);
 	CHECK(pa > 1 && pb > 1 && pa != pb);
 	CHECK(kill(pa, 0) == 0);
 	CHECK(kill(pb, 0) == 0);
@@ -912,10 +1132,11 @@ static void *creator_main(void *arg)
 		char script[64];
 		snprintf(script, sizeof(script), "echo %d-%d", c->id, i);
 		const char *argv[] = { "sh", "-c", script, NULL };
-		sandlot_exec_spec_t s = { .argv = argv };
+		sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 		struct run r;
 		run_init(&r);
-		sandlot_exec_callbacks_t cb = { run_on_output, run_on_exit, &r };
+		sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+						.on_output = run_on_output, .on_exit = run_on_exit, .userdata = &r };
 		sandlot_proc_t *p = sandlot_exec(sb, &s, &cb, NULL);
 		sandlot_exit_t ex = { .exit_code = -1 };
 		if (p)
@@ -979,11 +1200,11 @@ static void test_alive_after_init_killed(void)
 	struct run r;
 	run_init(&r);
 	const char *argv[] = { "sh", "-c", "echo ready; exec sleep 30", NULL };
-	sandlot_exec_spec_t spec = { .argv = argv };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv };
 	sandlot_proc_t *p = start(sb, &spec, &r);
 	CHECK(wait_output(&r, "ready", 5000));
 
-	CHECK(kill(sandlot_init_pid(sb), SIGKILL) == 0);
+	CHECK(kill(sandlot__init_pid(sb), SIGKILL) == 0);
 	uint64_t t0 = now_ms();
 	while (sandlot_alive(sb) && now_ms() - t0 < 5000)
 		sleep_ms(5);
@@ -995,7 +1216,7 @@ static void test_alive_after_init_killed(void)
 	run_fini(&r);
 
 	const char *true_argv[] = { "true", NULL };
-	sandlot_exec_spec_t ts = { .argv = true_argv };
+	sandlot_exec_spec_t ts = { .size = sizeof(ts), .argv = true_argv };
 	MUST_FAIL(sandlot_exec(sb, &ts, NULL, E) ? 0 : -1, EPIPE, NULL);
 	sandlot_stat_t st;
 	MUST_FAIL(sandlot_stat(sb, "/home/user", &st, E), EPIPE, NULL);
@@ -1016,7 +1237,7 @@ static void test_stop_and_ended(void)
 	struct run r;
 	run_init(&r);
 	const char *argv[] = { "sh", "-c", "echo ready; exec sleep 30", NULL };
-	sandlot_exec_spec_t spec = { .argv = argv };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv };
 	sandlot_proc_t *p = start(sb, &spec, &r);
 	CHECK(wait_output(&r, "ready", 5000));
 	CHECK_EQ_INT(sandlot__ended(sb), 0);
@@ -1033,7 +1254,7 @@ static void test_stop_and_ended(void)
 	finish_proc(p, &r);
 	run_fini(&r);
 	const char *true_argv[] = { "true", NULL };
-	sandlot_exec_spec_t ts = { .argv = true_argv };
+	sandlot_exec_spec_t ts = { .size = sizeof(ts), .argv = true_argv };
 	MUST_FAIL(sandlot_exec(sb, &ts, NULL, E) ? 0 : -1, EPIPE, NULL);
 	sandlot_destroy(sb);
 }
@@ -1044,7 +1265,7 @@ static void test_ended_when_init_dies(void)
 {
 	sandlot_t *sb = new_sandbox();
 	CHECK_EQ_INT(sandlot__ended(sb), 0);
-	CHECK(kill(sandlot_init_pid(sb), SIGKILL) == 0);
+	CHECK(kill(sandlot__init_pid(sb), SIGKILL) == 0);
 	uint64_t t0 = now_ms();
 	while (!sandlot__ended(sb) && now_ms() - t0 < 5000)
 		sleep_ms(5);
@@ -1153,7 +1374,7 @@ static void test_exec_basic(void)
 	const char *xenv[] = { "OVR=exec", NULL };
 	const char *argv[] = { "sh", "-c", "echo $SBVAR $OVR $HOSTNAME $(hostname) $HOME $USER $(id -u); pwd",
 			       NULL };
-	sandlot_exec_spec_t spec = { .argv = argv, .env = xenv };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv, .env = xenv };
 	run_init(&r);
 	run_spec(sb, &spec, &r);
 	if (!buf_is(&r.out, "one exec box-1 box-1 /home/user user 1000\n/home/user\n"))
@@ -1164,7 +1385,7 @@ static void test_exec_basic(void)
 	/* Working directory: relative = under /home/user. */
 	MUST(sandlot_mkdir(sb, "sub", 0, 0, E));
 	const char *pwd[] = { "pwd", NULL };
-	sandlot_exec_spec_t ws = { .argv = pwd, .cwd = "sub" };
+	sandlot_exec_spec_t ws = { .size = sizeof(ws), .argv = pwd, .cwd = "sub" };
 	run_init(&r);
 	run_spec(sb, &ws, &r);
 	CHECK(buf_is(&r.out, "/home/user/sub\n"));
@@ -1177,7 +1398,7 @@ static void test_exec_basic(void)
 
 	/* No callbacks at all: wait still reports. */
 	const char *ex7[] = { "sh", "-c", "echo ignored; exit 7", NULL };
-	sandlot_exec_spec_t s7 = { .argv = ex7 };
+	sandlot_exec_spec_t s7 = { .size = sizeof(s7), .argv = ex7 };
 	sandlot_proc_t *p = sandlot_exec(sb, &s7, NULL, NULL);
 	REQUIRE(p);
 	sandlot_exit_t ex;
@@ -1189,7 +1410,7 @@ static void test_exec_basic(void)
 
 	/* Duration is wall time. */
 	const char *slp[] = { "sleep", "0.2", NULL };
-	sandlot_exec_spec_t ss = { .argv = slp };
+	sandlot_exec_spec_t ss = { .size = sizeof(ss), .argv = slp };
 	run_init(&r);
 	run_spec(sb, &ss, &r);
 	CHECK(r.ex.duration_ms >= 180 && r.ex.duration_ms < 5000);
@@ -1214,7 +1435,7 @@ static void test_set_env(void)
 
 	/* A command running across the change keeps its environment. */
 	const char *slow[] = { "sh", "-c", "read x; echo $A $B $C $HOME", NULL };
-	sandlot_exec_spec_t ss = { .argv = slow, .stdin_pipe = 1 };
+	sandlot_exec_spec_t ss = { .size = sizeof(ss), .argv = slow, .stdin_pipe = 1 };
 	run_init(&r);
 	sandlot_proc_t *p = start(sb, &ss, &r);
 
@@ -1243,7 +1464,7 @@ static void test_set_env(void)
 	run_fini(&r);
 	const char *xenv[] = { "B=exec", NULL };
 	const char *argv[] = { "sh", "-c", "echo $B", NULL };
-	sandlot_exec_spec_t spec = { .argv = argv, .env = xenv };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv, .env = xenv };
 	run_init(&r);
 	run_spec(sb, &spec, &r);
 	CHECK(buf_is(&r.out, "exec\n"));
@@ -1256,7 +1477,7 @@ static void test_set_env(void)
 static void test_network_policy(void)
 {
 	const char *bad[] = { "*.com", NULL };
-	sandlot_net_policy_t p = { SANDLOT_NET_ALLOWLIST, bad, NULL };
+	sandlot_net_policy_t p = { .size = sizeof(p), .mode = SANDLOT_NET_ALLOWLIST, .allow = bad };
 	MUST_FAIL(sandlot_net_policy_validate(&p, E), EINVAL, "too broad");
 	p.mode = SANDLOT_NET_OPEN;
 	const char *one[] = { "x.example", NULL };
@@ -1302,7 +1523,7 @@ static void test_network_policy(void)
 	MUST(sandlot_net_log(sb, n, &ev, &n, NULL, E));
 	CHECK(n == 0 && ev == NULL);
 	/* Back to none: loopback only, failing fast. */
-	sandlot_net_policy_t none = { SANDLOT_NET_NONE, NULL, NULL };
+	sandlot_net_policy_t none = { .size = sizeof(none), .mode = SANDLOT_NET_NONE };
 	MUST(sandlot_set_network(sb, &none, E));
 	CHECK_EQ_INT(sandlot_network(sb, &a, &d), SANDLOT_NET_NONE);
 	run_init(&r);
@@ -1400,16 +1621,17 @@ static void test_exec_start_errors(void)
 {
 	sandlot_t *sb = new_sandbox();
 	const char *missing[] = { "no-such-command-xyz", "arg", NULL };
-	sandlot_exec_spec_t s = { .argv = missing };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = missing };
 	expect_start_error(sb, &s, 127, ENOENT, "no-such-command-xyz", NULL, __LINE__);
 
 	const char *missing_abs[] = { "/no/such/dir/cmd", NULL };
-	s = (sandlot_exec_spec_t){ .argv = missing_abs };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = missing_abs };
 	expect_start_error(sb, &s, 127, ENOENT, "/no/such/dir/cmd", NULL, __LINE__);
 
 	/* The working directory fails: STAGE 'w', so 126 even for ENOENT. */
 	const char *tru[] = { "true", NULL };
-	s = (sandlot_exec_spec_t){ .argv = tru, .cwd = "/nonexistent-dir" };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = tru,
+				   .cwd = "/nonexistent-dir" };
 	expect_start_error(sb, &s, 126, ENOENT, "/nonexistent-dir", "working directory", __LINE__);
 	s.cwd = "missing-rel";
 	expect_start_error(sb, &s, 126, ENOENT, "missing-rel", "working directory", __LINE__);
@@ -1418,17 +1640,17 @@ static void test_exec_start_errors(void)
 	const char *script = "#!/bin/sh\necho hi\n";
 	MUST(put_file(sb, "script.sh", script, strlen(script), 0644, 0, E));
 	const char *noexec[] = { "./script.sh", NULL };
-	s = (sandlot_exec_spec_t){ .argv = noexec };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = noexec };
 	expect_start_error(sb, &s, 126, EACCES, "script.sh", NULL, __LINE__);
 	/* A file as working directory. */
-	s = (sandlot_exec_spec_t){ .argv = tru, .cwd = "script.sh" };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = tru, .cwd = "script.sh" };
 	expect_start_error(sb, &s, 126, ENOTDIR, "script.sh", "working directory", __LINE__);
 
 	/* Once executable it runs. */
 	MUST(put_file(sb, "script.sh", script, strlen(script), 0755, 0, E));
 	struct run r;
 	run_init(&r);
-	s = (sandlot_exec_spec_t){ .argv = noexec };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = noexec };
 	run_spec(sb, &s, &r);
 	CHECK(buf_is(&r.out, "hi\n"));
 	CHECK_EQ_INT(r.ex.exit_code, 0);
@@ -1445,15 +1667,15 @@ static void count_exit(void *ud, const sandlot_exit_t *st)
 static void test_exec_invalid_spec(void)
 {
 	sandlot_t *sb = new_sandbox();
-	sandlot_exec_callbacks_t cb = { NULL, count_exit, NULL };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb), .on_exit = count_exit };
 	const char *empty_argv[] = { NULL };
 	const char *empty_cmd[] = { "", NULL };
 	const char *ok[] = { "true", NULL };
 	const char *bad_env[] = { "GOOD=1", "BADENTRY", NULL };
-	sandlot_exec_spec_t s0 = { .argv = NULL };
-	sandlot_exec_spec_t s1 = { .argv = empty_argv };
-	sandlot_exec_spec_t s2 = { .argv = empty_cmd };
-	sandlot_exec_spec_t s3 = { .argv = ok, .env = bad_env };
+	sandlot_exec_spec_t s0 = { .size = sizeof(s0), .argv = NULL };
+	sandlot_exec_spec_t s1 = { .size = sizeof(s1), .argv = empty_argv };
+	sandlot_exec_spec_t s2 = { .size = sizeof(s2), .argv = empty_cmd };
+	sandlot_exec_spec_t s3 = { .size = sizeof(s3), .argv = ok, .env = bad_env };
 	MUST_FAIL(sandlot_exec(sb, NULL, &cb, E) ? 0 : -1, EINVAL, NULL);
 	MUST_FAIL(sandlot_exec(sb, &s0, &cb, E) ? 0 : -1, EINVAL, NULL);
 	MUST_FAIL(sandlot_exec(sb, &s1, &cb, E) ? 0 : -1, EINVAL, NULL);
@@ -1471,7 +1693,7 @@ static void test_exec_timeout(void)
 	uint32_t idle = idle_pids(sb);
 	struct run r;
 	const char *slp[] = { "sleep", "30", NULL };
-	sandlot_exec_spec_t s = { .argv = slp, .timeout_ms = 300 };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = slp, .timeout_ms = 300 };
 	run_init(&r);
 	uint64_t t0 = now_ms();
 	run_spec(sb, &s, &r);
@@ -1485,7 +1707,7 @@ static void test_exec_timeout(void)
 
 	/* The whole process group goes, output flowing or not. */
 	const char *grp[] = { "sh", "-c", "sleep 30 & sleep 30 & while :; do echo tick; sleep 0.01; done", NULL };
-	s = (sandlot_exec_spec_t){ .argv = grp, .timeout_ms = 300 };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = grp, .timeout_ms = 300 };
 	run_init(&r);
 	run_spec(sb, &s, &r);
 	CHECK_EQ_INT(r.ex.timed_out, 1);
@@ -1496,7 +1718,7 @@ static void test_exec_timeout(void)
 
 	/* Finishing first: not timed out, and the timer does not fire later. */
 	const char *tru[] = { "true", NULL };
-	s = (sandlot_exec_spec_t){ .argv = tru, .timeout_ms = 200 };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = tru, .timeout_ms = 200 };
 	run_init(&r);
 	run_spec(sb, &s, &r);
 	CHECK_EQ_INT(r.ex.timed_out, 0);
@@ -1515,7 +1737,7 @@ static void test_exec_stdin_roundtrip(void)
 	struct run r;
 	run_init(&r);
 	const char *cat[] = { "cat", NULL };
-	sandlot_exec_spec_t s = { .argv = cat, .stdin_pipe = 1 };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = cat, .stdin_pipe = 1 };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	for (size_t off = 0; off < n;) {
 		size_t k = 1 + rnd() % (200 * KiB);
@@ -1538,7 +1760,7 @@ static void test_exec_stdin_roundtrip(void)
 	data = random_bytes(8 * MiB);
 	run_init(&r);
 	const char *wc[] = { "wc", "-c", NULL };
-	s = (sandlot_exec_spec_t){ .argv = wc, .stdin_pipe = 1 };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = wc, .stdin_pipe = 1 };
 	p = start(sb, &s, &r);
 	MUST(sandlot_proc_write_stdin(p, data, 8 * MiB, E));
 	MUST(sandlot_proc_close_stdin(p, E));
@@ -1558,7 +1780,7 @@ static void test_exec_stdin_errors(void)
 
 	/* Without a pipe. */
 	run_init(&r);
-	sandlot_exec_spec_t s = { .argv = tru };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = tru };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	MUST_FAIL(sandlot_proc_write_stdin(p, "x", 1, E), EINVAL, "stdin");
 	MUST(sandlot_proc_close_stdin(p, E));
@@ -1579,7 +1801,7 @@ static void test_exec_stdin_errors(void)
 	/* Blocked on credit when the command exits without reading: EPIPE,
 	 * not a hang. */
 	const char *slp[] = { "sleep", "0.3", NULL };
-	s = (sandlot_exec_spec_t){ .argv = slp, .stdin_pipe = 1 };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = slp, .stdin_pipe = 1 };
 	size_t n = 4 * MiB;
 	uint8_t *data = random_bytes(n);
 	run_init(&r);
@@ -1600,7 +1822,7 @@ static void test_exec_kill(void)
 	uint32_t idle = idle_pids(sb);
 	struct run r;
 	const char *slp[] = { "sleep", "30", NULL };
-	sandlot_exec_spec_t s = { .argv = slp };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = slp };
 	run_init(&r);
 	sandlot_proc_t *p = start(sb, &s, &r);
 	uint64_t t0 = now_ms();
@@ -1614,7 +1836,7 @@ static void test_exec_kill(void)
 
 	/* The signal goes to the process group. */
 	const char *grp[] = { "sh", "-c", "sleep 30 & sleep 30 & echo ready; wait", NULL };
-	s = (sandlot_exec_spec_t){ .argv = grp };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = grp };
 	run_init(&r);
 	p = start(sb, &s, &r);
 	CHECK(wait_output(&r, "ready", 5000));
@@ -1627,7 +1849,7 @@ static void test_exec_kill(void)
 
 	/* Bad signals; a finished process. */
 	run_init(&r);
-	s = (sandlot_exec_spec_t){ .argv = slp };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = slp };
 	p = start(sb, &s, &r);
 	MUST_FAIL(sandlot_proc_kill(p, 0, E), EINVAL, "0");
 	MUST_FAIL(sandlot_proc_kill(p, 65, E), EINVAL, "65");
@@ -1684,7 +1906,7 @@ static void test_exec_pause_resume(void)
 	run_init(&r);
 	r.pause_budget = 1 << 30;
 	const char *argv[] = { "seq", "1", "300000", NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	struct resumer rs = { &r, p, 200, 0 };
 	pthread_t t;
@@ -1713,7 +1935,7 @@ static void test_exec_pause_holds_output(void)
 	run_init(&r);
 	r.pause_budget = 3;
 	const char *argv[] = { "head", "-c", "4M", "/dev/zero", NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	struct resumer rs = { &r, p, 300000, 0 };
 	pthread_t t;
@@ -1741,7 +1963,7 @@ static void test_exec_kill_from_callback(void)
 	run_init(&r);
 	r.kill_after = "go";
 	const char *argv[] = { "sh", "-c", "sleep 0.2; echo go; exec sleep 30", NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	if (!wait_exit_cb(&r, 8000)) {
 		printf("#   check failed: no on_exit 8 s after on_output called sandlot_proc_kill(): "
@@ -1772,7 +1994,7 @@ static void test_exec_free_while_paused(void)
 	run_init(&r);
 	r.pause_budget = 1;
 	const char *argv[] = { "head", "-c", "4M", "/dev/zero", NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	uint64_t t0 = now_ms();
 	pthread_mutex_lock(&r.mu);
@@ -1806,7 +2028,7 @@ static void test_exec_big_args(void)
 	memset(big, 'x', n);
 	big[n] = '\0';
 	const char *argv[] = { "sh", "-c", "printf %s \"$1\" | wc -c", "sh", big, NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	struct run r;
 	run_init(&r);
 	run_spec(sb, &s, &r);
@@ -1820,8 +2042,8 @@ static void test_exec_big_args(void)
 	memset(big, 'y', n);
 	big[n] = '\0';
 	const char *argv2[] = { "echo", big, NULL };
-	s = (sandlot_exec_spec_t){ .argv = argv2 };
-	sandlot_exec_callbacks_t cb = { NULL, count_exit, NULL };
+	s = (sandlot_exec_spec_t){ .size = sizeof(sandlot_exec_spec_t), .argv = argv2 };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb), .on_exit = count_exit };
 	sandlot_error_t *e = NULL;
 	sandlot_proc_t *p = sandlot_exec(sb, &s, &cb, &e);
 	CHECK(p == NULL);
@@ -1856,8 +2078,9 @@ static void *worker_main(void *arg)
 		struct run r;
 		run_init(&r);
 		const char *argv[] = { "sh", "-c", script, NULL };
-		sandlot_exec_spec_t s = { .argv = argv };
-		sandlot_exec_callbacks_t cb = { run_on_output, run_on_exit, &r };
+		sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
+		sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+						.on_output = run_on_output, .on_exit = run_on_exit, .userdata = &r };
 		sandlot_error_t *e = NULL;
 		sandlot_proc_t *p = sandlot_exec(w->sb, &s, &cb, &e);
 		if (!p) {
@@ -2879,7 +3102,7 @@ static void test_destroy_running_exec(void)
 	run_init(&r);
 	run_init(&r2);
 	const char *argv[] = { "sh", "-c", "echo ready; exec sleep 30", NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	sandlot_proc_t *p2 = start(sb, &s, &r2); /* nobody waits on this one */
 	CHECK(wait_output(&r, "ready", 5000));
@@ -2965,7 +3188,7 @@ static void test_destroy_open_reader(void)
 	ssize_t k = 0;
 	MUST(k = sandlot_file_reader_read(rd, b, sizeof(b), E));
 	CHECK(k > 0);
-	pid_t init = sandlot_init_pid(sb);
+	pid_t init = sandlot__init_pid(sb);
 	REQUIRE(kill(init, SIGSTOP) == 0);
 	struct drain d = { rd, 0, 0, 0, 0 };
 	pthread_t t;
@@ -3055,7 +3278,7 @@ static void test_usage(void)
 	struct run r;
 	run_init(&r);
 	const char *argv[] = { "sh", "-c", "sleep 30 & echo ready; wait", NULL };
-	sandlot_exec_spec_t s = { .argv = argv };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	CHECK(wait_output(&r, "ready", 5000));
 	uint32_t idle = u.pids;
@@ -3110,7 +3333,7 @@ static void test_error_contract(void)
 	if (w)
 		CHECK_EQ_INT(sandlot_file_writer_commit(w, NULL), -1);
 	const char *bad[] = { "", NULL };
-	sandlot_exec_spec_t s = { .argv = bad };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = bad };
 	CHECK(sandlot_exec(sb, &s, NULL, NULL) == NULL);
 	sandlot_usage_t u;
 	CHECK_EQ_INT(sandlot_usage(sb, &u, NULL), 0);
@@ -3220,7 +3443,7 @@ static void test_port_connect(void)
 		char tag[16];
 		snprintf(tag, sizeof(tag), "in%zu", i);
 		const char *argv[] = { "python3", "-c", port_server_py, binds[i], pstr, tag, NULL };
-		sandlot_exec_spec_t spec = { .argv = argv };
+		sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv };
 		struct run r;
 		run_init(&r);
 		sandlot_proc_t *p = start(sb, &spec, &r);
@@ -3255,7 +3478,7 @@ static void test_port_connect(void)
 		close(c);
 	close(host_fd);
 
-	CHECK(kill(sandlot_init_pid(sb), SIGKILL) == 0);
+	CHECK(kill(sandlot__init_pid(sb), SIGKILL) == 0);
 	uint64_t t0 = now_ms();
 	while (sandlot_alive(sb) && now_ms() - t0 < 5000)
 		sleep_ms(5);
@@ -3393,6 +3616,8 @@ int main(void)
 #endif
 	RUN(test_options_defaults);
 	RUN(test_options_validate);
+	RUN(test_versioned_struct_sizes);
+	RUN(test_versioned_struct_older_caller);
 	RUN(test_create_rejects);
 	RUN(test_create_destroy);
 	RUN(test_create_concurrent);

@@ -371,7 +371,7 @@ static void test_http_host(void)
 static struct sl_policy *compile(sandlot_network_t mode, const char *const *allow,
 				 const char *const *deny)
 {
-	sandlot_net_policy_t p = { mode, allow, deny };
+	sandlot_net_policy_t p = { .size = sizeof(p), .mode = mode, .allow = allow, .deny = deny };
 	sandlot_error_t *err = NULL;
 	struct sl_policy *c = sl_policy_compile(&p, &err);
 	if (!c)
@@ -436,7 +436,8 @@ static void test_policy_match(void)
 static void bad_rule(const char *rule, const char *want)
 {
 	const char *allow[] = { rule, NULL };
-	sandlot_net_policy_t p = { SANDLOT_NET_ALLOWLIST, allow, NULL };
+	sandlot_net_policy_t p = { .size = sizeof(p),
+				   .mode = SANDLOT_NET_ALLOWLIST, .allow = allow };
 	sandlot_error_t *err = NULL;
 	struct sl_policy *c = sl_policy_compile(&p, &err);
 	if (c || !err || sandlot_error_status(err) != EINVAL ||
@@ -461,7 +462,7 @@ static void test_policy_errors(void)
 	bad_rule("999.1.1.1", "IPv4");
 	bad_rule("", "not a host name");
 	const char *one[] = { "x.example", NULL };
-	sandlot_net_policy_t p = { SANDLOT_NET_OPEN, one, NULL };
+	sandlot_net_policy_t p = { .size = sizeof(p), .mode = SANDLOT_NET_OPEN, .allow = one };
 	sandlot_error_t *err = NULL;
 	CHECK(sl_policy_compile(&p, &err) == NULL);
 	CHECK(err && strstr(sandlot_error_message(err), "mode \"allowlist\""));

@@ -1,9 +1,10 @@
-/* sandlot_parse_size / _duration / _cpus (include/sandlot.h). */
+/* sandlot__parse_size / _duration / _cpus (include/sandlot.h). */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "common/parse.h"
 #include "common/util.h"
 #include "tap.h"
 
@@ -18,7 +19,7 @@ static void size_ok(const char *s, int allow_zero, uint64_t want)
 {
 	sandlot_error_t *err = NULL;
 	uint64_t v = 12345;
-	int r = sandlot_parse_size(s, allow_zero, &v, &err);
+	int r = sandlot__parse_size(s, allow_zero, &v, &err);
 	if (r != 0 || v != want) {
 		printf("#   size \"%s\": r=%d v=%llu want %llu (%s)\n", s, r,
 		       (unsigned long long)v, (unsigned long long)want,
@@ -35,7 +36,7 @@ static void size_bad(const char *s, int allow_zero, int status, const char *want
 {
 	sandlot_error_t *err = NULL;
 	uint64_t v = 12345;
-	int r = sandlot_parse_size(s, allow_zero, &v, &err);
+	int r = sandlot__parse_size(s, allow_zero, &v, &err);
 	if (r != -1 || !err || sandlot_error_status(err) != status || v != 12345 ||
 	    (want && !strstr(sandlot_error_message(err), want))) {
 		printf("#   size \"%s\" should fail (status %d, \"%s\"): r=%d v=%llu status=%d "
@@ -51,7 +52,7 @@ static void dur_ok(const char *s, uint64_t want)
 {
 	sandlot_error_t *err = NULL;
 	uint64_t v = 12345;
-	int r = sandlot_parse_duration(s, &v, &err);
+	int r = sandlot__parse_duration(s, &v, &err);
 	if (r != 0 || v != want) {
 		printf("#   duration \"%s\": r=%d v=%llu want %llu (%s)\n", s, r,
 		       (unsigned long long)v, (unsigned long long)want,
@@ -65,7 +66,7 @@ static void dur_bad(const char *s, int status, const char *want)
 {
 	sandlot_error_t *err = NULL;
 	uint64_t v = 12345;
-	int r = sandlot_parse_duration(s, &v, &err);
+	int r = sandlot__parse_duration(s, &v, &err);
 	if (r != -1 || !err || sandlot_error_status(err) != status || v != 12345 ||
 	    (want && !strstr(sandlot_error_message(err), want))) {
 		printf("#   duration \"%s\" should fail (status %d, \"%s\"): r=%d v=%llu status=%d "
@@ -81,7 +82,7 @@ static void cpus_ok(const char *s, uint32_t want)
 {
 	sandlot_error_t *err = NULL;
 	uint32_t v = 12345;
-	int r = sandlot_parse_cpus(s, &v, &err);
+	int r = sandlot__parse_cpus(s, &v, &err);
 	if (r != 0 || v != want) {
 		printf("#   cpus \"%s\": r=%d v=%u want %u (%s)\n", s, r, v, want,
 		       err ? sandlot_error_message(err) : "no error");
@@ -94,7 +95,7 @@ static void cpus_bad(const char *s, int status, const char *want)
 {
 	sandlot_error_t *err = NULL;
 	uint32_t v = 12345;
-	int r = sandlot_parse_cpus(s, &v, &err);
+	int r = sandlot__parse_cpus(s, &v, &err);
 	if (r != -1 || !err || sandlot_error_status(err) != status || v != 12345 ||
 	    (want && !strstr(sandlot_error_message(err), want))) {
 		printf("#   cpus \"%s\" should fail (status %d, \"%s\"): r=%d v=%u status=%d "
@@ -112,7 +113,7 @@ static const char *size_msg(const char *s, int allow_zero)
 	sandlot_error_t *err = NULL;
 	uint64_t v;
 	buf[0] = '\0';
-	if (sandlot_parse_size(s, allow_zero, &v, &err) < 0)
+	if (sandlot__parse_size(s, allow_zero, &v, &err) < 0)
 		snprintf(buf, sizeof(buf), "%s", sandlot_error_message(err));
 	sandlot_error_free(err);
 	return buf;

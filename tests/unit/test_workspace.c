@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "sandlot.h"
+#include "core/private.h" /* sandlot__init_pid */
 #include "tap.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -113,10 +114,11 @@ static int on_output(void *ud, sandlot_stream_t stream, const void *data, size_t
 static char *sh(sandlot_t *sb, const char *script)
 {
 	const char *argv[] = { "sh", "-c", script, NULL };
-	sandlot_exec_spec_t spec = { .argv = argv, .timeout_ms = 60000 };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv, .timeout_ms = 60000 };
 	struct out o = { .p = NULL };
 	pthread_mutex_init(&o.mu, NULL);
-	sandlot_exec_callbacks_t cb = { .on_output = on_output, .userdata = &o };
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+					.on_output = on_output, .userdata = &o };
 	sandlot_error_t *e = NULL;
 	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, &e);
 	REQUIRE(p);
@@ -143,7 +145,7 @@ static void sh_ok(sandlot_t *sb, const char *script)
 static unsigned host_base(sandlot_t *sb)
 {
 	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)sandlot_init_pid(sb));
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)sandlot__init_pid(sb));
 	FILE *f = fopen(path, "re");
 	REQUIRE(f);
 	unsigned uid = 0;
