@@ -1051,9 +1051,33 @@ def _sandbox_data_dir():
         del os.environ["SANDLOT_DATA_DIR"]
     else:
         os.environ["SANDLOT_DATA_DIR"] = old
+    # Each `sandlot run`'s cleanup helper holds a shared flock on
+    # cleanup.lock until its sandbox is gone: wait for them, then unmount the
+    # pool (a busy unmount ignored here once left a mount and a loop device
+    # behind a removed directory).
+    import fcntl
+    lock = os.path.join(base, "data", "cleanup.lock")
+    if os.path.exists(lock):
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, "sandlot run's cleanup helpers still running after 60 s"
+                    time.sleep(0.05)
+        finally:
+            os.close(fd)
     mnt = os.path.join(base, "data", "storage", "mnt")
-    if os.path.ismount(mnt):
-        subprocess.run(["umount", mnt], capture_output=True)
+    deadline = time.monotonic() + 10
+    while os.path.ismount(mnt):
+        r = subprocess.run(["umount", mnt], capture_output=True, text=True)
+        if r.returncode == 0:
+            break
+        assert time.monotonic() < deadline, "cannot unmount %s: %s" % (mnt, r.stderr.strip())
+        time.sleep(0.1)
     shutil.rmtree(base, ignore_errors=True)
 
 
