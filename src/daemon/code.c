@@ -1301,93 +1301,27 @@ struct code_cell *code_cell_start(struct daemon *d, struct dsb *s, const char *l
 				  size_t msglen)
 {
 	sweep(d);
-	struct ctx *c;
-	char defid[48];
-	if (ctx_id) {
-		c = ctx_find(s->id, ctx_id);
-		if (!c) {
-			*status = 404;
-			snprintf(msg, msglen, "no context %.60s in sandbox %s", ctx_id, s->id);
-			return NULL;
-		}
-	} else {
-		if (!valid_lang(lang)) {
-			*status = 400;
-			snprintf(msg, msglen, "language must be python, javascript or bash");
-			return NULL;
-		}
-		snprintf(defid, sizeof(defid), "default-%s", lang);
-		c = ctx_get_or_add(s->id, defid, lang);
-		if (!c) {
-			*status = 500;
-			snprintf(msg, msglen, "out of memory");
-			return NULL;
-		}
-	}
-	pthread_mutex_lock(&c->lock);
-	int busy = c->busy;
-	if (!busy) {
-		c->busy = 1;
-		c->intr_ms = 0;
-		c->intr_count = 0;
-	}
-	int need_start = !c->started || c->exited || !c->proc;
-	pthread_mutex_unlock(&c->lock);
-	if (busy) {
-		ctx_put(c);
-		*status = 409;
-		snprintf(msg, msglen, "context %s is running a cell", c->id);
+	if (!ctx_id && !valid_lang(lang)) {
+		*status = 400;
+		snprintf(msg, msglen, "language must be python, javascript or bash");
 		return NULL;
 	}
-	struct cell *k = calloc(1, sizeof(*k));
+	json_t *js = code ? json_string(code) : NULL;
+	if (!js) {
+		*status = 500;
+		snprintf(msg, msglen, "out of memory");
+		return NULL;
+	}
+	struct domain_code_req r = { .language = ctx_id ? NULL : lang, .context = ctx_id, .code = js };
+	sandlot_error_t *err = NULL;
+	struct cell *k = cell_begin(d, s, &r, &err);
+	json_decref(js);
 	if (!k) {
-		pthread_mutex_lock(&c->lock);
-		c->busy = 0;
-		pthread_mutex_unlock(&c->lock);
-		ctx_put(c);
-		*status = 500;
-		snprintf(msg, msglen, "out of memory");
+		*status = http_status_of(err, NULL);
+		snprintf(msg, msglen, "%s", sandlot_error_message(err));
+		sandlot_error_free(err);
 		return NULL;
 	}
-	k->d = d;
-	k->s = s;
-	k->c = c;
-	k->displays = json_array();
-	k->started = mono_ms();
-	if (need_start) {
-		pthread_mutex_lock(&c->lock);
-		k->state_lost = c->started && c->exited && !c->death_reported;
-		pthread_mutex_unlock(&c->lock);
-		if (host_start(s, c, msg, msglen) < 0) {
-			cell_free(k);
-			*status = 500;
-			return NULL;
-		}
-	}
-	pthread_mutex_lock(&c->lock);
-	c->seq++;
-	snprintf(k->rid, sizeof(k->rid), "c-%llu", (unsigned long long)c->seq);
-	pthread_mutex_unlock(&c->lock);
-	json_t *rq = json_pack("{s:s,s:s,s:s}", "id", k->rid, "kind", "execute", "code", code);
-	char *line = rq ? json_dumps(rq, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-	json_decref(rq);
-	size_t n = line ? strlen(line) : 0;
-	char *nl = line ? realloc(line, n + 2) : NULL;
-	if (!nl) {
-		free(line);
-		cell_free(k);
-		*status = 500;
-		snprintf(msg, msglen, "out of memory");
-		return NULL;
-	}
-	nl[n++] = '\n';
-	sandlot_proc_t *p = proc_get(c);
-	if (p) {
-		sandlot_proc_write_stdin(p, nl, n, NULL); /* a failure shows as the host's exit */
-		proc_put(c);
-	}
-	free(nl);
-	dsb_touch(s);
 	dsb_busy(s, +1);
 	dsb_hold(s);
 	return (struct code_cell *)k;
