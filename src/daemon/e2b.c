@@ -33,6 +33,7 @@
 #include "daemon/daemon.h"
 #include "daemon/domain.h"
 #include "daemon/e2b.h"
+#include "daemon/e2b_envd.h"
 
 #define E2B_DEFAULT_TIMEOUT_S 300   /* the SDKs' documented default (DEFAULT_SANDBOX_TIMEOUT_MS) */
 #define E2B_MAX_TIMEOUT_S 315360000 /* ten years: ttl_seconds' limit */
@@ -782,51 +783,14 @@ static int list_wants(struct daemon *d, const struct list_query *q, json_t *rec)
 	return 1;
 }
 
-/* A streamed answer of known bytes, for list's X-Next-Token header (which
- * http_set_header() cannot take: its value is made per request). */
-struct body_out {
-	char *text;
-	size_t len, off;
-};
-
-static ssize_t body_read(void *ud, char *buf, size_t max, struct http_wait *w)
-{
-	(void)w;
-	struct body_out *b = ud;
-	size_t n = b->len - b->off < max ? b->len - b->off : max;
-	memcpy(buf, b->text + b->off, n);
-	b->off += n;
-	return (ssize_t)n;
-}
-
-static void body_free(void *ud, int completed)
-{
-	(void)completed;
-	struct body_out *b = ud;
-	free(b->text);
-	free(b);
-}
-
 static int answer_list(struct http_req *req, json_t *arr, const char *next_token)
 {
-	struct body_out *b = calloc(1, sizeof(*b));
-	if (b)
-		b->text = json_dumps(arr, JSON_COMPACT);
+	char *text = json_dumps(arr, JSON_COMPACT);
 	json_decref(arr);
-	if (!b || !b->text) {
-		free(b);
+	if (!text)
 		return http_error(req, 500, NULL, "out of memory");
-	}
-	b->len = strlen(b->text);
-	struct http_resp *r = http_resp_stream(b->len, body_read, body_free, b);
-	if (!r)
-		return http_error(req, 500, NULL, "out of memory");
-	if (http_resp_header(r, "Content-Type", "application/json") < 0 ||
-	    (next_token && http_resp_header(r, "X-Next-Token", next_token) < 0)) {
-		http_resp_free(r);
-		return http_error(req, 500, NULL, "out of memory");
-	}
-	return http_resp_send(req, 200, r);
+	return e2b_answer_bytes_with(req, "application/json", text, strlen(text),
+				     next_token ? "X-Next-Token" : NULL, next_token);
 }
 
 static int list_common(struct http_req *req, int v2)

@@ -52,6 +52,27 @@ static void bytes_free(void *ud, int completed)
 	free(b);
 }
 
+int e2b_answer_bytes_with(struct http_req *req, const char *content_type, char *buf, size_t len,
+			  const char *header, const char *value)
+{
+	struct bytes_body *b = calloc(1, sizeof(*b));
+	if (!b) {
+		free(buf);
+		return http_error(req, 500, "internal", "out of memory");
+	}
+	b->buf = buf;
+	b->len = len;
+	struct http_resp *r = http_resp_stream(len, bytes_read, bytes_free, b);
+	if (!r)
+		return http_error(req, 500, "internal", "out of memory");
+	if (http_resp_header(r, "Content-Type", content_type) < 0 ||
+	    (header && http_resp_header(r, header, value) < 0)) {
+		http_resp_free(r);
+		return http_error(req, 500, "internal", "out of memory");
+	}
+	return http_resp_send(req, 200, r);
+}
+
 int e2b_answer_bytes(struct http_req *req, const char *content_type, char *buf, size_t len)
 {
 	struct bytes_body *b = calloc(1, sizeof(*b));

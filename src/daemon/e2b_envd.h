@@ -47,6 +47,10 @@ int e2b_answer_sandlot(struct http_req *req, enum e2b_style style, sandlot_error
 		       const char *what);
 /* Answer 200 with a whole binary body (e.g. envelopes); buf is taken. */
 int e2b_answer_bytes(struct http_req *req, const char *content_type, char *buf, size_t len);
+/* The same as a sized (not chunked) answer, with one more header (header
+ * NULL: none). */
+int e2b_answer_bytes_with(struct http_req *req, const char *content_type, char *buf, size_t len,
+			  const char *header, const char *value);
 
 /* The sandbox named by E2b-Sandbox-Id when the call is for `port`: a
  * dsb_get() reference (release with dsb_put()) and its live handle in *sb;
