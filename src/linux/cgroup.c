@@ -513,6 +513,12 @@ void sandlot__cgroup_join_close(struct sandlot_cgroup_join *j)
 
 bool sandlot__cg_young(const char *dir, unsigned secs)
 {
+	/* No age asked for: never young.  (Kernels with fine-grained file
+	 * timestamps can stamp a new directory a second ahead of time(), which
+	 * made "now - mtime < 0" true at a second's edge, and a reclaimed
+	 * prepared cgroup stayed.) */
+	if (secs == 0)
+		return false;
 	struct stat st;
 	if (stat(dir, &st) < 0)
 		return true;

@@ -328,7 +328,7 @@ void sandlot__cg_sleep_ms(unsigned ms);
  * from 100 ms to 1 s (its maximum) instead. */
 void sandlot__cg_cpu_quota(uint32_t cpus_milli, uint64_t *quota_us, uint64_t *period_us);
 /* Whether the directory was made less than secs seconds ago (or cannot be
- * examined, which counts as young: leave it alone). */
+ * examined, which counts as young: leave it alone).  Never with secs 0. */
 bool sandlot__cg_young(const char *dir, unsigned secs);
 /* Whether the cgroup (any directory of it) holds no process; lists
  * cgroup.procs.  A directory that is gone counts as empty. */
