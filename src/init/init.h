@@ -116,6 +116,25 @@ int init_setup(struct init_config *cfg);
  * (setup.c) */
 int init_setup_finish(const struct init_config *cfg);
 
+/* Whether this is PID 1 of a sandlot microVM, started by the kernel as
+ * /init (no arguments, no protocol connection open).  (vm.c) */
+int init_vm_guest(int argc);
+
+/* In a microVM: mount the kernel's filesystems, load the modules, find the
+ * disks and the control port, leave the initramfs, and open what the ns
+ * host would hand init (the image, the workspace, the protocol
+ * connection), setting cfg->image; returns once the host has connected to
+ * the control port.  On failure, says why on the console and returns -1
+ * (init exits, the VM stops).  (vm.c) */
+int init_vm_boot(struct init_config *cfg);
+
+/* Set by init_vm_boot(). */
+extern int init__vm_mode;
+
+/* In a VM, whether the host end of the control port `fd` is not connected
+ * (then reads return 0: the host is away, not gone); 0 outside VMs. */
+int init__vm_host_away(int fd);
+
 /* Serve the protocol on fd 3 until the host disconnects or sends SHUTDOWN;
  * kills every process before returning.  Sends HELLO first and closes the
  * status fd just before.  Returns the exit status for init.  (loop.c) */

@@ -404,6 +404,12 @@ static void read_input(struct loop *l)
 		return;
 	}
 	if (n == 0) {
+		/* A VM's port reads 0 while its host is not connected: wait for
+		 * it to come back (SIGIO on the signalfd). */
+		if (init__vm_host_away(l->fd)) {
+			l->host_away = 1;
+			return;
+		}
 		init__fail(l, 0, "host closed the connection");
 		return;
 	}
@@ -485,7 +491,8 @@ static void serve(struct loop *l)
 			fds = f;
 			cap = want;
 		}
-		fds[0] = (struct pollfd){ .fd = l->fd, .events = POLLIN | (l->qhead ? POLLOUT : 0) };
+		fds[0] = (struct pollfd){ .fd = l->host_away ? -1 : l->fd,
+					  .events = POLLIN | (l->qhead ? POLLOUT : 0) };
 		fds[1] = (struct pollfd){ .fd = l->sigfd, .events = POLLIN };
 		size_t n = 2;
 		/* Streams are only added at the head, and only while handling
@@ -514,8 +521,11 @@ static void serve(struct loop *l)
 			i += 3;
 			s->ops->on_poll(l, s, mine);
 		}
-		if (fds[1].revents & POLLIN)
+		if (fds[1].revents & POLLIN) {
 			init__reap(l);
+			if (l->host_away)
+				l->host_away = init__vm_host_away(l->fd);
+		}
 		if (fds[0].revents & POLLOUT)
 			queue_flush(l);
 		if (!l->done && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -556,6 +566,8 @@ static int prepare(struct loop *l)
 	sigset_t chld;
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
+	if (init__vm_mode)
+		sigaddset(&chld, SIGIO); /* the host (dis)connected: vm.c */
 	if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0)
 		return -1;
 	l->sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);

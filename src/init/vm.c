@@ -1,0 +1,496 @@
+/* sandlot-init as PID 1 of a microVM (the vm backend, docs/vm.md).
+ *
+ * The kernel starts /init from the initramfs (scripts/vm-build.sh) with no
+ * arguments and nothing open but, maybe, the console.  Before the ordinary
+ * setup and loop can run, the guest's devices must be made and turned into
+ * what the ns backend's host would hand init:
+ *
+ *   1. devtmpfs, proc and sysfs; the kernel command line must say
+ *      sandlot.vm=1 (anything else is not a sandlot VM: refuse to run);
+ *   2. the modules of /modules, in the order of their names (dependencies
+ *      first), with finit_module: virtio-mmio finds the devices through
+ *      microvm's ACPI tables, then virtio-blk, virtio-console, virtio-rng
+ *      and erofs;
+ *   3. wait, woken by the kernel's uevents, until every device is there:
+ *      the disks BY SERIAL (/sys/block/vd* /serial: "root" is the image's
+ *      erofs, "work" the ext4 workspace; never by vdX order), the control
+ *      port by NAME (/sys/class/virtio-ports/vport* /name is
+ *      org.sandlot.ctl; there is no udev to make /dev/virtio-ports links)
+ *      and the console hvc0;
+ *   4. leave the initramfs: pivot_root cannot move away from the kernel's
+ *      rootfs, so a small tmpfs becomes the root the way switch_root
+ *      does it (MS_MOVE onto /, chroot), with /dev, /proc and /sys moved
+ *      into it; the initramfs's files are deleted first (memory);
+ *   5. the mounts init_setup() takes from the ns host, as detached mounts
+ *      made here: the image (erofs, read-only) on INIT_FD_IMAGE and the
+ *      workspace (ext4) on INIT_FD_STORAGE, with its home/ and tmp/
+ *      made if the disk is fresh; the control port on INIT_FD_PROTO; the
+ *      kernel log as INIT_FD_STATUS, so that a setup failure lands on
+ *      the console, which the host keeps;
+ *   6. loopback up, and wait until the host has connected to the port.
+ *
+ * init_setup() then builds the same root as for an ns sandbox from the
+ * image, the same /home/user and /tmp from the workspace, and pivots into
+ * it: commands see the same tree, user and limits as in an ns sandbox.
+ *
+ * The control port while the host is not connected: read() returns 0 and
+ * poll() says POLLHUP (Linux's virtio_console), writes block or return
+ * EAGAIN.  That is not the host going away for good (it may be restarting,
+ * or restoring a saved VM): init waits.  The port is O_ASYNC, so the
+ * kernel sends SIGIO whenever the host connects or disconnects; the loop
+ * waits for it on its signalfd (init__vm_host_away()).
+ */
+#include "init.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/netlink.h>
+#include <net/if.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/klog.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "linux/syscalls.h"
+
+int init__vm_mode;
+
+/* The root the guest switches to out of the initramfs (step 4). */
+#define VM_ROOT "/vm"
+/* How long the devices may take to appear after their modules loaded
+ * (under TCG they take tens of milliseconds; this only bounds a broken VM). */
+#define VM_DEVICE_WAIT_MS 30000
+#define VM_PORT_NAME "org.sandlot.ctl"
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A fatal message on the console: through the kernel log at "critical",
+ * which the kernel prints on hvc0 itself even with `quiet` (and
+ * synchronously, so that it is there before the VM stops), or on stderr
+ * before devtmpfs is there. */
+static void say(const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	int fd = open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		dprintf(fd, "<2>sandlot-init: %s\n", msg);
+		close(fd);
+	} else {
+		dprintf(2, "sandlot-init: %s\n", msg);
+	}
+}
+
+#define FAIL(...)                                  \
+	do {                                       \
+		int e_ = errno;                    \
+		char m_[400];                      \
+		snprintf(m_, sizeof(m_), __VA_ARGS__); \
+		say("%s: %s", m_, init__strerror(e_)); \
+		errno = e_;                        \
+		return -1;                         \
+	} while (0)
+
+int init_vm_guest(int argc)
+{
+	/* The kernel runs /init with no arguments and, unlike the ns host,
+	 * without the protocol connection open on INIT_FD_PROTO. */
+	return getpid() == 1 && argc == 1 && fcntl(INIT_FD_PROTO, F_GETFD) < 0 && errno == EBADF;
+}
+
+static int mount_kernel_fs(void)
+{
+	static const struct {
+		const char *dir, *type;
+		unsigned long flags;
+	} fs[] = {
+		{ "/dev", "devtmpfs", MS_NOSUID | MS_NOEXEC },
+		{ "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC },
+		{ "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC },
+	};
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(fs); i++) {
+		if (mkdir(fs[i].dir, 0755) < 0 && errno != EEXIST)
+			FAIL("mkdir %s", fs[i].dir);
+		if (mount(fs[i].type, fs[i].dir, fs[i].type, fs[i].flags, NULL) < 0)
+			FAIL("mount %s on %s", fs[i].type, fs[i].dir);
+	}
+	return 0;
+}
+
+/* Whether the kernel command line holds the word `word`. */
+static int cmdline_has(const char *word)
+{
+	char buf[4096];
+	cleanup_close int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	size_t wl = strlen(word);
+	for (char *p = buf; (p = strstr(p, word)); p += wl)
+		if ((p == buf || p[-1] == ' ') && (p[wl] == ' ' || p[wl] == '\n' || !p[wl]))
+			return 1;
+	return 0;
+}
+
+static int is_module_name(const struct dirent *de)
+{
+	size_t n = strlen(de->d_name);
+	return n > 3 && strcmp(de->d_name + n - 3, ".ko") == 0;
+}
+
+/* Load /modules/ *.ko in name order, deleting each (the initramfs is memory). */
+static int load_modules(void)
+{
+	struct dirent **names;
+	int n = scandir("/modules", &names, is_module_name, alphasort);
+	if (n < 0)
+		FAIL("read /modules of the initramfs");
+	int rc = 0;
+	for (int i = 0; i < n; i++) {
+		char path[300];
+		snprintf(path, sizeof(path), "/modules/%s", names[i]->d_name);
+		if (rc == 0) {
+			cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+			if (fd < 0 || (sys_finit_module(fd, "", 0) < 0 && errno != EEXIST)) {
+				int e = errno;
+				say("load module %s: %s", names[i]->d_name, init__strerror(e));
+				rc = -1;
+			}
+		}
+		unlink(path);
+		free(names[i]);
+	}
+	free(names);
+	return rc;
+}
+
+/* Read a small sysfs attribute into buf without its final newline; -1 if
+ * it cannot be read. */
+static int read_attr(const char *path, char *buf, size_t len)
+{
+	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, len - 1);
+	if (n < 0)
+		return -1;
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		n--;
+	buf[n] = '\0';
+	return 0;
+}
+
+struct devices {
+	char root[32], work[32], port[32]; /* names in /dev, "" until found */
+	int console;                        /* /dev/hvc0 is there */
+};
+
+/* The entries of a sysfs directory whose attribute `attr` reads `want`:
+ * the first one's name into out. */
+static void find_by_attr(const char *dir, const char *prefix, const char *attr, const char *want,
+			 char *out, size_t len)
+{
+	cleanup_closedir DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0 || strlen(de->d_name) >= len)
+			continue;
+		char path[512], val[128];
+		snprintf(path, sizeof(path), "%s/%s/%s", dir, de->d_name, attr);
+		if (read_attr(path, val, sizeof(val)) == 0 && strcmp(val, want) == 0) {
+			snprintf(out, len, "%s", de->d_name);
+			return;
+		}
+	}
+}
+
+static int devices_scan(struct devices *dv)
+{
+	if (!dv->root[0])
+		find_by_attr("/sys/block", "vd", "serial", "root", dv->root, sizeof(dv->root));
+	if (!dv->work[0])
+		find_by_attr("/sys/block", "vd", "serial", "work", dv->work, sizeof(dv->work));
+	if (!dv->port[0])
+		find_by_attr("/sys/class/virtio-ports", "vport", "name", VM_PORT_NAME, dv->port,
+			     sizeof(dv->port));
+	/* devtmpfs makes the nodes as the devices register: a device is there
+	 * once its node is. */
+	char node[64];
+	const char *names[] = { dv->root, dv->work, dv->port, "hvc0" };
+	int all = 1;
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(names); i++) {
+		snprintf(node, sizeof(node), "/dev/%s", names[i]);
+		if (!names[i][0] || access(node, F_OK) < 0)
+			all = 0;
+		else if (i == 3)
+			dv->console = 1;
+	}
+	return all;
+}
+
+/* Wait until every device is there; each kernel uevent (the socket was
+ * opened before the modules were loaded, so none is missed) is a cue to
+ * look again.  The events' contents are not read: sysfs is the truth. */
+static int devices_wait(int uev, struct devices *dv)
+{
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (!devices_scan(dv)) {
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		long waited = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+		if (waited >= VM_DEVICE_WAIT_MS) {
+			errno = ETIMEDOUT;
+			FAIL("devices missing after %d s:%s%s%s%s", VM_DEVICE_WAIT_MS / 1000,
+			     dv->root[0] ? "" : " disk with serial \"root\" (the image),",
+			     dv->work[0] ? "" : " disk with serial \"work\" (the workspace),",
+			     dv->port[0] ? "" : " virtio-serial port " VM_PORT_NAME ",",
+			     dv->console ? "" : " console hvc0,");
+		}
+		struct pollfd p = { .fd = uev, .events = POLLIN };
+		int r = poll(&p, 1, (int)(VM_DEVICE_WAIT_MS - waited));
+		if (r < 0 && errno != EINTR)
+			FAIL("wait for devices");
+		char drain[8192];
+		while (recv(uev, drain, sizeof(drain), MSG_DONTWAIT) > 0)
+			;
+	}
+	return 0;
+}
+
+static int uevent_socket(void)
+{
+	int s = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_KOBJECT_UEVENT);
+	if (s < 0)
+		FAIL("uevent socket");
+	struct sockaddr_nl a = { .nl_family = AF_NETLINK, .nl_groups = 1 };
+	if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		int e = errno;
+		close(s);
+		errno = e;
+		FAIL("bind the uevent socket");
+	}
+	return s;
+}
+
+/* Console on 0-2 (0 from /dev/null): what init logs goes to the host's
+ * console file. */
+static int std_fds(void)
+{
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	int con = open("/dev/hvc0", O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (null < 0 || con < 0)
+		FAIL("open the console");
+	if (dup2(null, 0) < 0 || dup2(con, 1) < 0 || dup2(con, 2) < 0)
+		FAIL("console on 0-2");
+	if (null > 2)
+		close(null);
+	if (con > 2)
+		close(con);
+	return 0;
+}
+
+/* Delete what is left of the initramfs (only /init, empty /modules and the
+ * mount points): its pages are freed once nothing refers to them. */
+static void free_initramfs(void)
+{
+	unlink("/init");
+	rmdir("/modules");
+}
+
+/* Step 4: a tmpfs becomes the root, with /dev, /proc and /sys moved into it. */
+static int switch_root(void)
+{
+	static const char *const moved[] = { "/dev", "/proc", "/sys" };
+	if (mkdir(VM_ROOT, 0755) < 0 && errno != EEXIST)
+		FAIL("mkdir %s", VM_ROOT);
+	if (mount("tmpfs", VM_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=1024,mode=0755") < 0)
+		FAIL("mount the root tmpfs");
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(moved); i++) {
+		char dst[64];
+		snprintf(dst, sizeof(dst), VM_ROOT "%s", moved[i]);
+		if (mkdir(dst, 0755) < 0 || mount(moved[i], dst, NULL, MS_MOVE, NULL) < 0)
+			FAIL("move %s", moved[i]);
+	}
+	/* init_setup() mounts the sandbox's root on /tmp and its workspace's
+	 * staging mount on /tmp/run (setup.c's NEWROOT and STORAGE). */
+	if (mkdir(VM_ROOT "/tmp", 0755) < 0)
+		FAIL("mkdir /tmp");
+	free_initramfs();
+	if (chdir(VM_ROOT) < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 || chroot(".") < 0 ||
+	    chdir("/") < 0)
+		FAIL("switch to the root tmpfs");
+	return 0;
+}
+
+/* A detached mount of the block device /dev/dev, of type type. */
+static int mount_disk(const char *type, const char *dev, int rdonly)
+{
+	char src[64];
+	snprintf(src, sizeof(src), "/dev/%s", dev);
+	cleanup_close int fs = sys_fsopen(type, FSOPEN_CLOEXEC);
+	if (fs < 0)
+		FAIL("%s filesystem", type);
+	if (sys_fsconfig(fs, FSCONFIG_SET_STRING, "source", src, 0) < 0 ||
+	    (rdonly && sys_fsconfig(fs, FSCONFIG_SET_FLAG, "ro", NULL, 0) < 0) ||
+	    sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+		FAIL("mount %s as %s", src, type);
+	unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (rdonly ? MOUNT_ATTR_RDONLY : 0);
+	int m = sys_fsmount(fs, FSMOUNT_CLOEXEC, attrs);
+	if (m < 0)
+		FAIL("mount %s as %s", src, type);
+	return m;
+}
+
+/* The workspace disk's home/ (the sandbox user's) and tmp/, as the ns
+ * host's storage has them; made here when the disk is fresh. */
+static int workspace_dirs(int m, const struct init_config *cfg)
+{
+	if (mkdirat(m, "home", 0755) == 0) {
+		if (fchownat(m, "home", cfg->uid, cfg->gid, 0) < 0)
+			FAIL("chown the workspace's home");
+	} else if (errno != EEXIST) {
+		FAIL("mkdir the workspace's home");
+	}
+	if (mkdirat(m, "tmp", 01777) == 0) {
+		if (fchmodat(m, "tmp", 01777, 0) < 0)
+			FAIL("chmod the workspace's tmp");
+	} else if (errno != EEXIST) {
+		FAIL("mkdir the workspace's tmp");
+	}
+	return 0;
+}
+
+/* fd moved to exactly `to` (left open without close-on-exec: init never
+ * execs, commands close everything). */
+static int place(int fd, int to, const char *what)
+{
+	if (fd == to)
+		return 0;
+	if (dup2(fd, to) < 0)
+		FAIL("%s on fd %d", what, to);
+	close(fd);
+	return 0;
+}
+
+static int loopback_up(void)
+{
+	cleanup_close int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+		FAIL("loopback");
+	ifr.ifr_flags |= IFF_UP;
+	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+		FAIL("bring loopback up");
+	return 0;
+}
+
+int init__vm_host_away(int fd)
+{
+	if (!init__vm_mode)
+		return 0;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	return poll(&p, 1, 0) == 1 && (p.revents & POLLHUP);
+}
+
+/* The control port, O_ASYNC: SIGIO (blocked, so that it waits for a
+ * signalfd or sigwaitinfo) whenever the host connects or disconnects. */
+static int open_port(const char *name)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/dev/%s", name);
+	sigset_t io;
+	sigemptyset(&io);
+	sigaddset(&io, SIGIO);
+	if (sigprocmask(SIG_BLOCK, &io, NULL) < 0)
+		FAIL("block SIGIO");
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		FAIL("open the control port %s (%s)", path, VM_PORT_NAME);
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETOWN, getpid()) < 0 || fcntl(fd, F_SETFL, fl | O_ASYNC) < 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		FAIL("watch the control port");
+	}
+	return fd;
+}
+
+/* Until the host has connected: configuration comes from it first. */
+static int wait_for_host(int fd)
+{
+	sigset_t io;
+	sigemptyset(&io);
+	sigaddset(&io, SIGIO);
+	while (init__vm_host_away(fd)) {
+		/* A connection made between the check and here left SIGIO
+		 * pending: sigwaitinfo returns at once. */
+		if (sigwaitinfo(&io, NULL) < 0 && errno != EINTR)
+			FAIL("wait for the host");
+	}
+	return 0;
+}
+
+int init_vm_boot(struct init_config *cfg)
+{
+	init__vm_mode = 1;
+	struct devices dv;
+	memset(&dv, 0, sizeof(dv));
+	if (mount_kernel_fs() < 0)
+		return -1;
+	if (!cmdline_has("sandlot.vm=1")) {
+		errno = EINVAL;
+		FAIL("started as /init without sandlot.vm=1 on the kernel command line");
+	}
+	/* init_setup()'s failures go to the kernel log (INIT_FD_STATUS below),
+	 * which shows warnings and worse on the console from now on. */
+	klogctl(8 /* SYSLOG_ACTION_CONSOLE_LEVEL */, NULL, 5);
+	cleanup_close int uev = uevent_socket();
+	if (uev < 0 || load_modules() < 0 || devices_wait(uev, &dv) < 0 || std_fds() < 0)
+		return -1;
+	if (switch_root() < 0)
+		return -1;
+
+	int image = mount_disk("erofs", dv.root, 1);
+	if (image < 0 || place(image, INIT_FD_IMAGE, "the image") < 0)
+		return -1;
+	cfg->image = 1;
+	int work = mount_disk("ext4", dv.work, 0);
+	if (work < 0 || workspace_dirs(work, cfg) < 0 || place(work, INIT_FD_STORAGE, "the workspace") < 0)
+		return -1;
+	cfg->tmpfs_storage = 0;
+	/* The seccomp program comes from the host (a descriptor for ns); in a
+	 * VM it can only come over the protocol, with the configuration. */
+	cfg->no_seccomp = 1;
+	int status = open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
+	if (status < 0 || place(status, INIT_FD_STATUS, "the status log") < 0)
+		return -1;
+	if (loopback_up() < 0)
+		return -1;
+	int port = open_port(dv.port);
+	if (port < 0 || place(port, INIT_FD_PROTO, "the control port") < 0)
+		return -1;
+	return wait_for_host(INIT_FD_PROTO);
+}
