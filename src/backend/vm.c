@@ -138,24 +138,41 @@ static char *find_vm_dir(sandlot_error_t **err)
 	return NULL;
 }
 
-/* The root disk: a built image's erofs file, or for "host" (which cannot
- * be a VM's root: it is the host's /usr) the default image of vm_dir. */
-static int root_image_path(const struct sandlot *sb, const char *vm_dir, char *out, size_t n,
-			   sandlot_error_t **err)
+/* The root disk: a built image's erofs file.  "host" cannot be a VM's
+ * root (it is the host's own /usr): vm sandboxes of the image "host" get
+ * $SANDLOT_VM_ROOT (an erofs file) when set, else the built image named
+ * "minimal" (images/minimal.recipe). */
+static int root_image_path(const struct sandlot *sb, char *out, size_t n, sandlot_error_t **err)
 {
-	if (sb->img.lock_fd >= 0)
+	if (sb->img.lock_fd >= 0) {
 		snprintf(out, n, "%s/images/%s/rootfs.erofs", sb->data_dir, sb->img.digest);
-	else
-		snprintf(out, n, "%s/root.erofs", vm_dir);
-	if (access(out, R_OK) == 0)
-		return 0;
-	if (sb->img.lock_fd >= 0)
+		if (access(out, R_OK) == 0)
+			return 0;
 		return sandlot__error_errno(err, errno,
 					    "image %s has no VM root (%s): rebuild it with this "
 					    "sandlot", sb->image, out);
-	return sandlot__error_errno(err, errno,
-				    "the image \"host\" cannot be a VM's root, and the default VM "
-				    "root %s is missing", out);
+	}
+	const char *env = getenv("SANDLOT_VM_ROOT");
+	if (env && *env) {
+		snprintf(out, n, "%s", env);
+		if (access(out, R_OK) == 0)
+			return 0;
+		return sandlot__error_errno(err, errno, "SANDLOT_VM_ROOT: %s", env);
+	}
+	char digest[SANDLOT_DIGEST_HEX + 1];
+	sandlot_error_t *e = NULL;
+	if (sandlot__image_resolve(sb->data_dir, "minimal", digest, &e) < 0) {
+		sandlot_error_free(e);
+		return sandlot__error(err, ENOENT,
+				      "the image \"host\" cannot be a VM's root: vm sandboxes use the "
+				      "built image \"minimal\" instead, which is not built (sandlot "
+				      "image build images/minimal.recipe), or choose an image");
+	}
+	snprintf(out, n, "%s/images/%s/rootfs.erofs", sb->data_dir, digest);
+	if (access(out, R_OK) == 0)
+		return 0;
+	return sandlot__error_errno(err, errno, "the image \"minimal\" has no VM root (%s): "
+				    "rebuild it with this sandlot", out);
 }
 
 /* ---- the workspace disk ----------------------------------------------------------- */
@@ -694,7 +711,7 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 		goto fail;
 	snprintf(j->vmlinux, sizeof(j->vmlinux), "%s/vmlinux", vm_dir);
 	snprintf(j->initrd, sizeof(j->initrd), "%s/initramfs.cpio", vm_dir);
-	if (root_image_path(sb, vm_dir, j->root, sizeof(j->root), err) < 0)
+	if (root_image_path(sb, j->root, sizeof(j->root), err) < 0)
 		goto fail;
 
 	/* Files of this sandbox, and the link that finds them by id. */
