@@ -60,6 +60,7 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "core/internal.h"
+#include "core/private.h"
 #include "linux/cgroup.h"
 #include "linux/syscalls.h"
 #include "linux/userns.h"
@@ -1007,6 +1008,14 @@ static int vm_netns_fd(const struct sandlot *sb)
 {
 	(void)sb;
 	return -1;
+}
+
+const char *sandlot__accel(const sandlot_t *sb)
+{
+	if (sb->ops != &sandlot__backend_vm)
+		return NULL;
+	const struct vm_state *vm = sb->backend;
+	return vm && vm->kvm ? "kvm" : "tcg";
 }
 
 const struct sandlot_backend_ops sandlot__backend_vm = {

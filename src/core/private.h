@@ -16,4 +16,8 @@
  * process), for diagnostics and tests; 0 when there is none. */
 pid_t sandlot__init_pid(const sandlot_t *sb);
 
+/* The accelerator of a vm sandbox ("kvm" or "tcg"); NULL for other
+ * backends. */
+const char *sandlot__accel(const sandlot_t *sb);
+
 #endif
