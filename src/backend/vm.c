@@ -874,41 +874,77 @@ fail:
 	return -1;
 }
 
-/* The last lines of the console log (at most ~1 KiB, newlines as " | "). */
-static void console_tail(const struct vm_state *vm, char *out, size_t n)
+/* One console line for an error message: without the kernel's
+ * "[    4.338610] " stamp, printable ASCII only. */
+static size_t add_line(char *out, size_t o, size_t n, const char *l, size_t len)
 {
-	out[0] = '\0';
+	if (len > 0 && l[0] == '[') {
+		const char *close = memchr(l, ']', len);
+		if (close && close - l < 20) {
+			len -= (size_t)(close + 1 - l);
+			l = close + 1;
+		}
+	}
+	while (len > 0 && (*l == ' ' || *l == '\t'))
+		l++, len--;
+	while (len > 0 && (l[len - 1] == '\r' || l[len - 1] == ' '))
+		len--;
+	if (len == 0 || o + 8 >= n)
+		return o;
+	if (o > 0)
+		o += (size_t)snprintf(out + o, n - o, " | ");
+	for (size_t i = 0; i < len && o + 1 < n; i++)
+		out[o++] = (l[i] >= 0x20 && l[i] < 0x7f) ? l[i] : '?';
+	out[o] = '\0';
+	return o;
+}
+
+/* What the console log says about a failed boot, for the error: the last
+ * lines sandlot-init wrote ("sandlot-init: what: why") and the kernel's
+ * panic line, then the last few lines, from the log's last 16 KiB. */
+static void console_summary(const struct vm_state *vm, char *out, size_t n)
+{
+	snprintf(out, n, "(empty)");
 	char path[PATH_MAX + 32];
 	snprintf(path, sizeof(path), "%s/console.log", vm->dir);
 	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return;
-	char buf[1024];
-	off_t end = lseek(fd, 0, SEEK_END);
-	off_t from = end > (off_t)sizeof(buf) - 1 ? end - (off_t)sizeof(buf) + 1 : 0;
-	ssize_t k = pread(fd, buf, sizeof(buf) - 1, from);
-	if (k <= 0) {
-		snprintf(out, n, "(empty)");
+	enum { TAIL = 16384, MAX_LINES = 512 };
+	cleanup_free char *buf = malloc(TAIL + 1);
+	if (!buf)
 		return;
-	}
+	off_t end = lseek(fd, 0, SEEK_END);
+	off_t from = end > TAIL ? end - TAIL : 0;
+	ssize_t k = pread(fd, buf, TAIL, from);
+	if (k <= 0)
+		return;
 	buf[k] = '\0';
-	char *s = buf;
-	if (from > 0 && (s = strchr(buf, '\n')))
-		s++;
-	else
-		s = buf;
-	size_t o = 0;
-	for (; *s && o + 4 < n; s++) {
-		if (*s == '\r')
-			continue;
-		if (*s == '\n') {
-			if (s[1] && o + 4 < n)
-				o += (size_t)snprintf(out + o, n - o, " | ");
-			continue;
+	const char *start[MAX_LINES];
+	size_t len[MAX_LINES], nl = 0;
+	for (char *p = buf; *p && nl < MAX_LINES;) {
+		char *e = strchr(p, '\n');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+		if (!(from > 0 && p == buf)) { /* a cut first line is dropped */
+			start[nl] = p;
+			len[nl++] = l;
 		}
-		out[o++] = (*s >= 0x20 && *s < 0x7f) ? *s : '?';
+		p += l + (e ? 1 : 0);
 	}
-	out[o] = '\0';
+	size_t o = 0;
+	out[0] = '\0';
+	int picked[MAX_LINES] = { 0 };
+	unsigned init_lines = 0;
+	for (size_t i = nl; i-- > 0 && init_lines < 3;)
+		if (memmem(start[i], len[i], "sandlot-init", 12) || memmem(start[i], len[i], "Kernel panic", 12))
+			picked[i] = 1, init_lines++;
+	for (size_t i = nl > 4 ? nl - 4 : 0; i < nl; i++)
+		picked[i] = 1;
+	for (size_t i = 0; i < nl; i++)
+		if (picked[i])
+			o = add_line(out, o, n, start[i], len[i]);
+	if (o == 0)
+		snprintf(out, n, "(empty)");
 }
 
 static int vm_ended_state(const struct vm_state *vm, int *status)
@@ -927,23 +963,33 @@ static int vm_ready(struct sandlot *sb, sandlot_error_t **err)
 {
 	struct vm_state *vm = sb->backend;
 	pthread_mutex_lock(&sb->conn.lock);
-	int hello = sb->conn.hello;
+	int hello = sb->conn.hello, dead = sb->conn.dead;
 	pthread_mutex_unlock(&sb->conn.lock);
 	if (hello == 1)
 		return 0;
-	char tail[1100];
+	/* The connection ends when QEMU closes its descriptors on the way
+	 * out, a moment before it can be waited for: give it that moment
+	 * (bounded), so that the error says it exited. */
+	if (dead && vm->pidfd >= 0) {
+		struct pollfd p = { .fd = vm->pidfd, .events = POLLIN };
+		while (poll(&p, 1, 2000) < 0 && errno == EINTR)
+			;
+	}
+	char tail[1600];
 	int status = 0;
-	/* QEMU may still be writing its last words. */
 	int ended = vm_ended_state(vm, &status);
-	console_tail(vm, tail, sizeof(tail));
+	console_summary(vm, tail, sizeof(tail));
 	if (ended)
-		return sandlot__error(err, EIO, "QEMU exited (status %d) before the guest was "
-				      "ready; console: %s", status, tail);
+		return sandlot__error(err, EIO, "the VM stopped (QEMU exit status %d) before its "
+				      "sandlot-init was ready; console: %s", status, tail);
 	if (hello < 0)
 		return sandlot__error(err, EPROTO, "the guest's sandlot-init speaks another protocol "
 				      "version; console: %s", tail);
-	return sandlot__error(err, ETIMEDOUT, "the VM did not boot within %u ms; console: %s",
-			      sb->ops->ready_timeout_ms, tail);
+	if (dead)
+		return sandlot__error(err, EPIPE, "the VM's control port closed before its "
+				      "sandlot-init was ready; console: %s", tail);
+	return sandlot__error(err, ETIMEDOUT, "the VM did not boot within %u s; console: %s",
+			      sb->ops->ready_timeout_ms / 1000, tail);
 }
 
 static void vm_kill(struct sandlot *sb)
