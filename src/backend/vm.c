@@ -225,16 +225,16 @@ static int run_tool(char *const argv[], sandlot_error_t **err)
 
 /* An empty ext4 of `bytes`, made once per size in the data dir
  * (<data_dir>/vm/empty-<bytes>.ext4), appearing complete or not at all.
- * Copying it sparsely is cheaper than mkfs per create (bench/vm.sh). */
+ * Copying it sparsely is cheaper than mkfs per create: 0.5 ms against
+ * 22 ms for 1 GiB (bench/vm.py). */
 static int empty_ext4(const char *vm_root, uint64_t bytes, char *out, size_t n,
 		      sandlot_error_t **err)
 {
 	snprintf(out, n, "%s/empty-%llu.ext4", vm_root, (unsigned long long)bytes);
 	if (access(out, R_OK) == 0)
 		return 0;
-	char tmp[PATH_MAX + 128], size[32];
+	char tmp[PATH_MAX + 128];
 	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", out, (int)getpid());
-	snprintf(size, sizeof(size), "%lluk", (unsigned long long)(bytes >> 10));
 	/* No journal: the disk lives and dies with one sandbox (cache=unsafe
 	 * anyway).  Inode tables zeroed now, so the guest's kernel does not
 	 * spend emulated time on it.  The root directory is the guest's
@@ -243,9 +243,21 @@ static int empty_ext4(const char *vm_root, uint64_t bytes, char *out, size_t n,
 		(char *)"/sbin/mkfs.ext4", (char *)"-q", (char *)"-F", (char *)"-m", (char *)"0",
 		(char *)"-O", (char *)"^has_journal",
 		(char *)"-E", (char *)"lazy_itable_init=0,root_owner=0:0",
-		(char *)"-L", (char *)"sandlot-work", tmp, size, NULL,
+		(char *)"-L", (char *)"sandlot-work", tmp, NULL,
 	};
+	/* A sparse file of the size first: mkfs then leaves its unused parts
+	 * holes (about 0.6 MB of data in 1 GiB), which the copy skips. */
 	unlink(tmp);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return sandlot__error_errno(err, errno, "create %s", tmp);
+	int rc = ftruncate(fd, (off_t)bytes);
+	int e = errno;
+	close(fd);
+	if (rc < 0) {
+		unlink(tmp);
+		return sandlot__error_errno(err, e, "size %s", tmp);
+	}
 	if (run_tool(argv, err) < 0) {
 		unlink(tmp);
 		return sandlot__error_wrap(err, "make an empty workspace disk");
