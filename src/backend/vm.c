@@ -263,7 +263,7 @@ static int empty_ext4(const char *vm_root, uint64_t bytes, char *out, size_t n,
 		return sandlot__error_wrap(err, "make an empty workspace disk");
 	}
 	if (rename(tmp, out) < 0) {
-		int e = errno;
+		e = errno;
 		unlink(tmp);
 		return sandlot__error_errno(err, e, "rename %s", tmp);
 	}
