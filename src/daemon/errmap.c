@@ -40,6 +40,7 @@ static const struct errmap table[] = {
 	{ EAGAIN, 429, "too_many_sandboxes" },
 	{ ESHUTDOWN, 503, "shutting_down" },
 	{ DOMAIN_EINTERP, 500, "interpreter_failed" },
+	{ ENOTSUP, 501, "not_supported" },
 	{ ENOSPC, 507, "insufficient_storage" },
 	{ EDQUOT, 507, "insufficient_storage" },
 	{ EFBIG, 507, "insufficient_storage" },
