@@ -223,7 +223,8 @@ static void find_by_attr(const char *dir, const char *prefix, const char *attr, 
 	}
 }
 
-static int devices_scan(struct devices *dv)
+/* Whether every device is there (only the console when console_only). */
+static int devices_scan(struct devices *dv, int console_only)
 {
 	if (!dv->root[0])
 		find_by_attr("/sys/block", "vd", "serial", "root", dv->root, sizeof(dv->root));
@@ -244,17 +245,31 @@ static int devices_scan(struct devices *dv)
 		else if (i == 3)
 			dv->console = 1;
 	}
-	return all;
+	return console_only ? dv->console : all;
 }
 
-/* Wait until every device is there; each kernel uevent (the socket was
+/* The disks are there once their modules are loaded: virtio-blk probes the
+ * devices virtio-mmio found as it registers, before finit_module returns.
+ * A missing one is a host's mistake, said at once. */
+static int disks_find(struct devices *dv)
+{
+	devices_scan(dv, 0);
+	if (dv->root[0] && dv->work[0])
+		return 0;
+	errno = ENODEV;
+	FAIL("no disk with serial \"%s\" (%s)", dv->root[0] ? "work" : "root",
+	     dv->root[0] ? "the workspace" : "the image");
+}
+
+/* Wait until every device is there (the console and the control port come
+ * after their modules, once the host has described the ports); each kernel uevent (the socket was
  * opened before the modules were loaded, so none is missed) is a cue to
  * look again.  The events' contents are not read: sysfs is the truth. */
-static int devices_wait(int uev, struct devices *dv)
+static int devices_wait(int uev, struct devices *dv, int console_only)
 {
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (!devices_scan(dv)) {
+	while (!devices_scan(dv, console_only)) {
 		struct timespec now;
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		long waited = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
@@ -292,12 +307,14 @@ static int uevent_socket(void)
 	return s;
 }
 
-/* Console on 0-2 (0 from /dev/null): what init logs goes to the host's
- * console file. */
+/* 0 from /dev/null, 1 and 2 to the kernel log: what init logs reaches the
+ * host's console file.  Not hvc0 itself: a write there may still be in
+ * flight when the VM stops, while the kernel prints its log on the console
+ * synchronously. */
 static int std_fds(void)
 {
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-	int con = open("/dev/hvc0", O_RDWR | O_NOCTTY | O_CLOEXEC);
+	int con = open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
 	if (null < 0 || con < 0)
 		FAIL("open the console");
 	if (dup2(null, 0) < 0 || dup2(con, 1) < 0 || dup2(con, 2) < 0)
@@ -460,15 +477,19 @@ int init_vm_boot(struct init_config *cfg)
 	memset(&dv, 0, sizeof(dv));
 	if (mount_kernel_fs() < 0)
 		return -1;
+	/* init_setup()'s failures go to the kernel log (INIT_FD_STATUS below),
+	 * which shows warnings and worse on the console from now on. */
+	klogctl(8 /* SYSLOG_ACTION_CONSOLE_LEVEL */, NULL, 5);
+	/* The console first: until hvc0 is there, nothing said reaches the
+	 * host, and a VM that stops before it says nothing at all. */
+	cleanup_close int uev = uevent_socket();
+	if (uev < 0 || load_modules() < 0 || devices_wait(uev, &dv, 1) < 0 || std_fds() < 0)
+		return -1;
 	if (!cmdline_has("sandlot.vm=1")) {
 		errno = EINVAL;
 		FAIL("started as /init without sandlot.vm=1 on the kernel command line");
 	}
-	/* init_setup()'s failures go to the kernel log (INIT_FD_STATUS below),
-	 * which shows warnings and worse on the console from now on. */
-	klogctl(8 /* SYSLOG_ACTION_CONSOLE_LEVEL */, NULL, 5);
-	cleanup_close int uev = uevent_socket();
-	if (uev < 0 || load_modules() < 0 || devices_wait(uev, &dv) < 0 || std_fds() < 0)
+	if (disks_find(&dv) < 0 || devices_wait(uev, &dv, 0) < 0)
 		return -1;
 	if (switch_root() < 0)
 		return -1;
