@@ -1,13 +1,13 @@
 #include "init.h"
 
-#include <stdlib.h>
-
-int main(int argc, char **argv)
+int main(void)
 {
 	struct init_config cfg;
-	if (init_parse_args(argc, argv, &cfg) < 0)
-		return 2;
-	if (init_setup(&cfg) < 0)
+	struct sl_reader rd;
+	sl_reader_init(&rd);
+	if (init_start(&cfg, &rd) < 0) {
+		sl_reader_free(&rd);
 		return 1;
-	return init_serve(&cfg);
+	}
+	return init_serve(&cfg, &rd);
 }

@@ -1,8 +1,8 @@
 /* Unit tests of sandlot-init's serving loop: each case runs the real
- * init_serve() in a forked child on one end of a socketpair (as fd 3, with a
- * status pipe as fd 4), with --no-setup --no-seccomp, a fresh temporary
- * home and the test's own uid/gid, and speaks the protocol to it from the
- * other end.  tests/unit/init_stubs.c stands in for setup.c.
+ * init_start() and init_serve() in a forked child on one end of a socketpair
+ * (as fd 3), sends it a CONFIG (the NO_SECCOMP flag, a fresh temporary home
+ * and the test's own uid/gid) and speaks the protocol to it from the other
+ * end.  tests/unit/init_stubs.c stands in for setup.c.
  *
  * The case process is a child subreaper, so anything init leaves running
  * would come back to it: stop_init() fails the case if something does.
@@ -67,7 +67,14 @@ struct init_opts {
 	uid_t uid;    /* --uid and --gid (0: the test's own) */
 	/* Files init gets as its event counters (fds 10 and 11), or NULL. */
 	const char *oom_events, *pids_events;
+	/* The case sends init's first frame itself (else: send_config()). */
+	int no_config;
 };
+
+/* CONFIG as the cases' host sends it: no seccomp, the case's home, and
+ * uid/gid; with `extra` records (a built payload, may be NULL) after. */
+static void send_config_with(struct client *c, uid_t uid, const struct sl_msg *extra);
+static void send_msg(struct client *c, struct sl_msg *m);
 
 /* Open `path` read-only as descriptor `fd` (in init's child, before it
  * starts): 0, or -1. */
@@ -92,18 +99,18 @@ static void start_init_opts(struct client *c, const struct init_opts *o)
 		printf("#   mkdtemp: %s\n", strerror(errno));
 		exit(1);
 	}
-	int sv[2], st[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 || pipe2(st, O_CLOEXEC) < 0)
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		exit(1);
 	fflush(stdout);
 	pid_t pid = fork();
 	if (pid < 0)
 		exit(1);
 	if (pid == 0) {
-		int a = fcntl(sv[1], F_DUPFD, 100), b = fcntl(st[1], F_DUPFD, 100);
-		if (a < 0 || b < 0 || dup2(a, INIT_FD_PROTO) < 0 || dup2(b, INIT_FD_STATUS) < 0)
+		int a = fcntl(sv[1], F_DUPFD, 100);
+		if (a < 0 || dup2(a, INIT_FD_PROTO) < 0)
 			_exit(99);
-		sys_close_range(5, ~0U, 0);
+		sys_close_range(INIT_FD_PROTO + 1, ~0U, 0);
 		if (o && (open_as(o->oom_events, INIT_FD_OOM_EVENTS) < 0 ||
 			  open_as(o->pids_events, INIT_FD_PIDS_EVENTS) < 0))
 			_exit(97);
@@ -113,28 +120,23 @@ static void start_init_opts(struct client *c, const struct init_opts *o)
 			struct rlimit rl = { o->fsize, o->fsize };
 			setrlimit(RLIMIT_FSIZE, &rl);
 		}
-		char uid[16], gid[16];
-		snprintf(uid, sizeof(uid), "%u", (unsigned)(o && o->uid ? o->uid : getuid()));
-		snprintf(gid, sizeof(gid), "%u", (unsigned)(o && o->uid ? o->uid : getgid()));
-		char *argv[] = { "sandlot-init", "--no-setup", "--no-seccomp", "--home", c->home,
-				 "--uid", uid, "--gid", gid, NULL };
+		/* As main.c does. */
 		struct init_config cfg;
-		if (init_parse_args(9, argv, &cfg) < 0)
-			_exit(98);
-		_exit(init_serve(&cfg));
+		struct sl_reader rd;
+		sl_reader_init(&rd);
+		if (init_start(&cfg, &rd) < 0) {
+			sl_reader_free(&rd);
+			_exit(1);
+		}
+		_exit(init_serve(&cfg, &rd));
 	}
 	close(sv[1]);
-	close(st[1]);
 	c->fd = sv[0];
 	c->init = pid;
 	sl_reader_init(&c->rd);
-
-	/* The status fd is closed before HELLO. */
-	struct pollfd p = { st[0], POLLIN, 0 };
-	CHECK(poll(&p, 1, WAIT_MS) == 1);
-	char ch;
-	CHECK(read(st[0], &ch, 1) == 0);
-	close(st[0]);
+	/* Without waiting for HELLO, as libsandlot does. */
+	if (!o || !o->no_config)
+		send_config_with(c, o && o->uid ? o->uid : getuid(), NULL);
 }
 
 static void start_init(struct client *c)
@@ -160,6 +162,19 @@ static void send_msg(struct client *c, struct sl_msg *m)
 		left -= (size_t)n;
 	}
 	sl_msg_free(m);
+}
+
+static void send_config_with(struct client *c, uid_t uid, const struct sl_msg *extra)
+{
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_CONFIG, 0, 0);
+	sl_msg_put_u32(&m, SL_TAG_FLAGS, SL_CONFIG_NO_SECCOMP);
+	sl_msg_put_str(&m, SL_TAG_HOME, c->home);
+	sl_msg_put_u32(&m, SL_TAG_UID, (uint32_t)uid);
+	sl_msg_put_u32(&m, SL_TAG_GID, (uint32_t)(uid == getuid() ? getgid() : uid));
+	if (extra)
+		sl_msg_put_raw(&m, extra->buf + SANDLOT_PROTO_HEADER, extra->len - SANDLOT_PROTO_HEADER);
+	send_msg(c, &m);
 }
 
 static void frame_free(struct frame *f)
@@ -490,6 +505,12 @@ static void test_hello_ping(void)
 	CHECK_EQ_INT(f.stream, 0);
 	CHECK_EQ_INT(rec_u32(&f, SL_TAG_VERSION, 0), SANDLOT_PROTO_VERSION);
 	frame_free(&f);
+	/* The answer to CONFIG. */
+	CHECK_EQ_INT(next_frame(&c, &f), 1);
+	CHECK_EQ_INT(f.type, SL_MSG_OK);
+	CHECK_EQ_INT(f.stream, 0);
+	CHECK_EQ_INT(f.len, 0);
+	frame_free(&f);
 
 	send_empty(&c, SL_MSG_PING, 0);
 	CHECK_EQ_INT(expect_reply(&c, 0, NULL), 0);
@@ -508,14 +529,19 @@ static void test_hello_ping(void)
 	stop_init(&c);
 }
 
-/* Read HELLO, then wait until init serves requests: it takes the first
- * change-tracking baseline in between (before it reads any request), so
- * once a PING is answered, files the test writes come after it. */
+/* Read HELLO and the OK to CONFIG, then wait until init serves requests:
+ * it takes the first change-tracking baseline in between (before it reads
+ * any request), so once a PING is answered, files the test writes come
+ * after it. */
 static void skip_hello(struct client *c)
 {
 	struct frame f;
 	CHECK_EQ_INT(next_frame(c, &f), 1);
 	CHECK_EQ_INT(f.type, SL_MSG_HELLO);
+	frame_free(&f);
+	CHECK_EQ_INT(next_frame(c, &f), 1);
+	CHECK_EQ_INT(f.type, SL_MSG_OK);
+	CHECK_EQ_INT(f.stream, 0);
 	frame_free(&f);
 	send_empty(c, SL_MSG_PING, 0x7fffffff);
 	CHECK_EQ_INT(expect_reply(c, 0x7fffffff, NULL), 0);
