@@ -1,5 +1,5 @@
 /* Policy compiler (spec/seccomp-policy.txt → libseccomp) and the cached,
- * sealed program memfd handed to sandlot-init.
+ * sealed program memfd whose bytes go to sandlot-init in CONFIG.
  *
  * The language is documented at the top of the policy file; this file
  * explains how it maps onto libseccomp and why:
