@@ -24,9 +24,10 @@
  *   5. the mounts init_setup() takes from the ns host, as detached mounts
  *      made here: the image (erofs, read-only) on INIT_FD_IMAGE and the
  *      workspace (ext4) on INIT_FD_STORAGE, with its home/ and tmp/
- *      made if the disk is fresh; the control port on INIT_FD_PROTO; the
- *      kernel log as INIT_FD_STATUS, so that a setup failure lands on
- *      the console, which the host keeps;
+ *      made (init_vm_configure(), once CONFIG has said whose) if the disk
+ *      is fresh; the control port on INIT_FD_PROTO; the kernel log on
+ *      stdout and stderr, so that what init logs lands on the console,
+ *      which the host keeps;
  *   6. loopback up, and wait until the host has connected to the port.
  *
  * init_setup() then builds the same root as for an ns sandbox from the
@@ -379,22 +380,38 @@ static int mount_disk(const char *type, const char *dev, int rdonly)
 }
 
 /* The workspace disk's home/ (the sandbox user's) and tmp/, as the ns
- * host's storage has them; made here when the disk is fresh. */
-static int workspace_dirs(int m, const struct init_config *cfg)
+ * host's storage has them; made on a fresh disk.  0 or an errno value. */
+static int workspace_dirs(int m, const struct init_config *cfg, char *why, size_t len)
 {
+	const char *what = NULL;
 	if (mkdirat(m, "home", 0755) == 0) {
 		if (fchownat(m, "home", cfg->uid, cfg->gid, 0) < 0)
-			FAIL("chown the workspace's home");
+			what = "chown home";
 	} else if (errno != EEXIST) {
-		FAIL("mkdir the workspace's home");
+		what = "mkdir home";
 	}
-	if (mkdirat(m, "tmp", 01777) == 0) {
+	if (!what && mkdirat(m, "tmp", 01777) == 0) {
 		if (fchmodat(m, "tmp", 01777, 0) < 0)
-			FAIL("chmod the workspace's tmp");
-	} else if (errno != EEXIST) {
-		FAIL("mkdir the workspace's tmp");
+			what = "chmod tmp";
+	} else if (!what && errno != EEXIST) {
+		what = "mkdir tmp";
 	}
-	return 0;
+	if (!what)
+		return 0;
+	int e = errno;
+	snprintf(why, len, "the workspace disk: %s", what);
+	return e;
+}
+
+int init_vm_configure(const struct init_config *cfg, char *why, size_t len)
+{
+	if (!cfg->image) {
+		snprintf(why, len, "a vm sandbox's root is its image: CONFIG must have the IMAGE flag");
+		return EINVAL;
+	}
+	if (cfg->tmpfs_storage)
+		return 0; /* init makes a tmpfs; the disk stays unused */
+	return workspace_dirs(INIT_FD_STORAGE, cfg, why, len);
 }
 
 /* fd moved to exactly `to` (left open without close-on-exec: init never
@@ -470,15 +487,15 @@ static int wait_for_host(int fd)
 	return 0;
 }
 
-int init_vm_boot(struct init_config *cfg)
+int init_vm_boot(void)
 {
 	init__vm_mode = 1;
 	struct devices dv;
 	memset(&dv, 0, sizeof(dv));
 	if (mount_kernel_fs() < 0)
 		return -1;
-	/* init_setup()'s failures go to the kernel log (INIT_FD_STATUS below),
-	 * which shows warnings and worse on the console from now on. */
+	/* Warnings and worse reach the console from now on: what init logs
+	 * (stderr, below) is written there at the default level, 4. */
 	klogctl(8 /* SYSLOG_ACTION_CONSOLE_LEVEL */, NULL, 5);
 	/* The console first: until hvc0 is there, nothing said reaches the
 	 * host, and a VM that stops before it says nothing at all. */
@@ -497,16 +514,8 @@ int init_vm_boot(struct init_config *cfg)
 	int image = mount_disk("erofs", dv.root, 1);
 	if (image < 0 || place(image, INIT_FD_IMAGE, "the image") < 0)
 		return -1;
-	cfg->image = 1;
 	int work = mount_disk("ext4", dv.work, 0);
-	if (work < 0 || workspace_dirs(work, cfg) < 0 || place(work, INIT_FD_STORAGE, "the workspace") < 0)
-		return -1;
-	cfg->tmpfs_storage = 0;
-	/* The seccomp program comes from the host (a descriptor for ns); in a
-	 * VM it can only come over the protocol, with the configuration. */
-	cfg->no_seccomp = 1;
-	int status = open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
-	if (status < 0 || place(status, INIT_FD_STATUS, "the status log") < 0)
+	if (work < 0 || place(work, INIT_FD_STORAGE, "the workspace") < 0)
 		return -1;
 	if (loopback_up() < 0)
 		return -1;

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLAIN_BIN_DIR
+from conftest import PLAIN_BIN_DIR, Sandlot
 
 VM_DIR = Path(os.environ.get("SANDLOT_VM_DIR") or PLAIN_BIN_DIR.parent / "vm")
 QEMU = shutil.which("qemu-system-x86_64")
@@ -29,8 +29,12 @@ QEMU = shutil.which("qemu-system-x86_64")
 # only keeps a hung guest from blocking the suite.
 BOOT_TIMEOUT = 120
 
-HELLO, ERROR, OK, EXEC, STARTED, STDOUT, STDERR, EXIT = 0x01, 0x02, 0x03, 0x10, 0x11, 0x12, 0x13, 0x14
+HELLO, ERROR, OK, CONFIG, EXEC, STARTED, STDOUT, STDERR, EXIT = (0x01, 0x02, 0x03, 0x06, 0x10, 0x11,
+                                                                0x12, 0x13, 0x14)
 T_VERSION, T_ERRNO, T_MESSAGE, T_ARG, T_ENV, T_EXIT_CODE, T_SIGNAL = 1, 2, 3, 4, 5, 9, 10
+T_FLAGS, T_NOFILE, T_HOSTNAME, T_SECCOMP = 13, 30, 34, 38
+F_IMAGE = 1 << 1
+NOFILE = 777
 
 
 def _missing():
@@ -95,6 +99,20 @@ class Conn:
         ftype, _, stream, payload = self.frame()
         assert (ftype, stream) == (HELLO, 0), (ftype, stream, payload)
         return struct.unpack("<I", dict(records(payload))[T_VERSION])[0]
+
+    def configure(self, seccomp, flags=F_IMAGE):
+        """CONFIG as a vm host sends it (spec/protocol.md, Configuration);
+        the answer: None for OK, else (errno, message)."""
+        payload = (record(T_FLAGS, struct.pack("<I", flags)) + record(T_SECCOMP, seccomp)
+                   + record(T_NOFILE, struct.pack("<Q", NOFILE)) + record(T_HOSTNAME, b"vmguest"))
+        self.send(CONFIG, 0, payload)
+        self.hello_version = self.hello()
+        ftype, _, stream, payload = self.frame()
+        assert stream == 0 and ftype in (OK, ERROR), (ftype, stream, payload)
+        if ftype == OK:
+            return None
+        r = dict(records(payload))
+        return struct.unpack("<I", r[T_ERRNO])[0], r[T_MESSAGE].decode()
 
     def run(self, *argv):
         """Run argv; (exit code or -signal, stdout, stderr)."""
@@ -219,16 +237,31 @@ class Guest:
         self.proc.stdout.close()
 
 
+@pytest.fixture(scope="session")
+def seccomp_program(session_dirs):
+    """The seccomp program exactly as libsandlot sends it in CONFIG: the one
+    `sandlot run` compiled from spec/seccomp-policy.txt and cached in its
+    data directory."""
+    sl = Sandlot(session_dirs["data_dir"])
+    r = sl.run(["--", "true"])
+    assert r.rc == 0, r
+    programs = sorted((sl.data_dir / "cache").glob("seccomp-*.bpf"))
+    assert programs, f"no seccomp program cached in {sl.data_dir / 'cache'}"
+    return programs[-1].read_bytes()
+
+
 @pytest.fixture(scope="module")
-def vm(tmp_path_factory):
+def vm(tmp_path_factory, seccomp_program):
     d = tmp_path_factory.mktemp("vmguest")
     g = Guest(d, qemu_argv(d, make_root(d), make_work(d)))
     try:
         conn = g.connect()
         try:
-            g.hello_version = conn.hello()
+            answer = conn.configure(seccomp_program)
         except (EOFError, OSError) as e:
-            raise AssertionError(f"no HELLO ({e}); console:\n{g.console()}") from e
+            raise AssertionError(f"no HELLO or no answer to CONFIG ({e}); console:\n{g.console()}") from e
+        assert answer is None, (answer, g.console())
+        g.hello_version = conn.hello_version
         g.conn = conn
         yield g
         conn.close()
@@ -258,6 +291,11 @@ def test_commands_run_as_the_sandbox_user(vm):
     assert int(status["CapEff"].strip(), 16) == 0
     assert int(status["CapBnd"].strip(), 16) == 0
     assert status["NoNewPrivs"].strip() == "1"
+    # The seccomp program of CONFIG is loaded (mode 2: filter), and CONFIG's
+    # limits and names apply.
+    assert status["Seccomp"].strip() == "2"
+    assert vm.conn.run("sh", "-c", "ulimit -n")[1] == f"{NOFILE}\n"
+    assert vm.conn.run("uname", "-n")[1] == "vmguest\n"
 
 
 def test_root_from_the_image_and_workspace_from_its_disk(vm):
@@ -313,3 +351,17 @@ def test_a_missing_disk_is_named_on_the_console(tmp_path):
     finally:
         g.stop()
     assert 'no disk with serial "work" (the workspace)' in g.console(), g.console()
+
+
+def test_config_without_the_image_flag_is_refused(tmp_path, seccomp_program):
+    """A vm sandbox's root is always its image: CONFIG must say so."""
+    g = Guest(tmp_path, qemu_argv(tmp_path, make_root(tmp_path), make_work(tmp_path)))
+    try:
+        conn = g.connect()
+        answer = conn.configure(seccomp_program, flags=0)
+        conn.close()
+        g.wait_exit()
+    finally:
+        g.stop()
+    assert answer is not None, g.console()
+    assert answer[0] == 22 and "IMAGE" in answer[1], answer
