@@ -975,9 +975,11 @@ static int vm_ready(struct sandlot *sb, sandlot_error_t **err)
 {
 	struct vm_state *vm = sb->backend;
 	pthread_mutex_lock(&sb->conn.lock);
-	int hello = sb->conn.hello, dead = sb->conn.dead;
+	int hello = sb->conn.hello, dead = sb->conn.dead, configured = sb->conn.configured;
 	pthread_mutex_unlock(&sb->conn.lock);
-	if (hello == 1)
+	/* Ready, or init refused its configuration (the connection's error
+	 * says why, better than the console could). */
+	if (hello == 1 && configured != 0)
 		return 0;
 	/* The connection ends when QEMU closes its descriptors on the way
 	 * out, a moment before it can be waited for: give it that moment

@@ -24,9 +24,10 @@
  *   5. the mounts init_setup() takes from the ns host, as detached mounts
  *      made here: the image (erofs, read-only) on INIT_FD_IMAGE and the
  *      workspace (ext4) on INIT_FD_STORAGE, with its home/ and tmp/
- *      made if the disk is fresh; the control port on INIT_FD_PROTO; the
- *      kernel log as INIT_FD_STATUS, so that a setup failure lands on
- *      the console, which the host keeps;
+ *      made (init_vm_configure(), once CONFIG has said whose) if the disk
+ *      is fresh; the control port on INIT_FD_PROTO; the kernel log on
+ *      stdout and stderr, so that what init logs lands on the console,
+ *      which the host keeps;
  *   6. loopback up, and wait until the host has connected to the port.
  *
  * init_setup() then builds the same root as for an ns sandbox from the
@@ -223,7 +224,8 @@ static void find_by_attr(const char *dir, const char *prefix, const char *attr, 
 	}
 }
 
-static int devices_scan(struct devices *dv)
+/* Whether every device is there (only the console when console_only). */
+static int devices_scan(struct devices *dv, int console_only)
 {
 	if (!dv->root[0])
 		find_by_attr("/sys/block", "vd", "serial", "root", dv->root, sizeof(dv->root));
@@ -244,17 +246,31 @@ static int devices_scan(struct devices *dv)
 		else if (i == 3)
 			dv->console = 1;
 	}
-	return all;
+	return console_only ? dv->console : all;
 }
 
-/* Wait until every device is there; each kernel uevent (the socket was
+/* The disks are there once their modules are loaded: virtio-blk probes the
+ * devices virtio-mmio found as it registers, before finit_module returns.
+ * A missing one is a host's mistake, said at once. */
+static int disks_find(struct devices *dv)
+{
+	devices_scan(dv, 0);
+	if (dv->root[0] && dv->work[0])
+		return 0;
+	errno = ENODEV;
+	FAIL("no disk with serial \"%s\" (%s)", dv->root[0] ? "work" : "root",
+	     dv->root[0] ? "the workspace" : "the image");
+}
+
+/* Wait until every device is there (the console and the control port come
+ * after their modules, once the host has described the ports); each kernel uevent (the socket was
  * opened before the modules were loaded, so none is missed) is a cue to
  * look again.  The events' contents are not read: sysfs is the truth. */
-static int devices_wait(int uev, struct devices *dv)
+static int devices_wait(int uev, struct devices *dv, int console_only)
 {
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (!devices_scan(dv)) {
+	while (!devices_scan(dv, console_only)) {
 		struct timespec now;
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		long waited = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
@@ -292,12 +308,14 @@ static int uevent_socket(void)
 	return s;
 }
 
-/* Console on 0-2 (0 from /dev/null): what init logs goes to the host's
- * console file. */
+/* 0 from /dev/null, 1 and 2 to the kernel log: what init logs reaches the
+ * host's console file.  Not hvc0 itself: a write there may still be in
+ * flight when the VM stops, while the kernel prints its log on the console
+ * synchronously. */
 static int std_fds(void)
 {
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-	int con = open("/dev/hvc0", O_RDWR | O_NOCTTY | O_CLOEXEC);
+	int con = open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
 	if (null < 0 || con < 0)
 		FAIL("open the console");
 	if (dup2(null, 0) < 0 || dup2(con, 1) < 0 || dup2(con, 2) < 0)
@@ -362,22 +380,38 @@ static int mount_disk(const char *type, const char *dev, int rdonly)
 }
 
 /* The workspace disk's home/ (the sandbox user's) and tmp/, as the ns
- * host's storage has them; made here when the disk is fresh. */
-static int workspace_dirs(int m, const struct init_config *cfg)
+ * host's storage has them; made on a fresh disk.  0 or an errno value. */
+static int workspace_dirs(int m, const struct init_config *cfg, char *why, size_t len)
 {
+	const char *what = NULL;
 	if (mkdirat(m, "home", 0755) == 0) {
 		if (fchownat(m, "home", cfg->uid, cfg->gid, 0) < 0)
-			FAIL("chown the workspace's home");
+			what = "chown home";
 	} else if (errno != EEXIST) {
-		FAIL("mkdir the workspace's home");
+		what = "mkdir home";
 	}
-	if (mkdirat(m, "tmp", 01777) == 0) {
+	if (!what && mkdirat(m, "tmp", 01777) == 0) {
 		if (fchmodat(m, "tmp", 01777, 0) < 0)
-			FAIL("chmod the workspace's tmp");
-	} else if (errno != EEXIST) {
-		FAIL("mkdir the workspace's tmp");
+			what = "chmod tmp";
+	} else if (!what && errno != EEXIST) {
+		what = "mkdir tmp";
 	}
-	return 0;
+	if (!what)
+		return 0;
+	int e = errno;
+	snprintf(why, len, "the workspace disk: %s", what);
+	return e;
+}
+
+int init_vm_configure(const struct init_config *cfg, char *why, size_t len)
+{
+	if (!cfg->image) {
+		snprintf(why, len, "a vm sandbox's root is its image: CONFIG must have the IMAGE flag");
+		return EINVAL;
+	}
+	if (cfg->tmpfs_storage)
+		return 0; /* init makes a tmpfs; the disk stays unused */
+	return workspace_dirs(INIT_FD_STORAGE, cfg, why, len);
 }
 
 /* fd moved to exactly `to` (left open without close-on-exec: init never
@@ -453,22 +487,26 @@ static int wait_for_host(int fd)
 	return 0;
 }
 
-int init_vm_boot(struct init_config *cfg)
+int init_vm_boot(void)
 {
 	init__vm_mode = 1;
 	struct devices dv;
 	memset(&dv, 0, sizeof(dv));
 	if (mount_kernel_fs() < 0)
 		return -1;
+	/* Warnings and worse reach the console from now on: what init logs
+	 * (stderr, below) is written there at the default level, 4. */
+	klogctl(8 /* SYSLOG_ACTION_CONSOLE_LEVEL */, NULL, 5);
+	/* The console first: until hvc0 is there, nothing said reaches the
+	 * host, and a VM that stops before it says nothing at all. */
+	cleanup_close int uev = uevent_socket();
+	if (uev < 0 || load_modules() < 0 || devices_wait(uev, &dv, 1) < 0 || std_fds() < 0)
+		return -1;
 	if (!cmdline_has("sandlot.vm=1")) {
 		errno = EINVAL;
 		FAIL("started as /init without sandlot.vm=1 on the kernel command line");
 	}
-	/* init_setup()'s failures go to the kernel log (INIT_FD_STATUS below),
-	 * which shows warnings and worse on the console from now on. */
-	klogctl(8 /* SYSLOG_ACTION_CONSOLE_LEVEL */, NULL, 5);
-	cleanup_close int uev = uevent_socket();
-	if (uev < 0 || load_modules() < 0 || devices_wait(uev, &dv) < 0 || std_fds() < 0)
+	if (disks_find(&dv) < 0 || devices_wait(uev, &dv, 0) < 0)
 		return -1;
 	if (switch_root() < 0)
 		return -1;
@@ -476,16 +514,8 @@ int init_vm_boot(struct init_config *cfg)
 	int image = mount_disk("erofs", dv.root, 1);
 	if (image < 0 || place(image, INIT_FD_IMAGE, "the image") < 0)
 		return -1;
-	cfg->image = 1;
 	int work = mount_disk("ext4", dv.work, 0);
-	if (work < 0 || workspace_dirs(work, cfg) < 0 || place(work, INIT_FD_STORAGE, "the workspace") < 0)
-		return -1;
-	cfg->tmpfs_storage = 0;
-	/* The seccomp program comes from the host (a descriptor for ns); in a
-	 * VM it can only come over the protocol, with the configuration. */
-	cfg->no_seccomp = 1;
-	int status = open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
-	if (status < 0 || place(status, INIT_FD_STATUS, "the status log") < 0)
+	if (work < 0 || place(work, INIT_FD_STORAGE, "the workspace") < 0)
 		return -1;
 	if (loopback_up() < 0)
 		return -1;
