@@ -769,6 +769,12 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	if (sparse_copy(empty, j->work, j->uid, err) < 0)
 		goto fail;
 	sandlot__trace("vm disk");
+	/* init's part of CONFIG that only this backend knows: the root is
+	 * always an image (the root disk), the workspace is the disk's size.
+	 * RLIMIT_FSIZE a little above it, so that a full disk's ENOSPC (a
+	 * clean write error) comes before the rlimit's SIGXFSZ (a kill). */
+	sb->init_cfg.flags |= SL_CONFIG_IMAGE;
+	sb->init_cfg.fsize = sb->opts.disk_bytes + (1ull << 20);
 	snprintf(path, sizeof(path), "%s/console.log", vm->dir);
 	snprintf(j->console, sizeof(j->console), "%s", path);
 	console_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
