@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import hostscan
-from conftest import PLAIN_BIN_DIR, wait_until
+from conftest import PLAIN_BIN_DIR, SANDLOT, wait_until
 
 VM_DIR = Path(os.environ.get("SANDLOT_VM_DIR") or PLAIN_BIN_DIR.parent / "vm")
 BOOT = 120  # bound on one boot + command under TCG on a loaded machine
@@ -185,10 +185,13 @@ def status_field(pid, key):
 def test_daemon_vm_sandbox_lifecycle_and_jail(session_dirs, tmp_path_factory, vm_env):
     d = vm_daemon(session_dirs, tmp_path_factory, vm_env)
     try:
-        r = d.post("/v1/sandboxes", json_body={"isolation": "vm", "memory": "256M"},
-                   timeout=BOOT)
-        assert r.status == 201, r
-        rec = r.json()
+        # Through the CLI: --isolation reaches the daemon.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SANDLOT_")}
+        p = subprocess.run([str(SANDLOT), "-H", f"unix:{d.sock}", "create", "--isolation", "vm",
+                            "--memory", "256M", "--json"], env=env, capture_output=True,
+                           timeout=BOOT)
+        assert p.returncode == 0, p
+        rec = json.loads(p.stdout)
         sid = rec["id"]
         assert rec["isolation"] == "vm"
         assert rec["options"]["isolation"] == "vm"
