@@ -892,34 +892,7 @@ fail:
 	return -1;
 }
 
-/* One console line for an error message: without the kernel's
- * "[    4.338610] " stamp, printable ASCII only. */
-static size_t add_line(char *out, size_t o, size_t n, const char *l, size_t len)
-{
-	if (len > 0 && l[0] == '[') {
-		const char *close = memchr(l, ']', len);
-		if (close && close - l < 20) {
-			len -= (size_t)(close + 1 - l);
-			l = close + 1;
-		}
-	}
-	while (len > 0 && (*l == ' ' || *l == '\t'))
-		l++, len--;
-	while (len > 0 && (l[len - 1] == '\r' || l[len - 1] == ' '))
-		len--;
-	if (len == 0 || o + 8 >= n)
-		return o;
-	if (o > 0)
-		o += (size_t)snprintf(out + o, n - o, " | ");
-	for (size_t i = 0; i < len && o + 1 < n; i++)
-		out[o++] = (l[i] >= 0x20 && l[i] < 0x7f) ? l[i] : '?';
-	out[o] = '\0';
-	return o;
-}
-
-/* What the console log says about a failed boot, for the error: the last
- * lines sandlot-init wrote ("sandlot-init: what: why") and the kernel's
- * panic line, then the last few lines, from the log's last 16 KiB. */
+/* The console log's last 16 KiB, summarized for an error (vm-console.c). */
 static void console_summary(const struct vm_state *vm, char *out, size_t n)
 {
 	snprintf(out, n, "(empty)");
@@ -928,41 +901,15 @@ static void console_summary(const struct vm_state *vm, char *out, size_t n)
 	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return;
-	enum { TAIL = 16384, MAX_LINES = 512 };
-	cleanup_free char *buf = malloc(TAIL + 1);
+	enum { TAIL = 16384 };
+	cleanup_free char *buf = malloc(TAIL);
 	if (!buf)
 		return;
 	off_t end = lseek(fd, 0, SEEK_END);
 	off_t from = end > TAIL ? end - TAIL : 0;
 	ssize_t k = pread(fd, buf, TAIL, from);
-	if (k <= 0)
-		return;
-	buf[k] = '\0';
-	const char *start[MAX_LINES];
-	size_t len[MAX_LINES], nl = 0;
-	for (char *p = buf; *p && nl < MAX_LINES;) {
-		char *e = strchr(p, '\n');
-		size_t l = e ? (size_t)(e - p) : strlen(p);
-		if (!(from > 0 && p == buf)) { /* a cut first line is dropped */
-			start[nl] = p;
-			len[nl++] = l;
-		}
-		p += l + (e ? 1 : 0);
-	}
-	size_t o = 0;
-	out[0] = '\0';
-	int picked[MAX_LINES] = { 0 };
-	unsigned init_lines = 0;
-	for (size_t i = nl; i-- > 0 && init_lines < 3;)
-		if (memmem(start[i], len[i], "sandlot-init", 12) || memmem(start[i], len[i], "Kernel panic", 12))
-			picked[i] = 1, init_lines++;
-	for (size_t i = nl > 4 ? nl - 4 : 0; i < nl; i++)
-		picked[i] = 1;
-	for (size_t i = 0; i < nl; i++)
-		if (picked[i])
-			o = add_line(out, o, n, start[i], len[i]);
-	if (o == 0)
-		snprintf(out, n, "(empty)");
+	if (k > 0)
+		sandlot__vm_console_summary(buf, (size_t)k, from > 0, out, n);
 }
 
 static int vm_ended_state(const struct vm_state *vm, int *status)

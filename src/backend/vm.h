@@ -21,6 +21,14 @@ const char *sandlot__vm_accel(const char **why);
  * (sandlot__vm_accel()'s why says why), else 1. */
 int sandlot__vm_accel_usable(void);
 
+/* What the console log of a guest that failed to boot says, for an error
+ * message: the last few lines sandlot-init or a kernel panic wrote, then
+ * the last four lines, without the kernel's timestamps, joined by " | ",
+ * printable ASCII only, in out[0..n) (NUL-terminated; "(empty)" when there
+ * is nothing).  buf[0..len) is the log's tail (untrusted bytes: any);
+ * cut says that its first line is the end of a longer one (dropped). */
+void sandlot__vm_console_summary(const char *buf, size_t len, int cut, char *out, size_t n);
+
 /* Whether the probe found KVM usable (for tests of the probe itself):
  * 1 yes, 0 no with the reason in why[0..n). */
 int sandlot__kvm_probe(char *why, size_t n);
