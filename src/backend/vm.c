@@ -76,6 +76,9 @@ extern char **environ;
 /* QEMU's threads: the main loop, one per vCPU, the I/O thread pool. */
 #define QEMU_PIDS 128
 #define BOOT_TIMEOUT_MS 45000
+/* Below about 80 MiB Debian's cloud kernel dies unpacking the initramfs,
+ * before its console exists (so without a word). */
+#define MIN_GUEST_MEMORY (128ull << 20)
 /* The jail's root tmpfs: the console log lives there. */
 #define JAIL_TMPFS_OPTS "size=4m,nr_inodes=64,mode=0755"
 
@@ -463,8 +466,11 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 		jail_fail(sfd, "bind the workspace disk");
 	if (bind_file(AT_FDCWD, "console.log", j->console, 1) < 0)
 		jail_fail(sfd, "bind the console log");
+	/* (chmod: mknod's mode went through the caller's umask.) */
 	if (sys_mknodat(AT_FDCWD, "dev/null", S_IFCHR | 0666, makedev(1, 3)) < 0 ||
-	    sys_mknodat(AT_FDCWD, "dev/urandom", S_IFCHR | 0444, makedev(1, 9)) < 0)
+	    sys_fchmodat(AT_FDCWD, "dev/null", 0666) < 0 ||
+	    sys_mknodat(AT_FDCWD, "dev/urandom", S_IFCHR | 0444, makedev(1, 9)) < 0 ||
+	    sys_fchmodat(AT_FDCWD, "dev/urandom", 0444) < 0)
 		jail_fail(sfd, "make /dev/null and /dev/urandom");
 	if (j->kvm && (sys_mknodat(AT_FDCWD, "dev/kvm", S_IFCHR | 0600, makedev(10, 232)) < 0 ||
 		       sys_fchownat(AT_FDCWD, "dev/kvm", j->uid, j->uid, 0) < 0))
@@ -691,6 +697,10 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 {
 	if (strlen(sb->data_dir) > PATH_MAX - 200)
 		return sandlot__error(err, ENAMETOOLONG, "the data directory's path is too long");
+	if (sb->opts.memory_bytes < MIN_GUEST_MEMORY)
+		return sandlot__error(err, EINVAL, "a vm sandbox needs at least 128M of memory (its "
+				      "kernel's), not %llu bytes",
+				      (unsigned long long)sb->opts.memory_bytes);
 	if (sb->opts.workspace)
 		return sandlot__error(err, ENOTSUP,
 				      "kept workspaces (pause, resume, snapshots) are not supported "

@@ -328,6 +328,11 @@ static inline int sys_openat(int dfd, const char *path, int flags, mode_t mode)
 	return (int)syscall(__NR_openat, dfd, path, flags, mode);
 }
 
+static inline int sys_fchmodat(int dfd, const char *path, mode_t mode)
+{
+	return (int)syscall(__NR_fchmodat, dfd, path, mode);
+}
+
 static inline int sys_symlinkat(const char *target, int dfd, const char *path)
 {
 	return (int)syscall(__NR_symlinkat, target, dfd, path);

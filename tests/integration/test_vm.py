@@ -104,10 +104,14 @@ def test_run_in_a_vm_sees_no_host_mounts(sandlot, vm_env):
     assert re.search(r"^/dev/vd\S+ /usr erofs ro", r.stdout, re.M), r.stdout
 
 
-def test_isolation_is_checked(sandlot):
+def test_isolation_is_checked(sandlot, vm_env):
     r = sandlot.run(["--isolation", "xen", "--", "true"])
     assert r.rc == 2, r
     assert "invalid --isolation \"xen\": expected ns or vm" in r.stderr
+    # A guest kernel needs some memory: a clear error, not a silent boot failure.
+    r = sandlot.run(["--isolation", "vm", "--memory", "64M", "--", "true"], extra_env=vm_env)
+    assert r.rc == 125, r
+    assert "a vm sandbox needs at least 128M of memory" in r.stderr, r
 
 
 def test_a_broken_root_names_what_the_guest_said(sandlot, vm_env, tmp_path):
