@@ -220,8 +220,11 @@ def test_daemon_vm_sandbox_lifecycle_and_jail(session_dirs, tmp_path_factory, vm
         root = sorted(os.listdir(f"/proc/{pid}/root"))
         assert root == ["bin", "console.log", "dev", "initramfs.cpio", "lib", "lib64",
                         "root.img", "usr", "vmlinux", "work.img"], root
-        assert sorted(os.listdir(f"/proc/{pid}/root/dev")) == ["null", "urandom"] or \
-            hardware_kvm()
+        assert sorted(os.listdir(f"/proc/{pid}/root/dev")) == \
+            (["kvm", "null", "urandom"] if rec["accel"] == "kvm" else ["null", "urandom"])
+        assert os.stat(f"/proc/{pid}/root/dev/null").st_mode & 0o777 == 0o666
+        # Nothing of QEMU's complaints (a missing file, a refused device) on the console.
+        assert (d.data_dir / "vm" / sid / "console.log").read_text() == ""
         # In a cgroup named after the sandbox whose memory limit covers the
         # guest's 256M and QEMU's own.
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
