@@ -16,6 +16,8 @@ struct span {
 /* Whether the line has the marker of sandlot-init or of a kernel panic. */
 static int noteworthy(const char *l, size_t len)
 {
+	if (!l || len < 12)
+		return 0;
 	return memmem(l, len, "sandlot-init", 12) != NULL ||
 	       memmem(l, len, "Kernel panic", 12) != NULL;
 }
