@@ -531,6 +531,7 @@ struct launch {
 	unsigned long flags;
 	int cgroup_fd;
 	pid_t pid;
+	int into_cgroup;            /* born in the cgroup (clone3) */
 	int err;
 	int done;
 };
@@ -540,15 +541,18 @@ static pthread_cond_t launch_cond = PTHREAD_COND_INITIALIZER;
 static struct launch *launch_slot;
 static int launcher_running;
 
-static pid_t clone_jail(const struct jail *j, unsigned long flags, int cgroup_fd, int *err)
+static pid_t clone_jail(const struct jail *j, unsigned long flags, int cgroup_fd, int *err,
+			int *into_cgroup)
 {
 	pid_t pid = -1;
+	*into_cgroup = 0;
 	if (cgroup_fd >= 0) {
 		pid = sys_clone3_fork(flags, cgroup_fd);
 		if (pid < 0 && errno != ENOSYS && errno != E2BIG && errno != EINVAL) {
 			*err = errno;
 			return -1;
 		}
+		*into_cgroup = pid >= 0;
 	}
 	if (pid < 0)
 		pid = sys_clone_fork(flags | SIGCHLD);
@@ -567,7 +571,7 @@ static void *launcher_main(void *arg)
 			pthread_cond_wait(&launch_cond, &launch_lock);
 		struct launch *l = launch_slot;
 		pthread_mutex_unlock(&launch_lock);
-		l->pid = clone_jail(l->j, l->flags, l->cgroup_fd, &l->err);
+		l->pid = clone_jail(l->j, l->flags, l->cgroup_fd, &l->err, &l->into_cgroup);
 		pthread_mutex_lock(&launch_lock);
 		l->done = 1;
 		pthread_cond_broadcast(&launch_cond);
@@ -576,8 +580,9 @@ static void *launcher_main(void *arg)
 }
 
 /* Fork a jail from the launcher thread (started on first use).  The pid,
- * or -1 with errno. */
-static pid_t launch_jail(const struct jail *j, unsigned long flags, int cgroup_fd)
+ * or -1 with errno; *into_cgroup: it was born in the cgroup. */
+static pid_t launch_jail(const struct jail *j, unsigned long flags, int cgroup_fd,
+			 int *into_cgroup)
 {
 	struct launch l = { .j = j, .flags = flags, .cgroup_fd = cgroup_fd, .pid = -1 };
 	pthread_mutex_lock(&launch_lock);
@@ -608,6 +613,7 @@ static pid_t launch_jail(const struct jail *j, unsigned long flags, int cgroup_f
 	launch_slot = NULL;
 	pthread_cond_broadcast(&launch_cond);
 	pthread_mutex_unlock(&launch_lock);
+	*into_cgroup = l.into_cgroup;
 	errno = l.err;
 	return l.pid;
 }
@@ -868,8 +874,12 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	j->join = &join;
 	const unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
 				    CLONE_NEWNET;
-	pid_t pid = launch_jail(j, flags, join.dir_fd);
+	int into_cgroup = 0;
+	pid_t pid = launch_jail(j, flags, join.dir_fd, &into_cgroup);
 	int clone_errno = errno;
+	/* v1: the child joins by itself (join.ntasks); v2 without clone3:
+	 * from here, below, before it is let go. */
+	int added = into_cgroup || join.ntasks > 0;
 	sandlot__cgroup_join_close(&join);
 	if (pid < 0) {
 		sandlot__error_errno(err, clone_errno, "clone the VM's jail");
@@ -880,9 +890,7 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	close(status_wr), status_wr = -1;
 	close(sock_child), sock_child = -1;
 	close(sync_rd), sync_rd = -1;
-	/* v2 without clone3, or v1 where the child could not join by itself:
-	 * from here (the child waits for "go"). */
-	if (join.dir_fd < 0 && join.ntasks == 0 && sandlot__cgroup_add_pid(vm->cg, pid, err) < 0)
+	if (!added && sandlot__cgroup_add_pid(vm->cg, pid, err) < 0)
 		goto fail;
 	char go = 'g';
 	if (write(sync_wr, &go, 1) != 1)
