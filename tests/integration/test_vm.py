@@ -234,6 +234,8 @@ def test_daemon_vm_sandbox_lifecycle_and_jail(session_dirs, tmp_path_factory, vm
         r = d.put(f"/v1/sandboxes/{sid}/network", json.dumps({"mode": "open"}).encode(),
                   headers={"Content-Type": "application/json"})
         assert r.status == 501 and r.error_code() == "not_supported", r
+        assert "network access is not supported for vm sandboxes yet" in \
+            r.json()["error"]["message"], r
 
         # The jail: QEMU runs as an unprivileged uid of its own, with no
         # capabilities, no_new_privs and a seccomp filter, in namespaces
