@@ -16,6 +16,10 @@ workspace disk, made by mkfs per create or copied from a premade one.
    a small erofs image made from busybox (SANDLOT_VM_ROOT), its kernel and
    initramfs build/vm (or SANDLOT_VM_DIR).  The accelerator is the one the
    library picks (TCG where /dev/kvm cannot boot a stock kernel).
+3. Host memory of an idle vm sandbox (--memory, default 256M): once its
+   command printed a line, after --idle seconds, QEMU's resident and
+   proportional set (VmRSS, Pss of /proc/PID/smaps_rollup) and its cgroup's
+   memory use.
 
 Prints median / min / max per row and the machine's load (uptime), since
 timings on a shared machine drift.  Needs root, Debian's /usr/bin/python3
@@ -134,11 +138,65 @@ def bench_create(base, n):
         row(k, times[k])
 
 
+def qemu_of(run_pid):
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+            if not argv[0].endswith(b"qemu-system-x86_64"):
+                continue
+            p = int(d.name)
+            while p > 1:  # a descendant of the run
+                p = int((Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1]).split()[1])
+                if p == run_pid:
+                    return int(d.name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def kib(path, key):
+    for ln in Path(path).read_text().splitlines():
+        if ln.startswith(key + ":"):
+            return int(ln.split()[1])
+    return 0
+
+
+def bench_idle_memory(base, memory, idle):
+    env = dict(os.environ, SANDLOT_DATA_DIR=str(base / "data"), SANDLOT_VM_DIR=str(VM_DIR),
+               SANDLOT_VM_ROOT=str(base / "root.erofs"))
+    p = subprocess.Popen([str(BIN_DIR / "sandlot"), "run", "--isolation", "vm", "-m", memory,
+                          "--", "sh", "-c", "echo up; sleep 600"], env=env,
+                         stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        if p.stdout.readline().strip() != b"up":
+            print("idle memory: the vm sandbox did not start")
+            return
+        time.sleep(idle)  # a measurement of the idle state, not a synchronization
+        q = qemu_of(p.pid)
+        rss = kib(f"/proc/{q}/status", "VmRSS")
+        pss = kib(f"/proc/{q}/smaps_rollup", "Pss")
+        cg = [ln.split(":", 2)[2] for ln in Path(f"/proc/{q}/cgroup").read_text().splitlines()
+              if ":memory:" in ln]
+        usage = ""
+        if cg:
+            f = Path("/sys/fs/cgroup/memory") / cg[0].lstrip("/") / "memory.usage_in_bytes"
+            usage = f", cgroup {int(f.read_text()) >> 20} MiB"
+        print(f"idle vm sandbox ({memory} guest, {idle:g} s after its command started): "
+              f"QEMU VmRSS {rss >> 10} MiB, Pss {pss >> 10} MiB{usage}")
+    finally:
+        os.killpg(p.pid, 15)
+        p.wait()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=5)
     ap.add_argument("--disk-rounds", type=int, default=10)
     ap.add_argument("--disk", default="1G")
+    ap.add_argument("--memory", default="256M")
+    ap.add_argument("--idle", type=float, default=5)
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (sandlot run does)")
@@ -147,6 +205,7 @@ def main():
         print("load before:", Path("/proc/loadavg").read_text().strip())
         bench_disk(base, parse_size(a.disk), a.disk_rounds)
         bench_create(base, a.n)
+        bench_idle_memory(base, a.memory, a.idle)
         print("load after: ", Path("/proc/loadavg").read_text().strip())
     finally:
         shutil.rmtree(base, ignore_errors=True)
