@@ -711,6 +711,9 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 		return sandlot__error(err, ENOTSUP,
 				      "kept workspaces (pause, resume, snapshots) are not supported "
 				      "for vm sandboxes yet");
+	if (sb->opts.storage == SANDLOT_STORAGE_TMPFS)
+		return sandlot__error(err, ENOTSUP, "tmpfs storage is not supported for vm sandboxes "
+				      "(their workspace is a disk of their own)");
 	if (sb->opts.network != SANDLOT_NET_NONE)
 		return sandlot__error(err, ENOTSUP,
 				      "network access is not supported for vm sandboxes yet");

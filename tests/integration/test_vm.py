@@ -126,6 +126,9 @@ def test_isolation_is_checked(sandlot, vm_env):
     r = sandlot.run(["--isolation", "vm", "--memory", "64M", "--", "true"], extra_env=vm_env)
     assert r.rc == 125, r
     assert "a vm sandbox needs at least 128M of memory" in r.stderr, r
+    r = sandlot.run(["--isolation", "vm", "--storage", "tmpfs", "--", "true"], extra_env=vm_env)
+    assert r.rc == 125, r
+    assert "tmpfs storage is not supported for vm sandboxes" in r.stderr, r
 
 
 def test_a_broken_root_names_what_the_guest_said(sandlot, vm_env, tmp_path):
