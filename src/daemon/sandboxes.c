@@ -694,6 +694,9 @@ static int create_workspace(struct daemon *d, struct domain_create *c, char id[3
 		if (c->from_snapshot)
 			return sandlot__error(err, ENOTSUP, "from_snapshot is not supported for vm "
 					      "sandboxes yet");
+		if (c->nports)
+			return sandlot__error(err, ENOTSUP, "exposing ports is not supported for vm "
+					      "sandboxes yet");
 		return 0;
 	}
 	if (!c->from_snapshot) {

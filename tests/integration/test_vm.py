@@ -239,6 +239,10 @@ def test_daemon_vm_sandbox_lifecycle_and_jail(session_dirs, tmp_path_factory, vm
         assert r.status == 501 and r.error_code() == "not_supported", r
         assert "network access is not supported for vm sandboxes yet" in \
             r.json()["error"]["message"], r
+        r = d.post(f"/v1/sandboxes/{sid}/ports", json_body={"port": 8000})
+        assert r.status == 501 and r.error_code() == "not_supported", r
+        assert "exposing ports is not supported for vm sandboxes yet" in \
+            r.json()["error"]["message"], r
 
         # The jail: QEMU runs as an unprivileged uid of its own, with no
         # capabilities, no_new_privs and a seccomp filter, in namespaces
@@ -297,6 +301,11 @@ def test_daemon_isolation_field(session_dirs, tmp_path_factory, vm_env):
         r = d.post("/v1/sandboxes", json_body={"isolation": "vm", "network": "open"})
         assert r.status == 501 and r.error_code() == "not_supported", r
         assert "not supported for vm sandboxes yet" in r.json()["error"]["message"], r
+        for body in ({"isolation": "vm", "ports": [8000]},
+                     {"isolation": "vm", "from_snapshot": "sb-" + "a" * 26}):
+            r = d.post("/v1/sandboxes", json_body=body)
+            assert r.status == 501 and r.error_code() == "not_supported", r
+            assert "not supported for vm sandboxes yet" in r.json()["error"]["message"], r
         # ns is the default, and says so.
         r = d.post("/v1/sandboxes", json_body={})
         assert r.status == 201, r
