@@ -262,9 +262,10 @@ def test_daemon_vm_sandbox_lifecycle_and_jail(session_dirs, tmp_path_factory, vm
             (["kvm", "null", "urandom"] if rec["accel"] == "kvm" else ["null", "urandom"])
         assert os.stat(f"/proc/{pid}/root/dev/null").st_mode & 0o777 == 0o666
         # None of QEMU's complaints (a missing file, a refused device) on the
-        # console (where its stderr goes; the guest's kernel may warn there).
+        # console, where its stderr goes: only the guest kernel's messages
+        # (timestamped: it may warn under load) may be there.
         console = (d.data_dir / "vm" / sid / "console.log").read_text(errors="replace")
-        assert "qemu-system-x86_64:" not in console, console
+        assert all(ln.startswith("[") for ln in console.splitlines() if ln.strip()), console
         # In a cgroup named after the sandbox whose memory limit covers the
         # guest's 256M and QEMU's own.
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
