@@ -206,9 +206,33 @@ def status_field(pid, key):
     raise AssertionError(f"no {key} in /proc/{pid}/status")
 
 
+def fds_of(pid):
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out[fd] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            pass
+    return out
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def fd_baseline(d):
+    """The daemon's descriptors once what every sandbox shares is open (the
+    library's I/O thread, the seccomp program): an ns sandbox made and
+    removed first."""
+    sid = d.create()
+    assert d.delete(f"/v1/sandboxes/{sid}").status in (200, 204)
+    return fd_count(d.pid)
+
+
 def test_daemon_vm_sandbox_lifecycle_and_jail(session_dirs, tmp_path_factory, vm_env):
     d = vm_daemon(session_dirs, tmp_path_factory, vm_env)
     try:
+        fds = fd_baseline(d)
         # Through the CLI: --isolation reaches the daemon.
         env = {k: v for k, v in os.environ.items() if not k.startswith("SANDLOT_")}
         p = subprocess.run([str(SANDLOT), "-H", f"unix:{d.sock}", "create", "--isolation", "vm",
@@ -289,6 +313,23 @@ def test_daemon_vm_sandbox_lifecycle_and_jail(session_dirs, tmp_path_factory, vm
         assert r.status in (200, 204), r
         assert not [p for p, s in hostscan.qemu_guests().items() if s == sid]
         assert not list((d.data_dir / "vm").glob("sb-*"))
+        # No descriptor of it stays open in the daemon (pidfd, lock, socket).
+        assert wait_until(lambda: fd_count(d.pid) <= fds, 5), (fds, sorted(fds_of(d.pid).items(), key=lambda kv: int(kv[0])))
+    finally:
+        assert d.stop() == 0, d.logs()
+
+
+def test_daemon_failed_boot_leaves_nothing(session_dirs, tmp_path_factory, vm_env, tmp_path):
+    garbage = tmp_path / "garbage.img"
+    garbage.write_bytes(os.urandom(1 << 20))
+    d = vm_daemon(session_dirs, tmp_path_factory, {**vm_env, "SANDLOT_VM_ROOT": str(garbage)})
+    try:
+        fds = fd_baseline(d)
+        r = d.post("/v1/sandboxes", json_body={"isolation": "vm"}, timeout=BOOT)
+        assert r.status >= 500, r
+        assert "sandlot-init: mount /dev/vda as erofs" in r.json()["error"]["message"], r
+        assert not list((d.data_dir / "vm").glob("sb-*"))
+        assert wait_until(lambda: fd_count(d.pid) <= fds, 5), (fds, sorted(fds_of(d.pid).items(), key=lambda kv: int(kv[0])))
     finally:
         assert d.stop() == 0, d.logs()
 
