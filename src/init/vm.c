@@ -90,13 +90,35 @@ static void say(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	/* One write: each write to /dev/kmsg is one record (musl's dprintf
+	 * writes in pieces of 80 bytes). */
+	char line[600];
 	int fd = open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		dprintf(fd, "<2>sandlot-init: %s\n", msg);
-		close(fd);
-	} else {
-		dprintf(2, "sandlot-init: %s\n", msg);
+	int n = snprintf(line, sizeof(line), "%ssandlot-init: %s\n", fd >= 0 ? "<2>" : "", msg);
+	if (n > (int)sizeof(line) - 1)
+		n = (int)sizeof(line) - 1;
+	if (write(fd >= 0 ? fd : 2, line, (size_t)n) < 0) {
+		/* nowhere else to say it */
 	}
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Whether the kernel prints its log on hvc0 yet (/proc/consoles).  Its
+ * device node comes first: virtio-console makes hvc's nodes, then
+ * registers the console; a VM that stopped in between would say
+ * nothing at all. */
+static int console_registered(void)
+{
+	char buf[1024];
+	cleanup_close int fd = open("/proc/consoles", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	return strncmp(buf, "hvc0 ", 5) == 0 || strstr(buf, "\nhvc0 ") != NULL;
 }
 
 #define FAIL(...)                                  \
@@ -203,7 +225,7 @@ static int read_attr(const char *path, char *buf, size_t len)
 
 struct devices {
 	char root[32], work[32], port[32]; /* names in /dev, "" until found */
-	int console;                        /* /dev/hvc0 is there */
+	int console;                        /* hvc0 is there, the kernel's console */
 };
 
 /* The entries of a sysfs directory whose attribute `attr` reads `want`:
@@ -247,7 +269,7 @@ static int devices_scan(struct devices *dv, int console_only)
 		if (!names[i][0] || access(node, F_OK) < 0)
 			all = 0;
 		else if (i == 3)
-			dv->console = 1;
+			dv->console = console_registered();
 	}
 	return console_only ? dv->console : all;
 }
@@ -266,9 +288,9 @@ static int disks_find(struct devices *dv)
 }
 
 /* Wait until every device is there (the console and the control port come
- * after their modules, once the host has described the ports); each kernel uevent (the socket was
- * opened before the modules were loaded, so none is missed) is a cue to
- * look again.  The events' contents are not read: sysfs is the truth. */
+ * after their modules, once the host has described the ports); each kernel
+ * uevent (the socket was opened before the modules were loaded, so none is
+ * missed) is a cue to look again.  The events' contents are not read: sysfs is the truth. */
 static int devices_wait(int uev, struct devices *dv, int console_only)
 {
 	struct timespec t0;
@@ -285,8 +307,13 @@ static int devices_wait(int uev, struct devices *dv, int console_only)
 			     dv->port[0] ? "" : " virtio-serial port " VM_PORT_NAME ",",
 			     dv->console ? "" : " console hvc0,");
 		}
+		/* No uevent says that the console was registered once its node
+		 * is there: look again every 10 ms meanwhile. */
+		int timeout = (int)(VM_DEVICE_WAIT_MS - waited);
+		if (!dv->console && access("/dev/hvc0", F_OK) == 0 && timeout > 10)
+			timeout = 10;
 		struct pollfd p = { .fd = uev, .events = POLLIN };
-		int r = poll(&p, 1, (int)(VM_DEVICE_WAIT_MS - waited));
+		int r = poll(&p, 1, timeout);
 		if (r < 0 && errno != EINTR)
 			FAIL("wait for devices");
 		char drain[8192];
