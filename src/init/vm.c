@@ -5,18 +5,19 @@
  * setup and loop can run, the guest's devices must be made and turned into
  * what the ns backend's host would hand init:
  *
- *   1. devtmpfs, proc and sysfs; the kernel command line must say
- *      sandlot.vm=1 (anything else is not a sandlot VM: refuse to run);
- *   2. the modules of /modules, in the order of their names (dependencies
- *      first), with finit_module: virtio-mmio finds the devices through
- *      microvm's ACPI tables, then virtio-blk, virtio-console, virtio-rng
- *      and erofs;
- *   3. wait, woken by the kernel's uevents, until every device is there:
- *      the disks BY SERIAL (/sys/block/vd* /serial: "root" is the image's
- *      erofs, "work" the ext4 workspace; never by vdX order), the control
- *      port by NAME (/sys/class/virtio-ports/vport* /name is
- *      org.sandlot.ctl; there is no udev to make /dev/virtio-ports links)
- *      and the console hvc0;
+ *   1. devtmpfs, proc and sysfs; the modules of /modules, in the order
+ *      of their names (dependencies first), with finit_module:
+ *      virtio-mmio finds the devices through microvm's ACPI tables, then
+ *      virtio-blk, virtio-console, virtio-rng and erofs;
+ *   2. wait, woken by the kernel's uevents, until hvc0 is the kernel's
+ *      console: from then on what init says reaches the host's console
+ *      file; the kernel command line must say sandlot.vm=1 (anything
+ *      else is not a sandlot VM: refuse to run);
+ *   3. the disks BY SERIAL (/sys/block/vd* /serial: "root" is the image's
+ *      erofs, "work" the ext4 workspace; never by vdX order), and, once it
+ *      is there, the control port by NAME (/sys/class/virtio-ports/vport*
+ *      /name is org.sandlot.ctl; there is no udev to make
+ *      /dev/virtio-ports links);
  *   4. leave the initramfs: pivot_root cannot move away from the kernel's
  *      rootfs, so a small tmpfs becomes the root the way switch_root
  *      does it (MS_MOVE onto /, chroot), with /dev, /proc and /sys moved
