@@ -5,18 +5,19 @@
  * setup and loop can run, the guest's devices must be made and turned into
  * what the ns backend's host would hand init:
  *
- *   1. devtmpfs, proc and sysfs; the kernel command line must say
- *      sandlot.vm=1 (anything else is not a sandlot VM: refuse to run);
- *   2. the modules of /modules, in the order of their names (dependencies
- *      first), with finit_module: virtio-mmio finds the devices through
- *      microvm's ACPI tables, then virtio-blk, virtio-console, virtio-rng
- *      and erofs;
- *   3. wait, woken by the kernel's uevents, until every device is there:
- *      the disks BY SERIAL (/sys/block/vd* /serial: "root" is the image's
- *      erofs, "work" the ext4 workspace; never by vdX order), the control
- *      port by NAME (/sys/class/virtio-ports/vport* /name is
- *      org.sandlot.ctl; there is no udev to make /dev/virtio-ports links)
- *      and the console hvc0;
+ *   1. devtmpfs, proc and sysfs; the modules of /modules, in the order
+ *      of their names (dependencies first), with finit_module:
+ *      virtio-mmio finds the devices through microvm's ACPI tables, then
+ *      virtio-blk, virtio-console, virtio-rng and erofs;
+ *   2. wait, woken by the kernel's uevents, until hvc0 is the kernel's
+ *      console: from then on what init says reaches the host's console
+ *      file; the kernel command line must say sandlot.vm=1 (anything
+ *      else is not a sandlot VM: refuse to run);
+ *   3. the disks BY SERIAL (/sys/block/vd* /serial: "root" is the image's
+ *      erofs, "work" the ext4 workspace; never by vdX order), and, once it
+ *      is there, the control port by NAME (/sys/class/virtio-ports/vport*
+ *      /name is org.sandlot.ctl; there is no udev to make
+ *      /dev/virtio-ports links);
  *   4. leave the initramfs: pivot_root cannot move away from the kernel's
  *      rootfs, so a small tmpfs becomes the root the way switch_root
  *      does it (MS_MOVE onto /, chroot), with /dev, /proc and /sys moved
@@ -28,7 +29,8 @@
  *      is fresh; the control port on INIT_FD_PROTO; the kernel log on
  *      stdout and stderr, so that what init logs lands on the console,
  *      which the host keeps;
- *   6. loopback up, and wait until the host has connected to the port.
+ *   6. a cgroup for the guest's processes (sandbox_cgroup()), loopback
+ *      up, and wait until the host has connected to the port.
  *
  * init_setup() then builds the same root as for an ns sandbox from the
  * image, the same /home/user and /tmp from the workspace, and pivots into
@@ -73,6 +75,8 @@ int init__vm_mode;
  * (under TCG they take tens of milliseconds; this only bounds a broken VM). */
 #define VM_DEVICE_WAIT_MS 30000
 #define VM_PORT_NAME "org.sandlot.ctl"
+/* The cgroup of the guest's processes (sandbox_cgroup()). */
+#define VM_CGROUP "/sys/fs/cgroup/sandbox"
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -87,13 +91,35 @@ static void say(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	/* One write: each write to /dev/kmsg is one record (musl's dprintf
+	 * writes in pieces of 80 bytes). */
+	char line[600];
 	int fd = open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		dprintf(fd, "<2>sandlot-init: %s\n", msg);
-		close(fd);
-	} else {
-		dprintf(2, "sandlot-init: %s\n", msg);
+	int n = snprintf(line, sizeof(line), "%ssandlot-init: %s\n", fd >= 0 ? "<2>" : "", msg);
+	if (n > (int)sizeof(line) - 1)
+		n = (int)sizeof(line) - 1;
+	if (write(fd >= 0 ? fd : 2, line, (size_t)n) < 0) {
+		/* nowhere else to say it */
 	}
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Whether the kernel prints its log on hvc0 yet (/proc/consoles).  Its
+ * device node comes first: virtio-console makes hvc's nodes, then
+ * registers the console; a VM that stopped in between would say
+ * nothing at all. */
+static int console_registered(void)
+{
+	char buf[1024];
+	cleanup_close int fd = open("/proc/consoles", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	return strncmp(buf, "hvc0 ", 5) == 0 || strstr(buf, "\nhvc0 ") != NULL;
 }
 
 #define FAIL(...)                                  \
@@ -200,7 +226,7 @@ static int read_attr(const char *path, char *buf, size_t len)
 
 struct devices {
 	char root[32], work[32], port[32]; /* names in /dev, "" until found */
-	int console;                        /* /dev/hvc0 is there */
+	int console;                        /* hvc0 is there, the kernel's console */
 };
 
 /* The entries of a sysfs directory whose attribute `attr` reads `want`:
@@ -244,7 +270,7 @@ static int devices_scan(struct devices *dv, int console_only)
 		if (!names[i][0] || access(node, F_OK) < 0)
 			all = 0;
 		else if (i == 3)
-			dv->console = 1;
+			dv->console = console_registered();
 	}
 	return console_only ? dv->console : all;
 }
@@ -263,9 +289,9 @@ static int disks_find(struct devices *dv)
 }
 
 /* Wait until every device is there (the console and the control port come
- * after their modules, once the host has described the ports); each kernel uevent (the socket was
- * opened before the modules were loaded, so none is missed) is a cue to
- * look again.  The events' contents are not read: sysfs is the truth. */
+ * after their modules, once the host has described the ports); each kernel
+ * uevent (the socket was opened before the modules were loaded, so none is
+ * missed) is a cue to look again.  The events' contents are not read: sysfs is the truth. */
 static int devices_wait(int uev, struct devices *dv, int console_only)
 {
 	struct timespec t0;
@@ -282,8 +308,13 @@ static int devices_wait(int uev, struct devices *dv, int console_only)
 			     dv->port[0] ? "" : " virtio-serial port " VM_PORT_NAME ",",
 			     dv->console ? "" : " console hvc0,");
 		}
+		/* No uevent says that the console was registered once its node
+		 * is there: look again every 10 ms meanwhile. */
+		int timeout = (int)(VM_DEVICE_WAIT_MS - waited);
+		if (!dv->console && access("/dev/hvc0", F_OK) == 0 && timeout > 10)
+			timeout = 10;
 		struct pollfd p = { .fd = uev, .events = POLLIN };
-		int r = poll(&p, 1, (int)(VM_DEVICE_WAIT_MS - waited));
+		int r = poll(&p, 1, timeout);
 		if (r < 0 && errno != EINTR)
 			FAIL("wait for devices");
 		char drain[8192];
@@ -409,6 +440,15 @@ int init_vm_configure(const struct init_config *cfg, char *why, size_t len)
 		snprintf(why, len, "a vm sandbox's root is its image: CONFIG must have the IMAGE flag");
 		return EINVAL;
 	}
+	if (cfg->pids) {
+		char n[32];
+		int l = snprintf(n, sizeof(n), "%llu", (unsigned long long)cfg->pids);
+		cleanup_close int fd = open(VM_CGROUP "/pids.max", O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || write(fd, n, (size_t)l) != l) {
+			snprintf(why, len, "set the pids limit");
+			return errno;
+		}
+	}
 	if (cfg->tmpfs_storage)
 		return 0; /* init makes a tmpfs; the disk stays unused */
 	return workspace_dirs(INIT_FD_STORAGE, cfg, why, len);
@@ -423,6 +463,65 @@ static int place(int fd, int to, const char *what)
 	if (dup2(fd, to) < 0)
 		FAIL("%s on fd %d", what, to);
 	close(fd);
+	return 0;
+}
+
+/* The guest's processes, init's and the commands', in a cgroup of their
+ * own, as in an ns sandbox: its memory.events and pids.events count OOM
+ * kills (by any OOM killer: the guest's memory is the limit) and refused
+ * forks for EXIT (events.c, on INIT_FD_OOM_EVENTS and INIT_FD_PIDS_EVENTS),
+ * and CONFIG's PIDS becomes its pids.max (init_vm_configure()). */
+/* What the guest's processes may use: memory.max of their cgroup, the
+ * memory available when init starts (the kernel's own is taken already)
+ * less a reserve for the kernel's and init's growth, 1/16 of the total and
+ * at least 16 MiB.  At the limit the cgroup's OOM killer acts at once,
+ * on the command.  Without it a guest out of memory first evicts the page
+ * cache it runs from and can crawl for minutes under TCG before the
+ * kernel's global OOM killer acts (seen with two processes filling 150 MiB
+ * each in a 256 MiB guest).  0 when there is too little to divide. */
+static unsigned long long guest_memory_limit(void)
+{
+	unsigned long long total = 0, avail = 0, kb;
+	cleanup_fclose FILE *f = fopen("/proc/meminfo", "re");
+	char line[128];
+	while (f && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+			total = kb * 1024;
+		else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			avail = kb * 1024;
+	}
+	unsigned long long reserve = total / 16;
+	if (reserve < (16ULL << 20))
+		reserve = 16ULL << 20;
+	return avail > 2 * reserve ? avail - reserve : 0;
+}
+
+static int sandbox_cgroup(void)
+{
+	if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+		FAIL("mount cgroup2");
+	cleanup_close int ctl = open("/sys/fs/cgroup/cgroup.subtree_control", O_WRONLY | O_CLOEXEC);
+	if (ctl < 0 || write(ctl, "+memory +pids", 13) != 13)
+		FAIL("enable the memory and pids controllers");
+	if (mkdir(VM_CGROUP, 0755) < 0)
+		FAIL("mkdir %s", VM_CGROUP);
+	unsigned long long limit = guest_memory_limit();
+	if (limit) {
+		char n[32];
+		int l = snprintf(n, sizeof(n), "%llu", limit);
+		cleanup_close int max = open(VM_CGROUP "/memory.max", O_WRONLY | O_CLOEXEC);
+		if (max < 0 || write(max, n, (size_t)l) != l)
+			FAIL("set %s/memory.max", VM_CGROUP);
+	}
+	cleanup_close int procs = open(VM_CGROUP "/cgroup.procs", O_WRONLY | O_CLOEXEC);
+	if (procs < 0 || write(procs, "1", 1) != 1)
+		FAIL("move init into %s", VM_CGROUP);
+	int oom = open(VM_CGROUP "/memory.events", O_RDONLY | O_CLOEXEC);
+	if (oom < 0 || place(oom, INIT_FD_OOM_EVENTS, "memory.events") < 0)
+		FAIL("open %s/memory.events", VM_CGROUP);
+	int pids = open(VM_CGROUP "/pids.events", O_RDONLY | O_CLOEXEC);
+	if (pids < 0 || place(pids, INIT_FD_PIDS_EVENTS, "pids.events") < 0)
+		FAIL("open %s/pids.events", VM_CGROUP);
 	return 0;
 }
 
@@ -517,7 +616,7 @@ int init_vm_boot(void)
 	int work = mount_disk("ext4", dv.work, 0);
 	if (work < 0 || place(work, INIT_FD_STORAGE, "the workspace") < 0)
 		return -1;
-	if (loopback_up() < 0)
+	if (sandbox_cgroup() < 0 || loopback_up() < 0)
 		return -1;
 	int port = open_port(dv.port);
 	if (port < 0 || place(port, INIT_FD_PROTO, "the control port") < 0)

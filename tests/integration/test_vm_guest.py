@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from vmguest import NOFILE, VM_DIR, Conn, Guest, boot, make_work, missing, qemu_argv, seccomp_program
+from vmguest import NOFILE, PIDS, VM_DIR, Conn, Guest, boot, make_work, missing, qemu_argv, seccomp_program
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 
@@ -31,7 +31,7 @@ def make_root(tmp):
     (tree / "etc").mkdir()
     (tree / "var").mkdir()
     shutil.copy(shutil.which("busybox"), tree / "usr/bin/busybox")
-    for applet in ("sh", "cat", "id", "uname", "touch", "echo", "ls", "sleep"):
+    for applet in ("sh", "cat", "id", "uname", "touch", "echo", "ls", "sleep", "dd"):
         (tree / "usr/bin" / applet).symlink_to("busybox")
     (tree / "bin").symlink_to("usr/bin")
     (tree / "var/tmp").symlink_to("../tmp")
@@ -116,6 +116,18 @@ def test_workspace_is_writable_and_the_image_is_not(vm):
     assert code != 0 and "Read-only file system" in err
 
 
+def test_exit_counts_oom_kills(vm):
+    """A command that takes more memory than the guest has is killed by the
+    OOM killer (of the guest's cgroup for commands, whose memory.max is the
+    guest's memory less a reserve), EXIT counts it, and init lives on."""
+    # A buffer the kernel grants (less than the guest's memory) but more
+    # than the commands' cgroup may fill.
+    code, _, err = vm.conn.run("dd", "if=/dev/zero", "of=/dev/null", "bs=210M", "count=1")
+    assert code == -9, (code, err)
+    assert vm.conn.events["oom_kills"] == 1
+    assert vm.conn.run("echo", "alive") == (0, "alive\n", "")
+
+
 def test_the_guest_waits_for_a_host_that_went_away(vm):
     """A disconnected host is not the end: the guest keeps its processes
     and files and serves the next connection."""
@@ -124,6 +136,18 @@ def test_the_guest_waits_for_a_host_that_went_away(vm):
     vm.conn = Conn(vm.dir / "ctl.sock")
     assert vm.conn.run("cat", "/tmp/kept") == (0, "kept\n", "")
     assert vm.proc.poll() is None
+
+
+def test_exit_counts_refused_forks_against_the_pids_limit(vm):
+    """CONFIG's PIDS limits the guest's processes (its cgroup's pids.max),
+    and EXIT says how many forks it refused, as for an ns sandbox.  (The
+    last test on this guest: the shell gives up at the first refused fork,
+    and the sleeps it started live on for a while.)"""
+    assert vm.conn.run("echo", "x")[0] == 0
+    assert vm.conn.events == {"oom_kills": 0, "pids_refused": 0}
+    code, _, err = vm.conn.run("sh", "-c", f"i=0; while [ $i -lt {PIDS + 10} ]; do sleep 2 & i=$((i+1)); done; wait")
+    assert vm.conn.events["pids_refused"] > 0, (code, err)
+    assert "fork" in err.lower()
 
 
 def test_a_guest_without_sandlot_vm_refuses_to_start(tmp_path):

@@ -21,9 +21,10 @@ BOOT_TIMEOUT = 120
 HELLO, ERROR, OK, CONFIG, EXEC, STARTED, STDOUT, STDERR, EXIT = (0x01, 0x02, 0x03, 0x06, 0x10, 0x11,
                                                                 0x12, 0x13, 0x14)
 T_VERSION, T_ERRNO, T_MESSAGE, T_ARG, T_ENV, T_EXIT_CODE, T_SIGNAL = 1, 2, 3, 4, 5, 9, 10
-T_FLAGS, T_NOFILE, T_HOSTNAME, T_SECCOMP = 13, 30, 34, 38
+T_FLAGS, T_OOM_KILLS, T_PIDS_REFUSED, T_NOFILE, T_PIDS, T_HOSTNAME, T_SECCOMP = 13, 26, 27, 30, 33, 34, 38
 F_IMAGE = 1 << 1
 NOFILE = 777
+PIDS = 48
 
 
 def missing():
@@ -90,7 +91,8 @@ class Conn:
         """CONFIG as a vm host sends it (spec/protocol.md, Configuration);
         the answer: None for OK, else (errno, message)."""
         payload = (record(T_FLAGS, struct.pack("<I", flags)) + record(T_SECCOMP, seccomp)
-                   + record(T_NOFILE, struct.pack("<Q", NOFILE)) + record(T_HOSTNAME, b"vmguest"))
+                   + record(T_NOFILE, struct.pack("<Q", NOFILE)) + record(T_PIDS, struct.pack("<I", PIDS))
+                   + record(T_HOSTNAME, b"vmguest"))
         self.send(CONFIG, 0, payload)
         self.hello_version = self.hello()
         ftype, _, stream, payload = self.frame()
@@ -120,6 +122,10 @@ class Conn:
                 raise OSError(struct.unpack("<I", r[T_ERRNO])[0], r[T_MESSAGE].decode())
             elif ftype == EXIT:
                 r = dict(records(payload))
+                # What the guest counted while the command ran (absent: not counted).
+                self.events = {name: struct.unpack("<Q", r[tag])[0]
+                               for name, tag in (("oom_kills", T_OOM_KILLS), ("pids_refused", T_PIDS_REFUSED))
+                               if tag in r}
                 if T_EXIT_CODE in r:
                     return struct.unpack("<i", r[T_EXIT_CODE])[0], out.decode(), err.decode()
                 return -struct.unpack("<I", r[T_SIGNAL])[0], out.decode(), err.decode()
