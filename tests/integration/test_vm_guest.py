@@ -132,9 +132,12 @@ def test_the_guest_waits_for_a_host_that_went_away(vm):
     """A disconnected host is not the end: the guest keeps its processes
     and files and serves the next connection."""
     assert vm.conn.run("sh", "-c", "echo kept > /tmp/kept")[0] == 0
+    code, out, _ = vm.conn.run("sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!")
+    pid = int(out)
     vm.conn.close()
     vm.conn = Conn(vm.dir / "ctl.sock")
     assert vm.conn.run("cat", "/tmp/kept") == (0, "kept\n", "")
+    assert vm.conn.run("cat", f"/proc/{pid}/cmdline")[1] == "sleep\x001000\x00"
     assert vm.proc.poll() is None
 
 
