@@ -27,6 +27,7 @@ timings on a shared machine drift.  Needs root, Debian's /usr/bin/python3
 whatever the numbers: a measurement.
 """
 import argparse
+import fcntl
 import os
 import shutil
 import statistics
@@ -208,6 +209,15 @@ def main():
         bench_idle_memory(base, a.memory, a.idle)
         print("load after: ", Path("/proc/loadavg").read_text().strip())
     finally:
+        # The ns runs' cleanup helpers may still be at work (docs/cli.md,
+        # cleanup.lock), and `sandlot run` leaves the data dir's storage
+        # pool mounted for the next run: wait, then unmount it.
+        data_dir = base / "data"
+        lock = data_dir / "cleanup.lock"
+        if lock.exists():
+            with open(lock) as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+        subprocess.run(["umount", str(data_dir / "storage" / "mnt")], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
 
 

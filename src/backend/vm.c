@@ -228,8 +228,8 @@ static int run_tool(char *const argv[], sandlot_error_t **err)
 
 /* An empty ext4 of `bytes`, made once per size in the data dir
  * (<data_dir>/vm/empty-<bytes>.ext4), appearing complete or not at all.
- * Copying it sparsely is cheaper than mkfs per create: 0.5 ms against
- * 22 ms for 1 GiB (bench/vm.py). */
+ * Copying it sparsely is cheaper than mkfs per create: about 0.5 ms against
+ * 4 to 22 ms for 1 GiB, depending on the machine's load (bench/vm.py). */
 static int empty_ext4(const char *vm_root, uint64_t bytes, char *out, size_t n,
 		      sandlot_error_t **err)
 {
