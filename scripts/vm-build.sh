@@ -4,6 +4,8 @@
 #
 #   scripts/vm-build.sh OUTDIR SANDLOT_INIT     write OUTDIR/vmlinux, OUTDIR/initramfs.cpio
 #                                               and OUTDIR/kernel-release
+#   scripts/vm-build.sh --install OUTDIR DIR    meson's install step: copy them to
+#                                               $MESON_INSTALL_DESTDIR_PREFIX/DIR if built
 #
 # The kernel is Debian's cloud kernel, taken from its package WITHOUT
 # installing it (installing a kernel would put it in the host's /boot and
@@ -36,8 +38,21 @@ PATH=$PATH:/usr/sbin:/sbin
 MODULES="virtio_mmio virtio_blk virtio_console virtio_rng erofs"
 META=linux-image-cloud-amd64
 
+if [ "${1:-}" = --install ] && [ $# -eq 3 ]; then
+	if [ ! -f "$2/vmlinux" ] || [ ! -f "$2/initramfs.cpio" ]; then
+		echo "vm-build: $2 was not built: not installing the vm guest (vm sandboxes will say it is missing)" >&2
+		exit 0
+	fi
+	dest=${MESON_INSTALL_DESTDIR_PREFIX:?run by meson install}/$3
+	mkdir -p "$dest"
+	for f in vmlinux initramfs.cpio kernel-release; do
+		install -m 0644 "$2/$f" "$dest/$f"
+		echo "Installing $2/$f to $dest"
+	done
+	exit 0
+fi
 if [ $# -ne 2 ]; then
-	echo "usage: $0 OUTDIR SANDLOT_INIT" >&2
+	echo "usage: $0 OUTDIR SANDLOT_INIT | --install OUTDIR DIR" >&2
 	exit 2
 fi
 out=$1
@@ -99,31 +114,32 @@ fetch_package() {
 	if [ "$(cat "$cache/package" 2>/dev/null)" = "$pkg $ver" ] && cached; then
 		return 0
 	fi
-	rm -rf "$cache"
-	mkdir -p "$cache"
-	dl=$cache/.download
-	mkdir -p "$dl"
+	# Into a new directory first: the old cache stays usable if this fails.
+	new=$out/.kernel-new
+	rm -rf "$new"
+	mkdir -p "$new/download" "$new/root"
 	# apt-get download writes into the current directory; as root it warns
 	# that its _apt user cannot write there (harmless): shown on failure only.
-	if ! (cd "$dl" && apt-get download -q -o Acquire::http::Timeout=30 "$pkg=$ver") >"$cache/download.log" 2>&1; then
-		why="apt-get download $pkg=$ver failed (offline? apt-get update?): $(grep -m1 '^E:' "$cache/download.log" || tail -n1 "$cache/download.log")"
-		rm -rf "$cache"
+	if ! (cd "$new/download" && apt-get download -q -o Acquire::http::Timeout=30 "$pkg=$ver") >"$new/download.log" 2>&1; then
+		why="apt-get download $pkg=$ver failed (offline? apt-get update?): $(grep -m1 '^E:' "$new/download.log" || tail -n1 "$new/download.log")"
+		rm -rf "$new"
 		return 1
 	fi
-	deb=$(ls "$dl"/*.deb)
-	mkdir -p "$cache/root"
-	dpkg-deb -x "$deb" "$cache/root"
-	kv=$(ls "$cache/root/lib/modules" 2>/dev/null | head -n1)
-	if [ -z "$kv" ] || [ ! -f "$cache/root/boot/vmlinuz-$kv" ]; then
-		why="$deb holds no boot/vmlinuz-* with its lib/modules/"
-		rm -rf "$cache"
+	deb=$(ls "$new"/download/*.deb)
+	dpkg-deb -x "$deb" "$new/root"
+	kv=$(ls "$new/root/lib/modules" 2>/dev/null | head -n1)
+	if [ -z "$kv" ] || [ ! -f "$new/root/boot/vmlinuz-$kv" ]; then
+		why="$(basename "$deb") holds no boot/vmlinuz-* with its lib/modules/"
+		rm -rf "$new"
 		return 1
 	fi
 	# The package's postinst would run depmod; modinfo needs its modules.dep.
-	depmod -b "$cache/root" "$kv"
-	rm -rf "$dl" "$cache/download.log"
-	echo "$kv" >"$cache/release"
-	echo "$pkg $ver" >"$cache/package"
+	depmod -b "$new/root" "$kv"
+	rm -rf "$new/download" "$new/download.log"
+	echo "$kv" >"$new/release"
+	echo "$pkg $ver" >"$new/package"
+	rm -rf "$cache"
+	mv "$new" "$cache"
 	cached
 }
 
