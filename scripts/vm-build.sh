@@ -126,7 +126,11 @@ fetch_package() {
 		return 1
 	fi
 	deb=$(ls "$new"/download/*.deb)
-	dpkg-deb -x "$deb" "$new/root"
+	if ! dpkg-deb -x "$deb" "$new/root"; then
+		why="dpkg-deb -x $(basename "$deb") failed"
+		rm -rf "$new"
+		return 1
+	fi
 	kv=$(ls "$new/root/lib/modules" 2>/dev/null | head -n1)
 	if [ -z "$kv" ] || [ ! -f "$new/root/boot/vmlinuz-$kv" ]; then
 		why="$(basename "$deb") holds no boot/vmlinuz-* with its lib/modules/"
@@ -134,7 +138,11 @@ fetch_package() {
 		return 1
 	fi
 	# The package's postinst would run depmod; modinfo needs its modules.dep.
-	depmod -b "$new/root" "$kv"
+	if ! depmod -b "$new/root" "$kv"; then
+		why="depmod -b $new/root $kv failed"
+		rm -rf "$new"
+		return 1
+	fi
 	rm -rf "$new/download" "$new/download.log"
 	echo "$kv" >"$new/release"
 	echo "$pkg $ver" >"$new/package"
@@ -159,7 +167,7 @@ elif cached || find_installed; then
 	echo "vm-build: $why; using $origin" >&2
 else
 	rm -f "$out/vmlinux" "$out/initramfs.cpio" "$out/kernel-release"
-	echo "vm-build: the vm guest (build/vm) is not built: $why." >&2
+	echo "vm-build: the vm guest ($out) is not built: $why." >&2
 	echo "vm-build: vm sandboxes need it; when apt can download $META's kernel, run: make vm" >&2
 	exit 0
 fi
