@@ -253,11 +253,43 @@ SANDLOT_API int sandlot_set_env(sandlot_t *sb, const char *const *env, sandlot_e
 /* Whether the sandbox is still usable (its init is alive). */
 SANDLOT_API int sandlot_alive(const sandlot_t *sb);
 
+/* ---- pause and resume -------------------------------------------------- */
+
+/* sandlot_pause() flags. */
+#define SANDLOT_PAUSE_MEMORY 0x1u /* keep the running state too (backends that can) */
+
+/* Pause a sandbox made with a kept workspace (sandlot_options_t.workspace):
+ * what sandlot_resume() needs is kept under the workspace's name and made
+ * durable, and the sandbox's processes end (commands in flight end as
+ * killed).  Then release the handle with sandlot_destroy() as usual: the
+ * kept workspace stays.  What is kept depends on the backend (see
+ * docs/libsandlot.md, "Pause and resume"): an ns sandbox keeps the files of
+ * /home/user and /tmp only, not its processes or memory, and refuses
+ * SANDLOT_PAUSE_MEMORY with ENOTSUP.
+ * Returns 0, or -1 with the sandbox untouched (still running): EINVAL
+ * (no kept workspace, unknown flags), ENOTSUP (the backend cannot pause,
+ * or not with these flags); or EPIPE (it had ended already); any other
+ * error comes with the sandbox ended (sandlot_alive() is 0) and its files
+ * kept as far as they reached the disk. */
+SANDLOT_API int sandlot_pause(sandlot_t *sb, unsigned flags, sandlot_error_t **err);
+
+/* Resume a paused sandbox: sandlot_create() on what sandlot_pause() kept
+ * under opts->workspace (required: EINVAL without).  Give the options the
+ * paused sandbox had (its id too, to keep it).  Never starts on a fresh
+ * workspace: ENOENT when there is no kept workspace of that name; EBUSY
+ * while another sandbox uses it; ENOTSUP for a backend that cannot
+ * resume.  A sandlot_create() with the same workspace also starts on its
+ * files, but would make an empty one where there is none. */
+SANDLOT_API sandlot_t *sandlot_resume(const sandlot_options_t *opts, sandlot_error_t **err);
+
 /* Kept workspaces (sandlot_options_t.workspace) of the data directory
- * opts->data_dir (NULL opts: the default data directory).
+ * opts->data_dir (NULL opts: the default data directory), whichever
+ * backend keeps them.
  *
- * Copy the kept workspace `src` to the new one `dst` (EEXIST if it exists):
- * a snapshot, whatever the size (copy on write), admitted like a new
+ * Copy the kept workspace `src` to the new one `dst` (EEXIST if it exists),
+ * with everything a pause kept there (the snapshot of a paused sandbox,
+ * which a sandlot_resume() on dst starts from): for ns sandboxes a
+ * snapshot, whatever the size (copy on write), admitted like a new
  * workspace of src's quota with opts->disk_overcommit (ENOSPC when it
  * cannot be).  dst appears complete or not at all.  EBUSY while a sandbox
  * is using src (and a sandbox trying to take src during the copy waits,
