@@ -651,8 +651,14 @@ int sandlot_alive(const sandlot_t *sb)
 
 int sandlot_usage(sandlot_t *sb, sandlot_usage_t *out, sandlot_error_t **err)
 {
-	memset(out, 0, sizeof(*out));
-	return sb->ops->usage(sb, out, err);
+	if (sandlot__out_check("sandlot_usage_t", out, sizeof(*out), err) < 0)
+		return -1;
+	sandlot_usage_t full;
+	memset(&full, 0, sizeof(full));
+	if (sb->ops->usage(sb, &full, err) < 0)
+		return -1;
+	sandlot__out_put(out, &full, sizeof(full));
+	return 0;
 }
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 5000

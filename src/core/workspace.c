@@ -243,12 +243,15 @@ int sandlot_storage_info(const sandlot_options_t *opts, sandlot_storage_info_t *
 	sandlot_options_t o;
 	if (norm(&opts, &o, err) < 0)
 		return -1;
+	if (sandlot__out_check("sandlot_storage_info_t", out, sizeof(*out), err) < 0)
+		return -1;
 	struct sandlot_pool_info pi;
 	if (sandlot__pool_info(dir_of(opts), &pi, err) < 0)
 		return -1;
-	out->pool_bytes = pi.size;
-	out->usable_bytes = pi.usable;
-	out->reserved_bytes = pi.reserved;
+	sandlot_storage_info_t full = {
+		.pool_bytes = pi.size, .usable_bytes = pi.usable, .reserved_bytes = pi.reserved,
+	};
+	sandlot__out_put(out, &full, sizeof(full));
 	return 0;
 }
 

@@ -122,7 +122,7 @@ static char *sh(sandlot_t *sb, const char *script)
 	sandlot_error_t *e = NULL;
 	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, &e);
 	REQUIRE(p);
-	sandlot_exit_t ex;
+	sandlot_exit_t ex = { .size = sizeof(ex) };
 	REQUIRE(sandlot_proc_wait(p, &ex, &e) == 0);
 	sandlot_proc_free(p);
 	pthread_mutex_destroy(&o.mu);
@@ -173,7 +173,7 @@ static unsigned host_base(sandlot_t *sb)
 
 static uint64_t reserved_now(void)
 {
-	sandlot_storage_info_t si;
+	sandlot_storage_info_t si = { .size = sizeof(si) };
 	sandlot_error_t *e = NULL;
 	REQUIRE(sandlot_storage_info(NULL, &si, &e) == 0);
 	return si.reserved_bytes;
@@ -549,7 +549,7 @@ static void test_pause_resume(void)
 	/* Ended: no command runs, the background one was killed, and init
 	 * has exited (release reaps it). */
 	CHECK(!sandlot_alive(sb));
-	sandlot_exit_t ex;
+	sandlot_exit_t ex = { .size = sizeof(ex) };
 	CHECK_EQ_INT(sandlot_proc_wait(p, &ex, &e), 0);
 	sandlot_error_free(e);
 	e = NULL;
