@@ -177,10 +177,15 @@ int sandlot_net_configure(const sandlot_net_config_t *cfg, sandlot_error_t **err
 	return sandlot__net_configure(cfg, err);
 }
 
+/* The size of the first sandlot_net_event_t with a growth rule: a caller's
+ * is never smaller.  Do not change it when the struct grows. */
+#define NET_EVENT_MIN_SIZE 336
+_Static_assert(sizeof(sandlot_net_event_t) >= NET_EVENT_MIN_SIZE, "sandlot_net_event_t only grows");
+
 int sandlot_net_log_sized(sandlot_t *sb, uint64_t after, sandlot_net_event_t **out,
 			  size_t *count, uint64_t *dropped, size_t entry_size, sandlot_error_t **err)
 {
-	if (sandlot__elem_check("sandlot_net_event_t", entry_size, sizeof(uint64_t),
+	if (sandlot__elem_check("sandlot_net_event_t", entry_size, NET_EVENT_MIN_SIZE,
 				sizeof(sandlot_net_event_t), err) < 0)
 		return -1;
 	pthread_mutex_lock(&sb->net_lock);
