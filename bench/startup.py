@@ -227,10 +227,6 @@ def main():
     ap.add_argument("--sandlot", default=str(SANDLOT),
                     help="sandlot binary (default build/bin/sandlot; sandlot-init next to it)")
     ap.add_argument("--no-bwrap", action="store_true", help="skip bubblewrap")
-    ap.add_argument("--baseline", metavar="DIR",
-                    help="also time DIR/sandlot (a baseline build, e.g. of main, with its "
-                         "sandlot-init next to it) in the same rounds: rows base, base-tmpfs "
-                         "(and base-image), and the ratios to them")
     ap.add_argument("--phases", type=int, default=0, metavar="N",
                     help="also run the sandlot and sl-tmpfs rows N times with SANDLOT_TRACE "
                          "and print the median of each phase (where the time goes)")
@@ -268,14 +264,6 @@ def main():
             else:
                 print(f"image build failed (no sl-image rows): "
                       f"{r.stderr.decode(errors='replace')[-500:]}")
-        if args.baseline:
-            base = str(Path(args.baseline) / "sandlot")
-            if not os.access(base, os.X_OK):
-                sys.exit(f"bench/startup.py: no sandlot in {args.baseline}")
-            cmds["base"] = [base, "run", "--", "/bin/true"]
-            cmds["base-tmpfs"] = [base, "run", "--storage", "tmpfs", "--", "/bin/true"]
-            if "sl-image" in cmds:
-                cmds["base-image"] = [base, "run", "--image", "bench", "--", "/bin/true"]
         bwrap = shutil.which("bwrap")
         if not args.no_bwrap:
             if bwrap:
@@ -306,13 +294,6 @@ def main():
                   f"({verdict} the target of <= {RATIO_TARGET})")
             tr = statistics.median(times["sl-tmpfs"]) / statistics.median(times["bwrap"])
             print(f"sandlot --storage tmpfs/bwrap: median {tr:.2f}")
-
-        for row, base_row in (("sandlot", "base"), ("sl-tmpfs", "base-tmpfs"),
-                              ("sl-image", "base-image")):
-            if row in times and base_row in times:
-                print(f"{row}/{base_row}: median "
-                      f"{statistics.median(times[row]) / statistics.median(times[base_row]):.2f}, "
-                      f"p90 {percentile(times[row], 0.9) / percentile(times[base_row], 0.9):.2f}")
 
         if args.phases:
             for row in ("sandlot", "sl-tmpfs"):
