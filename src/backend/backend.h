@@ -8,8 +8,19 @@
  * command's EXIT: a backend gives its init the means to read them (ns: its
  * cgroup's event files, init.h fds 10 and 11), core never polls them.
  *
- * The workspace (/home/user and /tmp) comes from src/linux/storage.h, in
- * three calls a backend makes in start, and one in release:
+ * What a sandbox runs on is its backend's to attach.  Core resolves a built
+ * image and holds it in use (sb->img: digest, in-use lock, its config) and
+ * names the workspace (sb->opts.workspace, .storage, .disk_bytes); start
+ * attaches both its own way and keeps the workspace exclusive for as long
+ * as the sandbox may touch it.  The ns backend attaches the image as a
+ * detached read-only mount (ns-image.c) and the workspace as below; a VM
+ * backend would attach a read-only disk image and a disk image.  Pause,
+ * resume, snapshots and kept workspaces by name are ops too (the end of
+ * the table).
+ *
+ * The ns backend's workspace (/home/user and /tmp) comes from
+ * src/linux/storage.h, in three calls it makes in start, and one in
+ * release:
  *   sandlot__storage_create()   admits and prepares it (quota reserved in
  *                               the data dir's storage pool, or tmpfs) and
  *                               hands back a detached mount (mount_fd) and
