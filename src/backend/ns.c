@@ -683,6 +683,7 @@ static int ns_pause(struct sandlot *sb, unsigned flags, sandlot_error_t **err)
 		return sandlot__error(err, EPIPE, "the sandbox is gone");
 	if (ns->storage.kind != SANDLOT_STORAGE_POOL || ns->storage.ephemeral)
 		return sandlot__error(err, EINVAL, "the sandbox has no kept workspace");
+	sandlot__trace(NULL);
 	ns_stop(sb);
 	/* Until init has exited, which in a pid namespace is after every other
 	 * process in it: no writer is left.  WNOWAIT: release reaps it. */
