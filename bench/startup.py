@@ -10,12 +10,15 @@ machine's load hits all three alike) of
     sl-tmpfs  build/bin/sandlot run --storage tmpfs -- /bin/true
     sl-image  build/bin/sandlot run --image minimal -- /bin/true
     sl-img-tmpfs  the same with --storage tmpfs
+    base      with --baseline DIR: DIR/sandlot run -- /bin/true (another build,
+              e.g. of main, with its own sandlot-init next to it)
+    base-tmpfs  the same with --storage tmpfs
     bwrap     bwrap --unshare-all --die-with-parent --ro-bind /usr /usr ...
               --proc /proc --dev /dev --tmpfs /tmp /bin/true
     bare      /bin/true
 
 and prints median / p90 / min / mean per command and the sandlot/bwrap ratio
-of the medians (target <= 0.7).  The sl-image rows run on a built image
+of the medians (target <= 0.7), and with --baseline the sandlot/base ratios.  The sl-image rows run on a built image
 (images/minimal.recipe, built first into the benchmark's data dir with
 `sandlot image build`; --no-image skips them): a sandbox on a built image
 binds the image read-only instead of copying it, so it should start as fast
@@ -227,6 +230,9 @@ def main():
     ap.add_argument("--sandlot", default=str(SANDLOT),
                     help="sandlot binary (default build/bin/sandlot; sandlot-init next to it)")
     ap.add_argument("--no-bwrap", action="store_true", help="skip bubblewrap")
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="also time DIR/sandlot (a baseline build, sandlot-init next to it) "
+                         "in the same rounds, on the same data dir")
     ap.add_argument("--phases", type=int, default=0, metavar="N",
                     help="also run the sandlot and sl-tmpfs rows N times with SANDLOT_TRACE "
                          "and print the median of each phase (where the time goes)")
@@ -250,6 +256,12 @@ def main():
         cmds = {"sandlot": [str(SANDLOT), "run", "--", "/bin/true"],
                 # the same with the workspace on tmpfs instead of in the storage pool
                 "sl-tmpfs": [str(SANDLOT), "run", "--storage", "tmpfs", "--", "/bin/true"]}
+        if args.baseline:
+            base = Path(args.baseline) / "sandlot"
+            if not os.access(base, os.X_OK):
+                sys.exit(f"bench/startup.py: no {base}")
+            cmds["base"] = [str(base), "run", "--", "/bin/true"]
+            cmds["base-tmpfs"] = [str(base), "run", "--storage", "tmpfs", "--", "/bin/true"]
         if not args.no_image:
             t0 = time.monotonic()
             r = subprocess.run([str(SANDLOT), "image", "build", "-q", "--name", "bench",
@@ -286,6 +298,11 @@ def main():
         for name, ts in times.items():
             print(f"{name:12} {statistics.median(ts):8.2f}ms {percentile(ts, 0.9):8.2f}ms "
                   f"{min(ts):8.2f}ms {statistics.fmean(ts):8.2f}ms {failures[name]:7d}")
+        if "base" in times:
+            for row, brow in (("sandlot", "base"), ("sl-tmpfs", "base-tmpfs")):
+                r50 = statistics.median(times[row]) / statistics.median(times[brow])
+                r90 = percentile(times[row], 0.9) / percentile(times[brow], 0.9)
+                print(f"{row}/{brow}: median {r50:.3f}, p90 {r90:.3f} (baseline {args.baseline})")
         if "bwrap" in times:
             ratio = statistics.median(times["sandlot"]) / statistics.median(times["bwrap"])
             p90r = percentile(times["sandlot"], 0.9) / percentile(times["bwrap"], 0.9)

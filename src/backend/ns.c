@@ -2,17 +2,22 @@
  * filter and its own storage, with sandlot-init as PID 1.
  *
  * Parent side (host root, this file):
- *   1. take a host uid range, create the cgroup, prepare storage and the
- *      seccomp program — all before clone, so the child needs no malloc;
+ *   1. take a host uid range, create the cgroup, prepare storage — all
+ *      before clone, so the child needs no malloc;
  *   2. create the network namespace (as host root, so the sandbox's user
  *      namespace does not own it: src/linux/netns.h) and, from inside it,
  *      clone into new user, pid, mount, ipc and uts namespaces;
  *   3. write the child's uid/gid maps, put it into the cgroup, make it
  *      immune to the OOM killer (commands are not), then release it;
- *   4. read the status pipe: empty EOF means init finished its setup.
+ *   4. core sends init its configuration (CONFIG, spec/protocol.md) and
+ *      waits for the answer; ready reads the status pipe, where only the
+ *      child's failures before exec are reported (exec closes it: empty
+ *      EOF).
  * Child side (before exec, async-signal-safe only): wait for release,
- * become uid 0 of the new namespace, move fds into place, exec init.
- * Init then builds the root filesystem (src/init/setup.c).
+ * become uid 0 of the new namespace, move fds into place (init.h lists
+ * them: this backend's way of handing init the workspace, image, root tree,
+ * lock and event counters), exec init.  Init then builds the root filesystem
+ * (src/init/setup.c) as CONFIG says.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,7 +46,6 @@
 #include "linux/cgroup.h"
 #include "linux/nsconnect.h"
 #include "linux/netns.h"
-#include "linux/seccomp.h"
 #include "linux/storage.h"
 #include "linux/syscalls.h"
 #include "linux/userns.h"
@@ -141,10 +145,9 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_fail(int status_
 
 struct child_args {
 	const struct sandlot_cgroup_join *join;
-	int sync_rd, status_wr, sock, seccomp_fd, storage_fd, image_fd, lock_fd, devnull;
+	int sync_rd, status_wr, sock, storage_fd, image_fd, lock_fd, devnull;
 	int oom_fd, pids_fd;
 	const char *init_path;
-	char *const *argv;
 };
 
 static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struct child_args *a)
@@ -188,12 +191,12 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	if (sys_setresgid(0, 0, 0) < 0 || sys_setresuid(0, 0, 0) < 0)
 		child_fail(a->status_wr, "become root of the user namespace");
 
-	/* Move the descriptors init expects to 3..11, going through high
-	 * numbers first so no dup2 clobbers a source. */
+	/* Move the descriptors init expects to 3..11 (init.h; 4 and 5 stay
+	 * closed), going through high numbers first so no dup2 clobbers a
+	 * source. */
 	enum { NFDS = INIT_FD_LAST - INIT_FD_PROTO + 1 };
-	int src[NFDS] = { a->sock,       a->status_wr, a->seccomp_fd, a->storage_fd,
-			  a->image_fd,   a->lock_fd,   root_fd,       a->oom_fd,
-			  a->pids_fd };
+	int src[NFDS] = { a->sock,    -1,         -1,      a->storage_fd, a->image_fd,
+			  a->lock_fd, root_fd,    a->oom_fd, a->pids_fd };
 	int hi[NFDS];
 	for (int i = 0; i < NFDS; i++) {
 		hi[i] = -1;
@@ -201,30 +204,37 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 			child_fail(a->status_wr, "dup");
 	}
 	/* /dev/null too: in a process with few descriptors it can be one of
-	 * 3..9 itself, and the dup2s below would then turn it into another
-	 * (init's stdio became the status pipe, whose EOF never came). */
+	 * 3..11 itself, and the dup2s below would then turn it into another.
+	 * And the status pipe, which stays above them, close-on-exec: a
+	 * successful exec closes it (the parent reads EOF). */
 	_Static_assert(INIT_FD_LAST < 100, "init's descriptors are below the dup targets");
 	int devnull = sys_dupfd_cloexec(a->devnull, 100);
 	if (devnull < 0)
 		child_fail(a->status_wr, "dup");
-	int status_fd = hi[1];
+	int status_fd = sys_dupfd_cloexec(a->status_wr, 100);
+	if (status_fd < 0)
+		child_fail(a->status_wr, "dup");
 	for (int i = 0; i < NFDS; i++)
 		if (hi[i] >= 0 && sys_dup2(hi[i], INIT_FD_PROTO + i) < 0)
 			child_fail(status_fd, "dup2");
 	if (sys_dup2(devnull, 0) < 0 || sys_dup2(devnull, 1) < 0 || sys_dup2(devnull, 2) < 0)
 		child_fail(status_fd, "dup2 stdio");
 	/* Absent ones closed, so that init can tell (no fd 9 unless a tree
-	 * came), and nothing above INIT_FD_LAST. */
+	 * came), and nothing above INIT_FD_LAST but the status pipe. */
 	for (int i = 0; i < NFDS; i++)
 		if (hi[i] < 0)
 			sys_close(INIT_FD_PROTO + i);
-	if (sys_close_range(INIT_FD_LAST + 1, ~0U, 0) < 0) {
-		for (unsigned fd = INIT_FD_LAST + 1; fd < 1024; fd++)
-			sys_close((int)fd);
+	if (sys_close_range(INIT_FD_LAST + 1, (unsigned)status_fd - 1, 0) < 0 ||
+	    sys_close_range((unsigned)status_fd + 1, ~0U, 0) < 0) {
+		for (int fd = INIT_FD_LAST + 1; fd < 1024; fd++)
+			if (fd != status_fd)
+				sys_close(fd);
 	}
+	/* Init takes no arguments: its configuration comes over fd 3. */
+	char *const argv[] = { (char *)"sandlot-init", NULL };
 	char *const envp[] = { NULL };
-	sys_execve(a->init_path, a->argv, envp);
-	child_fail(INIT_FD_STATUS, "exec sandlot-init");
+	sys_execve(a->init_path, argv, envp);
+	child_fail(status_fd, "exec sandlot-init");
 }
 
 /* Preparing the root tree (ns-root.c) in a thread of its own, while this
@@ -310,7 +320,8 @@ static int send_go(int sock, int root_fd)
 	return n == 1 ? 0 : -1;
 }
 
-/* Read init's setup report: EOF with no data is success. */
+/* Read the child's report: EOF with no data means init was exec'd (what
+ * fails after that, init answers CONFIG with). */
 static int read_status(int fd, sandlot_error_t **err)
 {
 	char buf[600];
@@ -442,13 +453,6 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 			goto fail;
 		sandlot__trace("image");
 	}
-	char cache_dir[4200];
-	snprintf(cache_dir, sizeof(cache_dir), "%s/cache", sb->data_dir);
-	int seccomp_fd = sandlot__seccomp_program_fd(cache_dir, err);
-	if (seccomp_fd < 0)
-		goto fail;
-	sandlot__trace("seccomp");
-
 	/* A socket, not a pipe: the prepared root tree travels with the "go". */
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) < 0)
 		goto fail_errno;
@@ -463,56 +467,29 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 	if (devnull < 0)
 		goto fail_errno;
 
-	/* Everything the child needs, built before clone. */
-	char a_nofile[32], a_fsize[32], a_disk[32], a_pids[32], a_scan[32];
-	snprintf(a_pids, sizeof(a_pids), "%u", sb->opts.pids);
-	snprintf(a_scan, sizeof(a_scan), "%llu", (unsigned long long)sb->opts.scan_memory_bytes);
-	snprintf(a_nofile, sizeof(a_nofile), "%llu", (unsigned long long)sb->opts.nofile);
+	/* init's part of CONFIG that only this backend knows: where the
+	 * workspace and the root come from. */
+	struct sandlot_init_config *ic = &sb->init_cfg;
+	if (ns->storage.kind == SANDLOT_STORAGE_TMPFS) {
+		ic->flags |= SL_CONFIG_TMPFS;
+		ic->disk = ns->storage.bytes;
+	}
+	if (ns->image_fd >= 0)
+		ic->flags |= SL_CONFIG_IMAGE;
 	/* RLIMIT_FSIZE a little above the disk size: a file can never grow past
 	 * the storage anyway, and the storage's ENOSPC (a clean write error)
 	 * must come before the rlimit's SIGXFSZ (a kill). */
-	snprintf(a_fsize, sizeof(a_fsize), "%llu", (unsigned long long)ns->storage.bytes + (1ull << 20));
-	snprintf(a_disk, sizeof(a_disk), "%llu", (unsigned long long)ns->storage.bytes);
-	char *argv[32];
-	int ac = 0;
-	argv[ac++] = (char *)"sandlot-init";
-	argv[ac++] = (char *)"--nofile";
-	argv[ac++] = a_nofile;
-	argv[ac++] = (char *)"--fsize";
-	argv[ac++] = a_fsize;
-	argv[ac++] = (char *)"--pids";
-	argv[ac++] = a_pids;
-	argv[ac++] = (char *)"--scan-memory";
-	argv[ac++] = a_scan;
-	argv[ac++] = (char *)"--hostname";
-	argv[ac++] = sb->hostname;
-	if (ns->storage.kind == SANDLOT_STORAGE_TMPFS) {
-		argv[ac++] = (char *)"--tmpfs-storage";
-		argv[ac++] = (char *)"--disk";
-		argv[ac++] = a_disk;
-	}
-	if (ns->image_fd >= 0) {
-		argv[ac++] = (char *)"--image";
-		if (sb->img.workdir) {
-			argv[ac++] = (char *)"--workdir";
-			argv[ac++] = sb->img.workdir;
-		}
-		if (sb->img.user) {
-			argv[ac++] = (char *)"--user-name";
-			argv[ac++] = sb->img.user;
-		}
-	}
-	argv[ac] = NULL;
+	ic->fsize = ns->storage.bytes + (1ull << 20);
 	struct sandlot_cgroup_join join;
 	if (sandlot__cgroup_join_prepare(ns->cg, &join, err) < 0)
 		goto fail;
 	struct child_args ca = {
 		.join = &join,
 		.sync_rd = sync_rd, .status_wr = status_wr, .sock = sock_child,
-		.seccomp_fd = seccomp_fd, .storage_fd = ns->storage.mount_fd,
+		.storage_fd = ns->storage.mount_fd,
 		.image_fd = ns->image_fd, .lock_fd = ns->storage.lock_fd, .devnull = devnull,
 		.oom_fd = oom_fd, .pids_fd = pids_fd,
-		.init_path = sb->init_path, .argv = argv,
+		.init_path = sb->init_path,
 	};
 
 	/* No CLONE_NEWNET: the child starts in the namespace this thread is

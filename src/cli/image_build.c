@@ -1076,6 +1076,34 @@ static json_t *npm_list(struct build *b)
 	return out;
 }
 
+/* The tree again as one erofs file, rootfs.erofs beside rootfs/: the
+ * read-only root disk of vm sandboxes on the image (docs/vm.md), which
+ * cannot share a directory with their guest.  LZ4 (not LZ4HC): on the 2-CPU
+ * test machine, 59 MB of /usr/lib/python3.11 took 0.5 s and became 31 MB
+ * (LZ4HC: 3.4 s, 28 MB; none: 0.2 s, 58 MB).  Without erofs-utils the image
+ * is made all the same, for ns sandboxes only, and the build says so. */
+static int write_erofs(struct build *b)
+{
+	char out[4400];
+	snprintf(out, sizeof(out), "%s/rootfs.erofs", b->dir);
+	struct run host = { .env = b->env, .out_fd = -1 };
+	char *argv[] = { "mkfs.erofs", "-zlz4", out, b->root, NULL };
+	say(b, "writing rootfs.erofs (the root disk of vm sandboxes)");
+	int rc = run_ns(b, argv, &host);
+	if (rc < 0)
+		return -1;
+	if (rc == 127) {
+		unlink(out);
+		say(b, "mkfs.erofs is not installed (erofs-utils): vm sandboxes cannot use this image");
+		return 0;
+	}
+	if (rc != 0) {
+		tail_print(b);
+		return fail_at(b, 0, "mkfs.erofs failed with status %d", rc);
+	}
+	return 0;
+}
+
 static int finish(struct build *b, json_t *packages, json_t *npm, char *digest_out)
 {
 	say(b, "hashing the file tree");
@@ -1153,6 +1181,8 @@ static int finish(struct build *b, json_t *packages, json_t *npm, char *digest_o
 	snprintf(path, sizeof(path), "%s/config", b->dir);
 	if (write_text(path, cfg, 0644) < 0)
 		return fail_at(b, 0, "write %s: %s", path, strerror(errno));
+	if (write_erofs(b) < 0)
+		return -1;
 	if (chmod(b->dir, 0755) < 0)
 		return fail_at(b, 0, "chmod %s: %s", b->dir, strerror(errno));
 	if (interrupted)

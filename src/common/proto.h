@@ -17,6 +17,12 @@
 #define SANDLOT_PROTO_MAX_DATA (64u * 1024)       /* data bytes per frame we send */
 #define SANDLOT_PROTO_WINDOW (256u * 1024)        /* initial credit per stream */
 #define SANDLOT_PROTO_FLAG_END 0x01
+/* CONFIG's FLAGS bits. */
+#define SL_CONFIG_TMPFS 0x1u      /* the workspace: a tmpfs of DISK bytes made by init */
+#define SL_CONFIG_IMAGE 0x2u      /* the root: a built image the backend hands init */
+#define SL_CONFIG_NO_WARM 0x4u    /* no spare process for the next command */
+#define SL_CONFIG_NO_SECCOMP 0x8u /* commands without a seccomp filter (tests of init) */
+#define SL_CONFIG_FLAGS 0xfu
 
 enum sandlot_msg {
 	SL_MSG_HELLO = 0x01,
@@ -24,6 +30,7 @@ enum sandlot_msg {
 	SL_MSG_OK = 0x03,
 	SL_MSG_PING = 0x04,
 	SL_MSG_SHUTDOWN = 0x05,
+	SL_MSG_CONFIG = 0x06,   /* host -> init, stream 0, first: the sandbox's configuration */
 	SL_MSG_EXEC = 0x10,
 	SL_MSG_STARTED = 0x11,
 	SL_MSG_STDOUT = 0x12,
@@ -72,6 +79,18 @@ enum sandlot_tag {
 	SL_TAG_MEMORY = 25,    /* u64: SCAN: most memory the walk may use */
 	SL_TAG_OOM_KILLS = 26, /* u64: EXIT: OOM kills in the sandbox while the command ran */
 	SL_TAG_PIDS_REFUSED = 27, /* u64: EXIT: forks the pids limit refused meanwhile */
+	/* CONFIG's records (spec/protocol.md, "Configuration"). */
+	SL_TAG_UID = 28,       /* u32 */
+	SL_TAG_GID = 29,       /* u32 */
+	SL_TAG_NOFILE = 30,    /* u64: RLIMIT_NOFILE of commands */
+	SL_TAG_FSIZE = 31,     /* u64: RLIMIT_FSIZE of commands */
+	SL_TAG_DISK = 32,      /* u64: size of a tmpfs workspace */
+	SL_TAG_PIDS = 33,      /* u32: the sandbox's pids limit */
+	SL_TAG_HOSTNAME = 34,  /* str */
+	SL_TAG_HOME = 35,      /* str */
+	SL_TAG_WORKDIR = 36,   /* str: default cwd of commands */
+	SL_TAG_USER = 37,      /* str: login name of the sandbox user */
+	SL_TAG_SECCOMP = 38,   /* bytes: struct sock_filter array */
 };
 
 /* A decoded frame header. */

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "linux/seccomp.h"
 
 static pthread_once_t io_once = PTHREAD_ONCE_INIT;
 static int io_epoll = -1, io_wake = -1;
@@ -212,6 +214,28 @@ void sandlot__stream_unregister_locked(struct sl_stream *s)
 
 /* ---- receiving (I/O thread) ------------------------------------------- */
 
+/* init's ERROR on stream 0: what failed in its set-up (the first one only:
+ * init exits after it). */
+static void config_failed(struct sl_conn *c, const uint8_t *payload, uint32_t len)
+{
+	if (c->configured)
+		return;
+	struct sl_rec_iter it;
+	struct sl_rec r;
+	uint32_t status = 0;
+	char *msg = NULL;
+	sl_rec_iter_init(&it, payload, len);
+	while (sl_rec_next(&it, &r) == 1) {
+		if (r.tag == SL_TAG_ERRNO)
+			sl_rec_u32(&r, &status);
+		else if (r.tag == SL_TAG_MESSAGE && !msg)
+			msg = sl_rec_str(&r);
+	}
+	c->configured = -1;
+	c->config_errno = status > 0 && status < 4096 ? (int)status : EIO;
+	c->config_msg = msg;
+}
+
 static void conn_dispatch(struct sl_conn *c, const struct sl_frame_header *h, const uint8_t *payload)
 {
 	if (h->stream == 0) {
@@ -224,6 +248,10 @@ static void conn_dispatch(struct sl_conn *c, const struct sl_frame_header *h, co
 				if (r.tag == SL_TAG_VERSION)
 					sl_rec_u32(&r, &version);
 			c->hello = version == SANDLOT_PROTO_VERSION ? 1 : -1;
+		} else if (h->type == SL_MSG_OK && !c->configured) {
+			c->configured = 1;
+		} else if (h->type == SL_MSG_ERROR) {
+			config_failed(c, payload, h->length);
 		}
 		return;
 	}
@@ -340,7 +368,53 @@ int sandlot__conn_open(struct sl_conn *c, int fd, sandlot_error_t **err)
 	return 0;
 }
 
-int sandlot__conn_wait_hello(struct sl_conn *c, uint64_t timeout_ms, sandlot_error_t **err)
+int sandlot__init_config_fill(struct sandlot *sb, sandlot_error_t **err)
+{
+	struct sandlot_init_config *ic = &sb->init_cfg;
+	memset(ic, 0, sizeof(*ic));
+	ic->nofile = sb->opts.nofile;
+	ic->pids = sb->opts.pids;
+	ic->scan_memory = sb->opts.scan_memory_bytes;
+	ic->hostname = sb->hostname;
+	ic->workdir = sb->img.workdir;
+	ic->user = sb->img.user;
+	char cache_dir[4200];
+	if (snprintf(cache_dir, sizeof(cache_dir), "%s/cache", sb->data_dir) >= (int)sizeof(cache_dir))
+		return sandlot__error(err, ENAMETOOLONG, "data directory path too long");
+	return sandlot__seccomp_program(cache_dir, &ic->seccomp, &ic->seccomp_len, err);
+}
+
+int sandlot__conn_configure(struct sl_conn *c, const struct sandlot_init_config *ic,
+			    sandlot_error_t **err)
+{
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_CONFIG, 0, 0);
+	if (ic->flags)
+		sl_msg_put_u32(&m, SL_TAG_FLAGS, ic->flags);
+	if (ic->nofile)
+		sl_msg_put_u64(&m, SL_TAG_NOFILE, ic->nofile);
+	if (ic->fsize)
+		sl_msg_put_u64(&m, SL_TAG_FSIZE, ic->fsize);
+	if (ic->flags & SL_CONFIG_TMPFS)
+		sl_msg_put_u64(&m, SL_TAG_DISK, ic->disk);
+	if (ic->scan_memory)
+		sl_msg_put_u64(&m, SL_TAG_MEMORY, ic->scan_memory);
+	if (ic->pids)
+		sl_msg_put_u32(&m, SL_TAG_PIDS, ic->pids);
+	if (ic->hostname)
+		sl_msg_put_str(&m, SL_TAG_HOSTNAME, ic->hostname);
+	if (ic->workdir)
+		sl_msg_put_str(&m, SL_TAG_WORKDIR, ic->workdir);
+	if (ic->user)
+		sl_msg_put_str(&m, SL_TAG_USER, ic->user);
+	if (ic->seccomp)
+		sl_msg_put_bytes(&m, SL_TAG_SECCOMP, ic->seccomp, ic->seccomp_len);
+	if (sandlot__conn_send(c, &m, err) < 0)
+		return sandlot__error_wrap(err, "configure sandlot-init");
+	return 0;
+}
+
+int sandlot__conn_wait_ready(struct sl_conn *c, uint64_t timeout_ms, sandlot_error_t **err)
 {
 	struct timespec dl;
 	clock_gettime(CLOCK_MONOTONIC, &dl);
@@ -352,14 +426,27 @@ int sandlot__conn_wait_hello(struct sl_conn *c, uint64_t timeout_ms, sandlot_err
 	}
 	pthread_mutex_lock(&c->lock);
 	int rc = 0;
-	while (!c->hello && !c->dead && rc == 0)
+	/* HELLO comes first, then the answer to CONFIG: an ERROR ends the
+	 * wait even without HELLO (an init that refused its first frame). */
+	while (c->hello >= 0 && !(c->hello && c->configured) && c->configured >= 0 && !c->dead &&
+	       rc == 0)
 		rc = pthread_cond_timedwait(&c->cond, &c->lock, &dl);
-	int hello = c->hello, dead = c->dead;
+	int hello = c->hello, configured = c->configured, dead = c->dead;
+	int cerr = c->config_errno;
+	char *cmsg = c->config_msg ? strdup(c->config_msg) : NULL;
 	pthread_mutex_unlock(&c->lock);
-	if (hello == 1)
-		return 0;
-	if (hello < 0)
+	if (hello < 0) {
+		free(cmsg);
 		return sandlot__error(err, EPROTO, "sandlot-init speaks another protocol version");
+	}
+	if (configured < 0) {
+		rc = sandlot__error(err, cerr, "%s", cmsg ? cmsg : "sandlot-init refused its configuration");
+		free(cmsg);
+		return rc;
+	}
+	free(cmsg);
+	if (hello == 1 && configured == 1)
+		return 0;
 	if (dead)
 		return sandlot__error(err, EPIPE, "sandlot-init exited before it was ready");
 	return sandlot__error(err, ETIMEDOUT, "sandlot-init was not ready after %llu ms",
@@ -381,6 +468,8 @@ void sandlot__conn_free(struct sl_conn *c)
 {
 	close(c->fd);
 	c->fd = -1;
+	free(c->config_msg);
+	c->config_msg = NULL;
 	sl_reader_free(&c->reader);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);

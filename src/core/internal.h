@@ -44,16 +44,48 @@ struct sl_conn {
 	struct sl_reader reader;
 	struct sl_stream *streams;
 	uint32_t next_id;
-	int hello;
+	int hello;     /* 1: HELLO of our version came; -1: of another one */
+	/* The answer to CONFIG: 1 OK, -1 ERROR (config_errno, config_msg). */
+	int configured;
+	int config_errno;
+	char *config_msg;
 	int dead;      /* no more frames will arrive */
 	int io_done;   /* the I/O thread has let go of this connection */
 	int kind;      /* tag for the epoll dispatcher; must stay first-ish */
 };
 
+/* What CONFIG tells a sandbox's init (spec/protocol.md, "Configuration"):
+ * core fills it from the options before the backend starts, the backend
+ * adds what only it knows (flags, the workspace's size) in start.  The
+ * strings are borrowed (from the sandbox); NULL leaves init's default. */
+struct sandlot_init_config {
+	uint32_t flags;         /* SL_CONFIG_* */
+	uint64_t nofile;        /* RLIMIT_NOFILE of commands (0: inherited) */
+	uint64_t fsize;         /* RLIMIT_FSIZE of commands (0: none) */
+	uint64_t disk;          /* size of a tmpfs workspace (SL_CONFIG_TMPFS) */
+	uint64_t scan_memory;   /* bound of init's first baseline (0: default) */
+	uint32_t pids;          /* the sandbox's pids limit (0: unknown) */
+	const char *hostname, *workdir, *user;
+	const void *seccomp;    /* the program (sock_filter array); NULL with NO_SECCOMP */
+	size_t seccomp_len;
+};
+
 /* Set up conn on a connected socket and hand it to the I/O thread. */
 int sandlot__conn_open(struct sl_conn *c, int fd, sandlot_error_t **err);
-/* Wait (up to timeout_ms) for HELLO.  -1 with an error on timeout/death. */
-int sandlot__conn_wait_hello(struct sl_conn *c, uint64_t timeout_ms, sandlot_error_t **err);
+/* The handshake's first half: send CONFIG, without waiting for HELLO (they
+ * cross: start-up costs no extra round trip).  0, or -1 with an error. */
+int sandlot__conn_configure(struct sl_conn *c, const struct sandlot_init_config *ic,
+			    sandlot_error_t **err);
+/* Fill sb->init_cfg from sb's options (what every backend's init gets:
+ * limits, names, the seccomp program), before the backend's start adds its
+ * own part.  0, or -1 with an error (the seccomp program could not be
+ * built). */
+int sandlot__init_config_fill(struct sandlot *sb, sandlot_error_t **err);
+/* The second half: wait (up to timeout_ms) for HELLO and the answer to
+ * CONFIG.  0 when init is set up and serving; -1 with an error on timeout,
+ * death, another protocol version, or init's ERROR (its errno and message:
+ * what failed in the set-up). */
+int sandlot__conn_wait_ready(struct sl_conn *c, uint64_t timeout_ms, sandlot_error_t **err);
 /* Shut the socket down and wait until the I/O thread dropped it: every open
  * stream has seen on_lost.  The struct stays usable (calls fail with EPIPE). */
 void sandlot__conn_shutdown(struct sl_conn *c);
@@ -99,6 +131,7 @@ struct sandlot {
 	const struct sandlot_backend_ops *ops;
 	void *backend;
 	int conn_fd;
+	struct sandlot_init_config init_cfg; /* sent as CONFIG once started */
 	struct sl_conn conn;
 	int conn_open;
 	int refs;                   /* the caller's handle + procs, readers, writers, requests */

@@ -332,13 +332,12 @@ void sandlot_release_id(const char *id)
 	sandlot__cgroup_pool_return(id);
 }
 
-/* Wait for init's HELLO, then read its set-up report: init sends HELLO
- * right after the report's EOF (success), so one wake-up covers both;
- * without HELLO the report says why. */
+/* Wait for init's HELLO and its answer to CONFIG, then for the backend's
+ * side (whose report, when it has one, says why init never answered). */
 static int wait_ready(sandlot_t *sb, sandlot_error_t **err)
 {
 	sandlot_error_t *hello_err = NULL;
-	int hello = sandlot__conn_wait_hello(&sb->conn, 10000, &hello_err);
+	int hello = sandlot__conn_wait_ready(&sb->conn, 10000, &hello_err);
 	if (sb->ops->ready(sb, err) < 0) {
 		sandlot_error_free(hello_err);
 		return -1;
@@ -490,6 +489,8 @@ static sandlot_t *create(const sandlot_options_t *opts, int resume, sandlot_erro
 	}
 
 	sb->ops = ops;
+	if (sandlot__init_config_fill(sb, err) < 0)
+		goto fail;
 	if ((resume ? ops->resume : ops->start)(sb, err) < 0)
 		goto fail;
 	/* The connection (and the I/O thread, the first time) is set up
@@ -501,6 +502,17 @@ static sandlot_t *create(const sandlot_options_t *opts, int resume, sandlot_erro
 		goto fail;
 	}
 	sb->conn_open = 1;
+	/* init's configuration goes out now, while init starts (HELLO and
+	 * CONFIG cross: no round trip). */
+	sandlot_error_t *cfg_err = NULL;
+	if (sandlot__conn_configure(&sb->conn, &sb->init_cfg, &cfg_err) < 0) {
+		/* Only when init is gone already: the backend's report says
+		 * why, where it has one. */
+		if (sb->ops->ready(sb, err) == 0 && err)
+			*err = steal_pointer(&cfg_err);
+		sandlot_error_free(cfg_err);
+		goto fail_started;
+	}
 	/* A sandbox with a network is ready only once its policy is in place,
 	 * before any command of the caller's runs. */
 	if (opts->start_nowait && sb->net_policy->mode == SANDLOT_NET_NONE)

@@ -1,21 +1,23 @@
 /* sandlot-init: PID 1 of every sandbox.
  *
- * The host starts it (already inside the sandbox's new namespaces, before
- * the root is switched) as
+ * Init is configured over the protocol (spec/protocol.md, "Configuration"):
+ * it runs with no arguments, sends HELLO on its connection, reads the
+ * host's CONFIG (config.c), sets the sandbox up (setup.c) and answers OK, or
+ * ERROR naming what failed and exits 1; the loop (loop.c and friends) then
+ * serves the protocol until the host goes away.
  *
- *   sandlot-init [options]
- *
- * with these descriptors open:
- *   3  the protocol connection (spec/protocol.md)
- *   4  status pipe: setup failure is reported here as one line of text
- *      ("errno message"), then init exits 1; on success it is closed
- *      right before HELLO is sent
- *   5  seccomp program for user commands: raw `struct sock_filter` array
- *      (memfd, read from offset 0), or absent with --no-seccomp (tests only)
+ * How the connection and the rest of what a sandbox is made of reach init
+ * is the backend's business.  The ns backend (src/backend/ns.c) starts init
+ * already inside the sandbox's new namespaces, before the root is switched,
+ * with these descriptors open (the vm backend's guest opens its own
+ * connection and places the mounts it makes from its disks the same way):
+ *   3  the protocol connection
  *   6  workspace storage: a detached mount (fsmount/open_tree fd) that
- *      becomes the sandbox's writable storage, or absent with --tmpfs-storage
- *   7  with --image: a detached read-only mount of a built image's root
- *      filesystem (open_tree clone), which replaces the host's /usr, /etc...
+ *      becomes the sandbox's writable storage, or absent with CONFIG's
+ *      TMPFS flag (init makes a tmpfs of DISK bytes instead)
+ *   7  with CONFIG's IMAGE flag: a detached read-only mount of a built
+ *      image's root filesystem (open_tree clone), which replaces the host's
+ *      /usr, /etc...
  *   8  the workspace's lock (a locked file of the host's storage pool), or
  *      absent: init never reads it, only keeps it open for as long as it
  *      lives, so the host knows the workspace is in use until the last
@@ -31,26 +33,7 @@
  *      Init reads both before and after every command, for EXIT's
  *      OOM_KILLS and PIDS_REFUSED (src/init/events.c); commands never
  *      inherit them.
- *
- * Options (all numbers decimal):
- *   --uid N --gid N        sandbox user (default 1000/1000)
- *   --nofile N             RLIMIT_NOFILE for commands
- *   --fsize N              RLIMIT_FSIZE for commands (bytes)
- *   --disk N               size of the tmpfs storage with --tmpfs-storage
- *   --pids N               the sandbox's pids limit (tunes the warm child)
- *   --hostname NAME
- *   --no-seccomp           do not filter commands (unit tests of init only)
- *   --tmpfs-storage        storage on tmpfs of --disk bytes instead of fd 6
- *   --home DIR             workspace directory (default /home/user)
- *   --no-warm              do not keep a pre-forked child ready for the next command
- *   --image                the root comes from the image on fd 7
- *   --workdir DIR          default working directory of commands (default --home)
- *   --user-name NAME       login name of the sandbox user (default "user")
- *   --no-setup             skip init_setup() entirely (unit tests of the loop
- *                          run init on the host this way, never in production)
- *
- * Setup (setup.c) builds the root filesystem and switches to it; the loop
- * (loop.c and friends) then serves the protocol until the host goes away.
+ * Descriptors 4 and 5 are not used (the ns backend closes them).
  */
 #ifndef SANDLOT_INIT_H
 #define SANDLOT_INIT_H
@@ -60,9 +43,9 @@
 #include <sys/types.h>
 #include <linux/filter.h>
 
+#include "common/proto.h"
+
 #define INIT_FD_PROTO 3
-#define INIT_FD_STATUS 4
-#define INIT_FD_SECCOMP 5
 #define INIT_FD_STORAGE 6
 #define INIT_FD_IMAGE 7
 #define INIT_FD_LOCK 8
@@ -75,6 +58,8 @@
 #define INIT_HOME "/home/user"
 #define INIT_SCAN_LIMIT 100000
 
+/* The sandbox's configuration, from CONFIG (config.c).  The strings and
+ * the filter are init's own copies (init_config_free()). */
 struct init_config {
 	uid_t uid;
 	gid_t gid;
@@ -82,44 +67,91 @@ struct init_config {
 	uint64_t fsize;
 	uint64_t disk;
 	uint64_t pids;          /* the sandbox's pids limit (0 = unknown) */
-	uint64_t scan_memory;   /* --scan-memory: bound of the first change-tracking baseline (0: default) */
+	uint64_t scan_memory;   /* bound of the first change-tracking baseline (0: default) */
 	const char *hostname;
-	const char *home;       /* workspace and default cwd: INIT_HOME; tests may override with --home */
+	const char *home;       /* workspace and default cwd: INIT_HOME; tests may send another */
 	int no_seccomp;
-	int no_setup;           /* --no-setup */
-	int no_warm;            /* --no-warm: fork each command on demand (tests) */
+	int no_warm;            /* fork each command on demand (tests) */
 	int tmpfs_storage;
-	int image;              /* --image: root from fd 7 */
+	int image;              /* root from fd 7 */
 	const char *workdir;    /* default cwd of commands; NULL: home */
 	const char *user_name;  /* passwd name of uid `uid` */
-	/* Loaded by init_setup() from fd 5; NULL/0 with --no-seccomp. */
+	/* The seccomp program of commands; NULL/0 with no_seccomp. */
 	struct sock_filter *filter;
 	unsigned short filter_len;
+	char *owned[4];         /* the strings above that were allocated */
 };
 
 /* strerror() in the host C library's words, whichever libc built init
  * (errtext.c). */
 const char *init__strerror(int err);
 
-/* Parse argv into cfg; prints a message and returns -1 on bad usage. */
-int init_parse_args(int argc, char **argv, struct init_config *cfg);
+/* Decode CONFIG's payload into cfg (defaults for what is absent).  Returns
+ * 0, or an errno value (EPROTO: a malformed record; EINVAL: a bad or missing
+ * value; ENOMEM) with a message naming the record in why; cfg then holds
+ * nothing to free.  Pure: the fuzz target drives it.  (config.c) */
+int init_config_decode(const uint8_t *payload, size_t len, struct init_config *cfg, char *why,
+		       size_t why_size);
+void init_config_free(struct init_config *cfg);
 
-/* Build the sandbox root, pivot into it, load the seccomp program.  On
- * failure writes "errno message" to the status fd and returns -1; the
- * caller exits 1.  (setup.c) */
+/* The start of the protocol on fd 3, up to the set-up: send HELLO, read
+ * the host's CONFIG into cfg and set the sandbox up with it (init_setup()).
+ * Bytes the host sent after CONFIG stay in rd (a fresh reader on entry), for
+ * init_serve().  Returns 0, or -1 after answering ERROR on stream 0 (when
+ * the connection still works), with nothing to free but rd; the caller
+ * exits 1.  (config.c) */
+int init_start(struct init_config *cfg, struct sl_reader *rd);
+
+/* Send one finished frame on a blocking or non-blocking fd, waiting for it
+ * to become writable: 0, or -1 with errno.  For the start, before the loop's
+ * queue exists.  (config.c) */
+int init_write_frame(int fd, struct sl_msg *m);
+
+/* Build the sandbox root, pivot into it.  Returns 0, or -1 with the reason
+ * for init_setup_error().  (setup.c) */
 int init_setup(struct init_config *cfg);
 
-/* The last step of the setup, after HELLO went out (so that the host
- * works meanwhile): detach the old root left stacked on the new one by
+/* Why init_setup() failed: the message ("mount /proc: Operation not
+ * permitted"), with the errno in *err.  (setup.c) */
+const char *init_setup_error(int *err);
+
+/* The last step of the setup, after the OK to CONFIG went out (so that the
+ * host works meanwhile): detach the old root left stacked on the new one by
  * pivot_root, and go to the home directory.  No request is read before it.
  * 0, or -1 with errno (init then exits: the sandbox is not usable).
  * (setup.c) */
 int init_setup_finish(const struct init_config *cfg);
 
+/* Whether this is PID 1 of a sandlot microVM, started by the kernel as
+ * /init (no arguments, no protocol connection open).  (vm.c) */
+int init_vm_guest(int argc);
+
+/* In a microVM: mount the kernel's filesystems, load the modules, find the
+ * disks and the control port, leave the initramfs, and open what the ns
+ * host would hand init (the image on INIT_FD_IMAGE, the workspace on
+ * INIT_FD_STORAGE, the protocol connection); returns once the host has
+ * connected to the control port.  On failure, says why on the console and
+ * returns -1 (init exits, the VM stops).  (vm.c) */
+int init_vm_boot(void);
+
+/* In a microVM, the part of the set-up that depends on CONFIG, called first
+ * by init_setup(): the root must come from the image (IMAGE), the
+ * workspace disk gets its home/ (the sandbox user's) and tmp/ if it is
+ * fresh.  0, or an errno value with the reason in why.  (vm.c) */
+int init_vm_configure(const struct init_config *cfg, char *why, size_t len);
+
+/* Set by init_vm_boot(). */
+extern int init__vm_mode;
+
+/* In a VM, whether the host end of the control port `fd` is not connected
+ * (then reads return 0: the host is away, not gone); 0 outside VMs. */
+int init__vm_host_away(int fd);
+
 /* Serve the protocol on fd 3 until the host disconnects or sends SHUTDOWN;
- * kills every process before returning.  Sends HELLO first and closes the
- * status fd just before.  Returns the exit status for init.  (loop.c) */
-int init_serve(const struct init_config *cfg);
+ * kills every process before returning.  Answers CONFIG with OK first.
+ * Takes over rd (what init_start() read past CONFIG) and frees it.
+ * Returns the exit status for init.  (loop.c) */
+int init_serve(const struct init_config *cfg, struct sl_reader *rd);
 
 /* In a freshly forked child, about to run a user command: drop to the
  * sandbox user, clear every capability (bounding and ambient included),

@@ -353,6 +353,10 @@ static void dispatch(struct loop *l, const struct sl_frame_header *h, const uint
 		init__fail(l, 0, "shutdown");
 		return;
 	}
+	if (h->type == SL_MSG_CONFIG) {
+		init__send_error(l, 0, EINVAL, "the sandbox is configured already");
+		return;
+	}
 	struct stream *s = h->stream ? stream_find(l, h->stream) : NULL;
 	request_fn fn = request_handler(h->type);
 	if (fn) {
@@ -389,6 +393,18 @@ static void dispatch(struct loop *l, const struct sl_frame_header *h, const uint
 	}
 }
 
+/* Act on every whole frame read so far. */
+static void dispatch_buffered(struct loop *l)
+{
+	struct sl_frame_header h;
+	const uint8_t *payload;
+	int r = 0;
+	while (!l->done && (r = sl_reader_next(&l->rd, &h, &payload)) == 1)
+		dispatch(l, &h, payload);
+	if (!l->done && r < 0)
+		init__fail(l, 1, "malformed frame from the host: closing the connection");
+}
+
 static void read_input(struct loop *l)
 {
 	size_t avail;
@@ -404,17 +420,17 @@ static void read_input(struct loop *l)
 		return;
 	}
 	if (n == 0) {
+		/* A VM's port reads 0 while its host is not connected: wait for
+		 * it to come back (SIGIO on the signalfd). */
+		if (init__vm_host_away(l->fd)) {
+			l->host_away = 1;
+			return;
+		}
 		init__fail(l, 0, "host closed the connection");
 		return;
 	}
 	sl_reader_commit(&l->rd, (size_t)n);
-	struct sl_frame_header h;
-	const uint8_t *payload;
-	int r = 0;
-	while (!l->done && (r = sl_reader_next(&l->rd, &h, &payload)) == 1)
-		dispatch(l, &h, payload);
-	if (!l->done && r < 0)
-		init__fail(l, 1, "malformed frame from the host: closing the connection");
+	dispatch_buffered(l);
 }
 
 /* --- the loop ----------------------------------------------------------- */
@@ -485,7 +501,8 @@ static void serve(struct loop *l)
 			fds = f;
 			cap = want;
 		}
-		fds[0] = (struct pollfd){ .fd = l->fd, .events = POLLIN | (l->qhead ? POLLOUT : 0) };
+		fds[0] = (struct pollfd){ .fd = l->host_away ? -1 : l->fd,
+					  .events = POLLIN | (l->qhead ? POLLOUT : 0) };
 		fds[1] = (struct pollfd){ .fd = l->sigfd, .events = POLLIN };
 		size_t n = 2;
 		/* Streams are only added at the head, and only while handling
@@ -514,8 +531,11 @@ static void serve(struct loop *l)
 			i += 3;
 			s->ops->on_poll(l, s, mine);
 		}
-		if (fds[1].revents & POLLIN)
+		if (fds[1].revents & POLLIN) {
 			init__reap(l);
+			if (l->host_away)
+				l->host_away = init__vm_host_away(l->fd);
+		}
 		if (fds[0].revents & POLLOUT)
 			queue_flush(l);
 		if (!l->done && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -556,6 +576,8 @@ static int prepare(struct loop *l)
 	sigset_t chld;
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
+	if (init__vm_mode)
+		sigaddset(&chld, SIGIO); /* the host (dis)connected: vm.c */
 	if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0)
 		return -1;
 	l->sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -588,26 +610,33 @@ static int prepare(struct loop *l)
 	return 0;
 }
 
-int init_serve(const struct init_config *cfg)
+int init_serve(const struct init_config *cfg, struct sl_reader *rd)
 {
 	struct loop l;
 	memset(&l, 0, sizeof(l));
 	l.cfg = cfg;
 	l.fd = INIT_FD_PROTO;
 	l.sigfd = -1;
-	sl_reader_init(&l.rd);
+	l.rd = *rd; /* what the host sent after CONFIG */
+	sl_reader_init(rd);
 
 	if (prepare(&l) < 0) {
-		init__log("cannot start serving: %s", init__strerror(errno));
+		int e = errno;
+		init__log("cannot start serving: %s", init__strerror(e));
+		struct sl_msg m;
+		sl_msg_begin(&m, SL_MSG_ERROR, 0, 0);
+		sl_msg_put_u32(&m, SL_TAG_ERRNO, (uint32_t)e);
+		sl_msg_put_str(&m, SL_TAG_MESSAGE, "sandlot-init cannot start serving");
+		if (init_write_frame(l.fd, &m) < 0) {
+			/* the host is gone */
+		}
 		l.status = 1;
 	} else {
-		/* The host waits for EOF on the status fd, then for HELLO. */
-		close(INIT_FD_STATUS);
+		/* The answer to CONFIG: the sandbox is set up. */
 		struct sl_msg m;
-		sl_msg_begin(&m, SL_MSG_HELLO, 0, 0);
-		sl_msg_put_u32(&m, SL_TAG_VERSION, SANDLOT_PROTO_VERSION);
+		sl_msg_begin(&m, SL_MSG_OK, 0, 0);
 		init__queue(&l, &m);
-		/* HELLO out first (the host is waiting for it), then ready the
+		/* OK out first (the host is waiting for it), then ready the
 		 * first command's process while the host does its own side
 		 * (uploads), and take the change-tracking baseline the host
 		 * would otherwise have to ask for. */
@@ -618,6 +647,9 @@ int init_serve(const struct init_config *cfg)
 		} else {
 			init__warm_prepare(&l);
 			init__scan_baseline(&l);
+			/* Requests that came with CONFIG (poll() will not
+			 * say they are there). */
+			dispatch_buffered(&l);
 			serve(&l);
 		}
 	}

@@ -63,7 +63,9 @@ struct snapshot; /* scan.c */
 struct loop {
 	const struct init_config *cfg;
 	int fd;                  /* the connection, non-blocking */
-	int sigfd;               /* signalfd for SIGCHLD */
+	int sigfd;               /* signalfd for SIGCHLD (and SIGIO in a VM) */
+	int host_away;           /* in a VM: the host is not connected to the
+				  * port (vm.c); wait for SIGIO */
 	struct sl_reader rd;
 	struct qframe *qhead, *qtail; /* frames waiting to be written */
 	size_t qbytes;

@@ -20,9 +20,9 @@
  *                              masked and kernel knobs read-only
  *
  * then pivots into it and drops the old root entirely, so no host path is
- * reachable afterwards.  Any failure is reported on the status fd as
- * "errno message" and init exits: the host turns that into the error of
- * sandlot_create().
+ * reachable afterwards.  A failure is kept as "what: strerror" with its
+ * errno (init_setup_error()); init answers CONFIG with them in an ERROR and
+ * exits, and the host turns that into the error of sandlot_create().
  */
 #include "init.h"
 
@@ -62,16 +62,27 @@
 
 static void report(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Write "errno message\n" to the status fd.  Setup is single-threaded and
+/* Why the set-up failed, for init_setup_error(). */
+static char failure[512];
+static int failure_errno;
+
+/* Keep "message: strerror" and the errno.  Setup is single-threaded and
  * runs before anything else in the sandbox, so stdio is safe here. */
 static void report(int err, const char *fmt, ...)
 {
-	char msg[512];
+	char msg[400];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	dprintf(INIT_FD_STATUS, "%d %s%s%s\n", err, msg, err ? ": " : "", err ? init__strerror(err) : "");
+	snprintf(failure, sizeof(failure), "%s%s%s", msg, err ? ": " : "", err ? init__strerror(err) : "");
+	failure_errno = err ? err : EIO;
+}
+
+const char *init_setup_error(int *err)
+{
+	*err = failure_errno ? failure_errno : EIO;
+	return failure[0] ? failure : "set-up failed";
 }
 
 #define FAIL(...)                                  \
@@ -471,27 +482,6 @@ static int build_proc(void)
 	return 0;
 }
 
-static int load_filter(struct init_config *cfg)
-{
-	struct stat st;
-	if (fstat(INIT_FD_SECCOMP, &st) < 0)
-		FAIL("seccomp program fd");
-	size_t n = (size_t)st.st_size;
-	if (n == 0 || n % sizeof(struct sock_filter) != 0 ||
-	    n / sizeof(struct sock_filter) > BPF_MAXINSNS) {
-		errno = EINVAL;
-		FAIL("seccomp program of %zu bytes", n);
-	}
-	cfg->filter = malloc(n);
-	if (!cfg->filter)
-		FAIL("seccomp program");
-	if (pread(INIT_FD_SECCOMP, cfg->filter, n, 0) != (ssize_t)n)
-		FAIL("read seccomp program");
-	cfg->filter_len = (unsigned short)(n / sizeof(struct sock_filter));
-	close(INIT_FD_SECCOMP);
-	return 0;
-}
-
 /* The root built here, where the host passed no prepared tree: a tmpfs
  * with every mount point, the host's /usr and allowed /etc entries (or
  * the image's directories), made read-only as a whole. */
@@ -551,11 +541,15 @@ static int pivoted, built_tree;
 
 int init_setup(struct init_config *cfg)
 {
-	if (cfg->no_setup)
-		return 0;
-	if (!cfg->no_seccomp && load_filter(cfg) < 0)
-		return -1;
-
+	if (init__vm_mode) {
+		/* A microVM's guest: what depends on CONFIG there (vm.c). */
+		char why[256];
+		int e = init_vm_configure(cfg, why, sizeof(why));
+		if (e) {
+			errno = e;
+			FAIL("%s", why);
+		}
+	}
 	/* The host put us into the sandbox's cgroup before we started; from now
 	 * on that cgroup is our root. */
 	if (unshare(CLONE_NEWCGROUP) < 0)

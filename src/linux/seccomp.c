@@ -1,5 +1,5 @@
 /* Policy compiler (spec/seccomp-policy.txt → libseccomp) and the cached,
- * sealed program memfd handed to sandlot-init.
+ * sealed program memfd whose bytes go to sandlot-init in CONFIG.
  *
  * The language is documented at the top of the policy file; this file
  * explains how it maps onto libseccomp and why:
@@ -795,4 +795,34 @@ int sandlot__seccomp_program_fd(const char *cache_dir, sandlot_error_t **err)
 	int fd = program_fd;
 	pthread_mutex_unlock(&program_lock);
 	return fd;
+}
+
+/* The program's bytes, read once out of the memfd (under program_lock). */
+static struct sock_filter *program_bytes;
+static size_t program_len;
+
+int sandlot__seccomp_program(const char *cache_dir, const void **prog, size_t *len,
+			     sandlot_error_t **err)
+{
+	int fd = sandlot__seccomp_program_fd(cache_dir, err);
+	if (fd < 0)
+		return -1;
+	pthread_mutex_lock(&program_lock);
+	if (!program_bytes) {
+		struct stat st;
+		struct sock_filter *p = NULL;
+		if (fstat(fd, &st) < 0 || !(p = malloc((size_t)st.st_size ? (size_t)st.st_size : 1)) ||
+		    pread(fd, p, (size_t)st.st_size, 0) != (ssize_t)st.st_size) {
+			int e = errno ? errno : EIO;
+			free(p);
+			pthread_mutex_unlock(&program_lock);
+			return sandlot__error_errno(err, e, "read the seccomp program");
+		}
+		program_len = (size_t)st.st_size;
+		program_bytes = p;
+	}
+	*prog = program_bytes;
+	*len = program_len;
+	pthread_mutex_unlock(&program_lock);
+	return 0;
 }

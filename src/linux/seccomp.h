@@ -3,11 +3,11 @@
  * The policy is the text of spec/seccomp-policy.txt (its syntax is documented
  * at the top of that file), compiled into the binary at build time as
  * sandlot__seccomp_policy_text.  The parent side turns it into a classic BPF
- * program once per process and hands it to sandlot-init as a sealed memfd
- * (fd 5, see src/init/init.h); the child side — init, in the forked child,
+ * program once per process and hands it to sandlot-init in CONFIG's SECCOMP
+ * record (spec/protocol.md); the child side — init, in the forked child,
  * after dropping privileges and setting no_new_privs, right before execve —
- * reads the raw `struct sock_filter` array from offset 0 with pread() and
- * loads it with prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog).
+ * loads that raw `struct sock_filter` array with
+ * prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog).
  *
  * The program kills the process (SIGSYS) on any architecture other than the
  * native one (i386 `int $0x80`, x32 system call numbers), fails unlisted
@@ -34,13 +34,20 @@ extern const char sandlot__seccomp_policy_text[];
  * is close-on-exec and sealed against writing, growing, shrinking and further
  * sealing, so a reader may trust that its size and contents never change.
  * The fd is owned by the module: do not close it; callers dup it or pass it
- * to children (dup2 onto fd 5 clears close-on-exec on the copy).  Read it with
+ * to children (a dup2 clears close-on-exec on the copy).  Read it with
  * pread() from offset 0: the shared file offset is not at 0.  Returns the fd,
  * or -1 with *err set (and nothing cached: a later call tries again).
  * With cache_dir, the compiled program is also kept on disk there (keyed by
  * the policy text and libseccomp's version) so the next process loads it
  * instead of compiling it; NULL means compile. */
 int sandlot__seccomp_program_fd(const char *cache_dir, sandlot_error_t **err);
+
+/* The same program as bytes, for CONFIG's SECCOMP record: the raw
+ * `struct sock_filter` array in *prog (owned by the module, never changes,
+ * valid for the life of the process) and its size in *len.  0, or -1 with
+ * *err (nothing cached: a later call tries again). */
+int sandlot__seccomp_program(const char *cache_dir, const void **prog, size_t *len,
+			     sandlot_error_t **err);
 
 /* Parse policy text into a new libseccomp filter context for the native
  * architecture, with the bad-architecture action set to kill the process.

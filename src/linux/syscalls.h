@@ -107,6 +107,18 @@ static inline int sys_fsmount(int fd, unsigned flags, unsigned attrs)
 #endif
 }
 
+/* Load a kernel module from an open file (sandlot-init in a VM guest:
+ * src/init/vm.c). */
+static inline int sys_finit_module(int fd, const char *params, int flags)
+{
+#ifdef __NR_finit_module
+	return (int)syscall(__NR_finit_module, fd, params, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
 static inline int sys_mount_setattr(int dfd, const char *path, unsigned flags,
 				    struct mount_attr *attr, size_t size)
 {

@@ -137,6 +137,39 @@ def test_python3_runs_in_the_image(sandlot, minimal):
     assert r.stdout.split() == ["42", "bookworm", "no-gcc", "user", "/home/user"]
 
 
+def test_the_image_is_also_an_erofs_file(sandlot, minimal):
+    """rootfs.erofs beside rootfs/: the same tree, for vm sandboxes."""
+    rootfs = Path(manifest_of(sandlot, "minimal")["path"])
+    erofs = rootfs.parent / "rootfs.erofs"
+    assert erofs.is_file()
+    assert subprocess.run(["fsck.erofs", str(erofs)], capture_output=True).returncode == 0
+    dump = subprocess.run(["dump.erofs", "--path=/usr/bin/python3.11", str(erofs)],
+                          capture_output=True, text=True)
+    assert dump.returncode == 0, dump.stderr
+    size = int(dump.stdout.split("Size:")[1].split()[0])
+    assert size == (rootfs / "usr/bin/python3.11").stat().st_size
+
+
+def test_python3_runs_in_a_vm_on_the_image(sandlot, minimal, tmp_path):
+    """The image's erofs file as the root of the vm backend's guest (booted
+    here with the test host of vmguest.py, under TCG)."""
+    import vmguest
+    if vmguest.missing():
+        pytest.skip(vmguest.missing())
+    erofs = Path(manifest_of(sandlot, "minimal")["path"]).parent / "rootfs.erofs"
+    g = vmguest.boot(tmp_path, erofs, vmguest.make_work(tmp_path),
+                     vmguest.seccomp_program(sandlot.data_dir))
+    try:
+        code, out, err = g.conn.run("sh", "-c", "python3 -c 'import ssl, json; print(6 * 7)'; "
+                                    ". /etc/os-release; echo $VERSION_CODENAME; id -un; pwd; uname -r")
+    finally:
+        g.conn.close()
+        g.stop()
+    assert code == 0, (out, err)
+    assert out.split() == ["42", "bookworm", "user", "/home/user",
+                           (vmguest.VM_DIR / "kernel-release").read_text().strip()]
+
+
 def test_image_files_cannot_be_modified_from_inside(sandlot, minimal):
     root = images_dir(sandlot) / minimal["digest"][7:] / "rootfs"
     before = {p: (root / p).stat().st_mtime_ns for p in ("usr/bin", "etc", "var/lib/dpkg", ".")}

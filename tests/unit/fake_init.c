@@ -6,8 +6,11 @@
  *
  * It does no setup at all (no pivot_root: it never runs user code) and
  * answers one request at a time, blocking.  What it sends is chosen by the
- * request, so no configuration has to reach it:
+ * request:
  *
+ *   CONFIG            OK, or with HOSTNAME "refuse-config" the ERROR an
+ *                     init whose set-up failed sends (EACCES, "mount /proc:
+ *                     Permission denied"), then it exits 1
  *   LIST <dir>/NAME   one entry "ok", then, by NAME (after an optional
  *                     "dir-" prefix): dotdot "..", dot ".", slash "a/b",
  *                     root "/", empty "", nul "a\0b" (a NUL inside the
@@ -34,7 +37,6 @@
 #define FAKE_SCAN_MIB 24
 #define FAKE_READ_MIB 8
 #define FD_PROTO 3
-#define FD_STATUS 4
 
 static void send_msg(struct sl_msg *m)
 {
@@ -197,9 +199,20 @@ static void answer_exec(uint32_t id)
 	send_msg(&m);
 }
 
+/* CONFIG's HOSTNAME is "refuse-config". */
+static int refuse_config(const uint8_t *p, uint32_t len)
+{
+	struct sl_rec_iter it;
+	struct sl_rec r;
+	sl_rec_iter_init(&it, p, len);
+	while (sl_rec_next(&it, &r) == 1)
+		if (r.tag == SL_TAG_HOSTNAME && r.len == 13 && !memcmp(r.val, "refuse-config", 13))
+			return 1;
+	return 0;
+}
+
 int main(void)
 {
-	close(FD_STATUS); /* set-up "succeeded" */
 	struct sl_msg m;
 	sl_msg_begin(&m, SL_MSG_HELLO, 0, 0);
 	sl_msg_put_u32(&m, SL_TAG_VERSION, SANDLOT_PROTO_VERSION);
@@ -226,6 +239,13 @@ int main(void)
 			switch (h.type) {
 			case SL_MSG_SHUTDOWN:
 				return 0;
+			case SL_MSG_CONFIG:
+				if (refuse_config(p, h.length)) {
+					send_error(0, EACCES, "mount /proc: Permission denied");
+					return 1;
+				}
+				send_empty(SL_MSG_OK, 0, 0);
+				break;
 			case SL_MSG_PING:
 				send_empty(SL_MSG_OK, 0, h.stream);
 				break;

@@ -11,6 +11,12 @@ int init_setup(struct init_config *cfg)
 	return 0;
 }
 
+const char *init_setup_error(int *err)
+{
+	*err = 0;
+	return "";
+}
+
 int init_setup_finish(const struct init_config *cfg)
 {
 	return 0;

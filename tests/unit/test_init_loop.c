@@ -1,8 +1,8 @@
 /* Unit tests of sandlot-init's serving loop: each case runs the real
- * init_serve() in a forked child on one end of a socketpair (as fd 3, with a
- * status pipe as fd 4), with --no-setup --no-seccomp, a fresh temporary
- * home and the test's own uid/gid, and speaks the protocol to it from the
- * other end.  tests/unit/init_stubs.c stands in for setup.c.
+ * init_start() and init_serve() in a forked child on one end of a socketpair
+ * (as fd 3), sends it a CONFIG (the NO_SECCOMP flag, a fresh temporary home
+ * and the test's own uid/gid) and speaks the protocol to it from the other
+ * end.  tests/unit/init_stubs.c stands in for setup.c.
  *
  * The case process is a child subreaper, so anything init leaves running
  * would come back to it: stop_init() fails the case if something does.
@@ -67,7 +67,14 @@ struct init_opts {
 	uid_t uid;    /* --uid and --gid (0: the test's own) */
 	/* Files init gets as its event counters (fds 10 and 11), or NULL. */
 	const char *oom_events, *pids_events;
+	/* The case sends init's first frame itself (else: send_config()). */
+	int no_config;
 };
+
+/* CONFIG as the cases' host sends it: no seccomp, the case's home, and
+ * uid/gid; with `extra` records (a built payload, may be NULL) after. */
+static void send_config_with(struct client *c, uid_t uid, const struct sl_msg *extra);
+static void send_msg(struct client *c, struct sl_msg *m);
 
 /* Open `path` read-only as descriptor `fd` (in init's child, before it
  * starts): 0, or -1. */
@@ -92,18 +99,18 @@ static void start_init_opts(struct client *c, const struct init_opts *o)
 		printf("#   mkdtemp: %s\n", strerror(errno));
 		exit(1);
 	}
-	int sv[2], st[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 || pipe2(st, O_CLOEXEC) < 0)
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		exit(1);
 	fflush(stdout);
 	pid_t pid = fork();
 	if (pid < 0)
 		exit(1);
 	if (pid == 0) {
-		int a = fcntl(sv[1], F_DUPFD, 100), b = fcntl(st[1], F_DUPFD, 100);
-		if (a < 0 || b < 0 || dup2(a, INIT_FD_PROTO) < 0 || dup2(b, INIT_FD_STATUS) < 0)
+		int a = fcntl(sv[1], F_DUPFD, 100);
+		if (a < 0 || dup2(a, INIT_FD_PROTO) < 0)
 			_exit(99);
-		sys_close_range(5, ~0U, 0);
+		sys_close_range(INIT_FD_PROTO + 1, ~0U, 0);
 		if (o && (open_as(o->oom_events, INIT_FD_OOM_EVENTS) < 0 ||
 			  open_as(o->pids_events, INIT_FD_PIDS_EVENTS) < 0))
 			_exit(97);
@@ -113,28 +120,23 @@ static void start_init_opts(struct client *c, const struct init_opts *o)
 			struct rlimit rl = { o->fsize, o->fsize };
 			setrlimit(RLIMIT_FSIZE, &rl);
 		}
-		char uid[16], gid[16];
-		snprintf(uid, sizeof(uid), "%u", (unsigned)(o && o->uid ? o->uid : getuid()));
-		snprintf(gid, sizeof(gid), "%u", (unsigned)(o && o->uid ? o->uid : getgid()));
-		char *argv[] = { "sandlot-init", "--no-setup", "--no-seccomp", "--home", c->home,
-				 "--uid", uid, "--gid", gid, NULL };
+		/* As main.c does. */
 		struct init_config cfg;
-		if (init_parse_args(9, argv, &cfg) < 0)
-			_exit(98);
-		_exit(init_serve(&cfg));
+		struct sl_reader rd;
+		sl_reader_init(&rd);
+		if (init_start(&cfg, &rd) < 0) {
+			sl_reader_free(&rd);
+			_exit(1);
+		}
+		_exit(init_serve(&cfg, &rd));
 	}
 	close(sv[1]);
-	close(st[1]);
 	c->fd = sv[0];
 	c->init = pid;
 	sl_reader_init(&c->rd);
-
-	/* The status fd is closed before HELLO. */
-	struct pollfd p = { st[0], POLLIN, 0 };
-	CHECK(poll(&p, 1, WAIT_MS) == 1);
-	char ch;
-	CHECK(read(st[0], &ch, 1) == 0);
-	close(st[0]);
+	/* Without waiting for HELLO, as libsandlot does. */
+	if (!o || !o->no_config)
+		send_config_with(c, o && o->uid ? o->uid : getuid(), NULL);
 }
 
 static void start_init(struct client *c)
@@ -160,6 +162,19 @@ static void send_msg(struct client *c, struct sl_msg *m)
 		left -= (size_t)n;
 	}
 	sl_msg_free(m);
+}
+
+static void send_config_with(struct client *c, uid_t uid, const struct sl_msg *extra)
+{
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_CONFIG, 0, 0);
+	sl_msg_put_u32(&m, SL_TAG_FLAGS, SL_CONFIG_NO_SECCOMP);
+	sl_msg_put_str(&m, SL_TAG_HOME, c->home);
+	sl_msg_put_u32(&m, SL_TAG_UID, (uint32_t)uid);
+	sl_msg_put_u32(&m, SL_TAG_GID, (uint32_t)(uid == getuid() ? getgid() : uid));
+	if (extra)
+		sl_msg_put_raw(&m, extra->buf + SANDLOT_PROTO_HEADER, extra->len - SANDLOT_PROTO_HEADER);
+	send_msg(c, &m);
 }
 
 static void frame_free(struct frame *f)
@@ -490,6 +505,12 @@ static void test_hello_ping(void)
 	CHECK_EQ_INT(f.stream, 0);
 	CHECK_EQ_INT(rec_u32(&f, SL_TAG_VERSION, 0), SANDLOT_PROTO_VERSION);
 	frame_free(&f);
+	/* The answer to CONFIG. */
+	CHECK_EQ_INT(next_frame(&c, &f), 1);
+	CHECK_EQ_INT(f.type, SL_MSG_OK);
+	CHECK_EQ_INT(f.stream, 0);
+	CHECK_EQ_INT(f.len, 0);
+	frame_free(&f);
 
 	send_empty(&c, SL_MSG_PING, 0);
 	CHECK_EQ_INT(expect_reply(&c, 0, NULL), 0);
@@ -508,14 +529,19 @@ static void test_hello_ping(void)
 	stop_init(&c);
 }
 
-/* Read HELLO, then wait until init serves requests: it takes the first
- * change-tracking baseline in between (before it reads any request), so
- * once a PING is answered, files the test writes come after it. */
+/* Read HELLO and the OK to CONFIG, then wait until init serves requests:
+ * it takes the first change-tracking baseline in between (before it reads
+ * any request), so once a PING is answered, files the test writes come
+ * after it. */
 static void skip_hello(struct client *c)
 {
 	struct frame f;
 	CHECK_EQ_INT(next_frame(c, &f), 1);
 	CHECK_EQ_INT(f.type, SL_MSG_HELLO);
+	frame_free(&f);
+	CHECK_EQ_INT(next_frame(c, &f), 1);
+	CHECK_EQ_INT(f.type, SL_MSG_OK);
+	CHECK_EQ_INT(f.stream, 0);
 	frame_free(&f);
 	send_empty(c, SL_MSG_PING, 0x7fffffff);
 	CHECK_EQ_INT(expect_reply(c, 0x7fffffff, NULL), 0);
@@ -2028,6 +2054,173 @@ static void test_concurrent_streams(void)
 
 /* --- the connection ---------------------------------------------------- */
 
+/* --- CONFIG ------------------------------------------------------------------ */
+
+/* HELLO, then init's ERROR on stream 0 (its errno, returned; the message
+ * must hold needle), then EOF and exit status 1. */
+static int expect_refused(struct client *c, const char *needle)
+{
+	struct frame f;
+	int err = -1;
+	CHECK_EQ_INT(next_frame(c, &f), 1);
+	CHECK_EQ_INT(f.type, SL_MSG_HELLO);
+	frame_free(&f);
+	if (next_frame(c, &f) == 1) {
+		char msg[512];
+		CHECK_EQ_INT(f.type, SL_MSG_ERROR);
+		CHECK_EQ_INT(f.stream, 0);
+		err = (int)rec_u32(&f, SL_TAG_ERRNO, 0);
+		rec_str(&f, SL_TAG_MESSAGE, msg, sizeof(msg));
+		printf("#   (ERROR %d: %s)\n", err, msg);
+		if (!strstr(msg, needle)) {
+			printf("#   the message does not name \"%s\"\n", needle);
+			CHECK(!"the ERROR names what was wrong");
+		}
+		frame_free(&f);
+	} else {
+		CHECK(!"an ERROR on stream 0");
+	}
+	CHECK_EQ_INT(next_frame(c, &f), -1);
+	stop_init_status(c, 1);
+	return err;
+}
+
+/* A CONFIG that is malformed (EPROTO) or holds a bad value (EINVAL) is
+ * answered with an ERROR naming the record, and init exits 1 without
+ * serving anything. */
+static void test_config_refused(void)
+{
+	static const char nul_host[] = { 'a', 0, 'b' };
+	static const uint8_t half[] = { 0x01 };
+	static const struct sock_filter one_insn[1];
+	enum { U32, U64, STR, BYTES, RAW };
+	static const struct bad {
+		int kind;
+		uint16_t tag;
+		uint64_t n;
+		const void *p;
+		size_t len;
+		int err;
+		const char *needle;
+	} cases[] = {
+		{ U32, SL_TAG_FLAGS, SL_CONFIG_NO_SECCOMP | 0x10, NULL, 0, EINVAL, "FLAGS" },
+		{ U32, SL_TAG_UID, UINT32_MAX, NULL, 0, EINVAL, "UID" },
+		{ U32, SL_TAG_GID, UINT32_MAX, NULL, 0, EINVAL, "GID" },
+		{ U32, SL_TAG_NOFILE, 1024, NULL, 0, EPROTO, "NOFILE" },
+		{ U64, SL_TAG_PIDS, 64, NULL, 0, EPROTO, "PIDS" },
+		{ STR, SL_TAG_USER, 0, "a:b", 0, EINVAL, "USER" },
+		{ STR, SL_TAG_USER, 0, "", 0, EINVAL, "USER" },
+		{ STR, SL_TAG_HOSTNAME, 0, "", 0, EINVAL, "HOSTNAME" },
+		{ BYTES, SL_TAG_HOSTNAME, 0, nul_host, sizeof(nul_host), EPROTO, "HOSTNAME" },
+		{ STR, SL_TAG_HOME, 0, "home/user", 0, EINVAL, "HOME" },
+		{ STR, SL_TAG_HOME, 0, "/home/user/", 0, EINVAL, "HOME" },
+		{ STR, SL_TAG_WORKDIR, 0, "src", 0, EINVAL, "WORKDIR" },
+		{ BYTES, SL_TAG_SECCOMP, 0, "0123456789ab", 12, EINVAL, "SECCOMP record of 12 bytes" },
+		{ BYTES, SL_TAG_SECCOMP, 0, one_insn, sizeof(one_insn), EINVAL, "NO_SECCOMP" },
+		{ U32, SL_TAG_FLAGS, 0, NULL, 0, EINVAL, "no SECCOMP record" },
+		{ U32, SL_TAG_FLAGS, SL_CONFIG_NO_SECCOMP | SL_CONFIG_TMPFS, NULL, 0, EINVAL, "DISK" },
+		{ RAW, 0, 0, half, sizeof(half), EPROTO, "truncated record" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct bad *b = &cases[i];
+		struct client c;
+		struct init_opts o = { .no_config = 1 };
+		start_init_opts(&c, &o);
+		struct sl_msg extra;
+		sl_msg_begin(&extra, SL_MSG_CONFIG, 0, 0);
+		switch (b->kind) {
+		case U32:
+			sl_msg_put_u32(&extra, b->tag, (uint32_t)b->n);
+			break;
+		case U64:
+			sl_msg_put_u64(&extra, b->tag, b->n);
+			break;
+		case STR:
+			sl_msg_put_str(&extra, b->tag, b->p);
+			break;
+		case BYTES:
+			sl_msg_put_bytes(&extra, b->tag, b->p, b->len);
+			break;
+		default:
+			sl_msg_put_raw(&extra, b->p, b->len);
+		}
+		send_config_with(&c, getuid(), &extra);
+		sl_msg_free(&extra);
+		printf("# case %zu\n", i);
+		CHECK_EQ_INT(expect_refused(&c, b->needle), b->err);
+	}
+}
+
+/* The host's first frame must be CONFIG: anything else (a PING here) is
+ * refused and init exits 1. */
+static void test_config_first(void)
+{
+	struct client c;
+	struct init_opts o = { .no_config = 1 };
+	start_init_opts(&c, &o);
+	send_empty(&c, SL_MSG_PING, 0);
+	CHECK_EQ_INT(expect_refused(&c, "first frame was not CONFIG"), EPROTO);
+}
+
+/* What CONFIG says is applied (WORKDIR: the working directory of a
+ * command without CWD; unknown tags ignored), requests sent in the same
+ * write as CONFIG are served without waiting for more input, and a second
+ * CONFIG is refused without harm. */
+static void test_config_applied_pipelined(void)
+{
+	struct client c;
+	struct init_opts o = { .no_config = 1 };
+	start_init_opts(&c, &o);
+	char work[128];
+	path_in(&c, "work", work, sizeof(work));
+	CHECK(mkdir(work, 0755) == 0);
+
+	struct sl_msg extra, exec;
+	sl_msg_begin(&extra, SL_MSG_CONFIG, 0, 0);
+	sl_msg_put_str(&extra, SL_TAG_WORKDIR, work);
+	sl_msg_put_str(&extra, 999, "a record of a later version");
+	struct sl_msg cfg;
+	sl_msg_begin(&cfg, SL_MSG_CONFIG, 0, 0);
+	sl_msg_put_u32(&cfg, SL_TAG_FLAGS, SL_CONFIG_NO_SECCOMP | SL_CONFIG_NO_WARM);
+	sl_msg_put_str(&cfg, SL_TAG_HOME, c.home);
+	sl_msg_put_u32(&cfg, SL_TAG_UID, (uint32_t)getuid());
+	sl_msg_put_u32(&cfg, SL_TAG_GID, (uint32_t)getgid());
+	sl_msg_put_raw(&cfg, extra.buf + SANDLOT_PROTO_HEADER, extra.len - SANDLOT_PROTO_HEADER);
+	sl_msg_free(&extra);
+	sl_msg_begin(&exec, SL_MSG_EXEC, 0, 1);
+	sl_msg_put_str(&exec, SL_TAG_ARG, "pwd");
+	sl_msg_put_str(&exec, SL_TAG_ENV, TEST_PATH);
+	CHECK(sl_msg_finish(&cfg) == 0 && sl_msg_finish(&exec) == 0);
+	/* Both in one write: init reads them together. */
+	uint8_t both[4096];
+	if (cfg.len + exec.len > sizeof(both))
+		abort();
+	memcpy(both, cfg.buf, cfg.len);
+	memcpy(both + cfg.len, exec.buf, exec.len);
+	CHECK(send(c.fd, both, cfg.len + exec.len, MSG_NOSIGNAL) == (ssize_t)(cfg.len + exec.len));
+	sl_msg_free(&cfg);
+	sl_msg_free(&exec);
+
+	struct frame f;
+	CHECK_EQ_INT(next_frame(&c, &f), 1);
+	CHECK_EQ_INT(f.type, SL_MSG_HELLO);
+	frame_free(&f);
+	CHECK_EQ_INT(expect_reply(&c, 0, NULL), 0);
+	struct result r;
+	run_to_exit(&c, 1, &r);
+	CHECK(r.exited && r.code == 0);
+	char want[160];
+	snprintf(want, sizeof(want), "%s\n", work);
+	CHECK_STR(r.out, want);
+	result_free(&r);
+
+	send_config_with(&c, getuid(), NULL);
+	CHECK_EQ_INT(expect_reply(&c, 0, NULL), EINVAL);
+	send_empty(&c, SL_MSG_PING, 9);
+	CHECK_EQ_INT(expect_reply(&c, 9, NULL), 0);
+	stop_init(&c);
+}
+
 static void test_malformed_frame(void)
 {
 	struct client c;
@@ -2136,6 +2329,9 @@ int main(void)
 	TAP_RUN(test_scan_big_directory);
 	TAP_RUN(test_scan_report_limit);
 	TAP_RUN(test_concurrent_streams);
+	TAP_RUN(test_config_refused);
+	TAP_RUN(test_config_first);
+	TAP_RUN(test_config_applied_pipelined);
 	TAP_RUN(test_malformed_frame);
 	TAP_RUN(test_oversized_frame);
 	TAP_RUN(test_shutdown);

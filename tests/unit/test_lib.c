@@ -2867,6 +2867,25 @@ static sandlot_t *new_fake_sandbox(void)
 	return new_sandbox_opts(&o);
 }
 
+/* What init answers CONFIG with when its set-up fails (fake_init.c sends
+ * the ERROR a real init sends for a failed mount) is the error of
+ * sandlot_create(): its errno and message, and nothing is left behind. */
+static void test_init_config_refused(void)
+{
+	need_sandbox();
+	const char *fake = getenv("SANDLOT_TEST_FAKE_INIT");
+	if (!fake || access(fake, X_OK) != 0)
+		bail("SANDLOT_TEST_FAKE_INIT is not set or not executable: run this through "
+		     "`meson test`", __LINE__);
+	sandlot_options_t o;
+	sandlot_options_init(&o);
+	o.init_path = fake;
+	o.hostname = "refuse-config";
+	MUST_FAIL(sandlot_create(&o, E) ? 0 : -1, EACCES, "mount /proc: Permission denied");
+	int status;
+	CHECK(waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD); /* fake init reaped */
+}
+
 /* sandlot_list() must refuse the entry names a compromised init could use
  * to walk its callers out of a directory: "", ".", "..", "/", names with a
  * '/' or a NUL.  Refused with EPROTO (the whole listing: a caller must
@@ -3799,6 +3818,7 @@ int main(void)
 	RUN(test_file_callbacks);
 	RUN(test_file_fd);
 	RUN(test_fs_ops);
+	RUN(test_init_config_refused);
 	RUN(test_list_hostile_names);
 	RUN(test_file_read_limit);
 	RUN(test_file_read_hostile_sizes);
