@@ -118,6 +118,16 @@ typedef enum {
 	SANDLOT_STORAGE_TMPFS,
 } sandlot_storage_t;
 
+/* What separates a sandbox from the host.  NS: Linux namespaces, a
+ * cgroup and a seccomp filter around sandlot-init (the default).  VM: a
+ * QEMU microVM with its own kernel, sandlot-init its PID 1, and QEMU
+ * itself jailed (namespaces, its own uid, a cgroup, -sandbox); KVM where
+ * /dev/kvm really works, TCG emulation (slow) elsewhere. */
+typedef enum {
+	SANDLOT_ISOLATION_NS = 0,
+	SANDLOT_ISOLATION_VM = 1,
+} sandlot_isolation_t;
+
 typedef struct sandlot_options {
 	size_t size;                /* sizeof(sandlot_options_t): set by sandlot_options_init() */
 	const char *image;          /* "host" (default) */
@@ -185,6 +195,9 @@ typedef struct sandlot_options {
 	 * set-up worked (with its error if not); requests made before a failed
 	 * set-up fail as if the sandbox had died (EPIPE, killed). */
 	int start_nowait;
+	/* The kind of sandbox (docs/vm.md): SANDLOT_ISOLATION_NS (0, the
+	 * default) or SANDLOT_ISOLATION_VM, a microVM of its own. */
+	sandlot_isolation_t isolation;
 } sandlot_options_t;
 
 /* Fill opts with the defaults above and set opts->size: always start

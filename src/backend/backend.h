@@ -106,6 +106,10 @@ struct sandlot_backend_ops {
 	 * rules' context into *nft) and return 1, or 0 when there is none.
 	 * Optional. */
 	int (*take_egress)(struct sandlot *sb, int fds[3], struct sandlot_nft **nft);
+	/* How long sandlot_create() waits for init's HELLO before it calls
+	 * ready with the sandbox not ready (ready then says why); 0: 10 s.
+	 * A VM that boots a kernel under emulation needs longer. */
+	unsigned ready_timeout_ms;
 
 	/* ---- pause, resume and snapshots (sandlot_pause(), sandlot_resume(),
 	 * sandlot_workspace_copy()).  A paused sandbox is what its backend
@@ -151,13 +155,15 @@ struct sandlot_backend_ops {
 };
 
 extern const struct sandlot_backend_ops sandlot__backend_ns;
+extern const struct sandlot_backend_ops sandlot__backend_vm;
 
 /* Every backend, NULL-terminated (for calls that only know a sandbox's id,
  * as sandlot__remove_leftovers()). */
 extern const struct sandlot_backend_ops *const sandlot__backends[];
 
-/* The backend for an image ("host" or a built image → ns).  NULL + error
- * if there is none for it. */
-const struct sandlot_backend_ops *sandlot__backend_for(const char *image, sandlot_error_t **err);
+/* The backend for opts (its isolation: ns or vm).  NULL + EINVAL if
+ * there is none for it. */
+const struct sandlot_backend_ops *sandlot__backend_for(const sandlot_options_t *opts,
+						       sandlot_error_t **err);
 
 #endif

@@ -38,7 +38,7 @@ enum { OPT_HOST = 1000, OPT_TOKEN_FILE };
 /* The sandbox options of `create` and `mcp` (create.c): --memory (-m),
  * --cpus, --pids, --disk, --env (-e), --ttl, --idle-timeout, --image,
  * --port (-p, repeatable). */
-enum { OPT_CPUS = 1100, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE };
+enum { OPT_CPUS = 1100, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE, OPT_ISOLATION };
 #define CLI_SANDBOX_OPTIONS                                             \
 	{ "memory", required_argument, NULL, 'm' },                     \
 	{ "cpus", required_argument, NULL, OPT_CPUS },                  \
@@ -48,6 +48,7 @@ enum { OPT_CPUS = 1100, OPT_PIDS, OPT_DISK, OPT_TTL, OPT_IDLE, OPT_IMAGE };
 	{ "ttl", required_argument, NULL, OPT_TTL },                    \
 	{ "idle-timeout", required_argument, NULL, OPT_IDLE },          \
 	{ "image", required_argument, NULL, OPT_IMAGE },                \
+	{ "isolation", required_argument, NULL, OPT_ISOLATION },        \
 	{ "port", required_argument, NULL, 'p' },                       \
 	CLI_NET_OPTIONS,                                                \
 	CLI_PACKAGE_OPTIONS

@@ -41,6 +41,9 @@ static const char create_help[] =
 	"        --image NAME        root filesystem image: host, or one built with\n"
 	"                            sandlot image build in sandlotd's data directory\n"
 	"                            (default: sandlotd's --default-image, else host)\n"
+	"        --isolation ns|vm   ns: namespaces around the sandbox (the default);\n"
+	"                            vm: a microVM of its own (docs/vm.md; default:\n"
+	"                            sandlotd's --default-isolation)\n"
 	"    -p, --port PORT         expose PORT: a server listening on it inside is\n"
 	"                            reachable at a URL on the host's 127.0.0.1 and\n"
 	"                            through sandlotd's API (repeatable; at most 32;\n"
@@ -127,6 +130,12 @@ int cli_sandbox_option(const char *verb, int c, const char *arg, json_t *body, j
 		return add_pair(verb, env, "--env", arg);
 	case OPT_IMAGE:
 		json_object_set_new(body, "image", json_string(arg));
+		break;
+	case OPT_ISOLATION:
+		if (strcmp(arg, "ns") != 0 && strcmp(arg, "vm") != 0)
+			return cli_usage_error(verb, "invalid --isolation \"%s\": expected ns or vm",
+					       arg);
+		json_object_set_new(body, "isolation", json_string(arg));
 		break;
 	case 'p': {
 		unsigned port = cli_parse_port(arg);

@@ -75,6 +75,8 @@ static const char mcp_help[] =
 	"        --disk SIZE         size of /home/user + /tmp (default 1G)\n"
 	"    -e, --env KEY=VALUE     environment variable of every command (repeatable)\n"
 	"        --image NAME        root filesystem image (default host)\n"
+	"        --isolation ns|vm   ns: namespaces around the sandbox; vm: a microVM\n"
+	"                            of its own (docs/vm.md; default: sandlotd's)\n"
 	"    -p, --port PORT         expose PORT of the sandbox (repeatable): a server\n"
 	"                            listening on it inside is reachable at a URL on\n"
 	"                            the host's 127.0.0.1 (also: the expose_port tool)\n"

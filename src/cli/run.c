@@ -77,6 +77,10 @@ static const char run_help[] =
 	"        --image NAME       root filesystem image: host (the default: the host's\n"
 	"                           /usr) or one built with sandlot image build, by\n"
 	"                           name or digest (sandlot image ls)\n"
+	"        --isolation ns|vm  ns (the default): namespaces, a cgroup and seccomp\n"
+	"                           around the command; vm: a QEMU microVM with its\n"
+	"                           own kernel (KVM where it works, else emulated and\n"
+	"                           slow: seconds to start); docs/vm.md\n"
 	"        --storage pool|tmpfs\n"
 	"                           where /home/user and /tmp live: pool (default) is\n"
 	"                           a directory with a disk quota in the data dir's\n"
@@ -157,6 +161,7 @@ static const struct option run_opts[] = {
 	{ "hostname", required_argument, NULL, OPT_HOSTNAME },
 	{ "image", required_argument, NULL, OPT_IMAGE },
 	{ "storage", required_argument, NULL, OPT_STORAGE },
+	{ "isolation", required_argument, NULL, OPT_ISOLATION },
 	{ "lang", required_argument, NULL, 'l' },
 	{ "language", required_argument, NULL, 'l' },
 	{ "code", required_argument, NULL, 'c' },
@@ -531,6 +536,17 @@ int cmd_run(int argc, char **argv)
 				opts.storage = SANDLOT_STORAGE_TMPFS;
 			} else {
 				rc = cli_usage_error("run", "invalid --storage \"%s\": expected pool or tmpfs",
+						     optarg);
+				goto out;
+			}
+			break;
+		case OPT_ISOLATION:
+			if (!strcmp(optarg, "ns")) {
+				opts.isolation = SANDLOT_ISOLATION_NS;
+			} else if (!strcmp(optarg, "vm")) {
+				opts.isolation = SANDLOT_ISOLATION_VM;
+			} else {
+				rc = cli_usage_error("run", "invalid --isolation \"%s\": expected ns or vm",
 						     optarg);
 				goto out;
 			}

@@ -64,7 +64,8 @@ static int apply_locked(sandlot_t *sb, struct sl_policy *p, sandlot_error_t **er
 	int nsfd = sb->ops->netns_fd ? sb->ops->netns_fd(sb) : -1;
 	if (nsfd < 0) {
 		sl_policy_unref(p);
-		return sandlot__error(err, ENOTSUP, "this sandbox's backend has no network namespace");
+		return sandlot__error(err, ENOTSUP, "network access is not supported for %s sandboxes "
+				      "yet", sb->ops->name);
 	}
 	if (!sb->net) {
 		int fds[3] = { -1, -1, -1 };

@@ -16,6 +16,10 @@
  * process), for diagnostics and tests; 0 when there is none. */
 pid_t sandlot__init_pid(const sandlot_t *sb);
 
+/* The accelerator of a vm sandbox ("kvm" or "tcg"); NULL for other
+ * backends. */
+const char *sandlot__accel(const sandlot_t *sb);
+
 /* From now on, load sandboxes' egress rules through a helper process
  * whose descriptors stay few (src/linux/netns.h says why): for a process
  * that may hold a thousand descriptors or more.  Call it while the

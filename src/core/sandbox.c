@@ -244,7 +244,7 @@ static int validate(const sandlot_options_t *opts, int check_image, sandlot_erro
 	if (!net)
 		return -1;
 	sl_policy_unref(net);
-	if (!sandlot__backend_for(opts->image, err))
+	if (!sandlot__backend_for(opts, err))
 		return -1;
 	if (check_image && opts->image && strcmp(opts->image, "host") != 0) {
 		char digest[SANDLOT_DIGEST_HEX + 1];
@@ -302,7 +302,7 @@ int sandlot_prepare(const sandlot_options_t *likely, unsigned count, sandlot_err
 	 * since). */
 	if (count && sandlot_options_validate(likely, err) < 0)
 		return -1;
-	const struct sandlot_backend_ops *ops = sandlot__backend_for(likely->image, err);
+	const struct sandlot_backend_ops *ops = sandlot__backend_for(likely, err);
 	if (!ops)
 		return -1;
 	sandlot_options_t eff;
@@ -318,7 +318,7 @@ void sandlot_new_id(const sandlot_options_t *opts, char id[32])
 	if (!opts || sandlot__options_copy(opts, &o, NULL) < 0)
 		sandlot_options_init(&o);
 	opts = &o;
-	const struct sandlot_backend_ops *ops = sandlot__backend_for(opts->image, NULL);
+	const struct sandlot_backend_ops *ops = sandlot__backend_for(opts, NULL);
 	sandlot_options_t eff;
 	effective(opts, &eff);
 	if (ops && ops->new_id)
@@ -337,7 +337,8 @@ void sandlot_release_id(const char *id)
 static int wait_ready(sandlot_t *sb, sandlot_error_t **err)
 {
 	sandlot_error_t *hello_err = NULL;
-	int hello = sandlot__conn_wait_ready(&sb->conn, 10000, &hello_err);
+	unsigned timeout = sb->ops->ready_timeout_ms ? sb->ops->ready_timeout_ms : 10000;
+	int hello = sandlot__conn_wait_ready(&sb->conn, timeout, &hello_err);
 	if (sb->ops->ready(sb, err) < 0) {
 		sandlot_error_free(hello_err);
 		return -1;
@@ -409,7 +410,7 @@ static sandlot_t *create(const sandlot_options_t *opts, int resume, sandlot_erro
 	opts = &given;
 	if (validate(opts, 0, err) < 0)
 		return NULL;
-	const struct sandlot_backend_ops *ops = sandlot__backend_for(opts->image, err);
+	const struct sandlot_backend_ops *ops = sandlot__backend_for(opts, err);
 	if (!ops)
 		return NULL;
 	if (resume && !opts->workspace)
@@ -552,14 +553,14 @@ int sandlot_pause(sandlot_t *sb, unsigned flags, sandlot_error_t **err)
 	if (flags & ~SANDLOT_PAUSE_MEMORY)
 		return sandlot__error(err, EINVAL, "pause sandbox %s: unknown flags 0x%x", sb->id,
 				      flags & ~SANDLOT_PAUSE_MEMORY);
+	if (!sb->ops->pause)
+		return sandlot__error(err, ENOTSUP, "pause sandbox %s: the %s backend cannot pause "
+				      "sandboxes", sb->id, sb->ops->name);
 	if (!sb->workspace)
 		return sandlot__error(err, EINVAL,
 				      "pause sandbox %s: it has no kept workspace (made without "
 				      "sandlot_options_t.workspace), so nothing could be resumed",
 				      sb->id);
-	if (!sb->ops->pause)
-		return sandlot__error(err, ENOTSUP, "pause sandbox %s: the %s backend cannot pause "
-				      "sandboxes", sb->id, sb->ops->name);
 	if (!sandlot_alive(sb))
 		return sandlot__error(err, EPIPE, "pause sandbox %s: it has ended", sb->id);
 	if (sb->ops->pause(sb, flags, err) < 0)

@@ -81,7 +81,8 @@ LAYOUT(options_layout, sandlot_options_t, "sandlot_options_init()",
        SL_FIELD(sandlot_options_t, workspace), SL_FIELD(sandlot_options_t, disk_overcommit),
        SL_FIELD(sandlot_options_t, id), SL_FIELD(sandlot_options_t, changes_max_bytes),
        SL_FIELD(sandlot_options_t, scan_memory_bytes),
-       SL_FIELD(sandlot_options_t, cleanup_helper), SL_FIELD(sandlot_options_t, start_nowait));
+       SL_FIELD(sandlot_options_t, cleanup_helper), SL_FIELD(sandlot_options_t, start_nowait),
+       SL_FIELD(sandlot_options_t, isolation));
 
 LAYOUT(exec_spec_layout, sandlot_exec_spec_t, NULL,
        SL_FIELD(sandlot_exec_spec_t, argv), SL_FIELD(sandlot_exec_spec_t, env),

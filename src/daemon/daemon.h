@@ -141,6 +141,7 @@ struct daemon_config {
 	double disk_overcommit;     /* --disk-overcommit; 1 = every quota reserved */
 	uint64_t storage_size;      /* --storage-size: grow the pool to it at start-up */
 	const char *default_image;  /* --default-image; "host" unless set */
+	sandlot_isolation_t default_isolation; /* --default-isolation; ns unless set */
 	const char *e2b_domain;     /* what E2B's create answers as "domain"
 	                             * (--e2b-domain, else localhost:PORT of the
 	                             * first TCP listener; NULL: none) */

@@ -42,6 +42,7 @@ static const struct errmap table[] = {
 	{ EMFILE, 503, "out_of_descriptors" },
 	{ ENFILE, 503, "out_of_descriptors" },
 	{ DOMAIN_EINTERP, 500, "interpreter_failed" },
+	{ ENOTSUP, 501, "not_supported" },
 	{ ENOSPC, 507, "insufficient_storage" },
 	{ EDQUOT, 507, "insufficient_storage" },
 	{ EFBIG, 507, "insufficient_storage" },

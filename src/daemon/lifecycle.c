@@ -227,6 +227,12 @@ static int do_pause(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 		pthread_mutex_unlock(&s->lock);
 		return domain_error_ended(s, err);
 	}
+	const char *iso = json_string_value(json_object_get(s->options, "isolation"));
+	if (iso && strcmp(iso, "vm") == 0) {
+		pthread_mutex_unlock(&s->lock);
+		return sandlot__error(err, ENOTSUP, "pausing vm sandboxes is not supported yet "
+				      "(sandbox %s)", s->id);
+	}
 	if (!s->has_workspace) {
 		pthread_mutex_unlock(&s->lock);
 		return sandlot__error(err, EBUSY,

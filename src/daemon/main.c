@@ -69,6 +69,10 @@ static const char help[] =
 	"        --default-image NAME   image of sandboxes created without \"image\"\n"
 	"                               (default host; a built image: see\n"
 	"                               sandlot image, docs/images.md)\n"
+	"        --default-isolation ns|vm\n"
+	"                               isolation of sandboxes created without\n"
+	"                               \"isolation\" (default ns; vm: a microVM each,\n"
+	"                               docs/vm.md)\n"
 	"        --pool [IMAGE=]N       keep N sandboxes of IMAGE (default: the\n"
 	"                               default image)\n"
 	"                               ready, so that creations with the default\n"
@@ -163,7 +167,7 @@ static const char help[] =
 	"    0 after a clean stop, 1 if it could not start, 2 for bad arguments.\n";
 
 enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MAX, OPT_POOL,
-       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE, OPT_MAX_DOWNLOAD, OPT_CHANGES_SCAN,
+       OPT_PAUSED_RETENTION, OPT_DEFAULT_IMAGE, OPT_DEFAULT_ISOLATION, OPT_MAX_DOWNLOAD, OPT_CHANGES_SCAN,
        OPT_CHANGES_ANSWER, OPT_CHANGES_LOG, OPT_CHANGES_TOTAL, OPT_OVERCOMMIT,
        OPT_STORAGE_SIZE, OPT_MAX_CONN,
        OPT_MAX_PEER, OPT_HEADER_TIMEOUT, OPT_RESOLVER,
@@ -180,6 +184,7 @@ static const struct option opts[] = {
 	{ "max-sandboxes", required_argument, NULL, OPT_MAX },
 	{ "pool", required_argument, NULL, OPT_POOL },
 	{ "default-image", required_argument, NULL, OPT_DEFAULT_IMAGE },
+	{ "default-isolation", required_argument, NULL, OPT_DEFAULT_ISOLATION },
 	{ "paused-retention", required_argument, NULL, OPT_PAUSED_RETENTION },
 	{ "max-download", required_argument, NULL, OPT_MAX_DOWNLOAD },
 	{ "changes-scan-bytes", required_argument, NULL, OPT_CHANGES_SCAN },
@@ -579,6 +584,15 @@ int main(int argc, char **argv)
 			break;
 		case OPT_DEFAULT_IMAGE:
 			d.cfg.default_image = optarg;
+			break;
+		case OPT_DEFAULT_ISOLATION:
+			if (strcmp(optarg, "ns") == 0)
+				d.cfg.default_isolation = SANDLOT_ISOLATION_NS;
+			else if (strcmp(optarg, "vm") == 0)
+				d.cfg.default_isolation = SANDLOT_ISOLATION_VM;
+			else
+				return usage_error("invalid --default-isolation \"%s\": expected ns or vm",
+						   optarg);
 			break;
 		case OPT_E2B_DOMAIN:
 			e2b_domain_arg = optarg;

@@ -269,6 +269,12 @@ static json_t *to_json_locked(struct dsb *s)
 	json_object_set_new(o, "ttl_seconds", json_integer(s->ttl_seconds));
 	json_object_set_new(o, "idle_timeout_seconds", json_integer(s->idle_timeout_seconds));
 	json_object_set_new(o, "options", json_deep_copy(s->options));
+	/* Which backend, and for vm the accelerator (records of older
+	 * daemons: ns). */
+	json_t *iso = json_object_get(s->options, "isolation");
+	json_object_set_new(o, "isolation", json_is_string(iso) ? json_copy(iso) : json_string("ns"));
+	json_t *accel = json_object_get(s->options, "accel");
+	json_object_set_new(o, "accel", json_is_string(accel) ? json_copy(accel) : json_null());
 	json_object_set_new(o, "metadata", json_deep_copy(s->metadata));
 	json_object_set_new(o, "ports", ports_json_locked(s));
 	json_object_set_new(o, "cursor", json_integer((json_int_t)(s->next_cursor - 1)));
@@ -470,6 +476,7 @@ int domain_create_parse(struct daemon *d, json_t *body, struct domain_create *c,
 	sandlot_options_init(&c->opts);
 	c->opts.data_dir = d->cfg.data_dir;
 	c->opts.image = d->cfg.default_image ? d->cfg.default_image : "host";
+	c->opts.isolation = d->cfg.default_isolation;
 	c->ttl = d->cfg.default_ttl_s;
 	c->idle = d->cfg.default_idle_s;
 	c->retention = d->cfg.paused_retention_s;
@@ -487,6 +494,18 @@ int domain_create_parse(struct daemon *d, json_t *body, struct domain_create *c,
 			if (!plain_string(v))
 				goto wrong_type_string;
 			c->opts.image = json_string_value(v);
+		} else if (strcmp(key, "isolation") == 0) {
+			if (!plain_string(v))
+				goto wrong_type_string;
+			if (strcmp(json_string_value(v), "ns") == 0) {
+				c->opts.isolation = SANDLOT_ISOLATION_NS;
+			} else if (strcmp(json_string_value(v), "vm") == 0) {
+				c->opts.isolation = SANDLOT_ISOLATION_VM;
+			} else {
+				bad(err, "field \"isolation\" must be \"ns\" or \"vm\", not \"%.32s\"",
+				    json_string_value(v));
+				goto fail;
+			}
 		} else if (strcmp(key, "memory") == 0) {
 			if (parse_size_field(key, v, &c->opts.memory_bytes, err) < 0)
 				goto fail;
@@ -634,7 +653,7 @@ int domain_create_parse(struct daemon *d, json_t *body, struct domain_create *c,
 			json_decref(c->metadata);
 			c->metadata = json_deep_copy(v);
 		} else {
-			bad(err, "unknown field \"%.64s\" (known: image, memory, cpus, pids, disk, env, "
+			bad(err, "unknown field \"%.64s\" (known: image, isolation, memory, cpus, pids, disk, env, "
 			    "network, packages, ports, ttl_seconds, idle_timeout_seconds, metadata, "
 			    "auto_resume, paused_retention_seconds, from_snapshot)", key);
 			goto fail;
@@ -651,7 +670,8 @@ wrong_type_string:
 		goto fail;
 	}
 	/* "network" is filled in from the sandbox once it exists (normalised). */
-	c->norm = json_pack("{s:s, s:I, s:o, s:i, s:I, s:o}", "image", c->opts.image,
+	c->norm = json_pack("{s:s, s:s, s:I, s:o, s:i, s:I, s:o}", "image", c->opts.image,
+			    "isolation", c->opts.isolation == SANDLOT_ISOLATION_VM ? "vm" : "ns",
 			    "memory", (json_int_t)c->opts.memory_bytes, "cpus",
 			    c->opts.cpus_milli ? json_real(c->opts.cpus_milli / 1000.0) : json_null(),
 			    "pids", (int)c->opts.pids, "disk", (json_int_t)c->opts.disk_bytes, "env",
@@ -668,6 +688,17 @@ fail:
 static int create_workspace(struct daemon *d, struct domain_create *c, char id[32],
 			    sandlot_error_t **err)
 {
+	if (c->opts.isolation == SANDLOT_ISOLATION_VM) {
+		/* A vm sandbox's workspace is a disk of its own that goes with
+		 * it (pause and snapshots of vm sandboxes: not yet). */
+		if (c->from_snapshot)
+			return sandlot__error(err, ENOTSUP, "from_snapshot is not supported for vm "
+					      "sandboxes yet");
+		if (c->nports)
+			return sandlot__error(err, ENOTSUP, "exposing ports is not supported for vm "
+					      "sandboxes yet");
+		return 0;
+	}
 	if (!c->from_snapshot) {
 		workspace_assign(d, &c->opts, id);
 		return 0;
@@ -810,6 +841,8 @@ struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct doma
 	s->auto_resume = c->auto_resume;
 	s->paused_retention_seconds = c->retention;
 	json_object_set_new(c->norm, "network", network_json(sb));
+	if (sandlot__accel(sb))
+		json_object_set_new(c->norm, "accel", json_string(sandlot__accel(sb)));
 	json_decref(s->options);
 	s->options = c->norm;
 	c->norm = NULL;

@@ -300,4 +300,80 @@ static inline pid_t sys_clone3_fork(uint64_t flags, int cgroup_fd)
 #endif
 }
 
+/* What the vm backend's jail child (src/backend/vm.c) calls between clone
+ * and exec, raw for the reasons given at SANDLOT_CLONE_CHILD. */
+static inline int sys_mount(const char *src, const char *target, const char *type,
+			    unsigned long flags, const void *data)
+{
+	return (int)syscall(__NR_mount, src, target, type, flags, data);
+}
+
+static inline int sys_umount2(const char *target, int flags)
+{
+	return (int)syscall(__NR_umount2, target, flags);
+}
+
+static inline int sys_mkdirat(int dfd, const char *path, mode_t mode)
+{
+	return (int)syscall(__NR_mkdirat, dfd, path, mode);
+}
+
+static inline int sys_mknodat(int dfd, const char *path, mode_t mode, dev_t dev)
+{
+	return (int)syscall(__NR_mknodat, dfd, path, mode, dev);
+}
+
+static inline int sys_openat(int dfd, const char *path, int flags, mode_t mode)
+{
+	return (int)syscall(__NR_openat, dfd, path, flags, mode);
+}
+
+static inline int sys_fchmodat(int dfd, const char *path, mode_t mode)
+{
+	return (int)syscall(__NR_fchmodat, dfd, path, mode);
+}
+
+static inline int sys_symlinkat(const char *target, int dfd, const char *path)
+{
+	return (int)syscall(__NR_symlinkat, target, dfd, path);
+}
+
+static inline int sys_chdir(const char *path)
+{
+	return (int)syscall(__NR_chdir, path);
+}
+
+static inline int sys_fchownat(int dfd, const char *path, uid_t uid, gid_t gid, int flags)
+{
+	return (int)syscall(__NR_fchownat, dfd, path, uid, gid, flags);
+}
+
+static inline int sys_prctl(int option, unsigned long a2, unsigned long a3, unsigned long a4,
+			    unsigned long a5)
+{
+	return (int)syscall(__NR_prctl, option, a2, a3, a4, a5);
+}
+
+static inline int sys_setrlimit(int resource, const void *rlim)
+{
+	return (int)syscall(__NR_setrlimit, resource, rlim);
+}
+
+/* close_range(2) with flags (CLOSE_RANGE_CLOEXEC = 4: mark, do not close). */
+static inline int sys_close_range_flags(unsigned first, unsigned last, unsigned flags)
+{
+#ifdef __NR_close_range
+	return (int)syscall(__NR_close_range, first, last, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+/* poll(2) through ppoll, which every architecture has (no timeout: NULL). */
+static inline int sys_ppoll(void *fds, unsigned long nfds, const struct timespec *ts)
+{
+	return (int)syscall(__NR_ppoll, fds, nfds, ts, NULL, 0UL);
+}
+
 #endif

@@ -551,6 +551,39 @@ def owner():
     return _owner
 
 
+def qemu_guests():
+    """{pid: sandbox id} of the vm backend's QEMU processes (-name guest=ID)."""
+    out = {}
+    for p in pids():
+        argv = cmdline(p)
+        if not argv or not argv[0].endswith(b"qemu-system-x86_64"):
+            continue
+        for a in argv:
+            m = re.match(rb"guest=(sb-[a-z2-7]{26})$", a)
+            if m:
+                out[p] = m.group(1).decode()
+    return out
+
+
+def vm_leftovers(dd, me, own):
+    """What a vm sandbox of ours left: its QEMU, its files in a data dir
+    (vm/sb-*), its link in /run/sandlot/vm."""
+    problems = []
+    for p, sid in sorted(qemu_guests().items()):
+        if is_descendant(p, me) or (ppid(p) in (0, 1) and own.is_ours(sid)):
+            problems.append(f"QEMU pid {p} of vm sandbox {sid} still running")
+    for d in sorted(glob.glob(f"{dd}/vm/sb-*") + glob.glob(f"{dd}/daemon/*/vm/sb-*")):
+        problems.append(f"vm sandbox files left: {d}")
+    for link in sorted(glob.glob("/run/sandlot/vm/sb-*")):
+        try:
+            target = os.readlink(link)
+        except OSError:
+            continue
+        if target.startswith(dd):
+            problems.append(f"vm sandbox link left: {link} -> {target}")
+    return problems
+
+
 def snapshot():
     return {
         "inits": init_pids(),
@@ -613,6 +646,7 @@ def leftovers(before, data_dir, me=None):
         m = re.search(r"sb-[a-z2-7]+", n)
         if m and own.is_ours(m.group(0)):
             problems.append(f"network namespace left: /run/netns/{n}")
+    problems += vm_leftovers(dd, me, own)
     for pool, names in sorted(orphaned_prepared_cgroups(dd).items()):
         problems.append(f"prepared cgroups left in {pool} with no process keeping them: "
                         f"{' '.join(sorted(names))}")

@@ -639,6 +639,7 @@ def test_logs_of_a_background_exec(cli, sb, sandlotd):
     ["create", "--memory", "lots"],
     ["create", "--cpus", "many"],
     ["create", "--pids", "0"],
+    ["create", "--isolation", "xen"],
     ["create", "--ttl", "forever"],
     ["create", "--env", "NOEQUALS"],
     ["create", "--label", "=v"],
@@ -664,6 +665,7 @@ def test_logs_of_a_background_exec(cli, sb, sandlotd):
     ["ls", "--host", "ftp://x"],
     ["mcp", "--memory", "lots"],
     ["mcp", "--timeout", "0"],
+    ["mcp", "--isolation", "xen"],
     ["mcp", "extra"],
 ])
 def test_bad_arguments_exit_2(args):

@@ -173,7 +173,8 @@ def test_create_get_list_delete(sandlotd):
     assert sb["state"] == "running"
     assert sb["created_at"].endswith("Z") and sb["expires_at"] is None
     assert sb["ended_at"] is None and sb["end_reason"] is None
-    assert sb["options"] == {"image": "host", "memory": 64 << 20, "cpus": 0.5, "pids": 32,
+    assert sb["isolation"] == "ns" and sb["accel"] is None
+    assert sb["options"] == {"image": "host", "isolation": "ns", "memory": 64 << 20, "cpus": 0.5, "pids": 32,
                              "disk": 32 << 20, "env": {"GREETING": "hello"},
                              "network": {"mode": "none", "allow": [], "deny": []}, "ports": []}
     assert sb["metadata"] == {"team": "a", "run": "1"}

@@ -1111,6 +1111,14 @@ static void test_options_validate(void)
 	o.disk_bytes = 16 * MiB;
 	expect_valid(&o, __LINE__);
 
+	/* The isolation: ns (0, the default) or vm; nothing else. */
+	sandlot_options_init(&o);
+	CHECK_EQ_INT(o.isolation, SANDLOT_ISOLATION_NS);
+	o.isolation = (sandlot_isolation_t)7;
+	expect_invalid(&o, EINVAL, "unknown isolation 7", __LINE__);
+	o.isolation = SANDLOT_ISOLATION_VM;
+	expect_valid(&o, __LINE__);
+
 	sandlot_options_init(&o);
 	o.pids = 1;
 	expect_invalid(&o, EINVAL, "pids", __LINE__);

@@ -619,6 +619,19 @@ static void test_pause_resume(void)
 	CHECK_EQ_INT(sandlot_error_status(e), EINVAL);
 	sandlot_error_free(e);
 	e = NULL;
+	/* A backend without pause and resume (vm) refuses, naming itself,
+	 * before anything starts. */
+	o.workspace = img;
+	o.isolation = SANDLOT_ISOLATION_VM;
+	CHECK(sandlot_resume(&o, &e) == NULL);
+	CHECK_EQ_INT(sandlot_error_status(e), ENOTSUP);
+	CHECK(strstr(sandlot_error_message(e), "vm backend") != NULL);
+	printf("#   %s\n", sandlot_error_message(e));
+	sandlot_error_free(e);
+	e = NULL;
+	CHECK(size_of(img) == 0);
+	o.isolation = SANDLOT_ISOLATION_NS;
+	o.workspace = NULL;
 
 	/* Without a kept workspace there is nothing to resume: refused, and
 	 * it runs on. */

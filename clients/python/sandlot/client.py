@@ -617,8 +617,10 @@ class Client(_ClientBase):
         docs/network.md), ``allowed_domains`` a shorthand for an allowlist of
         those names; ``packages`` ({"pip": [...], "npm": [...]}) are installed
         before this returns (PackageInstallError with the installers' output
-        if they cannot be).  Options the daemon does not know are refused by
-        it (BadRequestError naming the field)."""
+        if they cannot be).  Other options of POST /v1/sandboxes pass through
+        as keywords, e.g. ``isolation="vm"`` for a microVM of its own
+        (docs/vm.md).  Options the daemon does not know are refused by it
+        (BadRequestError naming the field)."""
         body = _create_body(image=image, memory=memory, cpus=cpus, pids=pids, disk=disk, env=env,
                             network=network, allowed_domains=allowed_domains, packages=packages,
                             ttl_seconds=ttl_seconds, idle_timeout_seconds=idle_timeout_seconds,

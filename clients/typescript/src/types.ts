@@ -66,6 +66,8 @@ export interface NetworkLog {
 /** Body of POST /v1/sandboxes.  Every field is optional. */
 export interface CreateSandboxOptions {
   image?: string;
+  /** "ns" (namespaces) or "vm" (a microVM of its own: docs/vm.md); default: the daemon's. */
+  isolation?: "ns" | "vm";
   memory?: Size;
   cpus?: number;
   pids?: number;
@@ -95,8 +97,13 @@ export interface SandboxInfo {
   end_reason: string | null;
   ttl_seconds: number;
   idle_timeout_seconds: number;
+  /** The sandbox's backend (docs/vm.md). */
+  isolation: "ns" | "vm";
+  /** vm sandboxes: the accelerator QEMU uses; null for ns. */
+  accel: "kvm" | "tcg" | null;
   options: {
     image: string;
+    isolation: "ns" | "vm";
     memory: number;
     cpus: number | null;
     pids: number;
