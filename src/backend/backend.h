@@ -31,7 +31,7 @@
 #include "sandlot.h"
 #include "common/error.h"
 
-struct nft_ctx;
+struct sandlot_nft;
 
 struct sandlot;
 
@@ -104,7 +104,7 @@ struct sandlot_backend_ops {
 	 * sandlot__netns_egress(redirect = 1) makes: listeners into fds, the
 	 * rules' context into *nft) and return 1, or 0 when there is none.
 	 * Optional. */
-	int (*take_egress)(struct sandlot *sb, int fds[3], struct nft_ctx **nft);
+	int (*take_egress)(struct sandlot *sb, int fds[3], struct sandlot_nft **nft);
 };
 
 extern const struct sandlot_backend_ops sandlot__backend_ns;

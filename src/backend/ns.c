@@ -719,7 +719,7 @@ static int ns_netns_fd(const struct sandlot *sb)
 	return ns ? ns->netns_fd : -1;
 }
 
-static int ns_take_egress(struct sandlot *sb, int fds[3], struct nft_ctx **nft)
+static int ns_take_egress(struct sandlot *sb, int fds[3], struct sandlot_nft **nft)
 {
 	struct ns_state *ns = sb->backend;
 	if (!ns || ns->egress_fds[0] < 0 || !ns->egress_nft)

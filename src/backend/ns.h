@@ -32,7 +32,7 @@ struct ns_state {
 	 * listeners and rules context, until the core takes them
 	 * (backend op take_egress); else -1 / NULL. */
 	int egress_fds[SANDLOT_NETNS_NFDS];
-	struct nft_ctx *egress_nft;
+	struct sandlot_nft *egress_nft;
 };
 
 /* Remove cgroups and workspaces that a killed sandlot process left, and the

@@ -145,7 +145,7 @@ struct sandlot {
 	pthread_mutex_t net_lock;
 	struct sl_policy *net_policy;  /* the policy now (never NULL once created) */
 	struct sl_net *net;            /* the egress engine's attachment, once it had a network */
-	struct nft_ctx *net_nft;       /* the namespace's nftables context, once it had a network */
+	struct sandlot_nft *net_nft;       /* the namespace's nftables context, once it had a network */
 	int net_redirect;              /* the ruleset in the namespace redirects (not just drops) */
 };
 

@@ -131,10 +131,10 @@ void sandlot__net_stop(sandlot_t *sb)
 	pthread_mutex_lock(&sb->net_lock);
 	sandlot__net_detach(sb->net);
 	sb->net = NULL;
-	struct nft_ctx *nft = sb->net_nft;
+	struct sandlot_nft *nft = sb->net_nft;
 	sb->net_nft = NULL;
 	pthread_mutex_unlock(&sb->net_lock);
-	sandlot__netns_egress_close(nft);
+	sandlot__nft_free(nft);
 }
 
 int sandlot_set_network(sandlot_t *sb, const sandlot_net_policy_t *policy, sandlot_error_t **err)

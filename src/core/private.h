@@ -16,4 +16,10 @@
  * process), for diagnostics and tests; 0 when there is none. */
 pid_t sandlot__init_pid(const sandlot_t *sb);
 
+/* From now on, load sandboxes' egress rules through a helper process
+ * whose descriptors stay few (src/linux/netns.h says why): for a process
+ * that may hold a thousand descriptors or more.  Call it while the
+ * process has one thread. */
+int sandlot__nft_helper_start(sandlot_error_t **err);
+
 #endif

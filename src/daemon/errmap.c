@@ -39,6 +39,8 @@ static const struct errmap table[] = {
 	{ EPIPE, 410, "sandbox_gone" },
 	{ EAGAIN, 429, "too_many_sandboxes" },
 	{ ESHUTDOWN, 503, "shutting_down" },
+	{ EMFILE, 503, "out_of_descriptors" },
+	{ ENFILE, 503, "out_of_descriptors" },
 	{ DOMAIN_EINTERP, 500, "interpreter_failed" },
 	{ ENOSPC, 507, "insufficient_storage" },
 	{ EDQUOT, 507, "insufficient_storage" },

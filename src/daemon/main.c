@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "common/parse.h"
+#include "core/private.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
 #include "daemon/e2b_envd.h"
@@ -795,6 +796,15 @@ int main(int argc, char **argv)
 	if (geteuid() != 0) {
 		fputs("sandlotd: must run as root (sandboxes need uid maps, cgroups and loop "
 		      "devices)\n", stderr);
+		return 1;
+	}
+
+	/* Before any thread: it forks.  (A daemon holds thousands of
+	 * connections; libnftables cannot use a descriptor above 1023.) */
+	sandlot_error_t *herr = NULL;
+	if (sandlot__nft_helper_start(&herr) < 0) {
+		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(herr));
+		sandlot_error_free(herr);
 		return 1;
 	}
 

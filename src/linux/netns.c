@@ -13,13 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/select.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
-#include <nftables/libnftables.h>
 
 #include "common/cleanup.h"
 #include "common/util.h"
@@ -203,109 +201,12 @@ static int listener(int type, uint16_t port, sandlot_error_t **err)
 	return steal_fd(&fd);
 }
 
-/* ---- nftables --------------------------------------------------------------------- */
-
-/* One transaction: create-if-missing, delete, create.  Either the new
- * ruleset is in place or the old one still is. */
-/* After the first "%s": replace what is there.  The first load needs no
- * "add, delete" (a new namespace has no table), and it is cheaper without. */
-#define REPLACE "add table inet sandlot\ndelete table inet sandlot\n"
-static const char ruleset_redirect[] =
-	"%s"
-	"table inet sandlot {\n"
-	"  chain nat_out {\n"
-	"    type nat hook output priority -100; policy accept;\n"
-	/* loopback and the sandbox's own address: its local servers */
-	"    fib daddr type local return\n"
-	/* DNS over TLS: left to the filter, so it fails at connect() */
-	"    tcp dport 853 return\n"
-	"    meta l4proto { tcp, udp } th dport 53 redirect to :53\n"
-	"    meta l4proto tcp redirect to :%d\n"
-	"  }\n"
-	"  chain filter_out {\n"
-	"    type filter hook output priority 0; policy drop;\n"
-	"    ct state established,related accept\n"
-	/* redirected packets: not seen as going to a local address here */
-	"    ct status dnat accept\n"
-	"    fib daddr type local accept\n"
-	/* a dropped SYN is retried for minutes; a reset fails connect() now */
-	"    meta l4proto tcp reject with tcp reset\n"
-	"  }\n"
-	"}\n";
-
-static const char ruleset_drop[] =
-	"%s"
-	"table inet sandlot {\n"
-	"  chain filter_out {\n"
-	"    type filter hook output priority 0; policy drop;\n"
-	"    ct state established,related accept\n"
-	"    fib daddr type local accept\n"
-	"    meta l4proto tcp reject with tcp reset\n"
-	"  }\n"
-	"}\n";
-
-/* Load a ruleset through *ctx, which is made on first use: its netlink
- * socket belongs to the namespace this thread is in then (the sandbox's),
- * and stays the sandbox's for later changes from any thread.  It is kept
- * rather than freed after each use because closing that socket waits for
- * RCU grace periods: 3 to 15 ms measured here, which would double the cost
- * of creating a sandbox with a network. */
-/* Below FD_SETSIZE with room for descriptors other threads open meanwhile. */
-#define NFT_FD_LIMIT (FD_SETSIZE - 64)
-
-static int load_rules(int redirect, struct nft_ctx **pctx, sandlot_error_t **err)
-{
-	const char *replace = *pctx ? REPLACE : "";
-	if (!*pctx) {
-		/* libnftables select()s on its netlink socket, which a descriptor
-		 * numbered FD_SETSIZE (1024) or more would overflow (glibc aborts
-		 * the process).  The socket takes the lowest free number: refuse
-		 * while that is too close to the limit (a daemon holding
-		 * thousands of connections or sandboxes) rather than crash. */
-		int probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (probe >= 0)
-			close(probe);
-		if (probe >= NFT_FD_LIMIT)
-			return sandlot__error(err, EMFILE,
-					      "load the egress nftables rules: descriptors 0 to %d are all "
-					      "in use, and nftables cannot use a higher one", probe - 1);
-		*pctx = nft_ctx_new(NFT_CTX_DEFAULT);
-		if (!*pctx)
-			return sandlot__error(err, ENOMEM, "create an nftables context");
-		nft_ctx_buffer_output(*pctx);
-		nft_ctx_buffer_error(*pctx);
-	}
-	struct nft_ctx *ctx = *pctx;
-	char text[sizeof(ruleset_redirect) + sizeof(REPLACE) + 16];
-	if (redirect)
-		snprintf(text, sizeof(text), ruleset_redirect, replace, SANDLOT_NETNS_PROXY_PORT);
-	else
-		snprintf(text, sizeof(text), ruleset_drop, replace);
-	int r = nft_run_cmd_from_buffer(ctx, text);
-	if (r != 0) {
-		const char *e = nft_ctx_get_error_buffer(ctx);
-		char msg[300];
-		snprintf(msg, sizeof(msg), "%s", e && *e ? e : "unknown error");
-		for (char *p = msg; *p; p++)
-			if (*p == '\n')
-				*p = ' ';
-		return sandlot__error(err, EIO, "load the egress nftables rules: %s", msg);
-	}
-	return 0;
-}
-
-void sandlot__netns_egress_close(struct nft_ctx *nft)
-{
-	if (nft)
-		nft_ctx_free(nft);
-}
-
 int sandlot__netns_egress(int ns_fd, int redirect, int fds[SANDLOT_NETNS_NFDS],
-			  struct nft_ctx **nft, sandlot_error_t **err)
+			  struct sandlot_nft **nft, sandlot_error_t **err)
 {
 	/* Set up already: the context reaches the namespace from here. */
 	if (fds[0] >= 0 && *nft)
-		return load_rules(redirect, nft, err);
+		return sandlot__nft_load(ns_fd, redirect, nft, err);
 	int saved;
 	if (sandlot__netns_enter(ns_fd, &saved, err) < 0)
 		return -1;
@@ -327,7 +228,7 @@ int sandlot__netns_egress(int ns_fd, int redirect, int fds[SANDLOT_NETNS_NFDS],
 			goto fail;
 	}
 	sandlot__trace("net: listeners");
-	if (load_rules(redirect, nft, err) < 0)
+	if (sandlot__nft_load(ns_fd, redirect, nft, err) < 0)
 		goto fail;
 	sandlot__trace("net: rules");
 	sandlot__netns_leave(&saved);
@@ -368,7 +269,7 @@ void sandlot__netns_ready_close(struct sandlot_netns_ready *r)
 			close(r->fds[i]);
 		r->fds[i] = -1;
 	}
-	sandlot__netns_egress_close(r->nft);
+	sandlot__nft_free(r->nft);
 	r->nft = NULL;
 	if (r->ns_fd >= 0)
 		close(r->ns_fd);

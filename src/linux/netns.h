@@ -50,16 +50,34 @@ void sandlot__netns_leave(int *saved_fd);
  * (SANDLOT_NETNS_FD_*) the first time; later calls leave fds[] alone
  * when fds[0] >= 0.  *nft is the nftables context the rules go through,
  * made on the first call (NULL before) and reused after; release it with
- * sandlot__netns_egress_close().  On failure nothing is half-applied to
+ * sandlot__nft_free().  On failure nothing is half-applied to
  * the ruleset (one nftables transaction) and fds[] is unchanged. */
 enum { SANDLOT_NETNS_FD_PROXY, SANDLOT_NETNS_FD_DNS_UDP, SANDLOT_NETNS_FD_DNS_TCP,
        SANDLOT_NETNS_NFDS };
-struct nft_ctx;
+struct sandlot_nft;
 int sandlot__netns_egress(int ns_fd, int redirect, int fds[SANDLOT_NETNS_NFDS],
-			  struct nft_ctx **nft, sandlot_error_t **err);
-/* Free the context: slow (its socket's close waits for RCU, milliseconds),
- * so on a teardown path. */
-void sandlot__netns_egress_close(struct nft_ctx *nft);
+			  struct sandlot_nft **nft, sandlot_error_t **err);
+
+/* ---- the egress rules (src/linux/nft.c) ---- */
+
+/* Load the egress ruleset into ns_fd's namespace (redirect: as
+ * sandlot__netns_egress() says; else drop only) through *nft, the
+ * namespace's nftables context: made on the first call (*nft NULL before;
+ * ns_fd is only read then) and reused after, from any namespace. */
+int sandlot__nft_load(int ns_fd, int redirect, struct sandlot_nft **nft, sandlot_error_t **err);
+/* Free the context (NULL: nothing).  Its socket's close waits for RCU
+ * grace periods (milliseconds): a teardown path, or the helper's. */
+void sandlot__nft_free(struct sandlot_nft *nft);
+/* Hand every nftables context of this process to a helper process forked
+ * now.  libnftables select()s on its netlink socket, which a descriptor
+ * numbered FD_SETSIZE (1024) or more overflows, and a new socket takes
+ * the lowest free number of the process: in a process holding thousands
+ * of descriptors (a daemon's connections) that number is anybody's, and
+ * the process aborts.  The helper's descriptors are only its sockets.
+ * Call it while the process has one thread (fork); a process that never
+ * calls it makes its contexts itself, refusing (EMFILE) when no low
+ * number is free.  The helper ends when this process does. */
+int sandlot__nft_helper_start(sandlot_error_t **err);
 
 /* ---- namespaces made ahead ---- */
 
@@ -69,7 +87,7 @@ void sandlot__netns_egress_close(struct nft_ctx *nft);
 struct sandlot_netns_ready {
 	int ns_fd;
 	int fds[SANDLOT_NETNS_NFDS];        /* egress: the listeners, else -1 */
-	struct nft_ctx *nft;                /* egress: the rules' context, else NULL */
+	struct sandlot_nft *nft;                /* egress: the rules' context, else NULL */
 };
 int sandlot__netns_make(int egress, struct sandlot_netns_ready *r, sandlot_error_t **err);
 /* Close what r still holds (each member may have been taken: -1 / NULL). */

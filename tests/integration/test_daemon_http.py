@@ -261,6 +261,48 @@ def test_pending_connections_cost_no_thread(own_daemon, tmp_path):
         hostile.stop()
 
 
+def test_egress_is_set_up_while_thousands_of_connections_are_held(own_daemon, tmp_path):
+    """libnftables select()s on its socket and so cannot take a descriptor
+    above 1023: with 1,300 connections held, every low number is taken.
+    Sandboxes with egress are still made (their rules through sandlotd's
+    nftables helper process), and their rules are really in: a connection
+    out reaches the egress proxy, which logs it.  Before, such a create
+    failed (EMFILE) or, racing with the accepts, aborted the daemon."""
+    n = 1300
+    raise_nofile(n + 1000)
+    d, port, token = tcp_daemon(own_daemon, tmp_path,
+                                ["--max-connections-per-peer", str(n + 100),
+                                 "--max-connections", str(n + 500), "--resolver", "127.0.0.53"])
+    hostile = Hostile(port, n)
+    try:
+        assert wait_until(lambda: metric(d, "sandlot_http_connections", 'state="pending"')
+                          >= n - 10, 60, interval=0.2)
+        fds = len(os.listdir(f"/proc/{d.proc.pid}/fd"))
+        assert fds > 1100, fds  # no number below 1024 is free
+        # more than sandlotd keeps made ahead: later ones are made now
+        sids = []
+        for _ in range(6):
+            r = d.post("/v1/sandboxes", json_body={
+                "network": {"mode": "allowlist", "allow": ["allowed.test"]}})
+            assert r.status == 201, r
+            sids.append(r.json()["id"])
+        for sid in sids:
+            r = d.post(f"/v1/sandboxes/{sid}/exec", json_body={
+                "argv": ["python3", "-c",
+                         "import socket\n"
+                         "try:\n"
+                         "  s = socket.create_connection(('198.51.100.7', 80), 5)\n"
+                         "  s.sendall(b'GET / HTTP/1.1\\r\\nHost: blocked.test\\r\\n\\r\\n')\n"
+                         "  s.recv(1)\n"
+                         "except OSError as e: print(e)"]})
+            assert r.status == 200 and r.json()["exit_code"] == 0, r
+            ev = d.get(f"/v1/sandboxes/{sid}/network/log").json()["events"]
+            assert any("blocked.test" in json.dumps(e) for e in ev), ev
+        assert d.proc.poll() is None
+    finally:
+        hostile.stop()
+
+
 def test_per_peer_limit_evicts_the_oldest_unauthenticated(own_daemon, tmp_path):
     d, port, token = tcp_daemon(own_daemon, tmp_path, ["--max-connections-per-peer", "50"])
     hostile = Hostile(port, 200)

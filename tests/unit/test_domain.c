@@ -666,6 +666,7 @@ static void test_error_table(void)
 		{ EPIPE, 410, "sandbox_gone" },        { EAGAIN, 429, "too_many_sandboxes" },
 		{ ESHUTDOWN, 503, "shutting_down" },   { ENOSPC, 507, "insufficient_storage" },
 		{ DOMAIN_EINTERP, 500, "interpreter_failed" }, { ENOMEM, 500, "internal" },
+		{ EMFILE, 503, "out_of_descriptors" }, { ENFILE, 503, "out_of_descriptors" },
 	};
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
 		sandlot_error_t *err = NULL;

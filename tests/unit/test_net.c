@@ -553,10 +553,10 @@ static void test_netns_stock(void)
 	CHECK_EQ_INT(after, before);
 }
 
-/* With every descriptor below FD_SETSIZE taken (a daemon holding thousands
- * of connections), egress cannot be set up through libnftables, which
- * select()s on its socket: a clear error, not an abort of the process. */
-static void test_netns_egress_with_high_descriptors(void)
+/* Without the helper process: with every descriptor below FD_SETSIZE
+ * taken, egress cannot be set up through libnftables, which select()s on
+ * its socket: a clear error, not an abort of the process. */
+static void test_netns_egress_refused_in_process(void)
 {
 	if (geteuid() != 0)
 		tap_skip("network namespaces need root");
@@ -591,6 +591,65 @@ static void test_netns_egress_with_high_descriptors(void)
 	sandlot__netns_ready_close(&r);
 }
 
+/* With the helper process (sandlotd's way): with every descriptor below
+ * FD_SETSIZE taken (a daemon holding thousands of connections), egress
+ * still works, because libnftables' sockets are the helper's, low
+ * numbered, and the rules can be changed later through the same context. */
+static void test_netns_egress_with_high_descriptors(void)
+{
+	if (geteuid() != 0)
+		tap_skip("network namespaces need root");
+	struct rlimit rl;
+	CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+	if (rl.rlim_max < 1200)
+		tap_skip("RLIMIT_NOFILE's hard limit is below 1200");
+	rl.rlim_cur = rl.rlim_max;
+	CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	int held[1100], n = 0;
+	for (; n < 1100; n++) {
+		held[n] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (held[n] < 0 || held[n] >= 1060)
+			break;
+	}
+	CHECK(n < 1100 && held[n] >= 1060);
+	struct sandlot_netns_ready r;
+	sandlot_error_t *err = NULL;
+	CHECK_EQ_INT(sandlot__netns_make(1, &r, &err), 0);
+	if (err)
+		printf("# %s\n", sandlot_error_message(err));
+	sandlot_error_free(err);
+	err = NULL;
+	CHECK(r.ns_fd >= 1060 && r.nft != NULL);
+	/* The rules are in: a connection out is redirected to the proxy. */
+	int s = -1;
+	int e = connect_from(r.ns_fd, &s);
+	CHECK(e == 0 || e == EINPROGRESS);
+	struct pollfd p = { .fd = r.fds[SANDLOT_NETNS_FD_PROXY], .events = POLLIN };
+	CHECK_EQ_INT(poll(&p, 1, 5000), 1);
+	int c = accept4(r.fds[SANDLOT_NETNS_FD_PROXY], NULL, NULL, SOCK_CLOEXEC);
+	CHECK(c >= 0);
+	close(c);
+	close(s);
+	/* And changing them later goes through the same context. */
+	CHECK_EQ_INT(sandlot__netns_egress(r.ns_fd, 0, r.fds, &r.nft, &err), 0);
+	sandlot_error_free(err);
+	/* dropping now: the connection is refused, not redirected */
+	e = connect_from(r.ns_fd, &s);
+	if (e == EINPROGRESS) {
+		struct pollfd w = { .fd = s, .events = POLLOUT };
+		CHECK_EQ_INT(poll(&w, 1, 5000), 1);
+		socklen_t len = sizeof(e);
+		CHECK(getsockopt(s, SOL_SOCKET, SO_ERROR, &e, &len) == 0);
+	}
+	CHECK_EQ_INT(e, ECONNREFUSED);
+	if (s >= 0)
+		close(s);
+	sandlot__netns_ready_close(&r);
+	for (int i = 0; i <= n && i < 1100; i++)
+		if (held[i] >= 0)
+			close(held[i]);
+}
+
 int main(void)
 {
 	TAP_RUN(test_names);
@@ -602,6 +661,14 @@ int main(void)
 	TAP_RUN(test_policy_match);
 	TAP_RUN(test_policy_errors);
 	TAP_RUN(test_closed_ranges);
+	TAP_RUN(test_netns_stock);
+	TAP_RUN(test_netns_egress_refused_in_process);
+	/* From here on through the helper process, as sandlotd does. */
+	sandlot_error_t *err = NULL;
+	if (geteuid() == 0 && sandlot__nft_helper_start(&err) < 0) {
+		printf("# %s\n", sandlot_error_message(err));
+		return 1;
+	}
 	TAP_RUN(test_netns_stock);
 	TAP_RUN(test_netns_egress_with_high_descriptors);
 	return tap_done();
