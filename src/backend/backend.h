@@ -52,10 +52,20 @@ struct sandlot_backend_ops {
 	 * (the protocol stream) and sb->backend (private state); on failure
 	 * leaves nothing behind.  The sandbox may still be setting itself up
 	 * when this returns: the caller opens the connection meanwhile (so
-	 * nothing waits on the other), then calls ready. */
+	 * nothing waits on the other), sends init its CONFIG (without waiting
+	 * for HELLO), then calls ready.  Core fills sb->init_cfg (what CONFIG
+	 * says: core/internal.h) before start with what every init gets
+	 * (limits, names, the seccomp program); start adds what only the
+	 * backend knows: FLAGS (SL_CONFIG_TMPFS with disk, SL_CONFIG_IMAGE)
+	 * and fsize.  How init gets the rest (the workspace, the image) is the
+	 * backend's own business (ns: descriptors, src/init/init.h). */
 	int (*start)(struct sandlot *sb, sandlot_error_t **err);
-	/* Wait until the sandbox has finished setting up.  On failure (with
-	 * the reason) the caller kills and releases it. */
+	/* Called once init answered CONFIG (or did not: it died, or refused
+	 * its configuration, or timed out): wait for the backend's own side of
+	 * the set-up and release what only the set-up needed.  An error here
+	 * (the backend knows why init never answered) takes precedence over
+	 * the connection's.  On failure the caller kills and releases the
+	 * sandbox. */
 	int (*ready)(struct sandlot *sb, sandlot_error_t **err);
 	/* Kill every process of the sandbox and wait until they are gone (the
 	 * connection then reads EOF).  Never fails; idempotent. */
