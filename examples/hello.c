@@ -76,7 +76,7 @@ int main(int argc, char **argv)
 	}
 
 	/* All output has been handed to on_output when the wait returns. */
-	sandlot_exit_t status;
+	sandlot_exit_t status = { .size = sizeof(status) };
 	if (sandlot_proc_wait(proc, &status, &err) < 0) {
 		sandlot_proc_free(proc);
 		sandlot_destroy(sb);

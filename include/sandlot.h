@@ -33,6 +33,20 @@
  * older library as long as it leaves the newer fields 0.  A size of 0 (the
  * struct was not initialised) or one that matches no version fails with
  * EINVAL and a message saying so.
+ *
+ * Structs the library fills in grow the same way (docs/libsandlot.md,
+ * "Structs the library fills in").  One to fill (sandlot_usage_t,
+ * sandlot_storage_info_t, sandlot_net_stats_t, sandlot_install_result_t,
+ * sandlot_exit_t, sandlot_changes_t) starts with `size_t size` too, which
+ * the caller sets to sizeof before the call:
+ *     sandlot_usage_t u = { .size = sizeof(u) };
+ * the library writes nothing past it (zeros in the caller's fields it does
+ * not know) and sets size to how much it wrote: SANDLOT_HAS(&u, field) says
+ * whether a field was filled.  on_exit's status carries the library's size.
+ * Arrays (sandlot_list, sandlot_net_log, sandlot_changes_t.items) and
+ * sandlot_stat (whose `size` is the file's) are macros that pass sizeof the
+ * caller's element to a _sized function, which fills each element as far
+ * as the caller's struct goes, zeros past what it knows.
  */
 #ifndef SANDLOT_H
 #define SANDLOT_H
@@ -46,6 +60,12 @@ extern "C" {
 #endif
 
 #define SANDLOT_API __attribute__((visibility("default")))
+
+/* Whether the struct *p the library filled (or handed to a callback) covers
+ * `field`: its size field reaches past it.  For a field newer than the
+ * library: 0 when an older library filled the struct. */
+#define SANDLOT_HAS(p, field) \
+	((p)->size >= offsetof(__typeof__(*(p)), field) + sizeof((p)->field))
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -266,11 +286,43 @@ SANDLOT_API int sandlot_set_env(sandlot_t *sb, const char *const *env, sandlot_e
 /* Whether the sandbox is still usable (its init is alive). */
 SANDLOT_API int sandlot_alive(const sandlot_t *sb);
 
+/* ---- pause and resume -------------------------------------------------- */
+
+/* sandlot_pause() flags. */
+#define SANDLOT_PAUSE_MEMORY 0x1u /* keep the running state too (backends that can) */
+
+/* Pause a sandbox made with a kept workspace (sandlot_options_t.workspace):
+ * what sandlot_resume() needs is kept under the workspace's name and made
+ * durable, and the sandbox's processes end (commands in flight end as
+ * killed).  Then release the handle with sandlot_destroy() as usual: the
+ * kept workspace stays.  What is kept depends on the backend (see
+ * docs/libsandlot.md, "Pause and resume"): an ns sandbox keeps the files of
+ * /home/user and /tmp only, not its processes or memory, and refuses
+ * SANDLOT_PAUSE_MEMORY with ENOTSUP.
+ * Returns 0, or -1 with the sandbox untouched (still running): EINVAL
+ * (no kept workspace, unknown flags), ENOTSUP (the backend cannot pause,
+ * or not with these flags); or EPIPE (it had ended already); any other
+ * error comes with the sandbox ended (sandlot_alive() is 0) and its files
+ * kept as far as they reached the disk. */
+SANDLOT_API int sandlot_pause(sandlot_t *sb, unsigned flags, sandlot_error_t **err);
+
+/* Resume a paused sandbox: sandlot_create() on what sandlot_pause() kept
+ * under opts->workspace (required: EINVAL without).  Give the options the
+ * paused sandbox had (its id too, to keep it).  Never starts on a fresh
+ * workspace: ENOENT when there is no kept workspace of that name; EBUSY
+ * while another sandbox uses it; ENOTSUP for a backend that cannot
+ * resume.  A sandlot_create() with the same workspace also starts on its
+ * files, but would make an empty one where there is none. */
+SANDLOT_API sandlot_t *sandlot_resume(const sandlot_options_t *opts, sandlot_error_t **err);
+
 /* Kept workspaces (sandlot_options_t.workspace) of the data directory
- * opts->data_dir (NULL opts: the default data directory).
+ * opts->data_dir (NULL opts: the default data directory), whichever
+ * backend keeps them.
  *
- * Copy the kept workspace `src` to the new one `dst` (EEXIST if it exists):
- * a snapshot, whatever the size (copy on write), admitted like a new
+ * Copy the kept workspace `src` to the new one `dst` (EEXIST if it exists),
+ * with everything a pause kept there (the snapshot of a paused sandbox,
+ * which a sandlot_resume() on dst starts from): for ns sandboxes a
+ * snapshot, whatever the size (copy on write), admitted like a new
  * workspace of src's quota with opts->disk_overcommit (ENOSPC when it
  * cannot be).  dst appears complete or not at all.  EBUSY while a sandbox
  * is using src (and a sandbox trying to take src during the copy waits,
@@ -303,6 +355,7 @@ SANDLOT_API void sandlot_strv_free(char **v);
  * to without overcommit, and what they add up to now.  ENOENT when there
  * is no pool yet. */
 typedef struct sandlot_storage_info {
+	size_t size;               /* set to sizeof before the call: see "Versioned structs" above */
 	uint64_t pool_bytes;
 	uint64_t usable_bytes;
 	uint64_t reserved_bytes;
@@ -322,6 +375,7 @@ SANDLOT_API int sandlot_storage_grow(const sandlot_options_t *opts, uint64_t byt
 SANDLOT_API int sandlot_storage_unmount(const sandlot_options_t *opts, sandlot_error_t **err);
 
 typedef struct sandlot_usage {
+	size_t size;                /* set to sizeof before the call: see "Versioned structs" above */
 	uint64_t memory_bytes;      /* current memory use of the whole sandbox */
 	uint64_t memory_peak_bytes; /* high-water mark, 0 if the host cannot tell */
 	uint32_t pids;              /* processes now, init included */
@@ -413,12 +467,17 @@ typedef struct sandlot_net_event {
 
 /* Entries with seq > after, oldest first: a new array of *count entries
  * (free with free()).  *dropped: how many entries after `after` the ring
- * has already forgotten.  A sandbox without a network has an empty log. */
-SANDLOT_API int sandlot_net_log(sandlot_t *sb, uint64_t after, sandlot_net_event_t **out,
-				size_t *count, uint64_t *dropped, sandlot_error_t **err);
+ * has already forgotten.  A sandbox without a network has an empty log.
+ * (A macro: the array is laid out with the caller's sizeof of an entry.) */
+#define sandlot_net_log(sb, after, out, count, dropped, err) \
+	sandlot_net_log_sized((sb), (after), (out), (count), (dropped), sizeof(sandlot_net_event_t), (err))
+SANDLOT_API int sandlot_net_log_sized(sandlot_t *sb, uint64_t after, sandlot_net_event_t **out,
+				      size_t *count, uint64_t *dropped, size_t entry_size,
+				      sandlot_error_t **err);
 
 /* Counters of the whole process (for metrics). */
 typedef struct sandlot_net_stats {
+	size_t size;               /* set to sizeof before the call (else nothing is written) */
 	uint64_t dns_allowed, dns_refused;
 	uint64_t tcp_allowed, tcp_refused;
 	uint64_t bytes_out, bytes_in;
@@ -474,6 +533,7 @@ SANDLOT_API int sandlot_packages_configure(const sandlot_packages_config_t *cfg,
 SANDLOT_API int sandlot_packages_validate(const sandlot_packages_t *pk, sandlot_error_t **err);
 
 typedef struct sandlot_install_result {
+	size_t size;           /* set to sizeof before the call: see "Versioned structs" above */
 	char *output;          /* what pip and npm printed (at most 256 KiB); free() it */
 	int from_cache;        /* nothing was downloaded */
 	uint64_t duration_ms;
@@ -493,6 +553,9 @@ SANDLOT_API int sandlot_install_packages(sandlot_t *sb, const sandlot_packages_t
 typedef enum { SANDLOT_STDOUT = 1, SANDLOT_STDERR = 2 } sandlot_stream_t;
 
 typedef struct sandlot_exit {
+	/* sandlot_proc_wait(): set to sizeof before the call; on_exit: the
+	 * library's (see "Versioned structs" above). */
+	size_t size;
 	int exit_code;          /* exit status if exited, else -1 */
 	int signal;             /* terminating signal if killed, else 0 */
 	int timed_out;          /* killed because timeout_ms passed */
@@ -544,7 +607,8 @@ SANDLOT_API int sandlot_proc_kill(sandlot_proc_t *p, int sig, sandlot_error_t **
 
 SANDLOT_API void sandlot_proc_resume_output(sandlot_proc_t *p);
 
-/* Block until the process has ended; fills *out if non-NULL. */
+/* Block until the process has ended; fills *out if non-NULL (its size set
+ * first: EINVAL otherwise, before waiting). */
 SANDLOT_API int sandlot_proc_wait(sandlot_proc_t *p, sandlot_exit_t *out, sandlot_error_t **err);
 
 SANDLOT_API pid_t sandlot_proc_pid(const sandlot_proc_t *p); /* pid inside the sandbox */
@@ -627,19 +691,28 @@ typedef struct sandlot_stat {
 	uint64_t allocated;   /* bytes it takes on disk: far below size for a sparse file */
 } sandlot_stat_t;
 
-SANDLOT_API int sandlot_stat(sandlot_t *sb, const char *path, sandlot_stat_t *out,
-			     sandlot_error_t **err);
+/* (A macro: *out is filled as far as the caller's sandlot_stat_t goes.) */
+#define sandlot_stat(sb, path, out, err) \
+	sandlot_stat_sized((sb), (path), (out), sizeof(sandlot_stat_t), (err))
+SANDLOT_API int sandlot_stat_sized(sandlot_t *sb, const char *path, sandlot_stat_t *out,
+				   size_t out_size, sandlot_error_t **err);
 
 typedef struct sandlot_dirent {
 	char *name;
-	sandlot_stat_t st;
+	sandlot_stat_t st;    /* last: it grows with sandlot_stat_t */
 } sandlot_dirent_t;
 
 /* List a directory (not recursive).  *out is an array of *count entries the
- * caller frees with sandlot_dirents_free(). */
-SANDLOT_API int sandlot_list(sandlot_t *sb, const char *path, sandlot_dirent_t **out,
-			     size_t *count, sandlot_error_t **err);
-SANDLOT_API void sandlot_dirents_free(sandlot_dirent_t *entries, size_t count);
+ * caller frees with sandlot_dirents_free().  (Macros: the array is laid out
+ * with the caller's sizeof of an entry.) */
+#define sandlot_list(sb, path, out, count, err) \
+	sandlot_list_sized((sb), (path), (out), (count), sizeof(sandlot_dirent_t), (err))
+#define sandlot_dirents_free(entries, count) \
+	sandlot_dirents_free_sized((entries), (count), sizeof(sandlot_dirent_t))
+SANDLOT_API int sandlot_list_sized(sandlot_t *sb, const char *path, sandlot_dirent_t **out,
+				   size_t *count, size_t entry_size, sandlot_error_t **err);
+SANDLOT_API void sandlot_dirents_free_sized(sandlot_dirent_t *entries, size_t count,
+					    size_t entry_size);
 
 #define SANDLOT_MKDIR_PARENTS 0x1
 SANDLOT_API int sandlot_mkdir(sandlot_t *sb, const char *path, uint32_t mode, unsigned flags,
@@ -665,6 +738,7 @@ typedef struct sandlot_change {
 } sandlot_change_t;
 
 typedef struct sandlot_changes {
+	size_t size;          /* set to sizeof before the call: see "Versioned structs" above */
 	sandlot_change_t *items;
 	size_t count;
 	/* Something was left out: the walk met its limits (100,000 entries,
@@ -679,13 +753,19 @@ typedef struct sandlot_changes {
 /* Compare the workspace (/home/user) with the previous scan and return what
  * was created, modified or deleted since, in path order.  The first call
  * (made by sandlot_create) records the baseline.  The caller frees *out
- * with sandlot_changes_free(). */
-SANDLOT_API int sandlot_changes_scan(sandlot_t *sb, sandlot_changes_t *out, sandlot_error_t **err);
+ * with sandlot_changes_free().  (Macros: out->items is laid out with the
+ * caller's sizeof of an item.) */
+#define sandlot_changes_scan(sb, out, err) \
+	sandlot_changes_scan_sized((sb), 0, (out), sizeof(sandlot_change_t), (err))
 /* The same, reporting at most max_bytes this time instead of the
  * sandbox's changes_max_bytes (0: that). */
-SANDLOT_API int sandlot_changes_scan_max(sandlot_t *sb, uint64_t max_bytes, sandlot_changes_t *out,
-					 sandlot_error_t **err);
-SANDLOT_API void sandlot_changes_free(sandlot_changes_t *c);
+#define sandlot_changes_scan_max(sb, max_bytes, out, err) \
+	sandlot_changes_scan_sized((sb), (max_bytes), (out), sizeof(sandlot_change_t), (err))
+#define sandlot_changes_free(c) sandlot_changes_free_sized((c), sizeof(sandlot_change_t))
+SANDLOT_API int sandlot_changes_scan_sized(sandlot_t *sb, uint64_t max_bytes,
+					   sandlot_changes_t *out, size_t item_size,
+					   sandlot_error_t **err);
+SANDLOT_API void sandlot_changes_free_sized(sandlot_changes_t *c, size_t item_size);
 
 #ifdef __cplusplus
 }

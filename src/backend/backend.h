@@ -8,8 +8,19 @@
  * command's EXIT: a backend gives its init the means to read them (ns: its
  * cgroup's event files, init.h fds 10 and 11), core never polls them.
  *
- * The workspace (/home/user and /tmp) comes from src/linux/storage.h, in
- * three calls a backend makes in start, and one in release:
+ * What a sandbox runs on is its backend's to attach.  Core resolves a built
+ * image and holds it in use (sb->img: digest, in-use lock, its config) and
+ * names the workspace (sb->opts.workspace, .storage, .disk_bytes); start
+ * attaches both its own way and keeps the workspace exclusive for as long
+ * as the sandbox may touch it.  The ns backend attaches the image as a
+ * detached read-only mount (ns-image.c) and the workspace as below; a VM
+ * backend would attach a read-only disk image and a disk image.  Pause,
+ * resume, snapshots and kept workspaces by name are ops too (the end of
+ * the table).
+ *
+ * The ns backend's workspace (/home/user and /tmp) comes from
+ * src/linux/storage.h, in three calls it makes in start, and one in
+ * release:
  *   sandlot__storage_create()   admits and prepares it (quota reserved in
  *                               the data dir's storage pool, or tmpfs) and
  *                               hands back a detached mount (mount_fd) and
@@ -41,10 +52,20 @@ struct sandlot_backend_ops {
 	 * (the protocol stream) and sb->backend (private state); on failure
 	 * leaves nothing behind.  The sandbox may still be setting itself up
 	 * when this returns: the caller opens the connection meanwhile (so
-	 * nothing waits on the other), then calls ready. */
+	 * nothing waits on the other), sends init its CONFIG (without waiting
+	 * for HELLO), then calls ready.  Core fills sb->init_cfg (what CONFIG
+	 * says: core/internal.h) before start with what every init gets
+	 * (limits, names, the seccomp program); start adds what only the
+	 * backend knows: FLAGS (SL_CONFIG_TMPFS with disk, SL_CONFIG_IMAGE)
+	 * and fsize.  How init gets the rest (the workspace, the image) is the
+	 * backend's own business (ns: descriptors, src/init/init.h). */
 	int (*start)(struct sandlot *sb, sandlot_error_t **err);
-	/* Wait until the sandbox has finished setting up.  On failure (with
-	 * the reason) the caller kills and releases it. */
+	/* Called once init answered CONFIG (or did not: it died, or refused
+	 * its configuration, or timed out): wait for the backend's own side of
+	 * the set-up and release what only the set-up needed.  An error here
+	 * (the backend knows why init never answered) takes precedence over
+	 * the connection's.  On failure the caller kills and releases the
+	 * sandbox. */
 	int (*ready)(struct sandlot *sb, sandlot_error_t **err);
 	/* Kill every process of the sandbox and wait until they are gone (the
 	 * connection then reads EOF).  Never fails; idempotent. */
@@ -99,6 +120,48 @@ struct sandlot_backend_ops {
 	 * ready with the sandbox not ready (ready then says why); 0: 10 s.
 	 * A VM that boots a kernel under emulation needs longer. */
 	unsigned ready_timeout_ms;
+
+	/* ---- pause, resume and snapshots (sandlot_pause(), sandlot_resume(),
+	 * sandlot_workspace_copy()).  A paused sandbox is what its backend
+	 * kept under the name of its kept workspace (sb->opts.workspace): the
+	 * files of /home/user and /tmp always, the running state where the
+	 * backend can save it.  NULL where a backend has none of this: the
+	 * calls fail with ENOTSUP naming the backend. ---- */
+	/* Pause the running sandbox sb (it has a kept workspace; flags are
+	 * SANDLOT_PAUSE_*, checked against the known ones): keep what resume
+	 * needs under sb->opts.workspace, durably, and end the sandbox's
+	 * processes (the connection then reads EOF), without reaping or
+	 * releasing anything: the caller destroys sb afterwards.  Safe while
+	 * other calls use sb (as stop).  -1 with ENOTSUP or EINVAL for flags
+	 * the backend cannot honour, with the sandbox untouched; any other
+	 * failure leaves it ended, its files kept as far as they reached the
+	 * disk. */
+	int (*pause)(struct sandlot *sb, unsigned flags, sandlot_error_t **err);
+	/* start, on what pause kept for sb->opts.workspace (never NULL here):
+	 * ENOENT when nothing of that name exists (a resume never starts on a
+	 * fresh workspace), EBUSY while another sandbox uses it. */
+	int (*resume)(struct sandlot *sb, sandlot_error_t **err);
+	/* Copy what is kept under `src` (a paused or ended sandbox's) to the
+	 * new name `dst`, admitted like a new workspace of src's size: EEXIST
+	 * if dst exists, EBUSY while a sandbox uses src; dst appears complete
+	 * or not at all. */
+	int (*snapshot)(const char *data_dir, const char *src, const char *dst, double overcommit,
+			sandlot_error_t **err);
+
+	/* ---- kept workspaces by name (sandlot_workspace_*), which core asks
+	 * each backend about in turn, since a name alone does not say whose it
+	 * is.  NULL: the backend keeps none. ---- */
+	/* The size (quota) of the kept workspace `name`: ENOENT when this
+	 * backend has none of that name. */
+	int (*workspace_size)(const char *data_dir, const char *name, uint64_t *bytes,
+			      sandlot_error_t **err);
+	/* Delete it (and whatever the pause kept with it): ENOENT when this
+	 * backend has none of that name, EBUSY while a sandbox uses it. */
+	int (*workspace_remove)(const char *data_dir, const char *name, sandlot_error_t **err);
+	/* Its names (a NULL-terminated array the caller frees). */
+	int (*workspace_list)(const char *data_dir, char ***names, sandlot_error_t **err);
+	/* Make all of them durable. */
+	int (*workspace_sync)(const char *data_dir, sandlot_error_t **err);
 };
 
 extern const struct sandlot_backend_ops sandlot__backend_ns;

@@ -120,7 +120,7 @@ int sandlot__ns_prepare(const sandlot_options_t *likely, unsigned n, sandlot_err
 	/* The image's user and rootfs, as a sandbox on it would have them. */
 	struct sandlot_image img;
 	memset(&img, 0, sizeof(img));
-	img.lock_fd = img.root_fd = -1;
+	img.lock_fd = -1;
 	const char *image = likely->image ? likely->image : "host";
 	if (strcmp(image, "host") != 0 && sandlot__image_open(dd, image, &img, err) < 0)
 		return -1;

@@ -68,8 +68,16 @@ static void ns_kill_init(struct ns_state *ns)
 	}
 }
 
+static void close_image(struct ns_state *ns)
+{
+	if (ns->image_fd >= 0)
+		close(ns->image_fd);
+	ns->image_fd = -1;
+}
+
 static void ns_release(struct ns_state *ns)
 {
+	close_image(ns);
 	if (ns->detached) {
 		/* The cleanup helper has its own copy of all of this and does
 		 * the teardown: only let go of ours. */
@@ -379,7 +387,9 @@ void sandlot__ns_collect_stale(const char *data_dir)
 	sandlot__pool_sweep(data_dir);
 }
 
-static int ns_start(struct sandlot *sb, sandlot_error_t **err)
+/* start, or with `resume` resume: the same, on a kept workspace that must
+ * exist (what a pause kept is its files). */
+static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 {
 	struct ns_state *ns = calloc(1, sizeof(*ns));
 	if (!ns)
@@ -390,6 +400,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		ns->egress_fds[i] = -1;
 	ns->slot.lock_fd = -1;
 	ns->storage.mount_fd = ns->storage.lock_fd = -1;
+	ns->image_fd = -1;
 	ns->helper_fd = -1;
 	ns->cleanup_lock_fd = -1;
 	ns->status_fd = -1;
@@ -431,13 +442,14 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	/* Init reports what the kernel counted there around every command
 	 * (EXIT's OOM_KILLS and PIDS_REFUSED). */
 	sandlot__cgroup_event_fds(ns->cg, &oom_fd, &pids_fd);
-	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, (int)sb->opts.storage,
+	int want = (int)sb->opts.storage | (resume ? SANDLOT_STORAGE_EXISTING : 0);
+	if (sandlot__storage_create(sb->data_dir, sb->id, sb->opts.disk_bytes, want,
 				    sb->opts.workspace, sb->opts.disk_overcommit, &ns->storage,
 				    err) < 0)
 		goto fail;
 	sandlot__trace("storage");
 	if (sb->img.lock_fd >= 0) {
-		if (sandlot__image_mount(sb->data_dir, &sb->img, err) < 0)
+		if ((ns->image_fd = sandlot__ns_image_mount(sb->data_dir, sb->img.digest, err)) < 0)
 			goto fail;
 		sandlot__trace("image");
 	}
@@ -462,7 +474,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		ic->flags |= SL_CONFIG_TMPFS;
 		ic->disk = ns->storage.bytes;
 	}
-	if (sb->img.root_fd >= 0)
+	if (ns->image_fd >= 0)
 		ic->flags |= SL_CONFIG_IMAGE;
 	/* RLIMIT_FSIZE a little above the disk size: a file can never grow past
 	 * the storage anyway, and the storage's ENOSPC (a clean write error)
@@ -475,7 +487,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 		.join = &join,
 		.sync_rd = sync_rd, .status_wr = status_wr, .sock = sock_child,
 		.storage_fd = ns->storage.mount_fd,
-		.image_fd = sb->img.root_fd, .lock_fd = ns->storage.lock_fd, .devnull = devnull,
+		.image_fd = ns->image_fd, .lock_fd = ns->storage.lock_fd, .devnull = devnull,
 		.oom_fd = oom_fd, .pids_fd = pids_fd,
 		.init_path = sb->init_path,
 	};
@@ -543,7 +555,7 @@ static int ns_start(struct sandlot *sb, sandlot_error_t **err)
 	 * namespace's mapping, before init attaches it. */
 	if (sandlot__storage_idmap(&ns->storage, pid, err) < 0)
 		goto fail;
-	sandlot__image_idmap(&sb->img, pid);
+	sandlot__ns_image_idmap(ns->image_fd, pid);
 	if (!added && sandlot__cgroup_add_pid(ns->cg, pid, err) < 0)
 		goto fail;
 	sandlot__trace("cgroup add");
@@ -586,10 +598,19 @@ fail:
 	if (root_job_started)
 		root_job_join(&rj);
 	sandlot__ns_root_release(&rj.root);
-	sandlot__image_close_mount(&sb->img);
 	ns_release(ns);
 	free(ns);
 	return -1;
+}
+
+static int ns_start(struct sandlot *sb, sandlot_error_t **err)
+{
+	return start_sandbox(sb, 0, err);
+}
+
+static int ns_resume(struct sandlot *sb, sandlot_error_t **err)
+{
+	return start_sandbox(sb, 1, err);
 }
 
 static int ns_ready(struct sandlot *sb, sandlot_error_t **err)
@@ -602,7 +623,7 @@ static int ns_ready(struct sandlot *sb, sandlot_error_t **err)
 	/* Init has attached the storage in its own namespace (or failed): the
 	 * host's handles are no longer needed and must not keep them alive. */
 	sandlot__storage_release(&ns->storage);
-	sandlot__image_close_mount(&sb->img);
+	close_image(ns);
 	return rc;
 }
 
@@ -621,6 +642,37 @@ static void ns_stop(struct sandlot *sb)
 		return;
 	if (ns->pidfd < 0 || sys_pidfd_send_signal(ns->pidfd, SIGKILL, NULL, 0) < 0)
 		kill(ns->pid, SIGKILL);
+}
+
+/* Files only: what a pause keeps is the kept workspace, whose files are
+ * complete once every process of the sandbox is gone, and durable after a
+ * sync of the storage pool.  Running state is not kept: saving processes
+ * needs CRIU, and Debian 12's (3.17) fails on the kernels sandlot runs on
+ * ("vdso: Unexpected rt vDSO area bounds"). */
+static int ns_pause(struct sandlot *sb, unsigned flags, sandlot_error_t **err)
+{
+	const struct ns_state *ns = sb->backend;
+	if (flags & SANDLOT_PAUSE_MEMORY)
+		return sandlot__error(err, ENOTSUP,
+				      "ns sandboxes pause their files only: their running state "
+				      "(processes, memory) cannot be saved");
+	if (!ns || ns->pid <= 0)
+		return sandlot__error(err, EPIPE, "the sandbox is gone");
+	if (ns->storage.kind != SANDLOT_STORAGE_POOL || ns->storage.ephemeral)
+		return sandlot__error(err, EINVAL, "the sandbox has no kept workspace");
+	sandlot__trace(NULL);
+	ns_stop(sb);
+	/* Until init has exited, which in a pid namespace is after every other
+	 * process in it: no writer is left.  WNOWAIT: release reaps it. */
+	siginfo_t si;
+	while (waitid(P_PID, (id_t)ns->pid, &si, WEXITED | WNOWAIT) < 0)
+		if (errno != EINTR)
+			return sandlot__error_errno(err, errno, "wait for the sandbox to end");
+	sandlot__trace("pause: ended");
+	if (sandlot__workspace_sync(sb->data_dir, err) < 0)
+		return -1;
+	sandlot__trace("pause: sync");
+	return 0;
 }
 
 static int ns_ended(const struct sandlot *sb)
@@ -750,4 +802,11 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.netns_fd = ns_netns_fd,
 	.remove_leftovers = ns_remove_leftovers,
 	.take_egress = ns_take_egress,
+	.pause = ns_pause,
+	.resume = ns_resume,
+	.snapshot = sandlot__workspace_copy,
+	.workspace_size = sandlot__workspace_size,
+	.workspace_remove = sandlot__workspace_remove,
+	.workspace_list = sandlot__workspace_list,
+	.workspace_sync = sandlot__workspace_sync,
 };

@@ -21,6 +21,7 @@ struct ns_state {
 	struct sandlot_uid_slot slot;
 	sandlot_cgroup_t *cg;
 	struct sandlot_storage storage;
+	int image_fd;               /* a built image's detached mount until init attached it, or -1 */
 	/* The cleanup helper (sandlot_options_t.cleanup_helper), or 0. */
 	pid_t helper_pid;
 	int helper_fd;              /* the helper's lifeline: our write end, -1 if none */
@@ -39,6 +40,20 @@ struct ns_state {
  * free prepared cgroups of preparers that are gone, at most once a minute
  * per data directory (ns.c). */
 void sandlot__ns_collect_stale(const char *data_dir);
+
+/* ---- a built image (ns-image.c) ---- */
+
+/* A detached, recursive, read-only (nosuid, nodev) clone of the image's
+ * rootfs (images/<digest>/rootfs), to be attached by the sandbox's init:
+ * the descriptor, or -1 with an error. */
+int sandlot__ns_image_mount(const char *data_dir, const char *digest, sandlot_error_t **err);
+
+/* Show the image's owners through the user namespace of `pid` (on-disk
+ * uid u appears as sandbox uid u, so root's files belong to root inside
+ * instead of to the overflow uid).  Where the filesystem holding the data
+ * directory cannot be idmapped this is skipped: files then appear owned by
+ * nobody, which changes nothing for reading and executing them. */
+void sandlot__ns_image_idmap(int fd, pid_t pid);
 
 /* ---- the prepared root tree (ns-root.c) ---- */
 

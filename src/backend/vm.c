@@ -1066,4 +1066,14 @@ const struct sandlot_backend_ops sandlot__backend_vm = {
 	.netns_fd = vm_netns_fd,
 	.remove_leftovers = vm_remove_leftovers,
 	.ready_timeout_ms = BOOT_TIMEOUT_MS,
+	/* No pause, resume or snapshots, and no kept workspaces (the disk goes
+	 * with the sandbox): sandlot_pause(), sandlot_resume() and
+	 * sandlot_workspace_copy() fail with ENOTSUP naming this backend. */
+	.pause = NULL,
+	.resume = NULL,
+	.snapshot = NULL,
+	.workspace_size = NULL,
+	.workspace_remove = NULL,
+	.workspace_list = NULL,
+	.workspace_sync = NULL,
 };

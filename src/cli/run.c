@@ -697,7 +697,7 @@ int cmd_run(int argc, char **argv)
 		}
 	}
 	if (npip || nnpm) {
-		sandlot_install_result_t ir;
+		sandlot_install_result_t ir = { .size = sizeof(ir) };
 		int r = sandlot_install_packages(sb, &packages, &ir, &err);
 		/* The installers' output goes with the command's errors: stderr
 		 * (in --json mode, only when they fail). */
@@ -722,7 +722,7 @@ int cmd_run(int argc, char **argv)
 	}
 	/* The command's changes are measured from here, uploads excluded
 	 * (without uploads, from the baseline init took when it started). */
-	sandlot_changes_t ch = { 0 };
+	sandlot_changes_t ch = { .size = sizeof(ch) };
 	if (json && !early && sandlot_changes_scan(sb, &ch, NULL) == 0)
 		sandlot_changes_free(&ch);
 
@@ -742,7 +742,7 @@ int cmd_run(int argc, char **argv)
 	sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
 					.on_output = on_output, .on_exit = on_exit_cb, .userdata = &st };
 	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, &err);
-	sandlot_exit_t ex = { .exit_code = -1 };
+	sandlot_exit_t ex = { .size = sizeof(ex), .exit_code = -1 };
 	if (!p || (early && sandlot_wait_ready(sb, &err) < 0)) {
 		/* (A failed set-up ends the command as killed: its own error
 		 * is the one to show.) */

@@ -184,6 +184,7 @@ sandlot_proc_t *sandlot_exec(sandlot_t *sb, const sandlot_exec_spec_t *spec,
 	p->sb = sb;
 	if (cb)
 		p->cb = *cb;
+	p->ex.size = sizeof(p->ex); /* what on_exit gets: the library's own */
 	p->ex.exit_code = -1;
 	p->stdin_pipe = spec->stdin_pipe;
 	p->stdin_credit = SANDLOT_PROTO_WINDOW;
@@ -304,12 +305,14 @@ void sandlot_proc_resume_output(sandlot_proc_t *p)
 
 int sandlot_proc_wait(sandlot_proc_t *p, sandlot_exit_t *out, sandlot_error_t **err)
 {
+	if (out && sandlot__out_check("sandlot_exit_t", out, sizeof(*out), err) < 0)
+		return -1;
 	struct sl_conn *c = &p->sb->conn;
 	pthread_mutex_lock(&c->lock);
 	while (!p->done)
 		pthread_cond_wait(&c->cond, &c->lock);
 	if (out)
-		*out = p->ex;
+		sandlot__out_put(out, &p->ex, sizeof(p->ex));
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }

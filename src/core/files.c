@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "core/sized.h"
 
 #define CREDIT_BATCH (64u * 1024)
 
@@ -555,10 +556,25 @@ static void parse_stat_rec(const struct sl_rec *rec, sandlot_stat_t *st)
 	}
 }
 
-int sandlot_stat(sandlot_t *sb, const char *path, sandlot_stat_t *out, sandlot_error_t **err)
+/* The size of the first sandlot_stat_t with a growth rule (docs/
+ * libsandlot.md): a caller's is never smaller.  Do not change it when the
+ * struct grows. */
+#define STAT_MIN_SIZE 32
+_Static_assert(sizeof(sandlot_stat_t) >= STAT_MIN_SIZE, "sandlot_stat_t only grows");
+
+/* The sandlot_dirent_t of that version: a name, then the stat. */
+#define DIRENT_MIN_SIZE (offsetof(sandlot_dirent_t, st) + STAT_MIN_SIZE)
+
+int sandlot_stat_sized(sandlot_t *sb, const char *path, sandlot_stat_t *caller, size_t out_size,
+		       sandlot_error_t **err)
 {
+	if (sandlot__elem_check("sandlot_stat_t", out_size, STAT_MIN_SIZE, sizeof(sandlot_stat_t),
+				err) < 0)
+		return -1;
 	if (check_path(path, "stat", err) < 0)
 		return -1;
+	sandlot_stat_t full;
+	sandlot_stat_t *out = &full;
 	struct req r = { 0 };
 	snprintf(r.what, sizeof(r.what), "stat %.140s", path);
 	struct sl_msg m;
@@ -576,6 +592,7 @@ int sandlot_stat(sandlot_t *sb, const char *path, sandlot_stat_t *out, sandlot_e
 	while (sl_rec_next(&it, &rec) == 1)
 		parse_stat_rec(&rec, out);
 	req_cleanup(&r);
+	sandlot__elem_put(caller, out_size, &full, sizeof(full));
 	return 0;
 }
 
@@ -646,16 +663,44 @@ static void list_item(struct req *r, const struct sl_frame_header *h, const uint
 	}
 }
 
-void sandlot_dirents_free(sandlot_dirent_t *entries, size_t count)
+void sandlot_dirents_free_sized(sandlot_dirent_t *entries, size_t count, size_t entry_size)
 {
-	for (size_t i = 0; i < count; i++)
-		free(entries[i].name);
+	if (!entries)
+		return;
+	for (size_t i = 0; i < count; i++) {
+		char *name;
+		memcpy(&name, (char *)entries + i * entry_size, sizeof(name));
+		free(name);
+	}
 	free(entries);
 }
 
-int sandlot_list(sandlot_t *sb, const char *path, sandlot_dirent_t **out, size_t *count,
-		 sandlot_error_t **err)
+/* The library's array of n entries laid out again with the caller's
+ * stride (the names move; `v` is freed).  NULL when out of memory. */
+static sandlot_dirent_t *restride_dirents(sandlot_dirent_t *v, size_t n, size_t entry_size)
 {
+	char *o = calloc(n ? n : 1, entry_size);
+	if (!o)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		char *e = o + i * entry_size;
+		/* The name, then the stat as far as the caller's entry goes; a
+		 * longer entry's stat is zero-filled past this library's. */
+		memcpy(e, &v[i], offsetof(sandlot_dirent_t, st));
+		sandlot__elem_put(e + offsetof(sandlot_dirent_t, st),
+				  entry_size - offsetof(sandlot_dirent_t, st), &v[i].st,
+				  sizeof(sandlot_stat_t));
+	}
+	free(v);
+	return (sandlot_dirent_t *)(void *)o;
+}
+
+int sandlot_list_sized(sandlot_t *sb, const char *path, sandlot_dirent_t **out, size_t *count,
+		       size_t entry_size, sandlot_error_t **err)
+{
+	if (sandlot__elem_check("sandlot_dirent_t", entry_size, DIRENT_MIN_SIZE,
+				sizeof(sandlot_dirent_t), err) < 0)
+		return -1;
 	if (check_path(path, "list", err) < 0)
 		return -1;
 	struct list_ctx ctx = { 0 };
@@ -675,6 +720,14 @@ int sandlot_list(sandlot_t *sb, const char *path, sandlot_dirent_t **out, size_t
 	if (rc < 0) {
 		sandlot_dirents_free(ctx.items, ctx.n);
 		return -1;
+	}
+	if (entry_size != sizeof(sandlot_dirent_t)) {
+		sandlot_dirent_t *v = restride_dirents(ctx.items, ctx.n, entry_size);
+		if (!v) {
+			sandlot_dirents_free(ctx.items, ctx.n);
+			return sandlot__error(err, ENOMEM, "list %s: out of memory", path);
+		}
+		ctx.items = v;
 	}
 	*out = ctx.items;
 	*count = ctx.n;
@@ -787,12 +840,16 @@ static void scan_item(struct req *r, const struct sl_frame_header *h, const uint
 	}
 }
 
-void sandlot_changes_free(sandlot_changes_t *c)
+void sandlot_changes_free_sized(sandlot_changes_t *c, size_t item_size)
 {
 	if (!c)
 		return;
-	for (size_t i = 0; i < c->count; i++)
-		free(c->items[i].path);
+	for (size_t i = 0; i < c->count; i++) {
+		char *path;
+		memcpy(&path, (char *)c->items + i * item_size + offsetof(sandlot_change_t, path),
+		       sizeof(path));
+		free(path);
+	}
 	free(c->items);
 	c->items = NULL;
 	c->count = 0;
@@ -844,15 +901,34 @@ static int changes_scan(sandlot_t *sb, sandlot_changes_t *out, int baseline, uin
 	return rc;
 }
 
-int sandlot_changes_scan(sandlot_t *sb, sandlot_changes_t *out, sandlot_error_t **err)
-{
-	return changes_scan(sb, out, 0, 0, err);
-}
+/* The first sandlot_change_t with a growth rule: kind, path, type, size. */
+#define CHANGE_MIN_SIZE 32
+_Static_assert(sizeof(sandlot_change_t) >= CHANGE_MIN_SIZE, "sandlot_change_t only grows");
 
-int sandlot_changes_scan_max(sandlot_t *sb, uint64_t max_bytes, sandlot_changes_t *out,
-			     sandlot_error_t **err)
+int sandlot_changes_scan_sized(sandlot_t *sb, uint64_t max_bytes, sandlot_changes_t *caller,
+			       size_t item_size, sandlot_error_t **err)
 {
-	return changes_scan(sb, out, 0, max_bytes, err);
+	if (sandlot__out_check("sandlot_changes_t", caller, sizeof(*caller), err) < 0 ||
+	    sandlot__elem_check("sandlot_change_t", item_size, CHANGE_MIN_SIZE,
+				sizeof(sandlot_change_t), err) < 0)
+		return -1;
+	sandlot_changes_t full;
+	if (changes_scan(sb, &full, 0, max_bytes, err) < 0)
+		return -1;
+	if (item_size != sizeof(sandlot_change_t)) {
+		char *v = calloc(full.count ? full.count : 1, item_size);
+		if (!v) {
+			sandlot_changes_free(&full);
+			return sandlot__error(err, ENOMEM, "scan workspace: out of memory");
+		}
+		for (size_t i = 0; i < full.count; i++)
+			sandlot__elem_put(v + i * item_size, item_size, &full.items[i],
+					  sizeof(sandlot_change_t));
+		free(full.items); /* the paths moved */
+		full.items = (sandlot_change_t *)(void *)v;
+	}
+	sandlot__out_put(caller, &full, sizeof(full));
+	return 0;
 }
 
 int sandlot__changes_baseline(sandlot_t *sb, sandlot_error_t **err)

@@ -1,4 +1,5 @@
-/* The image store, sandbox side: resolve, lock, mount (see images.h). */
+/* The image store, sandbox side: resolve, lock, read the config (see
+ * images.h); attaching the image is the backend's (ns-image.c). */
 #include "images.h"
 
 #include <dirent.h>
@@ -8,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -166,7 +166,7 @@ int sandlot__image_open(const char *data_dir, const char *ref, struct sandlot_im
 			sandlot_error_t **err)
 {
 	memset(img, 0, sizeof(*img));
-	img->lock_fd = img->root_fd = -1;
+	img->lock_fd = -1;
 	if (sandlot__image_resolve(data_dir, ref, img->digest, err) < 0)
 		return -1;
 	char path[4200];
@@ -200,55 +200,8 @@ int sandlot__image_open(const char *data_dir, const char *ref, struct sandlot_im
 	return 0;
 }
 
-int sandlot__image_mount(const char *data_dir, struct sandlot_image *img, sandlot_error_t **err)
-{
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/images/%s/rootfs", data_dir, img->digest);
-	/* A clone of the directory as a mount of its own, attached nowhere:
-	 * the sandbox's init attaches it in its own namespace, so the data
-	 * directory (mode 0700, unreachable for sandbox uids) is never walked
-	 * from inside, and nothing is mounted on the host. */
-	int fd = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-	if (fd < 0)
-		return sandlot__error_errno(err, errno, "clone image root %s", path);
-	struct mount_attr attr = {
-		.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-	};
-	if (mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0) {
-		int e = errno;
-		close(fd);
-		return sandlot__error_errno(err, e, "make image root %s read-only", path);
-	}
-	img->root_fd = fd;
-	return 0;
-}
-
-void sandlot__image_idmap(struct sandlot_image *img, pid_t pid)
-{
-	if (img->root_fd < 0)
-		return;
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
-	cleanup_close int ns = open(path, O_RDONLY | O_CLOEXEC);
-	if (ns < 0)
-		return;
-	struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)ns };
-	if (mount_setattr(img->root_fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0) {
-		/* EINVAL/EOPNOTSUPP: the filesystem cannot be idmapped.  Owners
-		 * then show as the overflow uid; permissions still apply. */
-	}
-}
-
-void sandlot__image_close_mount(struct sandlot_image *img)
-{
-	if (img->root_fd >= 0)
-		close(img->root_fd);
-	img->root_fd = -1;
-}
-
 void sandlot__image_release(struct sandlot_image *img)
 {
-	sandlot__image_close_mount(img);
 	if (img->lock_fd >= 0)
 		close(img->lock_fd);
 	img->lock_fd = -1;

@@ -21,6 +21,11 @@
  * `sandlot image rm` takes it exclusively without waiting, so it is refused
  * while any sandbox uses the image.  The kernel drops a flock when its
  * holder dies, so a crashed sandlot leaves no stale "in use".
+ *
+ * This side is the same for every backend: which image, held in use, and
+ * what its config says.  How a sandbox sees the image's files is its
+ * backend's (backend.h): the ns backend attaches a detached read-only
+ * clone of rootfs (src/backend/ns-image.c), a VM backend a read-only disk.
  */
 #ifndef SANDLOT_CORE_IMAGES_H
 #define SANDLOT_CORE_IMAGES_H
@@ -34,7 +39,6 @@
 struct sandlot_image {
 	char digest[SANDLOT_DIGEST_HEX + 1];
 	int lock_fd;     /* shared flock on images/<digest>/lock; -1 when closed */
-	int root_fd;     /* detached read-only mount of rootfs, -1 until mounted */
 	char **env;      /* "K=V" from the config, NULL-terminated (never NULL once open) */
 	char *workdir;   /* or NULL */
 	char *user;      /* login name of the sandbox user, or NULL */
@@ -58,20 +62,6 @@ int sandlot__image_resolve(const char *data_dir, const char *ref, char *digest,
  * failure *img is left closed (safe to release). */
 int sandlot__image_open(const char *data_dir, const char *ref, struct sandlot_image *img,
 			sandlot_error_t **err);
-
-/* Make img->root_fd: a detached, recursive, read-only (nosuid, nodev)
- * clone of the image's rootfs, to be attached by the sandbox's init. */
-int sandlot__image_mount(const char *data_dir, struct sandlot_image *img, sandlot_error_t **err);
-
-/* Show the image's owners through the user namespace of `pid` (on-disk
- * uid u appears as sandbox uid u, so root's files belong to root inside
- * instead of to the overflow uid).  Where the filesystem holding the data
- * directory cannot be idmapped this is skipped: files then appear owned by
- * nobody, which changes nothing for reading and executing them. */
-void sandlot__image_idmap(struct sandlot_image *img, pid_t pid);
-
-/* Close the mount fd only (after init attached it). */
-void sandlot__image_close_mount(struct sandlot_image *img);
 
 /* Close everything and free; the lock goes with the fd.  Idempotent. */
 void sandlot__image_release(struct sandlot_image *img);

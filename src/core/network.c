@@ -178,17 +178,44 @@ int sandlot_net_configure(const sandlot_net_config_t *cfg, sandlot_error_t **err
 	return sandlot__net_configure(cfg, err);
 }
 
-int sandlot_net_log(sandlot_t *sb, uint64_t after, sandlot_net_event_t **out, size_t *count,
-		    uint64_t *dropped, sandlot_error_t **err)
+/* The size of the first sandlot_net_event_t with a growth rule: a caller's
+ * is never smaller.  Do not change it when the struct grows. */
+#define NET_EVENT_MIN_SIZE 336
+_Static_assert(sizeof(sandlot_net_event_t) >= NET_EVENT_MIN_SIZE, "sandlot_net_event_t only grows");
+
+int sandlot_net_log_sized(sandlot_t *sb, uint64_t after, sandlot_net_event_t **out,
+			  size_t *count, uint64_t *dropped, size_t entry_size, sandlot_error_t **err)
 {
+	if (sandlot__elem_check("sandlot_net_event_t", entry_size, NET_EVENT_MIN_SIZE,
+				sizeof(sandlot_net_event_t), err) < 0)
+		return -1;
 	pthread_mutex_lock(&sb->net_lock);
 	int r = sandlot__net_log_read(sb->net, after, out, count, dropped, err);
 	pthread_mutex_unlock(&sb->net_lock);
-	return r;
+	if (r < 0 || entry_size == sizeof(sandlot_net_event_t) || !*out)
+		return r;
+	/* Laid out again with the caller's stride. */
+	char *v = calloc(*count ? *count : 1, entry_size);
+	if (!v) {
+		free(*out);
+		*out = NULL;
+		return sandlot__error(err, ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < *count; i++)
+		sandlot__elem_put(v + i * entry_size, entry_size, &(*out)[i],
+				  sizeof(sandlot_net_event_t));
+	free(*out);
+	*out = (sandlot_net_event_t *)(void *)v;
+	return 0;
 }
 
-void sandlot_net_stats(sandlot_net_stats_t *out)
+void sandlot_net_stats(sandlot_net_stats_t *caller)
 {
+	/* It cannot fail: a caller that did not set size gets nothing. */
+	if (sandlot__out_check("sandlot_net_stats_t", caller, sizeof(*caller), NULL) < 0)
+		return;
+	sandlot_net_stats_t full;
+	sandlot_net_stats_t *out = &full;
 	memset(out, 0, sizeof(*out));
 	out->dns_allowed = __atomic_load_n(&sl_stats.dns_allowed, __ATOMIC_RELAXED);
 	out->dns_refused = __atomic_load_n(&sl_stats.dns_refused, __ATOMIC_RELAXED);
@@ -199,6 +226,7 @@ void sandlot_net_stats(sandlot_net_stats_t *out)
 	out->connections_open = __atomic_load_n(&sl_stats.open, __ATOMIC_RELAXED);
 	for (unsigned i = 0; i < SL_R_COUNT && i < 20; i++)
 		out->refused_by_reason[i] = __atomic_load_n(&sl_stats.refused[i], __ATOMIC_RELAXED);
+	sandlot__out_put(caller, &full, sizeof(full));
 }
 
 const char *sandlot_net_reason_name(unsigned i)

@@ -402,7 +402,7 @@ static int run(sandlot_t *sb, const char *const *argv, const char *const *env, c
 	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, err);
 	if (!p)
 		return -1;
-	sandlot_exit_t ex;
+	sandlot_exit_t ex = { .size = sizeof(ex) };
 	int r = sandlot_proc_wait(p, &ex, err);
 	sandlot_proc_free(p);
 	if (r < 0)
@@ -821,13 +821,20 @@ static int install_one(sandlot_t *sb, enum mgr m, const char *const *specs, int 
 }
 
 int sandlot_install_packages(sandlot_t *sb, const sandlot_packages_t *pk,
-			     sandlot_install_result_t *res, sandlot_error_t **err)
+			     sandlot_install_result_t *caller, sandlot_error_t **err)
 {
+	/* Filled in both cases (sandlot.h), so checked first: a caller whose
+	 * struct cannot be written gets nothing but the error. */
+	if (sandlot__out_check("sandlot_install_result_t", caller, sizeof(*caller), err) < 0)
+		return -1;
+	sandlot_install_result_t full;
+	sandlot_install_result_t *res = &full;
 	memset(res, 0, sizeof(*res));
 	sandlot_packages_t buf;
 	if (pk) {
 		if (sandlot__packages_copy(pk, &buf, err) < 0) {
 			res->output = strdup("");
+			sandlot__out_put(caller, &full, sizeof(full));
 			return -1;
 		}
 		pk = &buf;
@@ -845,5 +852,8 @@ int sandlot_install_packages(sandlot_t *sb, const sandlot_packages_t *pk,
 	res->from_cache = !downloaded;
 	res->duration_ms = sandlot__now_ms() - t0;
 	pthread_mutex_destroy(&out.lock);
+	sandlot__out_put(caller, &full, sizeof(full));
+	if (!SANDLOT_HAS(caller, output))
+		free(full.output); /* (a struct too short to hold it) */
 	return rc;
 }

@@ -398,8 +398,10 @@ static void free_sandbox(sandlot_t *sb)
 	free(sb);
 }
 
-sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
+/* sandlot_create(), or with `resume` sandlot_resume(). */
+static sandlot_t *create(const sandlot_options_t *opts, int resume, sandlot_error_t **err)
 {
+	const char *what = resume ? "resume sandbox" : "create sandbox";
 	sandlot_options_t given;
 	if (!opts)
 		sandlot_options_init(&given);
@@ -411,12 +413,18 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	const struct sandlot_backend_ops *ops = sandlot__backend_for(opts, err);
 	if (!ops)
 		return NULL;
+	if (resume && !opts->workspace)
+		return sandlot__error(err, EINVAL, "resume sandbox: no workspace named (the paused "
+				      "sandbox's sandlot_options_t.workspace)"), NULL;
+	if (resume && !ops->resume)
+		return sandlot__error(err, ENOTSUP, "resume sandbox: the %s backend cannot resume "
+				      "sandboxes", ops->name), NULL;
 
 	sandlot_t *sb = calloc(1, sizeof(*sb));
 	if (!sb)
 		return sandlot__error(err, ENOMEM, "out of memory"), NULL;
 	sb->conn_fd = -1;
-	sb->img.lock_fd = sb->img.root_fd = -1;
+	sb->img.lock_fd = -1;
 	sb->refs = 1;
 	pthread_mutex_init(&sb->env_lock, NULL);
 	pthread_mutex_init(&sb->ready_lock, NULL);
@@ -484,7 +492,7 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	sb->ops = ops;
 	if (sandlot__init_config_fill(sb, err) < 0)
 		goto fail;
-	if (ops->start(sb, err) < 0)
+	if ((resume ? ops->resume : ops->start)(sb, err) < 0)
 		goto fail;
 	/* The connection (and the I/O thread, the first time) is set up
 	 * while the sandbox sets itself up, so HELLO is read as it comes. */
@@ -517,17 +525,47 @@ sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
 	return sb;
 
 fail_started:
-	sandlot__error_wrap(err, "create sandbox");
+	sandlot__error_wrap(err, "%s", what);
 	sandlot_destroy(sb);
 	return NULL;
 fail:
-	sandlot__error_wrap(err, "create sandbox");
+	sandlot__error_wrap(err, "%s", what);
 	/* An id from sandlot_new_id() whose prepared cgroup was never adopted
 	 * (the failure came first): free again for the next sandbox. */
 	if (sb->id_given)
 		sandlot_release_id(sb->id);
 	free_sandbox(sb); /* the connection was never opened */
 	return NULL;
+}
+
+sandlot_t *sandlot_create(const sandlot_options_t *opts, sandlot_error_t **err)
+{
+	return create(opts, 0, err);
+}
+
+sandlot_t *sandlot_resume(const sandlot_options_t *opts, sandlot_error_t **err)
+{
+	return create(opts, 1, err);
+}
+
+int sandlot_pause(sandlot_t *sb, unsigned flags, sandlot_error_t **err)
+{
+	if (flags & ~SANDLOT_PAUSE_MEMORY)
+		return sandlot__error(err, EINVAL, "pause sandbox %s: unknown flags 0x%x", sb->id,
+				      flags & ~SANDLOT_PAUSE_MEMORY);
+	if (!sb->ops->pause)
+		return sandlot__error(err, ENOTSUP, "pause sandbox %s: the %s backend cannot pause "
+				      "sandboxes", sb->id, sb->ops->name);
+	if (!sb->workspace)
+		return sandlot__error(err, EINVAL,
+				      "pause sandbox %s: it has no kept workspace (made without "
+				      "sandlot_options_t.workspace), so nothing could be resumed",
+				      sb->id);
+	if (!sandlot_alive(sb))
+		return sandlot__error(err, EPIPE, "pause sandbox %s: it has ended", sb->id);
+	if (sb->ops->pause(sb, flags, err) < 0)
+		return sandlot__error_wrap(err, "pause sandbox %s", sb->id);
+	return 0;
 }
 
 void sandlot__ref(sandlot_t *sb)
@@ -626,8 +664,14 @@ int sandlot_alive(const sandlot_t *sb)
 
 int sandlot_usage(sandlot_t *sb, sandlot_usage_t *out, sandlot_error_t **err)
 {
-	memset(out, 0, sizeof(*out));
-	return sb->ops->usage(sb, out, err);
+	if (sandlot__out_check("sandlot_usage_t", out, sizeof(*out), err) < 0)
+		return -1;
+	sandlot_usage_t full;
+	memset(&full, 0, sizeof(full));
+	if (sb->ops->usage(sb, &full, err) < 0)
+		return -1;
+	sandlot__out_put(out, &full, sizeof(full));
+	return 0;
 }
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 5000

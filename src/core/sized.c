@@ -186,3 +186,51 @@ int sandlot__sized_layouts_check(char *why, size_t len)
 	}
 	return 0;
 }
+
+/* ---- structs the library fills in --------------------------------------------- */
+
+int sandlot__out_check(const char *name, const void *out, size_t lib_size,
+		       sandlot_error_t **err)
+{
+	size_t size;
+	memcpy(&size, out, sizeof(size));
+	if (size == 0)
+		return sandlot__error(err, EINVAL,
+				      "%s: size is 0 (not initialised): set .size = sizeof(%s) "
+				      "before the call", name, name);
+	if (size < sizeof(size_t) || size > lib_size + SIZE_SLACK)
+		return sandlot__error(err, EINVAL,
+				      "%s: size %zu is not the size of any version of it (this "
+				      "libsandlot's is %zu): set .size = sizeof(%s)",
+				      name, size, lib_size, name);
+	return 0;
+}
+
+void sandlot__out_put(void *out, const void *full, size_t lib_size)
+{
+	size_t size;
+	memcpy(&size, out, sizeof(size));
+	sandlot__elem_put(out, size, full, lib_size);
+	size_t wrote = size < lib_size ? size : lib_size;
+	memcpy(out, &wrote, sizeof(wrote));
+}
+
+int sandlot__elem_check(const char *name, size_t size, size_t min, size_t lib_size,
+			sandlot_error_t **err)
+{
+	if (size < min || size > lib_size + SIZE_SLACK)
+		return sandlot__error(err, EINVAL,
+				      "%s: the caller's size %zu is not the size of any version of "
+				      "it (this libsandlot's is %zu)", name, size, lib_size);
+	return 0;
+}
+
+void sandlot__elem_put(void *dst, size_t size, const void *full, size_t lib_size)
+{
+	if (size <= lib_size) {
+		memcpy(dst, full, size);
+	} else {
+		memcpy(dst, full, lib_size);
+		memset((char *)dst + lib_size, 0, size - lib_size);
+	}
+}

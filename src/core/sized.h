@@ -58,6 +58,26 @@ int sandlot__packages_copy(const sandlot_packages_t *in, sandlot_packages_t *out
 int sandlot__packages_config_copy(const sandlot_packages_config_t *in,
 				  sandlot_packages_config_t *out, sandlot_error_t **err);
 
+/* ---- structs the library fills in (docs/libsandlot.md) ----
+ *
+ * One struct to fill, with a size field first: sandlot__out_check() before
+ * the work (0, or -1 with EINVAL naming `name` when out->size is 0 or far
+ * past any version: nothing is written), sandlot__out_put() at the end: the
+ * library's `full` (lib_size bytes) into the caller's out, as far as its
+ * size goes, zeros for the rest of it, size = what was written. */
+int sandlot__out_check(const char *name, const void *out, size_t lib_size,
+		       sandlot_error_t **err);
+void sandlot__out_put(void *out, const void *full, size_t lib_size);
+
+/* Elements of arrays, and structs without a size field of their own
+ * (sandlot_stat_t), whose size the caller's macro passes: check it (EINVAL
+ * naming `name` when it is below `min` or far past lib_size), then put
+ * each: lib_size bytes of `full` into `size` bytes at dst (truncated, or
+ * zero-filled). */
+int sandlot__elem_check(const char *name, size_t size, size_t min, size_t lib_size,
+			sandlot_error_t **err);
+void sandlot__elem_put(void *dst, size_t size, const void *full, size_t lib_size);
+
 /* For the tests: 0 if every layout lists all members of its struct, else
  * -1 with what is missing in why. */
 int sandlot__sized_layouts_check(char *why, size_t len);

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/sized.h"
 #include "linux/storage.h"
@@ -65,15 +66,57 @@ double sandlot__overcommit(const sandlot_options_t *opts)
 	return overcommit_env(&v) == 0 ? v : 1;
 }
 
+/* Kept workspaces by name: a name alone does not say which backend keeps
+ * it, so each is asked in turn (backend.h).  The first that has `name`:
+ * its ops, with *bytes its size; NULL with ENOENT when none has. */
+static const struct sandlot_backend_ops *keeper_of(const char *data_dir, const char *name,
+						   uint64_t *bytes, sandlot_error_t **err)
+{
+	sandlot_error_t *none = NULL; /* the first backend's ENOENT, to pass on */
+	for (const struct sandlot_backend_ops *const *b = sandlot__backends; *b; b++) {
+		if (!(*b)->workspace_size)
+			continue;
+		sandlot_error_t *e = NULL;
+		if ((*b)->workspace_size(data_dir, name, bytes, &e) == 0) {
+			sandlot_error_free(none);
+			return *b;
+		}
+		if (sandlot_error_status(e) != ENOENT) {
+			sandlot_error_free(none);
+			none = e;
+			break;
+		}
+		if (none)
+			sandlot_error_free(e);
+		else
+			none = e;
+	}
+	if (!none)
+		sandlot__error(&none, ENOENT, "no kept workspace %s", name);
+	if (err)
+		*err = none;
+	else
+		sandlot_error_free(none);
+	return NULL;
+}
+
 int sandlot_workspace_copy(const sandlot_options_t *opts, const char *src, const char *dst,
 			   sandlot_error_t **err)
 {
 	sandlot_options_t o;
 	if (norm(&opts, &o, err) < 0)
 		return -1;
-	if (sandlot__workspace_name_check(src, err) < 0)
+	if (sandlot__workspace_name_check(dst, err) < 0 ||
+	    sandlot__workspace_name_check(src, err) < 0)
 		return -1;
-	return sandlot__workspace_copy(dir_of(opts), src, dst, sandlot__overcommit(opts), err);
+	uint64_t bytes;
+	const struct sandlot_backend_ops *ops = keeper_of(dir_of(opts), src, &bytes, err);
+	if (!ops)
+		return -1;
+	if (!ops->snapshot)
+		return sandlot__error(err, ENOTSUP, "the %s backend cannot copy workspace %s",
+				      ops->name, src);
+	return ops->snapshot(dir_of(opts), src, dst, sandlot__overcommit(opts), err);
 }
 
 int sandlot_workspace_remove(const sandlot_options_t *opts, const char *name,
@@ -82,7 +125,42 @@ int sandlot_workspace_remove(const sandlot_options_t *opts, const char *name,
 	sandlot_options_t o;
 	if (norm(&opts, &o, err) < 0)
 		return -1;
-	return sandlot__workspace_remove(dir_of(opts), name, err);
+	if (sandlot__workspace_name_check(name, err) < 0)
+		return -1;
+	/* Every backend's (there is at most one of a name, unless a process
+	 * was killed half-way through making one). */
+	int found = 0;
+	sandlot_error_t *none = NULL; /* the first backend's ENOENT, to pass on */
+	for (const struct sandlot_backend_ops *const *b = sandlot__backends; *b; b++) {
+		if (!(*b)->workspace_remove)
+			continue;
+		sandlot_error_t *e = NULL;
+		if ((*b)->workspace_remove(dir_of(opts), name, &e) == 0) {
+			found = 1;
+			continue;
+		}
+		if (sandlot_error_status(e) != ENOENT) {
+			sandlot_error_free(none);
+			if (err)
+				*err = e;
+			else
+				sandlot_error_free(e);
+			return -1;
+		}
+		if (none)
+			sandlot_error_free(e);
+		else
+			none = e;
+	}
+	if (found || !none) {
+		sandlot_error_free(none);
+		return found ? 0 : sandlot__error(err, ENOENT, "no kept workspace %s", name);
+	}
+	if (err)
+		*err = none;
+	else
+		sandlot_error_free(none);
+	return -1;
 }
 
 int sandlot_workspace_size(const sandlot_options_t *opts, const char *name, uint64_t *bytes,
@@ -91,7 +169,9 @@ int sandlot_workspace_size(const sandlot_options_t *opts, const char *name, uint
 	sandlot_options_t o;
 	if (norm(&opts, &o, err) < 0)
 		return -1;
-	return sandlot__workspace_size(dir_of(opts), name, bytes, err);
+	if (sandlot__workspace_name_check(name, err) < 0)
+		return -1;
+	return keeper_of(dir_of(opts), name, bytes, err) ? 0 : -1;
 }
 
 int sandlot_workspace_list(const sandlot_options_t *opts, char ***names, sandlot_error_t **err)
@@ -99,7 +179,35 @@ int sandlot_workspace_list(const sandlot_options_t *opts, char ***names, sandlot
 	sandlot_options_t o;
 	if (norm(&opts, &o, err) < 0)
 		return -1;
-	return sandlot__workspace_list(dir_of(opts), names, err);
+	char **all = calloc(1, sizeof(char *));
+	size_t n = 0;
+	if (!all)
+		return sandlot__error(err, ENOMEM, "out of memory");
+	for (const struct sandlot_backend_ops *const *b = sandlot__backends; *b; b++) {
+		char **some = NULL;
+		if (!(*b)->workspace_list)
+			continue;
+		if ((*b)->workspace_list(dir_of(opts), &some, err) < 0) {
+			sandlot__strv_free(all);
+			return -1;
+		}
+		size_t k = 0;
+		while (some[k])
+			k++;
+		char **grown = realloc(all, (n + k + 1) * sizeof(char *));
+		if (!grown) {
+			sandlot__strv_free(some);
+			sandlot__strv_free(all);
+			return sandlot__error(err, ENOMEM, "out of memory");
+		}
+		all = grown;
+		memcpy(all + n, some, k * sizeof(char *));
+		n += k;
+		all[n] = NULL;
+		free(some); /* its strings are in all now */
+	}
+	*names = all;
+	return 0;
 }
 
 int sandlot_workspace_sync(const sandlot_options_t *opts, sandlot_error_t **err)
@@ -107,7 +215,10 @@ int sandlot_workspace_sync(const sandlot_options_t *opts, sandlot_error_t **err)
 	sandlot_options_t o;
 	if (norm(&opts, &o, err) < 0)
 		return -1;
-	return sandlot__workspace_sync(dir_of(opts), err);
+	for (const struct sandlot_backend_ops *const *b = sandlot__backends; *b; b++)
+		if ((*b)->workspace_sync && (*b)->workspace_sync(dir_of(opts), err) < 0)
+			return -1;
+	return 0;
 }
 
 int sandlot_workspace_import(const sandlot_options_t *opts, const char *name, const char *image,
@@ -132,12 +243,15 @@ int sandlot_storage_info(const sandlot_options_t *opts, sandlot_storage_info_t *
 	sandlot_options_t o;
 	if (norm(&opts, &o, err) < 0)
 		return -1;
+	if (sandlot__out_check("sandlot_storage_info_t", out, sizeof(*out), err) < 0)
+		return -1;
 	struct sandlot_pool_info pi;
 	if (sandlot__pool_info(dir_of(opts), &pi, err) < 0)
 		return -1;
-	out->pool_bytes = pi.size;
-	out->usable_bytes = pi.usable;
-	out->reserved_bytes = pi.reserved;
+	sandlot_storage_info_t full = {
+		.pool_bytes = pi.size, .usable_bytes = pi.usable, .reserved_bytes = pi.reserved,
+	};
+	sandlot__out_put(out, &full, sizeof(full));
 	return 0;
 }
 

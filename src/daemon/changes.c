@@ -233,7 +233,7 @@ int dsb_scan_changes(struct daemon *d, struct dsb *s, const char *source, json_t
 	/* The scan's report is bounded in init's payload bytes (grant); the
 	 * log counts entries a little more generously (entry_cost), and that
 	 * difference is settled below. */
-	sandlot_changes_t ch = { 0 };
+	sandlot_changes_t ch = { .size = sizeof(ch) };
 	if (sandlot_changes_scan_max(s->sb, grant, &ch, err) < 0) {
 		budget_add(d, -(int64_t)grant);
 		pthread_mutex_unlock(&s->scan_lock);

@@ -564,7 +564,7 @@ static int fs_move(struct http_req *req, struct dsb *s, sandlot_t *sb, json_t *m
 	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, &err);
 	if (!p)
 		return e2b_answer_sandlot(req, E2B_UNARY, err, "moving");
-	sandlot_exit_t ex;
+	sandlot_exit_t ex = { .size = sizeof(ex) };
 	int rc = sandlot_proc_wait(p, &ex, &err);
 	sandlot_proc_free(p);
 	if (rc < 0)

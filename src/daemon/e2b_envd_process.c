@@ -233,7 +233,7 @@ static void *watcher(void *ud)
 	wake_subs_locked(p);
 	pthread_mutex_unlock(&p->lock);
 
-	sandlot_exit_t ex;
+	sandlot_exit_t ex = { .size = sizeof(ex) };
 	sandlot_error_t *err = NULL;
 	if (sandlot_proc_wait(p->proc, &ex, &err) < 0) {
 		pthread_mutex_lock(&p->lock);

@@ -249,10 +249,39 @@ static int do_pause(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 	registry_save(d, s);
 	pthread_mutex_unlock(&s->lock);
 	daemon_fault("pause-after-registry");
+	/* The backend keeps what a resume needs (for ns sandboxes: the files,
+	 * made durable) and ends the sandbox's processes; commands in flight
+	 * end as killed. */
+	sandlot_error_t *e = NULL;
+	if (sb && sandlot_pause(sb, 0, &e) < 0) {
+		char msg[600];
+		snprintf(msg, sizeof(msg), "%s", sandlot_error_message(e));
+		daemon_log_quote(msg);
+		if (sandlot_alive(sb)) {
+			/* Refused, nothing done: it runs on as it was. */
+			pthread_mutex_lock(&s->lock);
+			s->state = DSB_RUNNING;
+			s->transition = 0;
+			s->paused_ms = 0;
+			s->workspace_kept = 0;
+			registry_save(d, s);
+			pthread_cond_broadcast(&s->cond);
+			pthread_mutex_unlock(&s->lock);
+			daemon_log("pause_failed", "level=warn sandbox=%s error=\"%s\"", s->id, msg);
+			if (err)
+				*err = e;
+			else
+				sandlot_error_free(e);
+			return -1;
+		}
+		/* Ended: paused with what reached the disk. */
+		daemon_log("pause_incomplete", "level=warn sandbox=%s error=\"%s\"", s->id, msg);
+		sandlot_error_free(e);
+	}
 	__atomic_sub_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
-	/* Kills its commands and init, destroys the handle (or leaves that to
-	 * the reaper while a request still holds it), then dsb_destroyed()
-	 * flushes the image and ends the transition. */
+	/* Stops its exec streams and ports, destroys the handle (or leaves
+	 * that to the reaper while a request still holds it), then
+	 * dsb_destroyed() ends the transition. */
 	dsb_stop(d, s, sb);
 	daemon_log("paused", "sandbox=%s ms=%.1f", s->id, (double)(sandlot__now_ns() - t0) / 1e6);
 	return 0;
@@ -408,7 +437,7 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandl
 		opts.id = s->id;
 		opts.workspace = s->id;
 		opts.disk_overcommit = d->cfg.disk_overcommit;
-		sb = sandlot_create(&opts, &e);
+		sb = sandlot_resume(&opts, &e);
 		if (!sb)
 			create_error(e, err);
 		e = NULL;

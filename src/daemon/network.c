@@ -273,7 +273,7 @@ const struct http_route network_routes[] = {
 
 char *network_metrics(void)
 {
-	sandlot_net_stats_t st;
+	sandlot_net_stats_t st = { .size = sizeof(st) };
 	sandlot_net_stats(&st);
 	char *out = NULL;
 	size_t len = 0;

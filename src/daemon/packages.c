@@ -97,7 +97,7 @@ int packages_install(struct daemon *d, struct dsb *s, sandlot_t *sb, const struc
 {
 	*result = *error = NULL;
 	sandlot_packages_t pk = { .size = sizeof(pk), .pip = p->pip, .npm = p->npm };
-	sandlot_install_result_t ir;
+	sandlot_install_result_t ir = { .size = sizeof(ir) };
 	sandlot_error_t *err = NULL;
 	int r = sandlot_install_packages(sb, &pk, &ir, &err);
 	const char *id = s ? s->id : sandlot_id(sb);

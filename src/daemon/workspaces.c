@@ -8,17 +8,20 @@
  * runs this costs nothing more than an ephemeral workspace, and it is what
  * the routes below build on:
  *
- *   pause     POST .../pause: the sandbox's processes are killed and its
- *             sandlot_t destroyed (memory, cgroup, uid range: all freed);
- *             the workspace is flushed (syncfs of the pool) and stays.
- *             State "paused".  A paused sandbox counts toward nothing but
- *             disk: not --max-sandboxes, and no TTL or idle timeout runs.
+ *   pause     POST .../pause: sandlot_pause() keeps what its backend can
+ *             (ns sandboxes: the workspace's files, made durable) and ends
+ *             the sandbox's processes; then its sandlot_t is destroyed
+ *             (memory, cgroup, uid range: all freed) and the workspace
+ *             stays.  State "paused".  A paused sandbox counts toward
+ *             nothing but disk: not --max-sandboxes, and no TTL or idle
+ *             timeout runs.
  *   resume    POST .../resume, or any call that goes through dsb_get()
  *             (exec, files, code, changes, keepalive) on a sandbox created
- *             with auto_resume: a new sandlot_t with the same id and options
- *             on the same workspace.  Files come back byte for byte;
- *             processes, interpreter state and the exec history do not.  The
- *             TTL starts again at the resume (or is set anew by its body).
+ *             with auto_resume: sandlot_resume() with the same id and
+ *             options on the same workspace.  Files come back byte for
+ *             byte; for ns sandboxes processes, interpreter state and the
+ *             exec history do not.  The TTL starts again at the resume (or
+ *             is set anew by its body).
  *   retention A paused sandbox is kept paused_retention_seconds (default
  *             --paused-retention, 7 days; 0 = for good); then it expires
  *             with reason "paused_retention" and its workspace goes.  A

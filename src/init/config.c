@@ -80,6 +80,18 @@ static const struct str_field {
 	{ SL_TAG_USER, "USER", offsetof(struct init_config, user_name), check_user },
 };
 
+/* The u64 records: where each goes. */
+static const struct u64_field {
+	uint16_t tag;
+	const char *name;
+	size_t offset;
+} u64_fields[] = {
+	{ SL_TAG_NOFILE, "NOFILE", offsetof(struct init_config, nofile) },
+	{ SL_TAG_FSIZE, "FSIZE", offsetof(struct init_config, fsize) },
+	{ SL_TAG_DISK, "DISK", offsetof(struct init_config, disk) },
+	{ SL_TAG_MEMORY, "MEMORY", offsetof(struct init_config, scan_memory) },
+};
+
 _Static_assert(sizeof(str_fields) / sizeof(str_fields[0]) ==
 		       sizeof(((struct init_config *)0)->owned) / sizeof(char *),
 	       "one owned slot per string record");
@@ -105,6 +117,15 @@ static int decode_record(const struct sl_rec *r, struct init_config *cfg, uint32
 		free(cfg->owned[i]);
 		cfg->owned[i] = v;
 		*(const char **)((char *)cfg + f->offset) = v;
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(u64_fields) / sizeof(u64_fields[0]); i++) {
+		const struct u64_field *f = &u64_fields[i];
+		if (r->tag != f->tag)
+			continue;
+		if (sl_rec_u64(r, &u64) < 0)
+			return bad(why, n, EPROTO, "CONFIG: malformed %s record", f->name);
+		*(uint64_t *)((char *)cfg + f->offset) = u64;
 		return 0;
 	}
 	switch (r->tag) {
@@ -134,18 +155,6 @@ static int decode_record(const struct sl_rec *r, struct init_config *cfg, uint32
 			return bad(why, n, EPROTO, "CONFIG: malformed PIDS record");
 		cfg->pids = u32;
 		return 0;
-	case SL_TAG_NOFILE:
-	case SL_TAG_FSIZE:
-	case SL_TAG_DISK:
-	case SL_TAG_MEMORY: {
-		static const char *const names[] = { "NOFILE", "FSIZE", "DISK", "MEMORY" };
-		int k = r->tag == SL_TAG_NOFILE ? 0 : r->tag == SL_TAG_FSIZE ? 1 : r->tag == SL_TAG_DISK ? 2 : 3;
-		if (sl_rec_u64(r, &u64) < 0)
-			return bad(why, n, EPROTO, "CONFIG: malformed %s record", names[k]);
-		uint64_t *dst[] = { &cfg->nofile, &cfg->fsize, &cfg->disk, &cfg->scan_memory };
-		*dst[k] = u64;
-		return 0;
-	}
 	case SL_TAG_SECCOMP:
 		if (r->len == 0 || r->len % sizeof(struct sock_filter) != 0 ||
 		    r->len / sizeof(struct sock_filter) > BPF_MAXINSNS)

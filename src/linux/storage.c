@@ -763,12 +763,14 @@ static int open_subdir(int root, const char *name, sandlot_error_t **err)
 }
 
 static int storage_pool(const char *data_dir, const char *id, uint64_t bytes, const char *keep,
-			double ratio, struct sandlot_storage *out, sandlot_error_t **err)
+			int existing, double ratio, struct sandlot_storage *out, sandlot_error_t **err)
 {
 	struct pool_paths p;
 	if (pool_paths(data_dir, &p) < 0)
 		return sandlot__error(err, ENAMETOOLONG, "data directory path too long");
-	cleanup_close int root = pool_open(data_dir, 1, err);
+	/* Without a pool there is no workspace to resume: ENOENT (the pool's
+	 * file missing), not a new pool. */
+	cleanup_close int root = pool_open(data_dir, !existing, err);
 	if (root < 0)
 		return -1;
 	cleanup_close int dir = open_subdir(root, keep ? "kept" : "ws", err);
@@ -780,6 +782,8 @@ static int storage_pool(const char *data_dir, const char *id, uint64_t bytes, co
 		w = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (w < 0 && errno != ENOENT)
 			return sandlot__error_errno(err, errno, "open workspace %s", name);
+		if (w < 0 && existing)
+			return sandlot__error(err, ENOENT, "no kept workspace %s", name);
 		if (w >= 0) {
 			if ((lock = lock_workspace(w, 0, 1, name, err)) < 0)
 				return -1;
@@ -831,6 +835,10 @@ int sandlot__storage_create(const char *data_dir, const char *id, uint64_t bytes
 	memset(out, 0, sizeof(*out));
 	out->mount_fd = out->lock_fd = -1;
 	out->bytes = bytes;
+	int existing = (want & SANDLOT_STORAGE_EXISTING) != 0;
+	want &= ~SANDLOT_STORAGE_EXISTING;
+	if (existing && !keep)
+		return sandlot__error(err, EINVAL, "no kept workspace named");
 	if (keep) {
 		want = SANDLOT_STORAGE_POOL; /* validated: never tmpfs */
 	} else if (want == 0) {
@@ -844,7 +852,7 @@ int sandlot__storage_create(const char *data_dir, const char *id, uint64_t bytes
 		return -1;
 	if (!(out->data_dir = strdup(data_dir)))
 		return sandlot__error(err, ENOMEM, "out of memory");
-	if (storage_pool(data_dir, id, bytes, keep, overcommit, out, err) < 0) {
+	if (storage_pool(data_dir, id, bytes, keep, existing, overcommit, out, err) < 0) {
 		free(out->data_dir);
 		out->data_dir = NULL;
 		return -1;

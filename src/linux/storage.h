@@ -85,8 +85,11 @@ struct sandlot_storage {
  * another sandbox uses it), or is NULL for an ephemeral one.  A new
  * workspace is admitted against the pool (ENOSPC with a message saying how
  * much could be reserved); `overcommit` is the operator's ratio (>= 1).
+ * Or'ed into `want`, SANDLOT_STORAGE_EXISTING takes only a kept workspace
+ * that exists (ENOENT otherwise: a resume never starts on a fresh one).
  * Call sandlot__storage_idmap() once the sandbox's user namespace exists
  * and before its init attaches the mount.  On failure *out holds nothing. */
+#define SANDLOT_STORAGE_EXISTING 0x100
 int sandlot__storage_create(const char *data_dir, const char *id, uint64_t bytes, int want,
 			    const char *keep, double overcommit, struct sandlot_storage *out,
 			    sandlot_error_t **err);

@@ -434,7 +434,7 @@ static void test_files_and_changes(void)
 	sandlot_exec_callbacks_t cb = { .size = sizeof(cb) };
 	sandlot_proc_t *p = sandlot_exec(domain_sandbox_handle(g, NULL), &spec, &cb, &err);
 	REQUIRE(p);
-	sandlot_exit_t ex;
+	sandlot_exit_t ex = { .size = sizeof(ex) };
 	REQUIRE(sandlot_proc_wait(p, &ex, &err) == 0 && ex.exit_code == 0);
 	sandlot_proc_free(p);
 	uint64_t cursor = 0;

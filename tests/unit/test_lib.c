@@ -526,7 +526,8 @@ static int wait_exit_cb(struct run *r, unsigned timeout_ms)
 static void finish_proc(sandlot_proc_t *p, struct run *r)
 {
 	sandlot_exit_t ex;
-	memset(&ex, 0x5a, sizeof(ex));
+	memset(&ex, 0x5a, sizeof(ex)); /* every field is written */
+	ex.size = sizeof(ex);
 	MUST(sandlot_proc_wait(p, &ex, E));
 	REQUIRE(wait_exit_cb(r, 5000));
 	pthread_mutex_lock(&r->mu);
@@ -650,7 +651,7 @@ static int stat_errno(sandlot_t *sb, const char *path)
 
 static uint32_t pids_now(sandlot_t *sb)
 {
-	sandlot_usage_t u;
+	sandlot_usage_t u = { .size = sizeof(u) };
 	MUST(sandlot_usage(sb, &u, E));
 	return u.pids;
 }
@@ -907,7 +908,7 @@ static void test_versioned_struct_older_caller(void)
 		sandlot_destroy(sb);
 		bail("exec failed", __LINE__);
 	}
-	sandlot_exit_t ex;
+	sandlot_exit_t ex = { .size = sizeof(ex) };
 	CHECK(sandlot_proc_wait(p, &ex, NULL) == 0);
 	CHECK_EQ_INT(ex.exit_code, 0);
 	CHECK_EQ_INT(ex.timed_out, 0);
@@ -945,6 +946,148 @@ static void test_versioned_struct_older_caller(void)
 	CHECK_EQ_INT(old_exit.exit_code, 0);
 	pthread_mutex_unlock(&old_exit.mu);
 	sandlot_proc_free(p);
+	sandlot_destroy(sb);
+}
+
+/* Structs the library fills in (docs/libsandlot.md): an older caller's
+ * struct gets no byte past its size, and its size says what was written; a
+ * newer caller's fields this library does not know come back 0; arrays are
+ * laid out with the caller's stride; a size of 0 is refused before
+ * anything is done. */
+static void test_output_structs(void)
+{
+	need_sandbox();
+	sandlot_t *sb = new_sandbox();
+	sh_ok(sb, "mkdir -p /home/user/d && printf abc > /home/user/d/f && printf xy > /home/user/d/g");
+
+	/* on_exit's status is the library's: its own size. */
+	struct run r;
+	run_init(&r);
+	run_sh(sb, "true", &r);
+	CHECK_EQ_INT(r.ex.size, sizeof(sandlot_exit_t));
+	CHECK(SANDLOT_HAS(&r.ex, duration_ms));
+	run_fini(&r);
+
+	/* sandlot_exit_t of a caller that knew fields up to signal only. */
+	const char *argv[] = { "sh", "-c", "exit 3", NULL };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = argv };
+	size_t old_size = offsetof(sandlot_exit_t, timed_out);
+	union {
+		sandlot_exit_t ex;
+		unsigned char b[sizeof(sandlot_exit_t) + 16];
+	} u;
+	memset(&u, 0xa5, sizeof(u));
+	u.ex.size = old_size;
+	sandlot_proc_t *p = sandlot_exec(sb, &spec, NULL, NULL);
+	REQUIRE(p);
+	MUST(sandlot_proc_wait(p, &u.ex, E));
+	CHECK_EQ_INT(u.ex.size, old_size);
+	CHECK_EQ_INT(u.ex.exit_code, 3);
+	CHECK(SANDLOT_HAS(&u.ex, signal) && !SANDLOT_HAS(&u.ex, timed_out));
+	int untouched = 1;
+	for (size_t i = old_size; i < sizeof(u); i++)
+		untouched &= u.b[i] == 0xa5;
+	CHECK(untouched);
+	/* A newer caller's: 16 bytes this library does not know, zeroed. */
+	memset(&u, 0xa5, sizeof(u));
+	u.ex.size = sizeof(u);
+	MUST(sandlot_proc_wait(p, &u.ex, E));
+	CHECK_EQ_INT(u.ex.size, sizeof(sandlot_exit_t));
+	CHECK_EQ_INT(u.ex.exit_code, 3);
+	int zeroed = 1;
+	for (size_t i = sizeof(sandlot_exit_t); i < sizeof(u); i++)
+		zeroed &= u.b[i] == 0;
+	CHECK(zeroed);
+	/* Not initialised: refused, nothing written. */
+	memset(&u, 0, sizeof(u));
+	u.ex.exit_code = 77;
+	MUST_FAIL(sandlot_proc_wait(p, &u.ex, E), EINVAL, "size is 0 (not initialised)");
+	CHECK_EQ_INT(u.ex.exit_code, 77);
+	sandlot_proc_free(p);
+
+	/* sandlot_usage_t: the same through another call. */
+	union {
+		sandlot_usage_t u;
+		unsigned char b[sizeof(sandlot_usage_t)];
+	} us;
+	memset(&us, 0xa5, sizeof(us));
+	us.u.size = offsetof(sandlot_usage_t, pids);
+	MUST(sandlot_usage(sb, &us.u, E));
+	CHECK_EQ_INT(us.u.size, offsetof(sandlot_usage_t, pids));
+	CHECK(us.u.memory_bytes > 0 && us.u.memory_bytes != 0xa5a5a5a5a5a5a5a5ull);
+	CHECK(us.b[offsetof(sandlot_usage_t, pids)] == 0xa5);
+	us.u.size = (size_t)1 << 40;
+	MUST_FAIL(sandlot_usage(sb, &us.u, E), EINVAL, "not the size of any version");
+
+	/* sandlot_stat_t (no size field: the macro passes sizeof). */
+	union {
+		sandlot_stat_t st;
+		unsigned char b[sizeof(sandlot_stat_t) + 16];
+	} st;
+	memset(&st, 0xa5, sizeof(st));
+	MUST(sandlot_stat_sized(sb, "d/f", &st.st, sizeof(st), E));
+	CHECK(st.st.type == SANDLOT_FILE && st.st.size == 3);
+	zeroed = 1;
+	for (size_t i = sizeof(sandlot_stat_t); i < sizeof(st); i++)
+		zeroed &= st.b[i] == 0;
+	CHECK(zeroed);
+	MUST_FAIL(sandlot_stat_sized(sb, "d/f", &st.st, 8, E), EINVAL, "sandlot_stat_t");
+
+	/* Arrays: entries 16 bytes longer than this library's (a newer
+	 * caller's), then its own.  (No version is shorter than the first with
+	 * this rule: a shorter stride is refused below.) */
+	size_t strides[] = { sizeof(sandlot_dirent_t) + 16, sizeof(sandlot_dirent_t) };
+	for (size_t k = 0; k < 2; k++) {
+		size_t stride = strides[k];
+		sandlot_dirent_t *ents = NULL;
+		size_t n = 0;
+		MUST(sandlot_list_sized(sb, "d", &ents, &n, stride, E));
+		CHECK_EQ_INT(n, 2);
+		unsigned seen = 0;
+		for (size_t i = 0; i < n; i++) {
+			sandlot_dirent_t e;
+			memset(&e, 0, sizeof(e));
+			memcpy(&e, (char *)ents + i * stride,
+			       stride < sizeof(e) ? stride : sizeof(e));
+			if (strcmp(e.name, "f") == 0 && e.st.size == 3 && e.st.type == SANDLOT_FILE)
+				seen |= 1;
+			if (strcmp(e.name, "g") == 0 && e.st.size == 2 && e.st.type == SANDLOT_FILE)
+				seen |= 2;
+			if (stride > sizeof(e)) {
+				const unsigned char *tail = (unsigned char *)ents + i * stride + sizeof(e);
+				for (size_t j = 0; j < stride - sizeof(e); j++)
+					CHECK(tail[j] == 0);
+			}
+		}
+		CHECK_EQ_INT(seen, 3);
+		sandlot_dirents_free_sized(ents, n, stride);
+	}
+	MUST_FAIL(sandlot_list_sized(sb, "d", NULL, NULL, sizeof(sandlot_dirent_t) - 8, E), EINVAL,
+		  "sandlot_dirent_t");
+
+	/* Change items with a longer stride. */
+	sh_ok(sb, "printf new > /home/user/d/h");
+	size_t istride = sizeof(sandlot_change_t) + 8;
+	sandlot_changes_t ch = { .size = sizeof(ch) };
+	MUST(sandlot_changes_scan_sized(sb, 0, &ch, istride, E));
+	int found = 0;
+	for (size_t i = 0; i < ch.count; i++) {
+		const sandlot_change_t *c = (const void *)((char *)ch.items + i * istride);
+		if (c->path && strcmp(c->path, "/home/user/d/h") == 0 && c->kind == SANDLOT_CREATED)
+			found = 1;
+	}
+	CHECK(found);
+	sandlot_changes_free_sized(&ch, istride);
+
+	/* sandlot_net_stats cannot fail: without a size it writes nothing. */
+	sandlot_net_stats_t ns;
+	memset(&ns, 0xa5, sizeof(ns));
+	ns.size = 0;
+	sandlot_net_stats(&ns);
+	CHECK(ns.dns_allowed == 0xa5a5a5a5a5a5a5a5ull);
+	ns.size = sizeof(ns);
+	sandlot_net_stats(&ns);
+	CHECK(ns.dns_allowed != 0xa5a5a5a5a5a5a5a5ull && ns.size == sizeof(ns));
 	sandlot_destroy(sb);
 }
 
@@ -1146,7 +1289,7 @@ static void *creator_main(void *arg)
 		sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
 						.on_output = run_on_output, .on_exit = run_on_exit, .userdata = &r };
 		sandlot_proc_t *p = sandlot_exec(sb, &s, &cb, NULL);
-		sandlot_exit_t ex = { .exit_code = -1 };
+		sandlot_exit_t ex = { .size = sizeof(ex), .exit_code = -1 };
 		if (p)
 			sandlot_proc_wait(p, &ex, NULL);
 		sandlot_proc_free(p);
@@ -1230,7 +1373,7 @@ static void test_alive_after_init_killed(void)
 	MUST_FAIL(sandlot_stat(sb, "/home/user", &st, E), EPIPE, NULL);
 	MUST_FAIL(sandlot_file_open_read(sb, "x", E) ? 0 : -1, EPIPE, NULL);
 	MUST_FAIL(sandlot_file_open_write(sb, "x", 0, 0, E) ? 0 : -1, EPIPE, NULL);
-	sandlot_changes_t ch;
+	sandlot_changes_t ch = { .size = sizeof(ch) };
 	MUST_FAIL(sandlot_changes_scan(sb, &ch, E), EPIPE, NULL);
 	sandlot_destroy(sb);
 }
@@ -1409,7 +1552,7 @@ static void test_exec_basic(void)
 	sandlot_exec_spec_t s7 = { .size = sizeof(s7), .argv = ex7 };
 	sandlot_proc_t *p = sandlot_exec(sb, &s7, NULL, NULL);
 	REQUIRE(p);
-	sandlot_exit_t ex;
+	sandlot_exit_t ex = { .size = sizeof(ex) };
 	MUST(sandlot_proc_wait(p, &ex, E));
 	CHECK_EQ_INT(ex.exit_code, 7);
 	CHECK(sandlot_proc_pid(p) > 1);
@@ -2098,7 +2241,7 @@ static void *worker_main(void *arg)
 			run_fini(&r);
 			continue;
 		}
-		sandlot_exit_t ex;
+		sandlot_exit_t ex = { .size = sizeof(ex) };
 		if (i % 2) {
 			sandlot_proc_wait(p, &ex, NULL);
 		} else {
@@ -2138,7 +2281,7 @@ static void test_exec_concurrent(void)
 	}
 	printf("#   %d execs in %llu ms\n", NT * 20, (unsigned long long)(now_ms() - t0));
 	CHECK_EQ_INT(failures, 0);
-	sandlot_usage_t u;
+	sandlot_usage_t u = { .size = sizeof(u) };
 	MUST(sandlot_usage(sb, &u, E));
 	sandlot_destroy(sb);
 }
@@ -2172,7 +2315,7 @@ static void test_exec_limits(void)
 	CHECK_EQ_INT(r.ex.oom_killed, 1);
 	CHECK(r.ex.exit_code != 0);
 	run_fini(&r);
-	sandlot_usage_t u;
+	sandlot_usage_t u = { .size = sizeof(u) };
 	MUST(sandlot_usage(sb, &u, E));
 	CHECK(u.oom_kills >= 1);
 	CHECK(u.pids_limit_hits >= 1);
@@ -2888,7 +3031,7 @@ static void expect_change(const sandlot_changes_t *c, const char *path, int kind
 static void test_changes_scan(void)
 {
 	sandlot_t *sb = new_sandbox();
-	sandlot_changes_t c;
+	sandlot_changes_t c = { .size = sizeof(c) };
 
 	/* The baseline was taken at create: an untouched workspace. */
 	MUST(sandlot_changes_scan(sb, &c, E));
@@ -3065,7 +3208,7 @@ static void test_changes_scan_bytes(void)
 		  "os.makedirs(p)\n"
 		  "for i in range(3000): open(os.path.join(p, ('%08d' % i) + 'y' * 190), 'w').close()\n"
 		  "\"");
-	sandlot_changes_t c;
+	sandlot_changes_t c = { .size = sizeof(c) };
 	MUST(sandlot_changes_scan(sb, &c, E));
 	printf("#   %zu changes, %llu bytes, truncated %d\n", c.count, (unsigned long long)c.bytes,
 	       c.truncated);
@@ -3110,7 +3253,7 @@ static void test_changes_scan_bytes(void)
 static void test_changes_scan_hostile_flood(void)
 {
 	sandlot_t *sb = new_fake_sandbox();
-	sandlot_changes_t c;
+	sandlot_changes_t c = { .size = sizeof(c) };
 	MUST(sandlot_changes_scan(sb, &c, E));
 	printf("#   %zu changes, %llu bytes kept of 24 MiB sent\n", c.count, (unsigned long long)c.bytes);
 	CHECK(c.truncated);
@@ -3134,7 +3277,7 @@ static void test_destroy_running_exec(void)
 	sandlot_proc_t *p2 = start(sb, &s, &r2); /* nobody waits on this one */
 	CHECK(wait_output(&r, "ready", 5000));
 	CHECK(wait_output(&r2, "ready", 5000));
-	struct waiter w = { p, { 0 }, -1, 0 };
+	struct waiter w = { p, { .size = sizeof(sandlot_exit_t) }, -1, 0 };
 	pthread_t t;
 	REQUIRE(pthread_create(&t, NULL, waiter_main, &w) == 0);
 	sleep_ms(100);
@@ -3291,7 +3434,8 @@ static void test_usage(void)
 {
 	sandlot_t *sb = new_sandbox();
 	sandlot_usage_t u;
-	memset(&u, 0xff, sizeof(u));
+	memset(&u, 0xff, sizeof(u)); /* every field is written */
+	u.size = sizeof(u);
 	MUST(sandlot_usage(sb, &u, E));
 	printf("#   memory %llu peak %llu pids %u cpu %llu us\n", (unsigned long long)u.memory_bytes,
 	       (unsigned long long)u.memory_peak_bytes, u.pids, (unsigned long long)u.cpu_usec);
@@ -3362,7 +3506,7 @@ static void test_error_contract(void)
 	const char *bad[] = { "", NULL };
 	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = bad };
 	CHECK(sandlot_exec(sb, &s, NULL, NULL) == NULL);
-	sandlot_usage_t u;
+	sandlot_usage_t u = { .size = sizeof(u) };
 	CHECK_EQ_INT(sandlot_usage(sb, &u, NULL), 0);
 
 	/* Argument errors. */
@@ -3645,6 +3789,7 @@ int main(void)
 	RUN(test_options_validate);
 	RUN(test_versioned_struct_sizes);
 	RUN(test_versioned_struct_older_caller);
+	RUN(test_output_structs);
 	RUN(test_create_rejects);
 	RUN(test_create_destroy);
 	RUN(test_create_concurrent);

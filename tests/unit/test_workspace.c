@@ -122,7 +122,7 @@ static char *sh(sandlot_t *sb, const char *script)
 	sandlot_error_t *e = NULL;
 	sandlot_proc_t *p = sandlot_exec(sb, &spec, &cb, &e);
 	REQUIRE(p);
-	sandlot_exit_t ex;
+	sandlot_exit_t ex = { .size = sizeof(ex) };
 	REQUIRE(sandlot_proc_wait(p, &ex, &e) == 0);
 	sandlot_proc_free(p);
 	pthread_mutex_destroy(&o.mu);
@@ -173,7 +173,7 @@ static unsigned host_base(sandlot_t *sb)
 
 static uint64_t reserved_now(void)
 {
-	sandlot_storage_info_t si;
+	sandlot_storage_info_t si = { .size = sizeof(si) };
 	sandlot_error_t *e = NULL;
 	REQUIRE(sandlot_storage_info(NULL, &si, &e) == 0);
 	return si.reserved_bytes;
@@ -502,6 +502,150 @@ static void test_bad_options(void)
 	}
 }
 
+/* sandlot_pause() and sandlot_resume(): the ns backend keeps the files
+ * (also those of a process still writing when the pause came), ends every
+ * process, and refuses what it cannot do with the sandbox left running;
+ * a resume never makes a fresh workspace. */
+static void test_pause_resume(void)
+{
+	need_sandbox();
+	const char *img = "paused";
+	sandlot_t *sb = create_on(img, 32u << 20);
+	sh_ok(sb, "echo kept > /home/user/f; echo tmp > /tmp/t");
+	/* A writer that is still running when the pause comes. */
+	const char *bg[] = { "sh", "-c", "echo last > /home/user/g; exec sleep 1000", NULL };
+	sandlot_exec_spec_t spec = { .size = sizeof(spec), .argv = bg };
+	sandlot_error_t *e = NULL;
+	sandlot_proc_t *p = sandlot_exec(sb, &spec, NULL, &e);
+	REQUIRE(p);
+	char *seen = NULL;
+	for (int i = 0; i < 200 && !(seen && strcmp(seen, "last\n") == 0); i++) {
+		free(seen);
+		seen = sh(sb, "cat /home/user/g 2>/dev/null; true");
+	}
+	CHECK_STR(seen, "last\n");
+	free(seen);
+
+	/* Refused, and it runs on: the running state (ENOTSUP for ns), flags
+	 * this library does not know (EINVAL). */
+	CHECK_EQ_INT(sandlot_pause(sb, SANDLOT_PAUSE_MEMORY, &e), -1);
+	CHECK_EQ_INT(sandlot_error_status(e), ENOTSUP);
+	printf("#   memory: %s\n", sandlot_error_message(e));
+	sandlot_error_free(e);
+	e = NULL;
+	CHECK_EQ_INT(sandlot_pause(sb, 0x80, &e), -1);
+	CHECK_EQ_INT(sandlot_error_status(e), EINVAL);
+	sandlot_error_free(e);
+	e = NULL;
+	CHECK(sandlot_alive(sb));
+	sh_ok(sb, "test -f /home/user/f");
+
+	pid_t init = sandlot__init_pid(sb);
+	CHECK_EQ_INT(sandlot_pause(sb, 0, &e), 0);
+	if (e)
+		printf("#   pause: %s\n", sandlot_error_message(e));
+	sandlot_error_free(e);
+	e = NULL;
+	/* Ended: no command runs, the background one was killed, and init
+	 * has exited (release reaps it). */
+	CHECK(!sandlot_alive(sb));
+	sandlot_exit_t ex = { .size = sizeof(ex) };
+	CHECK_EQ_INT(sandlot_proc_wait(p, &ex, &e), 0);
+	sandlot_error_free(e);
+	e = NULL;
+	CHECK(ex.signal != 0 || ex.exit_code != 0);
+	sandlot_proc_free(p);
+	char path[64], st[512] = "";
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)init);
+	FILE *f = fopen(path, "re");
+	if (f) {
+		if (!fgets(st, sizeof(st), f))
+			st[0] = '\0';
+		fclose(f);
+	}
+	char *rp = strrchr(st, ')');
+	CHECK(rp && rp[1] == ' ' && rp[2] == 'Z');
+	/* Pausing again: it has ended. */
+	CHECK_EQ_INT(sandlot_pause(sb, 0, &e), -1);
+	CHECK_EQ_INT(sandlot_error_status(e), EPIPE);
+	sandlot_error_free(e);
+	e = NULL;
+	sandlot_destroy(sb);
+	CHECK(size_of(img) == 32u << 20);
+
+	/* A snapshot of the paused sandbox, then the resume: both have the
+	 * files, /tmp included. */
+	CHECK_EQ_INT(sandlot_workspace_copy(NULL, img, "paused-snap", &e), 0);
+	sandlot_error_free(e);
+	e = NULL;
+	sandlot_options_t o;
+	sandlot_options_init(&o);
+	o.workspace = img;
+	sandlot_t *r = sandlot_resume(&o, &e);
+	if (!r)
+		printf("#   resume: %s\n", sandlot_error_message(e));
+	sandlot_error_free(e);
+	e = NULL;
+	REQUIRE(r);
+	char *files = sh(r, "cat /home/user/f /home/user/g /tmp/t");
+	CHECK_STR(files, "kept\nlast\ntmp\n");
+	free(files);
+	/* In use: a second resume is refused. */
+	CHECK(sandlot_resume(&o, &e) == NULL);
+	CHECK_EQ_INT(sandlot_error_status(e), EBUSY);
+	sandlot_error_free(e);
+	e = NULL;
+	sandlot_destroy(r);
+	o.workspace = "paused-snap";
+	r = sandlot_resume(&o, &e);
+	REQUIRE(r);
+	files = sh(r, "cat /home/user/f /home/user/g");
+	CHECK_STR(files, "kept\nlast\n");
+	free(files);
+	sandlot_destroy(r);
+	CHECK_EQ_INT(sandlot_workspace_remove(NULL, "paused-snap", &e), 0);
+	CHECK_EQ_INT(sandlot_workspace_remove(NULL, img, &e), 0);
+
+	/* Nothing to resume: ENOENT, and no workspace made. */
+	o.workspace = "never-made";
+	CHECK(sandlot_resume(&o, &e) == NULL);
+	CHECK_EQ_INT(sandlot_error_status(e), ENOENT);
+	printf("#   %s\n", sandlot_error_message(e));
+	sandlot_error_free(e);
+	e = NULL;
+	CHECK(size_of("never-made") == 0);
+	o.workspace = NULL;
+	CHECK(sandlot_resume(&o, &e) == NULL);
+	CHECK_EQ_INT(sandlot_error_status(e), EINVAL);
+	sandlot_error_free(e);
+	e = NULL;
+	/* A backend without pause and resume (vm) refuses, naming itself,
+	 * before anything starts. */
+	o.workspace = img;
+	o.isolation = SANDLOT_ISOLATION_VM;
+	CHECK(sandlot_resume(&o, &e) == NULL);
+	CHECK_EQ_INT(sandlot_error_status(e), ENOTSUP);
+	CHECK(strstr(sandlot_error_message(e), "vm backend") != NULL);
+	printf("#   %s\n", sandlot_error_message(e));
+	sandlot_error_free(e);
+	e = NULL;
+	CHECK(size_of(img) == 0);
+	o.isolation = SANDLOT_ISOLATION_NS;
+	o.workspace = NULL;
+
+	/* Without a kept workspace there is nothing to resume: refused, and
+	 * it runs on. */
+	sandlot_t *eph = sandlot_create(NULL, &e);
+	REQUIRE(eph);
+	CHECK_EQ_INT(sandlot_pause(eph, 0, &e), -1);
+	CHECK_EQ_INT(sandlot_error_status(e), EINVAL);
+	printf("#   %s\n", sandlot_error_message(e));
+	sandlot_error_free(e);
+	CHECK(sandlot_alive(eph));
+	sh_ok(eph, "true");
+	sandlot_destroy(eph);
+}
+
 /* ---- harness ----------------------------------------------------------------- */
 
 static void (*case_fn)(void);
@@ -555,6 +699,7 @@ int main(void)
 	RUN(test_pool_stores_sandbox_uids);
 	RUN(test_one_sandbox_at_a_time);
 	RUN(test_copy_is_independent);
+	RUN(test_pause_resume);
 	RUN(test_existing_workspace_quota_wins);
 	RUN(test_ephemeral_leaves_nothing);
 	RUN(test_admission);
