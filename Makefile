@@ -10,9 +10,11 @@ PYTEST ?= /usr/bin/python3 -m pytest
 # libhttp-parser-dev: the answers of servers behind the port proxy;
 # libnftables-dev, libc-ares-dev: the egress engine (docs/network.md)
 # btrfs-progs: mkfs.btrfs for the storage pool; e2fsprogs: workspaces of the former layout (tests)
-# linux-image-cloud-amd64, lz4, cpio, kmod: the vm backend's guest kernel and initramfs
-# (scripts/vm-build.sh); erofs-utils: built images as erofs files (the vm backend's roots)
-BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev musl-tools libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev libhttp-parser-dev e2fsprogs btrfs-progs nettle-dev debootstrap libnftables-dev libc-ares-dev linux-image-cloud-amd64 lz4 cpio kmod erofs-utils
+# lz4, cpio, kmod: the vm backend's guest kernel and initramfs (scripts/vm-build.sh, which
+# takes the kernel out of Debian's linux-image-cloud-amd64 package with apt-get download +
+# dpkg-deb -x into build/vm/kernel: never installed); erofs-utils: built images as erofs
+# files (the vm backend's roots)
+BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev musl-tools libseccomp-dev libjansson-dev libmicrohttpd-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev libhttp-parser-dev e2fsprogs btrfs-progs nettle-dev debootstrap libnftables-dev libc-ares-dev lz4 cpio kmod erofs-utils
 # matplotlib, pandas, numpy: the interpreter and seccomp tests run real data-science code;
 # python3-venv: the frameworks' venv (scripts/python-frameworks.sh); python-is-python3:
 # `python` in sandboxes on the host image (Deep Agents' standard tests run it);
@@ -21,7 +23,7 @@ BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev musl-tools libseccomp-de
 # qemu-system-x86, busybox-static: the vm guest's tests boot it under QEMU on a busybox root
 TEST_DEPS = python3-pytest python3-venv python-is-python3 bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy dnsmasq-base openssl socat curl nftables clang libclang-rt-14-dev qemu-system-x86 busybox-static
 
-.PHONY: all deps test-deps demo check unit asan tsan fuzz integration mcp-check ts-check e2b-check e2b-js-check e2b-py-check image-minimal image-python-data clean
+.PHONY: all vm deps test-deps demo check unit asan tsan fuzz integration mcp-check ts-check e2b-check e2b-js-check e2b-py-check image-minimal image-python-data clean
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -30,6 +32,12 @@ all: $(BUILD)/build.ninja
 
 $(BUILD)/build.ninja:
 	$(MESON) setup $(BUILD)
+
+# The vm backend's guest (docs/vm-guest.md): `all` builds it when the cloud
+# kernel's package can be downloaded; this fails, saying why, when it cannot.
+vm: all
+	@test -f $(BUILD)/vm/vmlinux -a -f $(BUILD)/vm/initramfs.cpio || { \
+	    echo "make vm: $(BUILD)/vm was not built: apt-get must be able to download linux-image-cloud-amd64's kernel package (network, apt-get update)" >&2; exit 1; }
 
 # Install missing Debian packages (root only; no-op when all are present).
 deps:

@@ -29,7 +29,7 @@ BOOT = 120  # bound on one boot + command under TCG on a loaded machine
 def _missing():
     for f in ("vmlinux", "initramfs.cpio", "kernel-release"):
         if not (VM_DIR / f).exists():
-            return f"{VM_DIR / f} was not built (needs linux-image-cloud-amd64: make deps)"
+            return f"{VM_DIR / f} was not built (make vm: it needs apt-get to download linux-image-cloud-amd64's kernel package)"
     for tool in ("qemu-system-x86_64", "mkfs.erofs", "mkfs.ext4", "busybox"):
         if not shutil.which(tool):
             return f"{tool} is not installed (make test-deps)"
