@@ -118,31 +118,8 @@ static void ns_release(struct ns_state *ns)
 }
 
 /* Child after clone: only raw syscalls (the parent may be multi-threaded,
- * so malloc and stdio locks may be held by threads that do not exist here).
- * Reports a failure as "errno message" on the status pipe. */
-static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_fail(int status_fd,
-									  const char *what)
-{
-	char buf[160];
-	int e = errno, n = 0;
-	char num[16];
-	int k = 0;
-	do {
-		num[k++] = (char)('0' + e % 10);
-		e /= 10;
-	} while (e && k < 15);
-	while (k)
-		buf[n++] = num[--k];
-	buf[n++] = ' ';
-	for (const char *p = what; *p && n < (int)sizeof(buf) - 2; p++)
-		buf[n++] = *p;
-	buf[n++] = '\n';
-	if (sys_write(status_fd, buf, (size_t)n) < 0) {
-		/* nothing more we can do */
-	}
-	sys_exit_group(127);
-}
-
+ * so malloc and stdio locks may be held by threads that do not exist here);
+ * a failure goes to the status pipe (sys_child_fail). */
 struct child_args {
 	const struct sandlot_cgroup_join *join;
 	int sync_rd, status_wr, sock, storage_fd, image_fd, lock_fd, devnull;
@@ -156,7 +133,7 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	/* Into the sandbox's cgroup before anything else (v1; on v2 the
 	 * child was born there). */
 	if (sandlot__cgroup_join_self(a->join) < 0)
-		child_fail(a->status_wr, "join the sandbox cgroup");
+		sys_child_fail(a->status_wr, "join the sandbox cgroup");
 	/* Wait until the parent wrote our uid map and cgroup: one byte on
 	 * the sync socket, with the prepared root tree attached when there
 	 * is one.  EOF means the parent gave up on us. */
@@ -187,9 +164,9 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	/* Raw syscalls: see sys_setgroups0() (glibc's wrappers can deadlock
 	 * here when the parent is multi-threaded, as sandlotd is). */
 	if (sys_setgroups0() < 0)
-		child_fail(a->status_wr, "setgroups");
+		sys_child_fail(a->status_wr, "setgroups");
 	if (sys_setresgid(0, 0, 0) < 0 || sys_setresuid(0, 0, 0) < 0)
-		child_fail(a->status_wr, "become root of the user namespace");
+		sys_child_fail(a->status_wr, "become root of the user namespace");
 
 	/* Move the descriptors init expects to 3..11 (init.h; 4 and 5 stay
 	 * closed), going through high numbers first so no dup2 clobbers a
@@ -201,7 +178,7 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	for (int i = 0; i < NFDS; i++) {
 		hi[i] = -1;
 		if (src[i] >= 0 && (hi[i] = sys_dupfd_cloexec(src[i], 100)) < 0)
-			child_fail(a->status_wr, "dup");
+			sys_child_fail(a->status_wr, "dup");
 	}
 	/* /dev/null too: in a process with few descriptors it can be one of
 	 * 3..11 itself, and the dup2s below would then turn it into another.
@@ -210,15 +187,15 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	_Static_assert(INIT_FD_LAST < 100, "init's descriptors are below the dup targets");
 	int devnull = sys_dupfd_cloexec(a->devnull, 100);
 	if (devnull < 0)
-		child_fail(a->status_wr, "dup");
+		sys_child_fail(a->status_wr, "dup");
 	int status_fd = sys_dupfd_cloexec(a->status_wr, 100);
 	if (status_fd < 0)
-		child_fail(a->status_wr, "dup");
+		sys_child_fail(a->status_wr, "dup");
 	for (int i = 0; i < NFDS; i++)
 		if (hi[i] >= 0 && sys_dup2(hi[i], INIT_FD_PROTO + i) < 0)
-			child_fail(status_fd, "dup2");
+			sys_child_fail(status_fd, "dup2");
 	if (sys_dup2(devnull, 0) < 0 || sys_dup2(devnull, 1) < 0 || sys_dup2(devnull, 2) < 0)
-		child_fail(status_fd, "dup2 stdio");
+		sys_child_fail(status_fd, "dup2 stdio");
 	/* Absent ones closed, so that init can tell (no fd 9 unless a tree
 	 * came), and nothing above INIT_FD_LAST but the status pipe. */
 	for (int i = 0; i < NFDS; i++)
@@ -234,7 +211,7 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	char *const argv[] = { (char *)"sandlot-init", NULL };
 	char *const envp[] = { NULL };
 	sys_execve(a->init_path, argv, envp);
-	child_fail(status_fd, "exec sandlot-init");
+	sys_child_fail(status_fd, "exec sandlot-init");
 }
 
 /* Preparing the root tree (ns-root.c) in a thread of its own, while this

@@ -388,29 +388,6 @@ struct jail {
 	char *const *argv;
 };
 
-static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_fail(int status_fd,
-								     const char *what)
-{
-	char buf[200];
-	int e = errno, n = 0;
-	char num[16];
-	int k = 0;
-	do {
-		num[k++] = (char)('0' + e % 10);
-		e /= 10;
-	} while (e && k < 15);
-	while (k)
-		buf[n++] = num[--k];
-	buf[n++] = ' ';
-	for (const char *p = what; *p && n < (int)sizeof(buf) - 2; p++)
-		buf[n++] = *p;
-	buf[n++] = '\n';
-	if (sys_write(status_fd, buf, (size_t)n) < 0) {
-		/* nothing more to do */
-	}
-	sys_exit_group(127);
-}
-
 /* An empty file at name in dirfd, bind-mounted from src (read-only unless rw). */
 static SANDLOT_CLONE_CHILD int bind_file(int dfd, const char *name, const char *src, int rw)
 {
@@ -430,7 +407,7 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 	/* Our copy of the parent's end: see the hang-up check before exec. */
 	sys_close(j->sync_wr);
 	if (sandlot__cgroup_join_self(j->join) < 0)
-		jail_fail(sfd, "join the VM's cgroup");
+		sys_child_fail(sfd, "join the VM's cgroup");
 	char c;
 	ssize_t n;
 	do
@@ -440,50 +417,50 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 		sys_exit_group(1); /* the parent gave up on us */
 	/* Nothing of what follows may reach the host's mount table. */
 	if (sys_mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-		jail_fail(sfd, "make the mounts private");
+		sys_child_fail(sfd, "make the mounts private");
 	if (sys_mount("sandlot-vm", j->mnt, "tmpfs", MS_NOSUID, JAIL_TMPFS_OPTS) < 0)
-		jail_fail(sfd, "mount the jail's tmpfs");
+		sys_child_fail(sfd, "mount the jail's tmpfs");
 	if (sys_chdir(j->mnt) < 0)
-		jail_fail(sfd, "enter the jail");
+		sys_child_fail(sfd, "enter the jail");
 	/* Relative to the new tmpfs from here on. */
 	if (sys_mkdirat(AT_FDCWD, "usr", 0755) < 0 || sys_mkdirat(AT_FDCWD, "dev", 0755) < 0)
-		jail_fail(sfd, "make the jail's directories");
+		sys_child_fail(sfd, "make the jail's directories");
 	if (sys_mount("/usr", "usr", NULL, MS_BIND | MS_REC, NULL) < 0 ||
 	    sys_mount(NULL, "usr", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
 		      NULL) < 0)
-		jail_fail(sfd, "bind /usr read-only");
+		sys_child_fail(sfd, "bind /usr read-only");
 	/* Merged /usr: the loader and libraries are found through these. */
 	if (sys_symlinkat("usr/lib", AT_FDCWD, "lib") < 0 ||
 	    sys_symlinkat("usr/lib64", AT_FDCWD, "lib64") < 0 ||
 	    sys_symlinkat("usr/bin", AT_FDCWD, "bin") < 0)
-		jail_fail(sfd, "make the jail's links");
+		sys_child_fail(sfd, "make the jail's links");
 	if (bind_file(AT_FDCWD, "vmlinux", j->vmlinux, 0) < 0 ||
 	    bind_file(AT_FDCWD, "initramfs.cpio", j->initrd, 0) < 0)
-		jail_fail(sfd, "bind the guest kernel");
+		sys_child_fail(sfd, "bind the guest kernel");
 	if (bind_file(AT_FDCWD, "root.img", j->root, 0) < 0)
-		jail_fail(sfd, "bind the root image");
+		sys_child_fail(sfd, "bind the root image");
 	if (bind_file(AT_FDCWD, "work.img", j->work, 1) < 0)
-		jail_fail(sfd, "bind the workspace disk");
+		sys_child_fail(sfd, "bind the workspace disk");
 	if (bind_file(AT_FDCWD, "console.log", j->console, 1) < 0)
-		jail_fail(sfd, "bind the console log");
+		sys_child_fail(sfd, "bind the console log");
 	/* (chmod: mknod's mode went through the caller's umask.) */
 	if (sys_mknodat(AT_FDCWD, "dev/null", S_IFCHR | 0666, makedev(1, 3)) < 0 ||
 	    sys_fchmodat(AT_FDCWD, "dev/null", 0666) < 0 ||
 	    sys_mknodat(AT_FDCWD, "dev/urandom", S_IFCHR | 0444, makedev(1, 9)) < 0 ||
 	    sys_fchmodat(AT_FDCWD, "dev/urandom", 0444) < 0)
-		jail_fail(sfd, "make /dev/null and /dev/urandom");
+		sys_child_fail(sfd, "make /dev/null and /dev/urandom");
 	if (j->kvm && (sys_mknodat(AT_FDCWD, "dev/kvm", S_IFCHR | 0600, makedev(10, 232)) < 0 ||
 		       sys_fchownat(AT_FDCWD, "dev/kvm", j->uid, j->uid, 0) < 0))
-		jail_fail(sfd, "make /dev/kvm");
+		sys_child_fail(sfd, "make /dev/kvm");
 	/* The jail becomes the root; the host's tree is let go of. */
 	if (sys_pivot_root(".", ".") < 0)
-		jail_fail(sfd, "pivot_root into the jail");
+		sys_child_fail(sfd, "pivot_root into the jail");
 	if (sys_umount2(".", MNT_DETACH) < 0)
-		jail_fail(sfd, "detach the host's root");
+		sys_child_fail(sfd, "detach the host's root");
 	if (sys_chdir("/") < 0)
-		jail_fail(sfd, "chdir /");
+		sys_child_fail(sfd, "chdir /");
 	if (sys_mount(NULL, "/", NULL, MS_REMOUNT | MS_NOSUID | MS_RDONLY, JAIL_TMPFS_OPTS) < 0)
-		jail_fail(sfd, "make the jail read-only");
+		sys_child_fail(sfd, "make the jail read-only");
 
 	/* fd 3: the protocol's socket; stdout and stderr: the console log
 	 * (QEMU's own complaints land beside the guest's). */
@@ -493,11 +470,11 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 	int status = sys_dupfd_cloexec(sfd, 100);
 	int sync = sys_dupfd_cloexec(j->sync_rd, 100);
 	if (devnull < 0 || sock < 0 || con < 0 || status < 0 || sync < 0)
-		jail_fail(sfd, "dup");
+		sys_child_fail(sfd, "dup");
 	sfd = status;
 	if (sys_dup2(devnull, 0) < 0 || sys_dup2(con, 1) < 0 || sys_dup2(con, 2) < 0 ||
 	    sys_dup2(sock, 3) < 0)
-		jail_fail(sfd, "dup2");
+		sys_child_fail(sfd, "dup2");
 	/* Everything else goes at exec, whether the caller marked it
 	 * close-on-exec or not (Linux 5.11+; older kernels: the caller's
 	 * flags). */
@@ -507,11 +484,11 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 
 	if (sys_setgroups0() < 0 || sys_setresgid(j->uid, j->uid, j->uid) < 0 ||
 	    sys_setresuid(j->uid, j->uid, j->uid) < 0)
-		jail_fail(sfd, "drop to the VM's uid");
+		sys_child_fail(sfd, "drop to the VM's uid");
 	/* After the uid change, which clears it. */
 	if (sys_prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 ||
 	    sys_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-		jail_fail(sfd, "prctl");
+		sys_child_fail(sfd, "prctl");
 	/* The parent holds the sync pipe's write end until we exec: a hang-up
 	 * means it died before the death signal was armed. */
 	struct pollfd p = { .fd = sync, .events = POLLIN };
@@ -520,7 +497,7 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 		sys_exit_group(1);
 	char *const envp[] = { NULL };
 	sys_execve(QEMU_PATH, j->argv, envp);
-	jail_fail(sfd, "exec " QEMU_PATH);
+	sys_child_fail(sfd, "exec " QEMU_PATH);
 }
 
 /* The launcher thread: forks every jail, so that the jails' parent-death

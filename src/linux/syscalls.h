@@ -276,6 +276,31 @@ static inline __attribute__((noreturn)) void sys_exit_group(int status)
 		syscall(__NR_exit_group, status);
 }
 
+/* For a clone child that failed before its exec: report "errno what\n"
+ * on the status pipe (raw syscalls only, no stdio) and exit 127. */
+static inline SANDLOT_CLONE_CHILD __attribute__((noreturn)) void sys_child_fail(int status_fd,
+										const char *what)
+{
+	char buf[200];
+	int e = errno, n = 0;
+	char num[16];
+	int k = 0;
+	do {
+		num[k++] = (char)('0' + e % 10);
+		e /= 10;
+	} while (e && k < 15);
+	while (k)
+		buf[n++] = num[--k];
+	buf[n++] = ' ';
+	for (const char *p = what; *p && n < (int)sizeof(buf) - 2; p++)
+		buf[n++] = *p;
+	buf[n++] = '\n';
+	if (sys_write(status_fd, buf, (size_t)n) < 0) {
+		/* nothing more to do */
+	}
+	sys_exit_group(127);
+}
+
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL
 #endif
