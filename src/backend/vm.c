@@ -691,6 +691,11 @@ static void console_summary(const struct vm_state *vm, char *out, size_t n);
  * exist, loading the running state a memory pause saved there, if any. */
 static int vm_boot(struct sandlot *sb, int resume, sandlot_error_t **err)
 {
+	/* Nothing to resume is said first, whatever else is missing. */
+	uint64_t kept_bytes;
+	if (resume && sandlot__vm_workspace_size(sb->data_dir, sb->opts.workspace, &kept_bytes,
+						 err) < 0)
+		return sandlot__error_wrap(err, "the vm backend");
 	if (strlen(sb->data_dir) > PATH_MAX - 200)
 		return sandlot__error(err, ENAMETOOLONG, "the data directory's path is too long");
 	if (sb->opts.memory_bytes < MIN_GUEST_MEMORY)
