@@ -145,8 +145,11 @@ static uint64_t read_u64(const char *path)
  * Before any other thread or child exists: the move is the whole process. */
 static int nest_cgroup(char *msg, size_t n)
 {
-	if (strcmp(sandlot__cgroup_mode(), "v2") != 0)
+	if (strcmp(sandlot__cgroup_mode(), "v2") != 0) {
+		daemon_log("cgroup_nest", "nested=no reason=\"not cgroup v2 (%s): sandbox cgroups "
+			   "stay at the top of each hierarchy\"", sandlot__cgroup_mode());
 		return 0;
+	}
 	char own[PATH_MAX], unused[PATH_MAX];
 	own_cgroups(own, "memory", unused);
 	const char *root = sandlot__cgroup_v2_root();
@@ -167,14 +170,14 @@ static int nest_cgroup(char *msg, size_t n)
 	}
 	if (mkdir(leaf, 0755) < 0 && errno != EEXIST) {
 		snprintf(msg, n, "cannot nest sandbox cgroups below sandlotd's cgroup: mkdir %s: %s "
-			 "(--no-cgroup-nest keeps them under %s/sandlot)", leaf, strerror(errno), root);
+			 "(without --cgroup-nest they go under %s/sandlot)", leaf, strerror(errno), root);
 		return -1;
 	}
 	char pid[32];
 	snprintf(pid, sizeof(pid), "%d", (int)getpid());
 	if (sandlot__write_file(procs, pid, 0) < 0) {
 		snprintf(msg, n, "cannot nest sandbox cgroups below sandlotd's cgroup: move into %s: "
-			 "%s (--no-cgroup-nest keeps them under %s/sandlot)", leaf, strerror(errno),
+			 "%s (without --cgroup-nest they go under %s/sandlot)", leaf, strerror(errno),
 			 root);
 		return -1;
 	}
@@ -188,7 +191,7 @@ static int nest_cgroup(char *msg, size_t n)
 		left[strcspn(left, "\n")] = '\0';
 		snprintf(msg, n, "cannot nest sandbox cgroups below sandlotd's cgroup %s: other "
 			 "processes are in it (pid %s...); run sandlotd in a cgroup of its own (a "
-			 "container, a systemd unit with Delegate=yes) or pass --no-cgroup-nest", dir,
+			 "container, a systemd unit with Delegate=yes) or leave out --cgroup-nest", dir,
 			 left);
 		free(left);
 		return -1;

@@ -24,7 +24,7 @@ struct node_config {
 	                             * at most this; 0 = not enforced */
 	uint32_t cpus_limit_milli;  /* --node-cpus: their CPU quotas likewise; 0 = not enforced */
 	const char *agent_listen;   /* --agent-port [HOST:]PORT; NULL: none */
-	int cgroup_nest;            /* 1: nest below our own cgroup on v2 (default), 0: --no-cgroup-nest */
+	int cgroup_nest;            /* --cgroup-nest: on v2, sandboxes below our own cgroup */
 };
 
 /* The node id of --node-id-file FILE into buf: FILE's first line, or a new
