@@ -488,7 +488,7 @@ static void report_cgroup(void)
 extern const struct http_route code_routes[]; /* code.c */
 static struct http_route *all_routes(void)
 {
-	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
+	const struct http_route *tables[] = { misc_routes, node_routes, sandbox_routes, exec_routes,
 					      file_routes, workspace_routes, code_routes, port_routes,
 					      proxy_routes, changes_routes, network_routes,
 					      package_routes, mcp_routes, e2b_envd_routes, e2b_interp_routes,

@@ -12,6 +12,7 @@
 
 #include "sandlot.h"
 #include "common/error.h"
+#include "daemon/http.h"
 
 struct daemon;
 
@@ -54,6 +55,9 @@ void node_settle(struct daemon *d, const sandlot_options_t *opts);
 
 /* The fields GET /v1/health adds: node_id, state, capacity. */
 void node_health(struct daemon *d, json_t *o);
+
+/* POST /v1/node/drain. */
+extern const struct http_route node_routes[];
 
 /* The agent-check port (--agent-port): start serving, stop.  node_start
  * fails with a message when the port cannot be bound. */

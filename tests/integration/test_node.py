@@ -260,6 +260,33 @@ def test_node_cpus(own_daemon):  # noqa: F811
     assert d.delete(f"/v1/sandboxes/{b}").status == 204
 
 
+def test_drain(own_daemon):  # noqa: F811
+    d = own_daemon(extra_args=["--node-id", "n3", "--agent-port", "127.0.0.1:0"]).start()
+    agent = health(d)["agent_port"]
+    a = d.create(**SMALL)
+    p = d.create(**SMALL)
+    assert d.post(f"/v1/sandboxes/{p}/pause").status == 200
+    for bad in ({}, {"draining": "yes"}, {"draining": True, "other": 1}):
+        assert_error(d.post("/v1/node/drain", json_body=bad), 400, "bad_request")
+    r = d.post("/v1/node/drain", json_body={"draining": True})
+    assert r.status == 200 and r.json()["state"] == "draining", r
+    assert r.json()["capacity"]["score"] == 0 and r.json()["node_id"] == "n3", r
+    assert agent_says(agent) == "drain\n"
+    assert "event=node_drain draining=yes" in d.log_text()
+    # no new or resumed sandbox; the running one goes on
+    err = assert_error(d.post("/v1/sandboxes", json_body=SMALL), 503, "node_full")
+    assert "n3 is draining" in err["message"], err
+    err = assert_error(d.post(f"/v1/sandboxes/{p}/resume"), 503, "node_full")
+    assert f"sandbox {p} stays paused" in err["message"], err
+    assert d.exec(a, "echo still")["stdout"] == "still\n"
+    r = d.post("/v1/node/drain", json_body={"draining": False})
+    assert r.status == 200 and r.json()["state"] == "ready", r
+    assert agent_says(agent) == "99% ready\n"  # 1 of --max-sandboxes 2000 running
+    assert d.post(f"/v1/sandboxes/{p}/resume").status == 200
+    for sid in (a, p):
+        assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+
+
 def test_single_node_max_sandboxes_stays_429(own_daemon):  # noqa: F811
     d = own_daemon(extra_args=["--max-sandboxes", "1"]).start()
     a = d.create(**SMALL)
