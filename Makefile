@@ -28,7 +28,7 @@ TEST_DEPS = python3-pytest python3-venv python-is-python3 bubblewrap iproute2 va
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 	@mkdir -p $(BUILD)/bin
-	@cp -f $(BUILD)/src/cli/sandlot $(BUILD)/src/cli/sandlot-client $(BUILD)/src/init/sandlot-init $(BUILD)/src/daemon/sandlotd $(BUILD)/bin/
+	@cp -f $(BUILD)/src/cli/sandlot $(BUILD)/src/cli/sandlot-client $(BUILD)/src/init/sandlot-init $(BUILD)/src/daemon/sandlotd $(BUILD)/src/gateway/sandlot-gateway $(BUILD)/bin/
 
 $(BUILD)/build.ninja:
 	$(MESON) setup $(BUILD)
