@@ -252,11 +252,13 @@ static void apply_health(struct node *nd, json_t *h, uint64_t now)
 		nd->free = 0;
 	if (nd->free > 1)
 		nd->free = 1;
+	/* "ready" and "full" as such; any other state ("draining",
+	 * "stopping", one of a later version) takes no creates. */
 	enum node_state ns = NODE_READY;
-	if ((state && !strcmp(state, "draining")) || (status && !strcmp(status, "stopping")))
-		ns = NODE_DRAINING;
-	else if (state && !strcmp(state, "full"))
+	if (state && !strcmp(state, "full"))
 		ns = NODE_FULL;
+	else if ((state && strcmp(state, "ready")) || (status && strcmp(status, "ok")))
+		ns = NODE_DRAINING;
 	if (nd->state == NODE_UNREACHABLE)
 		gw_log("node_reachable", "node=%s url=%s down_for_ms=%llu", nd->id, nd->url,
 		       (unsigned long long)(now - nd->down_since_ms));
