@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/fleetid.h"
+#include "common/sbid.h"
 
 #define GW_MAX_NODES 256
 
@@ -122,6 +122,12 @@ int gw_maps_sync(void);
  * lowers it with gw_place_done), or NULL when no node can take one. */
 struct node *gw_place(struct node *const *tried, size_t ntried);
 void gw_place_done(struct node *nd);
+
+/* ---- ids (nodes.c) ---- */
+/* The node in a sandbox id ("sb-NODE-…") or an MCP session id
+ * ("mcp-NODE-…"), both from common/sbid.h.  Returns 1 and the node, 0 for
+ * a valid id without a node (node ""), -1 for anything else. */
+int gw_id_node(const char *id, char node[SANDLOT_NODE_ID_MAX + 1]);
 
 /* ---- log ---- */
 void gw_log(const char *event, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -31,6 +31,25 @@ const char *gw_state_name(enum node_state s)
 	return "unknown";
 }
 
+int gw_id_node(const char *id, char node[SANDLOT_NODE_ID_MAX + 1])
+{
+	node[0] = '\0';
+	size_t len = strlen(id);
+	if (!strncmp(id, "mcp-", 4) && len == SANDLOT_ID_LEN + 1) {
+		/* The same shape as a sandbox id after its own prefix. */
+		char as_sb[SANDLOT_ID_LEN + 1] = "sb-";
+		memcpy(as_sb + 3, id + 4, len - 4);
+		as_sb[SANDLOT_ID_LEN] = '\0';
+		id = as_sb;
+		if (!sandlot__sbid_parse(id, SANDLOT_ID_LEN, node))
+			return -1;
+		return node[0] ? 1 : 0;
+	}
+	if (!sandlot__sbid_parse(id, len, node))
+		return -1;
+	return node[0] ? 1 : 0;
+}
+
 struct node *gw_node_by_id(const char *id)
 {
 	for (size_t i = 0; i < g.n; i++)
@@ -217,7 +236,7 @@ static double number(json_t *o, const char *key, double dflt)
 static void apply_health(struct node *nd, json_t *h, uint64_t now)
 {
 	const char *id = json_string_value(json_object_get(h, "node_id"));
-	if (!id || !sandlot__node_id_valid(id, strlen(id))) {
+	if (!id || !sandlot__node_id_ok(id, strlen(id))) {
 		gw_log("node_unusable", "url=%s reason=\"its /v1/health names no valid node_id (start it with --node-id)\"",
 		       nd->url);
 		nd->fails++;
@@ -321,7 +340,7 @@ static void rebuild_moved(void)
 		json_array_foreach(arr, k, sb) {
 			const char *sid = json_string_value(json_object_get(sb, "id"));
 			char born[SANDLOT_NODE_ID_MAX + 1];
-			if (sid && sandlot__id_node(sid, strlen(sid), born) == 1 && strcmp(born, list[i].id))
+			if (sid && gw_id_node(sid, born) == 1 && strcmp(born, list[i].id))
 				json_object_set_new(moved, sid, json_string(list[i].id));
 		}
 		json_decref(j);

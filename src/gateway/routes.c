@@ -282,7 +282,7 @@ static enum MHD_Result create(struct MHD_Connection *c, const char *path, struct
 			json_t *j = json_loadb(a.body, a.len, 0, NULL);
 			const char *sid = created_id(j);
 			char born[SANDLOT_NODE_ID_MAX + 1];
-			if (sid && sandlot__id_node(sid, strlen(sid), born) == 1 && strcmp(born, node_id)) {
+			if (sid && gw_id_node(sid, born) == 1 && strcmp(born, node_id)) {
 				pthread_mutex_lock(&g.lock);
 				json_object_set_new(g.moved, sid, json_string(node_id));
 				pthread_mutex_unlock(&g.lock);
@@ -444,7 +444,7 @@ static const char *sandbox_of(struct MHD_Connection *c, const char *url, char *b
 static enum MHD_Result for_sandbox(struct MHD_Connection *c, const char *sid)
 {
 	char node[SANDLOT_NODE_ID_MAX + 1];
-	int shape = sandlot__id_node(sid, strlen(sid), node);
+	int shape = gw_id_node(sid, node);
 	pthread_mutex_lock(&g.lock);
 	const char *moved = json_string_value(json_object_get(g.moved, sid));
 	if (moved)
