@@ -279,6 +279,16 @@ static enum MHD_Result create(struct MHD_Connection *c, const char *path, struct
 			continue;
 		}
 		if (a.status >= 200 && a.status < 300) {
+			/* Count it until the node's next report does (as E2B's
+			 * placement does): the next create sees it at once. */
+			pthread_mutex_lock(&g.lock);
+			nd->sandboxes++;
+			if (nd->max_sandboxes > 0) {
+				nd->free -= 1.0 / (double)nd->max_sandboxes;
+				if (nd->free < 0)
+					nd->free = 0;
+			}
+			pthread_mutex_unlock(&g.lock);
 			json_t *j = json_loadb(a.body, a.len, 0, NULL);
 			const char *sid = created_id(j);
 			char born[SANDLOT_NODE_ID_MAX + 1];

@@ -121,15 +121,24 @@ class Endpoint:
         if json_body is not None:
             body = json.dumps(json_body).encode()
             h.setdefault("Content-Type", "application/json")
+            headers = h
         c = self.conn(timeout, fresh)
+        reused = c.sock is not None
         try:
             c.request(method, path, body=body, headers=h)
             r = c.getresponse()
             resp = Response(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as e:
             c.close()
             if not fresh:
                 self.local.conn = None
+            # A kept-alive connection the proxy closed while it was idle
+            # (timeout http-keep-alive): sent again on a new one, as HTTP
+            # clients do.  Nothing reached a node on it.
+            if reused and isinstance(e, (http.client.RemoteDisconnected, BrokenPipeError,
+                                         ConnectionResetError)):
+                return self.request(method, path, body=body, headers=headers, timeout=timeout,
+                                    auth=auth, fresh=fresh)
             raise
         if fresh:
             c.close()
@@ -311,6 +320,14 @@ class Fleet:
             except OSError:
                 return False
         return wait_for(check, timeout, what)
+
+    def wait_state(self, name, state, timeout=30):
+        """Until the gateway reports node `name` in `state` and HAProxy's
+        down.map agrees (the gateway changes the map after its table)."""
+        self.wait_nodes(lambda ns: {x["node_id"]: x["state"] for x in ns}.get(name) == state,
+                        f"{name} {state}", timeout)
+        wait_for(lambda: (name in self.haproxy_map("down.map")) == (state == "unreachable"), timeout,
+                 f"HAProxy's down.map to agree that {name} is {state}")
 
     def state_of(self, name):
         return {x["node_id"]: x["state"] for x in self.node_states()}.get(name)
