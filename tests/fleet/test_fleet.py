@@ -397,3 +397,25 @@ def test_gateway_refuses_a_wrong_token(fleet):
     for path in ("/v1/nodes", "/v1/sandboxes"):
         r = fleet.gateway_http.get(path, headers={"Authorization": "Bearer wrong"}, auth=False)
         assert r.status == 401 and r.error_code() == "unauthorized", r
+
+
+def test_moved_map_routes_and_the_gateway_keeps_it_true(fleet):
+    """A moved.map entry sends a sandbox's calls to the node it names, ahead
+    of the node in the id; the gateway, which rebuilds the map from where
+    the nodes say their sandboxes are, removes an entry no node backs."""
+    sid = create(fleet.node("n1").daemon)
+    try:
+        fleet.stop_gateway()
+        path = f"{fleet.map_dir}/moved.map"
+        assert fleet.admin(f"add map {path} {sid} n2").strip() == ""
+        r = fleet.edge.get(f"/v1/sandboxes/{sid}")
+        # n2 answered: it has no such sandbox.
+        assert r.status == 404 and r.error_code() == "not_found", r
+        fleet.start_gateway()
+        wait_for(lambda: sid not in fleet.haproxy_map("moved.map"), 30, "the gateway to drop the stale entry")
+        r = fleet.edge.get(f"/v1/sandboxes/{sid}")
+        assert r.status == 200 and r.json()["id"] == sid, r
+    finally:
+        if fleet.gateway is None:
+            fleet.start_gateway()
+        delete_all(fleet, [sid])
