@@ -67,8 +67,7 @@ def delete_all(fleet, sids):
 # ---- placement -------------------------------------------------------------------
 
 def test_creates_spread_by_capacity(session_dirs, tmp_path_factory):
-    """Equal nodes share the creates; a node with more room gets more; a
-    draining node (one that stops) gets none."""
+    """Equal nodes share the creates; a node with more room gets more."""
     f = make_fleet(session_dirs, tmp_path_factory, "spread",
                    node_args={1: ["--max-sandboxes", "6"], 2: ["--max-sandboxes", "6"],
                               3: ["--max-sandboxes", "18"]})
@@ -129,6 +128,27 @@ def test_a_full_node_is_refused_and_the_create_retried_elsewhere(session_dirs, t
     finally:
         delete_all(f, sids)
         f.stop()
+
+
+def test_a_draining_node_gets_no_creates(fleet):
+    """POST /v1/node/drain on n1: the gateway sees it draining at its next
+    poll and places nothing there; its sandboxes still answer."""
+    n1 = fleet.node("n1")
+    kept = create(n1.daemon)
+    made = []
+    try:
+        r = n1.daemon.post("/v1/node/drain", json_body={"draining": True})
+        assert r.status == 200, r
+        fleet.wait_nodes(lambda ns: {x["node_id"]: x["state"] for x in ns}["n1"] == "draining", "n1 draining")
+        for _ in range(6):
+            sid = create(fleet.edge)
+            made.append(sid)
+            assert node_in(sid) != "n1", made
+        assert exec_ok(fleet.edge, kept, "echo draining-but-here") == "draining-but-here\n"
+    finally:
+        n1.daemon.post("/v1/node/drain", json_body={"draining": False})
+        fleet.wait_nodes(lambda ns: {x["node_id"]: x["state"] for x in ns}["n1"] == "ready", "n1 ready")
+        delete_all(fleet, [kept] + made)
 
 
 def test_no_node_can_take_it(session_dirs, tmp_path_factory):
