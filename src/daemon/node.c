@@ -432,11 +432,17 @@ static int check_locked(struct daemon *d, uint64_t memory, uint32_t cpus_milli, 
 	return 0;
 }
 
+void node_settle_locked(struct daemon *d, const sandlot_options_t *opts)
+{
+	(void)d;
+	node.pending_memory -= opts->memory_bytes;
+	node.pending_cpus_milli -= opts->cpus_milli;
+}
+
 void node_settle(struct daemon *d, const sandlot_options_t *opts)
 {
 	pthread_mutex_lock(&d->lock);
-	node.pending_memory -= opts->memory_bytes;
-	node.pending_cpus_milli -= opts->cpus_milli;
+	node_settle_locked(d, opts);
 	pthread_mutex_unlock(&d->lock);
 }
 

@@ -52,6 +52,9 @@ int node_resume_admit_locked(struct daemon *d, struct dsb *s, unsigned live, san
 /* The admitted creation is over (made or failed): its share is in the
  * sandbox table now, or nowhere.  Takes d->lock. */
 void node_settle(struct daemon *d, const sandlot_options_t *opts);
+/* The same with d->lock held: where the new sandbox enters the table, so
+ * that it is never counted twice. */
+void node_settle_locked(struct daemon *d, const sandlot_options_t *opts);
 
 /* The fields GET /v1/health adds: node_id, state, capacity. */
 void node_health(struct daemon *d, json_t *o);

@@ -6,12 +6,13 @@ file, and on cgroup v2 the sandboxes' cgroups nested below sandlotd's own.
 
 The fleet itself (several nodes, HAProxy, the gateway) is tested in
 tests/fleet."""
+import concurrent.futures
 import os
 import re
 import signal
 import socket
 import subprocess
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -245,6 +246,44 @@ def test_capacity_health_agent_and_node_full(own_daemon):  # noqa: F811
     # the agent port closes with the daemon
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", agent), timeout=5).close()
+
+
+def test_concurrent_creates_never_pass_the_limits(own_daemon):  # noqa: F811
+    """12 creates at once on a node with room for 4 (by memory: 4 x 64M of
+    256M): exactly 4 are made, the other 8 get 503 node_full, and the agent
+    port answers all along (the admission is one check under the daemon's
+    lock, the memory of creations in progress counted)."""
+    d = own_daemon(extra_args=["--node-id", "n4", "--node-memory", "256M",
+                               "--agent-port", "127.0.0.1:0"]).start()
+    agent = health(d)["agent_port"]
+    body = {"memory": "64M", "disk": "16M", "pids": 16}
+    results, lines = [], []
+    stop = threading.Event()
+
+    def poll_agent():
+        while not stop.is_set():
+            lines.append(agent_says(agent))
+
+    poller = threading.Thread(target=poll_agent)
+    poller.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(12) as ex:
+            results = list(ex.map(lambda _: d.post("/v1/sandboxes", json_body=body), range(12)))
+    finally:
+        stop.set()
+        poller.join(30)
+    made = [r.json()["id"] for r in results if r.status == 201]
+    refused = [r for r in results if r.status != 201]
+    assert len(made) == 4, results
+    for r in refused:
+        assert_error(r, 503, "node_full")
+    assert lines and all(re.fullmatch(r"\d+% ready\n|drain\n", x) for x in lines), lines
+    h = health(d)
+    assert h["state"] == "full" and h["capacity"]["memory_allocated"] == 256 << 20, h
+    assert agent_says(agent) == "drain\n"
+    for sid in made:
+        assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+    assert health(d)["capacity"]["memory_allocated"] == 0
 
 
 def test_node_cpus(own_daemon):  # noqa: F811
