@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -149,6 +150,39 @@ def test_a_draining_node_gets_no_creates(fleet):
         n1.daemon.post("/v1/node/drain", json_body={"draining": False})
         fleet.wait_nodes(lambda ns: {x["node_id"]: x["state"] for x in ns}["n1"] == "ready", "n1 ready")
         delete_all(fleet, [kept] + made)
+
+
+def test_concurrent_creates_fill_the_fleet_exactly(session_dirs, tmp_path_factory):
+    """30 creates at once through the edge onto three nodes of 6 slots each:
+    every slot is used (a create refused by a full node is retried on
+    another), none is used twice, and the rest get 503 no_capacity."""
+    f = make_fleet(session_dirs, tmp_path_factory, "burst",
+                   node_args={i: ["--max-sandboxes", "6"] for i in (1, 2, 3)})
+    results = [None] * 30
+    try:
+        def one(i):
+            try:
+                results[i] = f.edge.request("POST", "/v1/sandboxes", json_body=SMALL, fresh=True, timeout=300)
+            except Exception as e:  # reported below
+                results[i] = e
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(30)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        bad = [r for r in results if not hasattr(r, "status") or r.status not in (201, 503)]
+        assert not bad, bad
+        made = [r.json()["id"] for r in results if r.status == 201]
+        refused = [r for r in results if r.status == 503]
+        assert all(r.error_code() == "no_capacity" for r in refused), refused
+        per_node = {n.name: [s["id"] for s in n.daemon.get("/v1/sandboxes").json()["sandboxes"]]
+                    for n in f.nodes}
+        assert {k: len(v) for k, v in per_node.items()} == {"n1": 6, "n2": 6, "n3": 6}, per_node
+        assert sorted(made) == sorted(sum(per_node.values(), []))
+        assert len(refused) == 12
+    finally:
+        delete_all(f, [r.json()["id"] for r in results if hasattr(r, "status") and r.status == 201])
+        f.stop()
 
 
 def test_no_node_can_take_it(session_dirs, tmp_path_factory):
