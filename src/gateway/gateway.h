@@ -60,6 +60,7 @@ struct gw_config {
 	unsigned k;                 /* --choices: nodes sampled per create */
 	unsigned attempts;          /* --create-attempts: nodes tried per create */
 	unsigned moved_every;       /* rebuild moved.map every N polls */
+	unsigned forget_after_s;    /* --forget-after: an unlisted node is dropped (0: never) */
 	const char *haproxy_socket; /* --haproxy-socket */
 	const char *map_dir;        /* --map-dir: nodes.map, down.map, moved.map */
 };
@@ -82,6 +83,8 @@ extern struct gw g;
 /* ---- nodes.c ---- */
 /* The poller thread: polls forever until g.stopping. */
 void *gw_poller(void *arg);
+/* The nodes named in the map dir's nodes.map, as unreachable (start-up). */
+void gw_nodes_seed(void);
 /* Poll every node once now (the first poll at start-up). */
 void gw_poll_once(void);
 const char *gw_state_name(enum node_state s);

@@ -47,6 +47,9 @@ static const char help[] =
 	"        --node-timeout MS      a poll or list call to one node (default 2000)\n"
 	"        --down-after N         failed polls in a row before a node is\n"
 	"                               unreachable (default 2)\n"
+	"        --forget-after SECONDS a node no longer discovered stays known, as\n"
+	"                               unreachable (its sandboxes get 503, never\n"
+	"                               404), this long (default 86400; 0: for good)\n"
 	"    Placement:\n"
 	"        --choices K            nodes sampled per create (default 3)\n"
 	"        --create-attempts N    nodes tried per create, when one answers 503\n"
@@ -66,7 +69,7 @@ static const char help[] =
 
 enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_NODE, OPT_NODES_FILE, OPT_NODES_DNS, OPT_POLL,
        OPT_NODE_TIMEOUT, OPT_DOWN_AFTER, OPT_CHOICES, OPT_ATTEMPTS, OPT_CREATE_TIMEOUT, OPT_MAP_DIR,
-       OPT_HAPROXY_SOCKET, OPT_MOVED_EVERY };
+       OPT_HAPROXY_SOCKET, OPT_MOVED_EVERY, OPT_FORGET_AFTER };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -83,6 +86,7 @@ static const struct option opts[] = {
 	{ "map-dir", required_argument, NULL, OPT_MAP_DIR },
 	{ "haproxy-socket", required_argument, NULL, OPT_HAPROXY_SOCKET },
 	{ "moved-every", required_argument, NULL, OPT_MOVED_EVERY },
+	{ "forget-after", required_argument, NULL, OPT_FORGET_AFTER },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -145,6 +149,7 @@ static int parse_args(int argc, char **argv)
 	c->k = 3;
 	c->attempts = 3;
 	c->moved_every = 10;
+	c->forget_after_s = 86400;
 	const char *listen = NULL, *token_file = NULL;
 	int o;
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -174,6 +179,9 @@ static int parse_args(int argc, char **argv)
 		case OPT_MAP_DIR: c->map_dir = optarg; break;
 		case OPT_HAPROXY_SOCKET: c->haproxy_socket = optarg; break;
 		case OPT_MOVED_EVERY: r = number("moved-every", optarg, 1, 100000, &c->moved_every); break;
+		case OPT_FORGET_AFTER:
+			r = number("forget-after", optarg, 0, 100u * 365 * 86400, &c->forget_after_s);
+			break;
 		default: return bad("unknown option");
 		}
 		if (r < 0)
@@ -233,7 +241,9 @@ int main(int argc, char **argv)
 	}
 	g.moved = json_object();
 	g.started_ms = gw_now_ms();
-	/* One poll before serving: the first create already has nodes. */
+	/* The nodes of the last run, then one poll before serving: the first
+	 * create already has nodes. */
+	gw_nodes_seed();
 	gw_poll_once();
 	if (gw_routes_start() < 0)
 		return 1;

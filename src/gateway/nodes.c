@@ -161,9 +161,24 @@ static void discover(char ***urls, size_t *n)
 	}
 }
 
-/* Make the table match urls.  Caller holds g.lock. */
+static void node_free(struct node *nd)
+{
+	json_decref(nd->health);
+	free(nd->url);
+	free(nd);
+}
+
+/* Make the table match urls.  Caller holds g.lock.
+ *
+ * A node that leaves the configuration after it was identified is not
+ * forgotten: discovery also drops nodes that are only unwell (a headless
+ * Service lists Ready pods only), and its sandboxes must get 503
+ * node_unavailable, never 404.  It stays, unreachable and no longer
+ * polled, until it is listed again (its new address, if any, takes over
+ * the node id: apply_health) or --forget-after has passed. */
 static void sync_table(char **urls, size_t n)
 {
+	uint64_t now = gw_now_ms();
 	for (size_t i = 0; i < g.n; i++)
 		g.nodes[i]->seen = 0;
 	for (size_t u = 0; u < n; u++) {
@@ -197,12 +212,60 @@ static void sync_table(char **urls, size_t n)
 			i++;
 			continue;
 		}
+		if (nd->id[0]) {
+			if (nd->state != NODE_UNREACHABLE) {
+				nd->state = NODE_UNREACHABLE;
+				nd->down_since_ms = now;
+				gw_log("node_unlisted", "node=%s url=%s reason=\"no longer discovered: unreachable "
+				       "until it is listed again\"", nd->id, nd->url);
+			}
+			if (!g.cfg.forget_after_s || now - nd->down_since_ms < (uint64_t)g.cfg.forget_after_s * 1000) {
+				i++;
+				continue;
+			}
+		}
 		gw_log("node_removed", "url=%s node=%s", nd->url, nd->id);
-		json_decref(nd->health);
-		free(nd->url);
-		free(nd);
+		node_free(nd);
 		g.nodes[i] = g.nodes[--g.n];
 	}
+}
+
+/* The nodes of a previous run, from the nodes.map it left (docs/fleet.md):
+ * known, unreachable until discovery lists them again, so that a gateway
+ * restarted while a node is away still answers 503 for its sandboxes. */
+void gw_nodes_seed(void)
+{
+	if (!g.cfg.map_dir)
+		return;
+	char path[4200];
+	if (snprintf(path, sizeof path, "%s/nodes.map", g.cfg.map_dir) >= (int)sizeof path)
+		return;
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return;
+	char line[256];
+	uint64_t now = gw_now_ms();
+	pthread_mutex_lock(&g.lock);
+	while (fgets(line, sizeof line, f) && g.n < GW_MAX_NODES) {
+		char id[64], addr[64], url[80];
+		if (line[0] == '#' || sscanf(line, "%63s %63s", id, addr) != 2)
+			continue;
+		snprintf(url, sizeof url, "http://%s", addr);
+		char check[64];
+		if (!sandlot__node_id_ok(id, strlen(id)) || gw_node_by_id(id) || url_addr(url, check, sizeof check) < 0)
+			continue;
+		struct node *nd = calloc(1, sizeof *nd);
+		if (!nd)
+			break;
+		nd->url = strdup(url);
+		snprintf(nd->addr, sizeof nd->addr, "%s", addr);
+		snprintf(nd->id, sizeof nd->id, "%s", id);
+		nd->state = NODE_UNREACHABLE;
+		nd->down_since_ms = now;
+		g.nodes[g.n++] = nd;
+	}
+	pthread_mutex_unlock(&g.lock);
+	fclose(f);
 }
 
 /* ---- polls -------------------------------------------------------------------- */
@@ -243,6 +306,15 @@ static void apply_health(struct node *nd, json_t *h, uint64_t now)
 		return;
 	}
 	struct node *other = gw_node_by_id(id);
+	if (other && other != nd && !other->seen && !other->inflight) {
+		/* The node at a new address (a new pod): the old entry goes. */
+		gw_log("node_moved", "node=%s from=%s to=%s", id, other->url, nd->url);
+		for (size_t i = 0; i < g.n; i++)
+			if (g.nodes[i] == other)
+				g.nodes[i] = g.nodes[--g.n];
+		node_free(other);
+		other = NULL;
+	}
 	if (other && other != nd && other->state != NODE_UNREACHABLE) {
 		gw_log("node_conflict", "url=%s other=%s node=%s reason=\"two nodes with one node_id\"", nd->url,
 		       other->url, id);
@@ -371,8 +443,11 @@ void gw_poll_once(void)
 	sync_table(urls, nurls);
 	size_t n = g.n;
 	struct probe *pr = calloc(n ? n : 1, sizeof *pr);
+	size_t np = 0;
 	for (size_t i = 0; pr && i < n; i++)
-		pr[i].url = strdup(g.nodes[i]->url);
+		if (g.nodes[i]->seen)
+			pr[np++].url = strdup(g.nodes[i]->url);
+	n = np;
 	pthread_mutex_unlock(&g.lock);
 	for (size_t i = 0; i < nurls; i++)
 		free(urls[i]);
@@ -398,6 +473,7 @@ void gw_poll_once(void)
 				apply_health(nd, pr[i].health, now);
 			else
 				apply_failure(nd, &pr[i].a, now);
+			break; /* one entry per URL; apply_health may reorder the table */
 		}
 		json_decref(pr[i].health);
 		gw_answer_free(&pr[i].a);

@@ -276,14 +276,19 @@ class Fleet:
                 return False
         wait_for(up, 20, "HAProxy's admin socket")
 
-    def start_gateway(self, wait=True):
+    def start_gateway(self, wait=True, nodes_file=None):
+        """The gateway, told of every node with --node, or with
+        --nodes-file nodes_file (which the caller writes)."""
         self.gateway_log_path = self.base / "gateway.log"
         self.gateway_log = open(self.gateway_log_path, "ab")
         args = ["--listen", f"{EDGE_IP}:{GATEWAY_PORT}", "--token-file", str(self.token_file),
                 "--map-dir", str(self.map_dir), "--haproxy-socket", str(self.admin_socket),
                 "--poll-interval", "200", "--node-timeout", "1000", "--down-after", "2"]
-        for n in self.nodes:
-            args += ["--node", n.url]
+        if nodes_file:
+            args += ["--nodes-file", str(nodes_file)]
+        else:
+            for n in self.nodes:
+                args += ["--node", n.url]
         self.gateway = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{self.edge_ns}", "--", str(gateway_binary()), *args,
              *self.gateway_args],

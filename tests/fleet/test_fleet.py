@@ -473,3 +473,38 @@ def test_moved_map_routes_and_the_gateway_keeps_it_true(fleet):
         if fleet.gateway is None:
             fleet.start_gateway()
         delete_all(fleet, [sid])
+
+
+def test_nodes_from_a_file_read_at_every_poll(fleet):
+    """--nodes-file (what Nomad's template writes) is read at every poll. A
+    node that leaves it is not forgotten (discovery also drops nodes that
+    are only unwell): its sandboxes get 503 node_unavailable, never 404,
+    also after a gateway restart (the gateway starts from the nodes.map it
+    left); listed again, it is routed to again."""
+    listing = fleet.base / "nodes.txt"
+    n1, n2, n3 = fleet.nodes
+    listing.write_text(f"# the fleet\n{n1.url}\n  {n2.url}  \n{n3.url}\n")
+    sid = create(n3.daemon)
+    try:
+        fleet.stop_gateway()
+        fleet.start_gateway(nodes_file=listing)
+        assert set(fleet.haproxy_map("nodes.map")) == {"n1", "n2", "n3"}
+        listing.write_text(f"{n1.url}\n{n2.url}\n")
+        fleet.wait_state("n3", "unreachable")
+        r = fleet.edge.get(f"/v1/sandboxes/{sid}")
+        assert unavailable(r, "n3"), r
+        assert set(fleet.haproxy_map("nodes.map")) == {"n1", "n2", "n3"}
+        fleet.stop_gateway()
+        fleet.start_gateway(wait=False, nodes_file=listing)
+        fleet.wait_nodes(lambda ns: {x["node_id"]: x["state"] for x in ns} ==
+                         {"n1": "ready", "n2": "ready", "n3": "unreachable"}, "n3 remembered as unreachable")
+        r = fleet.edge.get(f"/v1/sandboxes/{sid}")
+        assert unavailable(r, "n3"), r
+        listing.write_text(f"{n1.url}\n{n2.url}\n{n3.url}\n")
+        fleet.wait_state("n3", "ready")
+        r = fleet.edge.get(f"/v1/sandboxes/{sid}")
+        assert r.status == 200 and r.json()["id"] == sid, r
+    finally:
+        fleet.stop_gateway()
+        fleet.start_gateway()
+        delete_all(fleet, [sid])
