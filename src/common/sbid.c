@@ -94,7 +94,8 @@ static void random_b32(char *out, size_t n)
 	}
 }
 
-void sandlot__node_new_id(const char *prefix, char *buf)
+/* prefix + [NODE "-"] + random characters, `total` after the prefix. */
+static void make_id(const char *prefix, char *buf, size_t total, int fixed)
 {
 	size_t pl = strlen(prefix), nl = strlen(node_id);
 	memcpy(buf, prefix, pl);
@@ -104,11 +105,18 @@ void sandlot__node_new_id(const char *prefix, char *buf)
 		o += nl;
 		buf[o++] = '-';
 	}
-	random_b32(buf + o, 26 - (o - pl));
-	buf[pl + 26] = '\0';
+	size_t n = fixed ? total - (o - pl) : total;
+	random_b32(buf + o, n);
+	buf[o + n] = '\0';
+}
+
+void sandlot__node_new_id(const char *prefix, char *buf)
+{
+	make_id(prefix, buf, 26, 0);
 }
 
 void sandlot__sbid_new(char *buf)
 {
-	sandlot__node_new_id("sb-", buf);
+	/* 29 characters whatever the node: "sb-" and 26. */
+	make_id("sb-", buf, 26, 1);
 }

@@ -38,8 +38,10 @@ int sandlot__sbid_parse(const char *id, size_t len, char node[SANDLOT_NODE_ID_MA
 /* A new sandbox id with this process's node (buf: at least 32 bytes). */
 void sandlot__sbid_new(char *buf);
 
-/* The same shapes with another prefix, e.g. "mcp-": prefix + NODE + "-" +
- * random, strlen(prefix) + 26 characters in all (buf must hold one more). */
+/* An id of another kind that a proxy routes by its node too, e.g. an MCP
+ * session id: prefix + NODE + "-" + 26 random characters of [a-z2-7] (all
+ * 130 bits: such ids are credentials), or prefix + 26 of them without a
+ * node.  buf must hold strlen(prefix) + 36 bytes. */
 void sandlot__node_new_id(const char *prefix, char *buf);
 
 /* What an invalid sandbox id is answered with, after "invalid sandbox id

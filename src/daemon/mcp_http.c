@@ -65,7 +65,7 @@ static const char *const protocol_versions[] = { "2025-11-25", "2025-06-18", "20
 
 struct msess {
 	struct msess *next;
-	char id[40];
+	char id[40];                /* "mcp-" [NODE "-"] 26 of [a-z2-7] (common/sbid.h) */
 	int refs;                   /* g.lock: the table, posts, enders */
 	int busy;                   /* g.lock: POSTs being handled */
 	int in_table;               /* g.lock */

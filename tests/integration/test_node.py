@@ -98,7 +98,7 @@ def test_node_id_in_ids_on_every_api(own_daemon, tmp_path):  # noqa: F811
         headers={"Content-Type": "application/json", "Accept": "application/json"})
     assert r.status == 200, r
     msid = r.headers.get("Mcp-Session-Id", "")
-    assert re.match(r"^mcp-n1-[a-z2-7]{23}$", msid), r.headers
+    assert re.match(r"^mcp-n1-[a-z2-7]{26}$", msid), r.headers  # all 130 bits: a credential
 
     # an id of another node is unknown here (404), a malformed one says the shapes
     other = "sb-n2-" + "a" * 23
