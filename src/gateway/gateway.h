@@ -129,8 +129,8 @@ struct node *gw_place(struct node *const *tried, size_t ntried);
 void gw_place_done(struct node *nd);
 
 /* ---- ids (nodes.c) ---- */
-/* The node in a sandbox id ("sb-NODE-…") or an MCP session id
- * ("mcp-NODE-…"), both from common/sbid.h.  Returns 1 and the node, 0 for
+/* The node in a sandbox id ("sb-NODE-…", common/sbid.h) or an MCP
+ * session id ("mcp-NODE-" and 26 random characters).  Returns 1 and the node, 0 for
  * a valid id without a node (node ""), -1 for anything else. */
 int gw_id_node(const char *id, char node[SANDLOT_NODE_ID_MAX + 1]);
 

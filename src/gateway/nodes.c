@@ -31,19 +31,28 @@ const char *gw_state_name(enum node_state s)
 	return "unknown";
 }
 
+static int b32_run(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '2' && s[i] <= '7')))
+			return 0;
+	return 1;
+}
+
 int gw_id_node(const char *id, char node[SANDLOT_NODE_ID_MAX + 1])
 {
 	node[0] = '\0';
 	size_t len = strlen(id);
-	if (!strncmp(id, "mcp-", 4) && len == SANDLOT_ID_LEN + 1) {
-		/* The same shape as a sandbox id after its own prefix. */
-		char as_sb[SANDLOT_ID_LEN + 1] = "sb-";
-		memcpy(as_sb + 3, id + 4, len - 4);
-		as_sb[SANDLOT_ID_LEN] = '\0';
-		id = as_sb;
-		if (!sandlot__sbid_parse(id, SANDLOT_ID_LEN, node))
+	if (!strncmp(id, "mcp-", 4)) {
+		/* "mcp-" [NODE "-"] and 26 random characters (mcp_http.c). */
+		const char *rest = id + 4, *dash = strchr(rest, '-');
+		size_t nl = dash ? (size_t)(dash - rest) : 0;
+		const char *rnd = dash ? dash + 1 : rest;
+		if ((dash && !sandlot__node_id_ok(rest, nl)) || strlen(rnd) != 26 || !b32_run(rnd, 26))
 			return -1;
-		return node[0] ? 1 : 0;
+		memcpy(node, rest, nl);
+		node[nl] = '\0';
+		return nl ? 1 : 0;
 	}
 	if (!sandlot__sbid_parse(id, len, node))
 		return -1;

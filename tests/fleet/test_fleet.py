@@ -315,6 +315,10 @@ def test_mcp_through_the_front_door(fleet):
           if any(s["state"] == "running" for s in
                  n.daemon.get("/v1/sandboxes?label=client=sandlot-mcp-http").json()["sandboxes"])]
     assert on == [node]
+    # Sent to the gateway itself by mistake, a session's call is not
+    # forwarded: 421, naming the session's node.
+    r = fleet.gateway_http.request("POST", "/mcp", body=b"{}", headers=h)
+    assert r.status == 421 and r.error_code() == "misdirected" and r.json()["error"]["node"] == node, r
     assert fleet.edge.request("DELETE", "/mcp", headers=h).status == 204
 
 
