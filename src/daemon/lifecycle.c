@@ -43,6 +43,7 @@
 
 #include "common/util.h"
 #include "core/private.h"
+#include "daemon/archives.h"
 #include "daemon/daemon.h"
 #include "core/teardown.h"
 #include "daemon/domain.h"
@@ -60,6 +61,8 @@ static int wake(struct daemon *d, struct dsb *s, sandlot_error_t **err);
 /* DOMAIN_EENDED with the state and the reason (s->lock held). */
 static int error_ended_locked(struct dsb *s, sandlot_error_t **err)
 {
+	if (archive_moved_reason(s->id, s->end_reason, err)) /* 410 sandbox_moved */
+		return -1;
 	sandlot__error(err, DOMAIN_EENDED, "sandbox %s has ended: %s (%s)", s->id,
 		       dsb_state_name(s->state), s->end_reason ? s->end_reason : "no reason recorded");
 	sandlot__error_detail(err, "state", dsb_state_name(s->state));
@@ -369,6 +372,13 @@ static int create_error(sandlot_error_t *e, sandlot_error_t **err)
  * runs (now or already), -1 with err; on failure it stays paused. */
 static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandlot_error_t **err)
 {
+	/* An archived sandbox runs only where the store says it lives
+	 * (archives.c): a stale copy is deleted here, never resumed. */
+	pthread_mutex_lock(&s->lock);
+	int paused = s->state == DSB_PAUSED;
+	pthread_mutex_unlock(&s->lock);
+	if (paused && archive_fence_check(d, s, err) < 0)
+		return -1;
 	/* Settle, then claim the transition and a creation slot together
 	 * (lock order d->lock → s->lock). */
 	for (;;) {

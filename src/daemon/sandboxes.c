@@ -41,6 +41,7 @@
 #include "common/parse.h"
 #include "common/util.h"
 #include "core/private.h"
+#include "daemon/archives.h"
 #include "daemon/daemon.h"
 #include "daemon/domain.h"
 #include "core/teardown.h"
@@ -204,7 +205,7 @@ static int error_not_found(const char *id, sandlot_error_t **err)
 struct dsb *domain_sandbox_find(struct daemon *d, const char *id, sandlot_error_t **err)
 {
 	struct dsb *s = valid_id(id) ? find_ref(d, id) : NULL;
-	if (!s)
+	if (!s && !(valid_id(id) && archive_moved_error(d, id, err)))
 		error_not_found(id, err);
 	return s;
 }
