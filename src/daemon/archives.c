@@ -813,9 +813,15 @@ static void key_of(char *out, size_t n, const char *id, uint64_t gen, const char
 		snprintf(out, n, "sandboxes/%s/%s", id, name);
 }
 
+/* owner.json.  "generation" counts every change of hands (archive,
+ * restore); "archive_generation" names the objects of the newest archive;
+ * "state" is "archived" while that archive is the sandbox's newest state
+ * (its holder paused and archived it), "claimed" once a node resumed it
+ * from there (its files may have changed since: no other node may take
+ * the archive then). */
 struct owner {
-	uint64_t generation;
-	const char *node, *instance; /* into the JSON */
+	uint64_t generation, archived;
+	const char *node, *instance, *state; /* into the JSON */
 };
 
 /* owner.json of id: 1 with *j (to json_decref) and o filled, 0 when
@@ -838,26 +844,34 @@ static int owner_get(struct archives *a, const char *id, json_t **j, struct owne
 			sandlot_error_free(e);
 		return -1;
 	}
-	json_t *g = json_object_get(*j, "generation");
+	json_t *g = json_object_get(*j, "generation"), *ag = json_object_get(*j, "archive_generation");
 	o->node = json_string_value(json_object_get(*j, "node"));
 	o->instance = json_string_value(json_object_get(*j, "instance"));
-	if (!json_is_integer(g) || json_integer_value(g) < 1 || !o->node || !o->instance) {
+	o->state = json_string_value(json_object_get(*j, "state"));
+	if (!json_is_integer(g) || json_integer_value(g) < 1 || !json_is_integer(ag) ||
+	    json_integer_value(ag) < 1 || json_integer_value(ag) > json_integer_value(g) ||
+	    !o->node || !o->instance || !o->state ||
+	    (strcmp(o->state, "archived") != 0 && strcmp(o->state, "claimed") != 0)) {
 		json_decref(*j);
 		*j = NULL;
-		return sandlot__error(err, ARCHIVE_ECORRUPT, "archive store %s: %s lacks \"node\", "
-				      "\"instance\" or a \"generation\"", a->url, key);
+		return sandlot__error(err, ARCHIVE_ECORRUPT, "archive store %s: %s is not one sandlot "
+				      "wrote (node, instance, state, generation, archive_generation)",
+				      a->url, key);
 	}
 	o->generation = (uint64_t)json_integer_value(g);
+	o->archived = (uint64_t)json_integer_value(ag);
 	return 1;
 }
 
-static int owner_put(struct daemon *d, const char *id, uint64_t gen, sandlot_error_t **err)
+static int owner_put(struct daemon *d, const char *id, uint64_t gen, uint64_t archived,
+		     const char *state, sandlot_error_t **err)
 {
 	char key[256];
 	key_of(key, sizeof(key), id, 0, "owner.json");
-	json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:I}", "sandbox", id, "node",
+	json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:I}", "sandbox", id, "node",
 			      archive_node_name(d), "instance", d->archives->instance, "generation",
-			      (json_int_t)gen, "claimed_ms", (json_int_t)daemon_now_ms());
+			      (json_int_t)gen, "archive_generation", (json_int_t)archived, "state",
+			      state, "changed_ms", (json_int_t)daemon_now_ms());
 	if (!j)
 		return sandlot__error(err, ENOMEM, "out of memory");
 	int rc = store_put_json(d->archives, key, j, err);
@@ -904,7 +918,7 @@ static int fence(struct daemon *d, struct dsb *s, const char *node, uint64_t gen
 	return -1;
 }
 
-int archive_fence_check(struct daemon *d, struct dsb *s, sandlot_error_t **err)
+static int fence_check(struct daemon *d, struct dsb *s, int claim, sandlot_error_t **err)
 {
 	uint64_t gen = archive_generation(d, s->id);
 	if (!gen)
@@ -926,6 +940,12 @@ int archive_fence_check(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 	} else if (strcmp(o.instance, a->instance) == 0 && o.generation >= gen) {
 		if (o.generation > gen)
 			db_set(d, s->id, o.generation, NULL);
+		/* Resumed here: from now on its archive is not its newest state,
+		 * and no other node may take it. */
+		if (claim && strcmp(o.state, "archived") == 0 &&
+		    owner_put(d, s->id, o.generation, o.archived, "claimed", err) < 0)
+			rc = sandlot__error_wrap(err, "cannot claim sandbox %s in the archive store",
+						 s->id);
 	} else if (strcmp(o.instance, a->instance) == 0) {
 		daemon_log("archive_owner_older", "level=warn sandbox=%s generation=%llu store=%llu",
 			   s->id, (unsigned long long)gen, (unsigned long long)o.generation);
@@ -934,6 +954,11 @@ int archive_fence_check(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 	}
 	json_decref(j);
 	return rc;
+}
+
+int archive_fence_check(struct daemon *d, struct dsb *s, sandlot_error_t **err)
+{
+	return fence_check(d, s, 1, err);
 }
 
 /* ---- archive ------------------------------------------------------------------------------- */
@@ -1031,7 +1056,7 @@ static json_t *write_archive(struct daemon *d, struct dsb *s, uint64_t gen, sand
 		return NULL;
 	}
 	key_of(key, sizeof(key), s->id, gen, "meta.json");
-	if (store_put_json(a, key, meta, err) < 0 || owner_put(d, s->id, gen, err) < 0) {
+	if (store_put_json(a, key, meta, err) < 0 || owner_put(d, s->id, gen, gen, "archived", err) < 0) {
 		json_decref(meta);
 		return NULL;
 	}
@@ -1092,20 +1117,27 @@ json_t *domain_sandbox_archive(struct daemon *d, const char *id, sandlot_error_t
 			       (unsigned long long)o.generation);
 		goto out;
 	}
-	uint64_t prev = mine;
+	uint64_t prev = mine, prev_archived = 0;
 	if (mine) {
 		unhold(s); /* the check may fence it */
-		int rc = archive_fence_check(d, s, err);
+		int rc = fence_check(d, s, 0, err);
 		if (rc == 0 && hold_paused(d, s, err) < 0)
 			goto out_unheld;
 		if (rc < 0)
 			goto out_unheld;
 		prev = archive_generation(d, id);
+		have = owner_get(a, id, &j, &o, err);
+		if (have < 0)
+			goto out;
+		if (have) {
+			prev = o.generation > prev ? o.generation : prev;
+			prev_archived = o.archived;
+		}
 	}
 	json_t *info = write_archive(d, s, prev + 1, err);
 	if (info) {
-		if (prev)
-			drop_generation(a, id, prev);
+		if (prev_archived)
+			drop_generation(a, id, prev_archived);
 		out = dsb_to_json(s);
 		json_object_set_new(out, "archive", info);
 	}
@@ -1200,7 +1232,15 @@ static int restore(struct daemon *d, const char *id, struct dsb *old, sandlot_er
 			       id);
 	if (have <= 0)
 		return -1;
-	uint64_t gen = o.generation, t0 = sandlot__now_ns();
+	if (strcmp(o.instance, a->instance) != 0 && strcmp(o.state, "archived") != 0) {
+		sandlot__error(err, EBUSY, "sandbox %s is held by node %s, which resumed it after its "
+			       "archive (generation %llu): pause and archive it there first", id,
+			       o.node, (unsigned long long)o.archived);
+		sandlot__error_detail(err, "node", o.node);
+		json_decref(oj);
+		return -1;
+	}
+	uint64_t gen = o.archived, t0 = sandlot__now_ns();
 	char key[256];
 	key_of(key, sizeof(key), id, gen, "meta.json");
 	if (!(m = store_get_json(a, key, err)) || meta_check(a, m, id, gen, err) < 0)
@@ -1241,15 +1281,16 @@ static int restore(struct daemon *d, const char *id, struct dsb *old, sandlot_er
 	 * the one whose claim did not stick backs out. */
 	json_t *cj = NULL;
 	struct owner c;
-	if (owner_put(d, id, gen + 1, err) < 0 || owner_get(a, id, &cj, &c, err) < 0)
+	uint64_t claim = o.generation + 1;
+	if (owner_put(d, id, claim, gen, "claimed", err) < 0 || owner_get(a, id, &cj, &c, err) < 0)
 		goto out;
-	int won = cj && strcmp(c.instance, a->instance) == 0 && c.generation == gen + 1;
+	int won = cj && strcmp(c.instance, a->instance) == 0 && c.generation == claim;
 	json_decref(cj);
 	if (!won) {
 		sandlot__error(err, EBUSY, "another node claimed sandbox %s at the same time", id);
 		goto out;
 	}
-	db_set(d, id, gen + 1, NULL);
+	db_set(d, id, claim, NULL);
 	struct dsb *s = old ? old : dsb_alloc(id);
 	if (!s) {
 		sandlot__error(err, ENOMEM, "out of memory");

@@ -104,6 +104,15 @@ static int get_sandbox(struct http_req *req)
 	struct dsb *s = domain_sandbox_find(req->d, req->params[0], &err);
 	if (!s)
 		return answer_err(req, err);
+	/* A sandbox that moved to another node (archives.h) is that node's
+	 * now: 410 sandbox_moved names it. */
+	pthread_mutex_lock(&s->lock);
+	int moved = dsb_state_ended(s->state) && archive_moved_reason(s->id, s->end_reason, &err);
+	pthread_mutex_unlock(&s->lock);
+	if (moved) {
+		dsb_release(req->d, s);
+		return answer_err(req, err);
+	}
 	http_json(req, 200, dsb_to_json(s));
 	dsb_release(req->d, s);
 	return 0;
