@@ -56,7 +56,8 @@ enum store_kind { STORE_FILE, STORE_S3 };
 
 struct archives {
 	enum store_kind kind;
-	char *url;             /* as given, for answers and logs */
+	char *url;             /* as given, for messages and logs */
+	char *base;            /* where keys start: "file:///DIR/" or "s3://BUCKET/PREFIX" */
 	char *dir;             /* file:// */
 	char *endpoint;        /* s3: scheme://host[:port], no trailing slash */
 	char *bucket, *prefix; /* prefix "" or ending in "/" */
@@ -656,6 +657,10 @@ int archive_configure(struct daemon *d, const char *url, sandlot_error_t **err)
 		rc = sandlot__error(err, EINVAL, "--archive \"%s\": expected file:///DIR or "
 				    "s3://BUCKET[/PREFIX][?endpoint=URL&region=R]", url);
 	}
+	if (rc == 0 && a->kind == STORE_FILE && asprintf(&a->base, "file://%s/", a->dir) < 0)
+		rc = sandlot__error(err, ENOMEM, "out of memory");
+	if (rc == 0 && a->kind == STORE_S3 && asprintf(&a->base, "s3://%s/%s", a->bucket, a->prefix) < 0)
+		rc = sandlot__error(err, ENOMEM, "out of memory");
 	d->archives = a;
 	if (rc < 0) {
 		archive_free(d);
@@ -674,6 +679,7 @@ void archive_free(struct daemon *d)
 	if (a->userpwd)
 		explicit_bzero(a->userpwd, strlen(a->userpwd));
 	free(a->url);
+	free(a->base);
 	free(a->dir);
 	free(a->endpoint);
 	free(a->bucket);
@@ -1063,8 +1069,7 @@ static json_t *write_archive(struct daemon *d, struct dsb *s, uint64_t gen, sand
 	db_set(d, s->id, gen, NULL);
 	char url[600];
 	key_of(key, sizeof(key), s->id, gen, "workspace.tar");
-	snprintf(url, sizeof(url), "%s%s%s", a->url, a->url[strlen(a->url) - 1] == '/' ? "" : "/",
-		 key);
+	snprintf(url, sizeof(url), "%s%s", a->base, key);
 	json_t *out = json_pack("{s:I, s:s, s:I, s:s, s:s}", "generation", (json_int_t)gen, "sha256",
 				sha, "bytes", (json_int_t)bytes, "url", url, "node",
 				archive_node_name(d));
@@ -1418,7 +1423,7 @@ void archive_start(struct daemon *d)
 			daemon_log("archive_check_failed", "level=warn sandbox=%s error=\"%s\" msg=\"each "
 				   "is checked again before its resume\"", ids[i], msg);
 			sandlot_error_free(e);
-			if (st == ARCHIVE_EUNAVAILABLE)
+			if (st == ARCHIVE_EUNAVAILABLE || st == ARCHIVE_EREFUSED)
 				break; /* not once per sandbox */
 			continue;
 		}
