@@ -1342,7 +1342,24 @@ json_t *domain_sandbox_restore(struct daemon *d, const char *id, const uint32_t 
 			here = 1; /* busy: the resume below says so */
 		pthread_mutex_unlock(&s->lock);
 	}
-	int rc = here ? 0 : restore(d, id, s, err);
+	int rc = 0;
+	if (here && archive_generation(d, id)) {
+		/* A copy here that may be stale: fenced, it is taken anew from
+		 * the store. */
+		sandlot_error_t *fe = NULL;
+		rc = fence_check(d, s, 0, &fe);
+		if (rc < 0 && sandlot_error_status(fe) == ARCHIVE_EMOVED) {
+			here = 0;
+			rc = 0;
+			sandlot_error_free(fe);
+		} else if (rc < 0 && err) {
+			*err = fe;
+		} else {
+			sandlot_error_free(fe);
+		}
+	}
+	if (rc == 0 && !here)
+		rc = restore(d, id, s, err);
 	pthread_mutex_unlock(&a->lock);
 	if (s)
 		dsb_release(d, s);

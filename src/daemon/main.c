@@ -885,8 +885,10 @@ int main(int argc, char **argv)
 	}
 	changes_budget_enforce(&d);
 	registry_reclaim(&d);
+	/* Before recovery: a sandbox that moved to another node is not
+	 * paused here any more, so recovery leaves its id alone. */
+	archive_start(&d);
 	sandboxes_recover(&d);
-	archive_start(&d); /* fences stale copies of sandboxes that moved */
 	/* Cgroups and the root tree for the next sandboxes, prepared by
 	 * libsandlot in the background (a sandbox with other options still
 	 * takes a prepared cgroup and changes its limits). */
