@@ -1279,8 +1279,19 @@ static int restore(struct daemon *d, const char *id, struct dsb *old, sandlot_er
 		goto out;
 	}
 	uint64_t disk = (uint64_t)json_integer_value(json_object_get(m, "disk_bytes"));
-	if (sandlot_workspace_import_tar(&so, id, disk, fd, err) < 0)
+	sandlot_error_t *ie = NULL;
+	if (sandlot_workspace_import_tar(&so, id, disk, fd, &ie) < 0) {
+		/* tar refused what the archive holds (a member outside home/ and
+		 * tmp/, "..", a link out): not an archive sandlot wrote. */
+		if (sandlot_error_status(ie) == EIO)
+			sandlot__error(err, ARCHIVE_ECORRUPT, "the archive of sandbox %s (generation "
+				       "%llu) does not unpack: %s", id, (unsigned long long)gen,
+				       sandlot_error_message(ie));
+		else if (err)
+			*err = ie, ie = NULL;
+		sandlot_error_free(ie);
 		goto out;
+	}
 	imported = 1;
 	/* Claim it, then read the claim back: of two nodes restoring at once,
 	 * the one whose claim did not stick backs out. */

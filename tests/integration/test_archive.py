@@ -320,3 +320,56 @@ def test_s3_errors(nodes, s3):
     err = assert_error(restore(good, sid), 503, "archive_store_unavailable")
     assert "127.0.0.1" in err["message"], err
     assert not kept(good, sid) and not kept(unknown, sid)
+
+
+def test_hostile_archive_stays_inside(nodes, store, tmp_path):
+    """An archive forged in the store (its meta.json matching it) with
+    members that try to leave the workspace: "..", an absolute path, a
+    symlink out followed by a file through it, a hard link to a host file.
+    Nothing lands outside; the restore fails as archive_corrupt and leaves
+    nothing."""
+    import io
+    import tarfile
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    buf = io.BytesIO()
+
+    def add(t, name, data=b"x", **kw):
+        ti = tarfile.TarInfo(name)
+        for k, v in kw.items():
+            setattr(ti, k, v)
+        if ti.type == tarfile.REGTYPE:
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+        else:
+            t.addfile(ti)
+
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        add(t, "home", type=tarfile.DIRTYPE, mode=0o755, uid=1000, gid=1000)
+        add(t, "home/ok.txt", b"fine")
+        add(t, "home/link", type=tarfile.SYMTYPE, linkname=str(victim))
+        add(t, "home/link/pwned", b"owned")
+        add(t, "home/../../../../../.." + str(tmp_path / "escaped"), b"owned")
+        add(t, str(tmp_path / "absolute"), b"owned")
+        add(t, "home/hard", type=tarfile.LNKTYPE, linkname="/etc/passwd")
+        add(t, "tmp", type=tarfile.DIRTYPE, mode=0o1777)
+    data = buf.getvalue()
+    sid = "sb-" + "b" * 26
+    gen = store / "sandboxes" / sid / "1"
+    gen.mkdir(parents=True)
+    (gen / "workspace.tar").write_bytes(data)
+    (gen / "meta.json").write_text(json.dumps({
+        "sandbox": sid, "generation": 1, "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": len(data), "disk_bytes": 32 << 20, "options": {"image": "host"}}))
+    (store / "sandboxes" / sid / "owner.json").write_text(json.dumps({
+        "sandbox": sid, "node": "elsewhere", "instance": "x", "generation": 1,
+        "archive_generation": 1, "state": "archived"}))
+    b = nodes(f"file://{store}")
+    err = assert_error(restore(b, sid), 502, "archive_corrupt")
+    assert "does not unpack" in err["message"], err
+    assert list(victim.iterdir()) == []
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "absolute").exists()
+    assert not kept(b, sid)
+    assert b.get(f"/v1/sandboxes/{sid}").status == 404
+    owner = json.loads((store / "sandboxes" / sid / "owner.json").read_text())
+    assert owner["node"] == "elsewhere", owner  # never claimed
