@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/sbid.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
 #include "daemon/domain.h"
@@ -703,7 +704,10 @@ static void host_name_init(void)
 
 const char *archive_node_name(struct daemon *d)
 {
+	const char *node = sandlot__node_id(); /* --node-id */
 	(void)d;
+	if (node)
+		return node;
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	pthread_once(&once, host_name_init);
 	return host_name;
@@ -1333,13 +1337,9 @@ json_t *domain_sandbox_restore(struct daemon *d, const char *id, const uint32_t 
 		no_store(err);
 		return NULL;
 	}
-	/* The id names the store's keys and the workspace: "sb-" and [a-z0-9-]. */
-	size_t n = strlen(id);
-	int ok = n > 3 && n < sizeof(((struct dsb *)0)->id) && strncmp(id, "sb-", 3) == 0;
-	for (size_t i = 3; ok && i < n; i++)
-		ok = (id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9') || id[i] == '-';
-	if (!ok) {
-		sandlot__error(err, ENOENT, "invalid sandbox id \"%.64s\"", id);
+	/* The id names the store's keys and the workspace. */
+	if (!sandlot__sbid_parse(id, strlen(id), NULL)) {
+		sandlot__error(err, ENOENT, "invalid sandbox id \"%.64s\": " SANDLOT_SBID_EXPECTED, id);
 		return NULL;
 	}
 	pthread_mutex_lock(&a->lock);

@@ -47,6 +47,7 @@
 #include "daemon/daemon.h"
 #include "core/teardown.h"
 #include "daemon/domain.h"
+#include "daemon/node.h"
 
 /* Provided by execs.c; weak so the daemon links while it is a placeholder. */
 #pragma weak execs_release
@@ -406,12 +407,9 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandl
 			pthread_mutex_unlock(&d->lock);
 			return sandlot__error(err, ESHUTDOWN, "sandlotd is shutting down");
 		}
-		if (live >= d->cfg.max_sandboxes) {
+		if (node_resume_admit_locked(d, s, live, err) < 0) {
 			pthread_mutex_unlock(&d->lock);
-			return sandlot__error(err, EAGAIN,
-					      "%u sandboxes are running or starting, the limit of this "
-					      "daemon (--max-sandboxes); sandbox %s stays paused", live,
-					      s->id);
+			return -1;
 		}
 		pthread_mutex_lock(&s->lock);
 		int ok = s->state == DSB_PAUSED && !s->transition && !s->copying;

@@ -53,9 +53,10 @@ def nodes(session_dirs, tmp_path_factory):
     is stopped (cleanly, exit 0) after the test."""
     made = []
 
-    def make(url, env=None, prefix=(), start=True):
+    def make(url, env=None, prefix=(), start=True, node=None):
         base = tmp_path_factory.mktemp("sandlotd-archive", numbered=True)
-        d = Daemon(base, extra_args=["--archive", url], env=env, prefix=prefix,
+        args = ["--archive", url] + (["--node-id", node] if node else [])
+        d = Daemon(base, extra_args=args, env=env, prefix=prefix,
                    data_dir=session_dirs["data_dir"] / "daemon" / base.name)
         made.append(d)
         return d.start() if start else d
@@ -105,10 +106,12 @@ def test_move_and_fence_after_restart(nodes, store):
     """Archive on A, A dies, B resumes it from the store with every byte;
     A comes back, finds the newer generation, deletes its copy, answers 410."""
     url = f"file://{store}"
-    a, b = nodes(url), nodes(url)
+    a, b = nodes(url, node="na"), nodes(url, node="nb")
     sid, digest = paused_with_files(a)
+    assert sid.startswith("sb-na-")
     info = archive(a, sid)
     assert info["generation"] == 1 and info["url"] == f"{url}/sandboxes/{sid}/1/workspace.tar"
+    assert info["node"] == "na"
     tar = store / "sandboxes" / sid / "1" / "workspace.tar"
     assert hashlib.sha256(tar.read_bytes()).hexdigest() == info["sha256"]
     assert tar.stat().st_size == info["bytes"]
@@ -122,6 +125,7 @@ def test_move_and_fence_after_restart(nodes, store):
     assert_same_files(b, sid, digest)
     owner = json.loads((store / "sandboxes" / sid / "owner.json").read_text())
     assert (owner["generation"], owner["archive_generation"], owner["state"]) == (2, 1, "claimed")
+    assert owner["node"] == "nb"
 
     a.start()
     assert "event=sandbox_moved sandbox=" + sid in a.log_text()
@@ -131,7 +135,7 @@ def test_move_and_fence_after_restart(nodes, store):
                                ("POST", f"/v1/sandboxes/{sid}/exec", {"command": "true"}),
                                ("POST", f"/v1/sandboxes/{sid}/archive", {})):
         err = assert_error(a.request(method, path, json_body=body), 410, "sandbox_moved")
-        assert "node" in err and "generation 2" in err["message"], err
+        assert err["node"] == "nb" and "generation 2" in err["message"], err
     # B still serves it.
     assert b.exec(sid, "cat /home/user/f.txt")["stdout"] == "hello\n"
 
@@ -177,12 +181,12 @@ def test_claimed_sandbox_cannot_be_taken(nodes, store):
     """Resumed on A after its archive: the archive is no longer its newest
     state, so B may not take it."""
     url = f"file://{store}"
-    a, b = nodes(url), nodes(url)
+    a, b = nodes(url, node="na"), nodes(url, node="nb")
     sid, _ = paused_with_files(a)
     archive(a, sid)
     assert a.post(f"/v1/sandboxes/{sid}/resume", json_body={}).status == 200
     err = assert_error(restore(b, sid), 409, "conflict")
-    assert "pause and archive it there first" in err["message"], err
+    assert "pause and archive it there first" in err["message"] and err["node"] == "na", err
     assert not kept(b, sid)
     assert b.get(f"/v1/sandboxes/{sid}").status == 404
 
