@@ -25,6 +25,7 @@
  * Moves are explicit operations, meant to be made one at a time.
  */
 #include "daemon/archives.h"
+#include "daemon/archive_parse.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -353,22 +354,6 @@ static size_t s3_write(char *buf, size_t size, size_t n, void *p)
 	return got;
 }
 
-/* S3's error code from an XML error answer (<Code>X</Code>), for the
- * message only; "" when there is none. */
-static void s3_code(const char *body, char *out, size_t n)
-{
-	out[0] = '\0';
-	const char *p = body ? strstr(body, "<Code>") : NULL;
-	if (!p)
-		return;
-	p += 6;
-	size_t k = 0;
-	while (p[k] && p[k] != '<' && k + 1 < n && key_char_ok(p[k]))
-		k++;
-	memcpy(out, p, k);
-	out[k] = '\0';
-}
-
 /* One request.  method "GET", "PUT" or "DELETE"; for PUT the body is
  * in_fd (of in_len bytes, from its start) or mem/len, sha its sha256 hex;
  * for GET the answer goes to out_fd, or into *mem (at most max bytes). */
@@ -427,7 +412,7 @@ static int s3_request(struct archives *a, const char *method, const char *key, i
 
 	int rc = 0;
 	char code[64];
-	s3_code(http >= 300 ? io.body : NULL, code, sizeof(code));
+	archive__s3_code(http >= 300 ? io.body : NULL, io.body_len, code, sizeof(code));
 	if (cr != CURLE_OK && !(cr == CURLE_WRITE_ERROR && http >= 300)) {
 		if (io.write_errno == EFBIG)
 			rc = sandlot__error(err, ARCHIVE_ECORRUPT, "archive store %s: %s is too big",
@@ -501,27 +486,17 @@ static int store_get_fd(struct archives *a, const char *key, int fd, sandlot_err
 	return s3_request(a, "GET", key, -1, 0, NULL, 0, NULL, fd, NULL, NULL, 0, err);
 }
 
-/* A JSON object, or NULL with err (ENOENT when there is none). */
-static json_t *store_get_json(struct archives *a, const char *key, sandlot_error_t **err)
+/* A small object's text (NUL-terminated, to free), or NULL with err
+ * (ENOENT when there is none). */
+static char *store_get_text(struct archives *a, const char *key, size_t *len,
+			    sandlot_error_t **err)
 {
 	char *text = NULL;
-	size_t len = 0;
 	int rc = a->kind == STORE_FILE
-			 ? file_get(a, key, -1, &text, &len, OWNER_MAX, err)
-			 : s3_request(a, "GET", key, -1, 0, NULL, 0, NULL, -1, &text, &len, OWNER_MAX,
+			 ? file_get(a, key, -1, &text, len, OWNER_MAX, err)
+			 : s3_request(a, "GET", key, -1, 0, NULL, 0, NULL, -1, &text, len, OWNER_MAX,
 				      err);
-	if (rc < 0)
-		return NULL;
-	json_error_t je;
-	json_t *j = json_loadb(text, len, 0, &je);
-	free(text);
-	if (!json_is_object(j)) {
-		json_decref(j);
-		sandlot__error(err, ARCHIVE_ECORRUPT, "archive store %s: %s is not a JSON object",
-			       a->url, key);
-		return NULL;
-	}
-	return j;
+	return rc < 0 ? NULL : text;
 }
 
 static int store_del(struct archives *a, const char *key, sandlot_error_t **err)
@@ -823,27 +798,18 @@ static void key_of(char *out, size_t n, const char *id, uint64_t gen, const char
 		snprintf(out, n, "sandboxes/%s/%s", id, name);
 }
 
-/* owner.json.  "generation" counts every change of hands (archive,
- * restore); "archive_generation" names the objects of the newest archive;
- * "state" is "archived" while that archive is the sandbox's newest state
- * (its holder paused and archived it), "claimed" once a node resumed it
- * from there (its files may have changed since: no other node may take
- * the archive then). */
-struct owner {
-	uint64_t generation, archived;
-	const char *node, *instance, *state; /* into the JSON */
-};
-
-/* owner.json of id: 1 with *j (to json_decref) and o filled, 0 when
- * there is none, -1 with err. */
-static int owner_get(struct archives *a, const char *id, json_t **j, struct owner *o,
+/* owner.json of id: 1 with o filled, 0 when there is none, -1 with err.
+ * (*j is set to NULL: the parsed fields are copies.) */
+static int owner_get(struct archives *a, const char *id, json_t **j, struct archive_owner *o,
 		     sandlot_error_t **err)
 {
 	char key[256];
 	key_of(key, sizeof(key), id, 0, "owner.json");
+	*j = NULL;
 	sandlot_error_t *e = NULL;
-	*j = store_get_json(a, key, &e);
-	if (!*j) {
+	size_t len = 0;
+	char *text = store_get_text(a, key, &len, &e);
+	if (!text) {
 		if (sandlot_error_status(e) == ENOENT) {
 			sandlot_error_free(e);
 			return 0;
@@ -854,22 +820,11 @@ static int owner_get(struct archives *a, const char *id, json_t **j, struct owne
 			sandlot_error_free(e);
 		return -1;
 	}
-	json_t *g = json_object_get(*j, "generation"), *ag = json_object_get(*j, "archive_generation");
-	o->node = json_string_value(json_object_get(*j, "node"));
-	o->instance = json_string_value(json_object_get(*j, "instance"));
-	o->state = json_string_value(json_object_get(*j, "state"));
-	if (!json_is_integer(g) || json_integer_value(g) < 1 || !json_is_integer(ag) ||
-	    json_integer_value(ag) < 1 || json_integer_value(ag) > json_integer_value(g) ||
-	    !o->node || !o->instance || !o->state ||
-	    (strcmp(o->state, "archived") != 0 && strcmp(o->state, "claimed") != 0)) {
-		json_decref(*j);
-		*j = NULL;
+	int rc = archive__owner_parse(text, len, id, o);
+	free(text);
+	if (rc < 0)
 		return sandlot__error(err, ARCHIVE_ECORRUPT, "archive store %s: %s is not one sandlot "
-				      "wrote (node, instance, state, generation, archive_generation)",
-				      a->url, key);
-	}
-	o->generation = (uint64_t)json_integer_value(g);
-	o->archived = (uint64_t)json_integer_value(ag);
+				      "wrote", a->url, key);
 	return 1;
 }
 
@@ -940,7 +895,7 @@ static int fence_check(struct daemon *d, struct dsb *s, int claim, sandlot_error
 				      "no --archive store to check that no other node holds it now",
 				      s->id, (unsigned long long)gen);
 	json_t *j = NULL;
-	struct owner o;
+	struct archive_owner o;
 	int have = owner_get(a, s->id, &j, &o, err);
 	if (have < 0)
 		return sandlot__error_wrap(err, "cannot check that sandbox %s has not moved", s->id);
@@ -952,7 +907,7 @@ static int fence_check(struct daemon *d, struct dsb *s, int claim, sandlot_error
 			db_set(d, s->id, o.generation, NULL);
 		/* Resumed here: from now on its archive is not its newest state,
 		 * and no other node may take it. */
-		if (claim && strcmp(o.state, "archived") == 0 &&
+		if (claim && !o.claimed &&
 		    owner_put(d, s->id, o.generation, o.archived, "claimed", err) < 0)
 			rc = sandlot__error_wrap(err, "cannot claim sandbox %s in the archive store",
 						 s->id);
@@ -1115,7 +1070,7 @@ json_t *domain_sandbox_archive(struct daemon *d, const char *id, sandlot_error_t
 	}
 	pthread_mutex_lock(&a->lock);
 	uint64_t mine = archive_generation(d, id);
-	struct owner o;
+	struct archive_owner o;
 	int have = mine ? 0 : owner_get(a, id, &j, &o, err);
 	if (have < 0)
 		goto out;
@@ -1160,27 +1115,6 @@ out_unheld:
 }
 
 /* ---- restore --------------------------------------------------------------------------------- */
-
-static int meta_check(struct archives *a, json_t *m, const char *id, uint64_t gen,
-		      sandlot_error_t **err)
-{
-	json_t *g = json_object_get(m, "generation");
-	const char *sid = json_string_value(json_object_get(m, "sandbox"));
-	const char *sha = json_string_value(json_object_get(m, "sha256"));
-	json_t *bytes = json_object_get(m, "bytes"), *disk = json_object_get(m, "disk_bytes");
-	int ok = sid && strcmp(sid, id) == 0 && json_is_integer(g) &&
-		 (uint64_t)json_integer_value(g) == gen && sha && strlen(sha) == 64 &&
-		 json_is_integer(bytes) && json_integer_value(bytes) >= 0 && json_is_integer(disk) &&
-		 json_integer_value(disk) >= (16 << 20) &&
-		 json_is_object(json_object_get(m, "options"));
-	for (size_t i = 0; ok && i < 64; i++)
-		ok = (sha[i] >= '0' && sha[i] <= '9') || (sha[i] >= 'a' && sha[i] <= 'f');
-	if (!ok)
-		return sandlot__error(err, ARCHIVE_ECORRUPT, "archive store %s: the meta.json of "
-				      "sandbox %s generation %llu is not one sandlot wrote", a->url, id,
-				      (unsigned long long)gen);
-	return 0;
-}
 
 static uint32_t u32_of(json_t *m, const char *k)
 {
@@ -1232,7 +1166,7 @@ static int restore(struct daemon *d, const char *id, struct dsb *old, sandlot_er
 {
 	struct archives *a = d->archives;
 	json_t *oj = NULL, *m = NULL;
-	struct owner o;
+	struct archive_owner o;
 	int imported = 0, rc = -1;
 	cleanup_close int fd = -1;
 	int have = owner_get(a, id, &oj, &o, err);
@@ -1241,7 +1175,7 @@ static int restore(struct daemon *d, const char *id, struct dsb *old, sandlot_er
 			       id);
 	if (have <= 0)
 		return -1;
-	if (strcmp(o.instance, a->instance) != 0 && strcmp(o.state, "archived") != 0) {
+	if (strcmp(o.instance, a->instance) != 0 && o.claimed) {
 		sandlot__error(err, EBUSY, "sandbox %s is held by node %s, which resumed it after its "
 			       "archive (generation %llu): pause and archive it there first", id,
 			       o.node, (unsigned long long)o.archived);
@@ -1252,8 +1186,18 @@ static int restore(struct daemon *d, const char *id, struct dsb *old, sandlot_er
 	uint64_t gen = o.archived, t0 = sandlot__now_ns();
 	char key[256];
 	key_of(key, sizeof(key), id, gen, "meta.json");
-	if (!(m = store_get_json(a, key, err)) || meta_check(a, m, id, gen, err) < 0)
+	size_t mlen = 0;
+	char *mtext = store_get_text(a, key, &mlen, err);
+	if (!mtext)
 		goto out;
+	m = archive__meta_parse(mtext, mlen, id, gen);
+	free(mtext);
+	if (!m) {
+		sandlot__error(err, ARCHIVE_ECORRUPT, "archive store %s: the meta.json of sandbox %s "
+			       "generation %llu is not one sandlot wrote", a->url, id,
+			       (unsigned long long)gen);
+		goto out;
+	}
 	if ((fd = temp_file(d, err)) < 0)
 		goto out;
 	key_of(key, sizeof(key), id, gen, "workspace.tar");
@@ -1300,7 +1244,7 @@ static int restore(struct daemon *d, const char *id, struct dsb *old, sandlot_er
 	/* Claim it, then read the claim back: of two nodes restoring at once,
 	 * the one whose claim did not stick backs out. */
 	json_t *cj = NULL;
-	struct owner c;
+	struct archive_owner c;
 	uint64_t claim = o.generation + 1;
 	if (owner_put(d, id, claim, gen, "claimed", err) < 0 || owner_get(a, id, &cj, &c, err) < 0)
 		goto out;
