@@ -1246,9 +1246,11 @@ static int restore(struct daemon *d, const char *id, struct dsb *old, sandlot_er
 	json_t *cj = NULL;
 	struct archive_owner c;
 	uint64_t claim = o.generation + 1;
-	if (owner_put(d, id, claim, gen, "claimed", err) < 0 || owner_get(a, id, &cj, &c, err) < 0)
+	int back = -1;
+	if (owner_put(d, id, claim, gen, "claimed", err) < 0 ||
+	    (back = owner_get(a, id, &cj, &c, err)) < 0)
 		goto out;
-	int won = cj && strcmp(c.instance, a->instance) == 0 && c.generation == claim;
+	int won = back == 1 && strcmp(c.instance, a->instance) == 0 && c.generation == claim;
 	json_decref(cj);
 	if (!won) {
 		sandlot__error(err, EBUSY, "another node claimed sandbox %s at the same time", id);
