@@ -262,7 +262,6 @@ static void find_totals(void)
 
 int node_configure(struct daemon *d, const struct node_config *cfg, char *msg, size_t n)
 {
-	(void)d;
 	node.cfg = *cfg;
 	if (cfg->node_id) {
 		if (sandlot__node_id_set(cfg->node_id) < 0) {
@@ -271,6 +270,7 @@ int node_configure(struct daemon *d, const struct node_config *cfg, char *msg, s
 			return -1;
 		}
 		snprintf(node.id, sizeof(node.id), "%s", cfg->node_id);
+		d->cfg.node_id = node.id;
 	}
 	if (cfg->cgroup_nest && nest_cgroup(msg, n) < 0)
 		return -1;
