@@ -52,6 +52,7 @@
 #define STALL_TIMEOUT_S 30L         /* a transfer below 1 byte/s this long fails */
 #define SMALL_TIMEOUT_S 30L         /* whole request, small objects */
 #define SETTLE_WAIT_MS 30000
+#define COPY_BUF (64u << 10)         /* read and write in pieces of this size */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 enum store_kind { STORE_FILE, STORE_S3 };
@@ -98,9 +99,11 @@ static int hash_fd(int fd, char out[65], uint64_t *size, sandlot_error_t **err)
 	uint64_t total = 0;
 	if (lseek(fd, 0, SEEK_SET) < 0)
 		return sandlot__error_errno(err, errno, "rewind the archive file");
-	static __thread uint8_t buf[1 << 16];
+	cleanup_free uint8_t *buf = malloc(COPY_BUF);
+	if (!buf)
+		return sandlot__error(err, ENOMEM, "out of memory");
 	for (;;) {
-		ssize_t n = read(fd, buf, sizeof(buf));
+		ssize_t n = read(fd, buf, COPY_BUF);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -197,11 +200,13 @@ static int file_put(struct archives *a, const char *key, int fd, const void *mem
 	if (fd >= 0) {
 		if (lseek(fd, 0, SEEK_SET) < 0)
 			rc = -errno;
-		static __thread char buf[1 << 16];
+		cleanup_free char *buf = malloc(COPY_BUF);
+		if (!buf)
+			rc = -ENOMEM;
 		for (;;) {
 			if (rc)
 				break;
-			ssize_t n = read(fd, buf, sizeof(buf));
+			ssize_t n = read(fd, buf, COPY_BUF);
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n <= 0) {
@@ -269,9 +274,11 @@ static int file_get(struct archives *a, const char *key, int fd, char **mem, siz
 		*len = got;
 		return 0;
 	}
-	static __thread char buf[1 << 16];
+	cleanup_free char *buf = malloc(COPY_BUF);
+	if (!buf)
+		return sandlot__error(err, ENOMEM, "out of memory");
 	for (;;) {
-		ssize_t n = read(in, buf, sizeof(buf));
+		ssize_t n = read(in, buf, COPY_BUF);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
