@@ -1391,7 +1391,7 @@ void archive_start(struct daemon *d)
 		if (!s)
 			continue;
 		sandlot_error_t *e = NULL;
-		int rc = archive_fence_check(d, s, &e);
+		int rc = fence_check(d, s, 0, &e); /* no claim: it stays as it is */
 		dsb_release(d, s);
 		checked++;
 		int st = rc < 0 ? sandlot_error_status(e) : 0;

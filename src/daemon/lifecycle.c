@@ -373,13 +373,6 @@ static int create_error(sandlot_error_t *e, sandlot_error_t **err)
  * runs (now or already), -1 with err; on failure it stays paused. */
 static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandlot_error_t **err)
 {
-	/* An archived sandbox runs only where the store says it lives
-	 * (archives.c): a stale copy is deleted here, never resumed. */
-	pthread_mutex_lock(&s->lock);
-	int paused = s->state == DSB_PAUSED;
-	pthread_mutex_unlock(&s->lock);
-	if (paused && archive_fence_check(d, s, err) < 0)
-		return -1;
 	/* Settle, then claim the transition and a creation slot together
 	 * (lock order d->lock → s->lock). */
 	for (;;) {
@@ -421,6 +414,20 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandl
 		pthread_mutex_unlock(&d->lock);
 		if (ok)
 			break;
+	}
+	/* An archived sandbox runs only where the store says it lives
+	 * (archives.c): a stale copy is deleted here, never resumed.  Checked
+	 * (and claimed in the store) with the transition held, so that no
+	 * archive of it can run in between. */
+	if (archive_fence_check(d, s, err) < 0) {
+		pthread_mutex_lock(&d->lock);
+		d->ncreating--;
+		pthread_mutex_lock(&s->lock);
+		s->transition = 0;
+		pthread_cond_broadcast(&s->cond);
+		pthread_mutex_unlock(&s->lock);
+		pthread_mutex_unlock(&d->lock);
+		return -1;
 	}
 
 	uint64_t t0 = sandlot__now_ns();

@@ -377,3 +377,20 @@ def test_hostile_archive_stays_inside(nodes, store, tmp_path):
     assert b.get(f"/v1/sandboxes/{sid}").status == 404
     owner = json.loads((store / "sandboxes" / sid / "owner.json").read_text())
     assert owner["node"] == "elsewhere", owner  # never claimed
+
+
+def test_restart_checks_without_claiming(nodes, store):
+    """A restart of the node that archived a sandbox checks it (still its
+    own) but does not claim it: the archive stays takeable."""
+    url = f"file://{store}"
+    a, b = nodes(url, node="na"), nodes(url, node="nb")
+    sid, digest = paused_with_files(a)
+    archive(a, sid)
+    assert a.stop() == 0
+    a.start()
+    assert "checked=1 fenced=0" in a.log_text()
+    owner = json.loads((store / "sandboxes" / sid / "owner.json").read_text())
+    assert (owner["node"], owner["state"]) == ("na", "archived"), owner
+    assert kept(a, sid)
+    assert restore(b, sid).status == 200
+    assert_same_files(b, sid, digest)
