@@ -10,6 +10,10 @@ Every client below runs in the edge namespace, so "direct" and "proxy"
 cross the same veth and bridge; "proxy" adds HAProxy and, for creates,
 the gateway (placement) too.
 
+0. one call without sandbox work, GET /v1/sandboxes/ID, --hop rounds
+   (default 300) direct and through HAProxy, interleaved: the proxy hop
+   alone, which the creates' own variance hides on a busy machine.
+
 1. create + first exec, sequentially, N rounds (default 60, after 5 warm-up
    rounds), each round once direct to a node (round-robin over the three,
    kept-alive connection) and once through the edge, interleaved so that
@@ -87,6 +91,31 @@ def sequential(fleet, n, warmup):
     return rows
 
 
+def hop(fleet, n):
+    """GET /v1/sandboxes/ID (no sandbox work) direct and through HAProxy,
+    interleaved: the proxy hop alone, with less of the creates' noise."""
+    node = fleet.nodes[0]
+    direct = Endpoint(fleet.edge_ns, node.ip, NODE_PORT, fleet.token)
+    r = direct.post("/v1/sandboxes", json_body=BODY)
+    assert r.status == 201, r
+    sid = r.json()["id"]
+    out = {"direct": [], "proxy": []}
+    try:
+        for i in range(n + 20):
+            for kind in (("direct", "proxy") if i % 2 == 0 else ("proxy", "direct")):
+                ep = direct if kind == "direct" else fleet.edge
+                t0 = time.perf_counter()
+                r = ep.get(f"/v1/sandboxes/{sid}")
+                dt = (time.perf_counter() - t0) * 1000
+                assert r.status == 200, r
+                if i >= 20:
+                    out[kind].append(dt)
+    finally:
+        direct.delete(f"/v1/sandboxes/{sid}")
+        direct.close()
+    return out
+
+
 def burst(fleet, b, proxy):
     direct = [Endpoint(fleet.edge_ns, node.ip, NODE_PORT, fleet.token) for node in fleet.nodes]
     lat, ids, errors = [None] * b, [None] * b, []
@@ -139,6 +168,7 @@ def main():
     ap.add_argument("-n", type=int, default=int(os.environ.get("N", 60)))
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--burst", type=int, default=200)
+    ap.add_argument("--hop", type=int, default=300, help="rounds of the cheap call (0.)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/fleet.py needs root (network namespaces, sandboxes)")
@@ -152,6 +182,13 @@ def main():
         print(f"fleet: 3 nodes, HAProxy {subprocess.run(['haproxy', '-v'], capture_output=True, text=True).stdout.split()[2]}, "
               f"sandlotd {fleet.nodes[0].daemon.binary}")
         print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+        h = hop(fleet, args.hop)
+        print(f"\n0. one call without sandbox work (GET /v1/sandboxes/ID), {args.hop} rounds each (ms)")
+        print(f"{'':18}{'p50':>9}{'p90':>9}{'mean':>9}")
+        for kind in ("direct", "proxy"):
+            xs = h[kind]
+            print(f"{'get ' + kind:18}{pct(xs, 50):9.3f}{pct(xs, 90):9.3f}{statistics.mean(xs):9.3f}")
+        print(f"HAProxy hop p50: {pct(h['proxy'], 50) - pct(h['direct'], 50):+.3f} ms")
         rows = sequential(fleet, args.n, args.warmup)
         print(f"\n1. create + first exec, sequential, {args.n} rounds each (ms)")
         print(f"{'':18}{'p50':>9}{'p90':>9}{'mean':>9}")

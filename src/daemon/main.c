@@ -83,9 +83,10 @@ static const char help[] =
 	"        --agent-port [IPV4:]PORT\n"
 	"                               answer HAProxy's agent-check on this TCP\n"
 	"                               port: \"N% ready\", \"drain\" when full\n"
-	"        --no-cgroup-nest       on cgroup v2, keep sandbox cgroups under the\n"
-	"                               hierarchy's root, not below sandlotd's own\n"
-	"                               cgroup (docs/fleet.md)\n"
+	"        --cgroup-nest          on cgroup v2, make sandbox cgroups below\n"
+	"                               sandlotd's own cgroup, so that its limits (a\n"
+	"                               pod's) bound them (docs/fleet.md); sandlotd\n"
+	"                               moves itself into a leaf \"sandlotd\" there\n"
 	"        --default-image NAME   image of sandboxes created without \"image\"\n"
 	"                               (default host; a built image: see\n"
 	"                               sandlot image, docs/images.md)\n"
@@ -199,7 +200,7 @@ enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MA
        OPT_EGRESS_RANGE, OPT_EGRESS_MAX_CONN, OPT_PIP_INDEX, OPT_PIP_HOST, OPT_NPM_REGISTRY,
        OPT_NPM_HOST, OPT_PACKAGE_CA, OPT_PACKAGE_CACHE, OPT_MCP_SESSIONS, OPT_MCP_IDLE,
        OPT_MCP_ORIGIN, OPT_E2B_DOMAIN, OPT_ARCHIVE, OPT_NODE_ID, OPT_NODE_ID_FILE, OPT_NODE_MEMORY,
-       OPT_NODE_CPUS, OPT_AGENT_PORT, OPT_NO_CGROUP_NEST };
+       OPT_NODE_CPUS, OPT_AGENT_PORT, OPT_CGROUP_NEST };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -241,7 +242,7 @@ static const struct option opts[] = {
 	{ "node-memory", required_argument, NULL, OPT_NODE_MEMORY },
 	{ "node-cpus", required_argument, NULL, OPT_NODE_CPUS },
 	{ "agent-port", required_argument, NULL, OPT_AGENT_PORT },
-	{ "no-cgroup-nest", no_argument, NULL, OPT_NO_CGROUP_NEST },
+	{ "cgroup-nest", no_argument, NULL, OPT_CGROUP_NEST },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -494,7 +495,7 @@ static void report_cgroup(void)
 extern const struct http_route code_routes[]; /* code.c */
 static struct http_route *all_routes(void)
 {
-	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
+	const struct http_route *tables[] = { misc_routes, node_routes, sandbox_routes, exec_routes,
 					      file_routes, workspace_routes, code_routes, port_routes,
 					      proxy_routes, changes_routes, network_routes,
 					      package_routes, mcp_routes, e2b_envd_routes, e2b_interp_routes,
@@ -572,7 +573,7 @@ int main(int argc, char **argv)
 	struct http_config hc = { .max_connections = 8192, .max_per_peer = 1024,
 				  .header_timeout_s = 10 };
 	struct mcp_http_config mcfg = { .max_sessions = 100, .idle_s = 1800 };
-	struct node_config ncfg = { .cgroup_nest = 1 };
+	struct node_config ncfg = { 0 };
 	const char *node_id_file = NULL;
 	static char node_id_buf[16];
 
@@ -667,8 +668,8 @@ int main(int argc, char **argv)
 		case OPT_AGENT_PORT:
 			ncfg.agent_listen = optarg;
 			break;
-		case OPT_NO_CGROUP_NEST:
-			ncfg.cgroup_nest = 0;
+		case OPT_CGROUP_NEST:
+			ncfg.cgroup_nest = 1;
 			break;
 		case OPT_OVERCOMMIT: {
 			char *end;

@@ -30,6 +30,7 @@ static struct {
 	const char *memory_source;   /* "flag", "cgroup", "host" */
 	uint32_t cpus_total_milli;   /* --node-cpus, else our cgroup's quota, else online CPUs */
 	char cgroup[PATH_MAX];       /* v2: the cgroup the sandboxes are nested below, or "" */
+	int draining;                /* POST /v1/node/drain (atomic) */
 	/* Admitted creations not in the table yet (under d->lock). */
 	uint64_t pending_memory;
 	uint64_t pending_cpus_milli;
@@ -145,8 +146,11 @@ static uint64_t read_u64(const char *path)
  * Before any other thread or child exists: the move is the whole process. */
 static int nest_cgroup(char *msg, size_t n)
 {
-	if (strcmp(sandlot__cgroup_mode(), "v2") != 0)
+	if (strcmp(sandlot__cgroup_mode(), "v2") != 0) {
+		daemon_log("cgroup_nest", "nested=no reason=\"not cgroup v2 (%s): sandbox cgroups "
+			   "stay at the top of each hierarchy\"", sandlot__cgroup_mode());
 		return 0;
+	}
 	char own[PATH_MAX], unused[PATH_MAX];
 	own_cgroups(own, "memory", unused);
 	const char *root = sandlot__cgroup_v2_root();
@@ -167,14 +171,14 @@ static int nest_cgroup(char *msg, size_t n)
 	}
 	if (mkdir(leaf, 0755) < 0 && errno != EEXIST) {
 		snprintf(msg, n, "cannot nest sandbox cgroups below sandlotd's cgroup: mkdir %s: %s "
-			 "(--no-cgroup-nest keeps them under %s/sandlot)", leaf, strerror(errno), root);
+			 "(without --cgroup-nest they go under %s/sandlot)", leaf, strerror(errno), root);
 		return -1;
 	}
 	char pid[32];
 	snprintf(pid, sizeof(pid), "%d", (int)getpid());
 	if (sandlot__write_file(procs, pid, 0) < 0) {
 		snprintf(msg, n, "cannot nest sandbox cgroups below sandlotd's cgroup: move into %s: "
-			 "%s (--no-cgroup-nest keeps them under %s/sandlot)", leaf, strerror(errno),
+			 "%s (without --cgroup-nest they go under %s/sandlot)", leaf, strerror(errno),
 			 root);
 		return -1;
 	}
@@ -188,7 +192,7 @@ static int nest_cgroup(char *msg, size_t n)
 		left[strcspn(left, "\n")] = '\0';
 		snprintf(msg, n, "cannot nest sandbox cgroups below sandlotd's cgroup %s: other "
 			 "processes are in it (pid %s...); run sandlotd in a cgroup of its own (a "
-			 "container, a systemd unit with Delegate=yes) or pass --no-cgroup-nest", dir,
+			 "container, a systemd unit with Delegate=yes) or leave out --cgroup-nest", dir,
 			 left);
 		free(left);
 		return -1;
@@ -339,6 +343,9 @@ static void capacity_locked(struct daemon *d, unsigned live, struct capacity *c)
 	if (d->stopping) {
 		c->state = "stopping";
 		c->score = 0;
+	} else if (__atomic_load_n(&node.draining, __ATOMIC_RELAXED)) {
+		c->state = "draining";
+		c->score = 0;
 	} else if (full) {
 		c->state = "full";
 		c->score = 0;
@@ -391,6 +398,11 @@ int node_resume_admit_locked(struct daemon *d, struct dsb *s, unsigned live, san
 static int check_locked(struct daemon *d, uint64_t memory, uint32_t cpus_milli, unsigned live,
 			sandlot_error_t **err)
 {
+	if (__atomic_load_n(&node.draining, __ATOMIC_RELAXED))
+		return sandlot__error(err, DOMAIN_ENODEFULL,
+				      "node %s is draining: it takes no new or resumed sandboxes "
+				      "(POST /v1/node/drain {\"draining\": false} ends that); try "
+				      "another node", node.id[0] ? node.id : "(this daemon)");
 	if (live >= d->cfg.max_sandboxes) {
 		if (!node.id[0])
 			return sandlot__error(err, EAGAIN,
@@ -420,11 +432,17 @@ static int check_locked(struct daemon *d, uint64_t memory, uint32_t cpus_milli, 
 	return 0;
 }
 
+void node_settle_locked(struct daemon *d, const sandlot_options_t *opts)
+{
+	(void)d;
+	node.pending_memory -= opts->memory_bytes;
+	node.pending_cpus_milli -= opts->cpus_milli;
+}
+
 void node_settle(struct daemon *d, const sandlot_options_t *opts)
 {
 	pthread_mutex_lock(&d->lock);
-	node.pending_memory -= opts->memory_bytes;
-	node.pending_cpus_milli -= opts->cpus_milli;
+	node_settle_locked(d, opts);
 	pthread_mutex_unlock(&d->lock);
 }
 
@@ -446,7 +464,7 @@ void node_health(struct daemon *d, json_t *o)
 			    json_integer((json_int_t)c.cpus_allocated_milli));
 	json_object_set_new(cap, "cpus_enforced", json_boolean(node.cfg.cpus_limit_milli != 0));
 	struct statvfs sv;
-	if (statvfs(d->cfg.data_dir, &sv) == 0) {
+	if (d->cfg.data_dir && statvfs(d->cfg.data_dir, &sv) == 0) {
 		json_object_set_new(cap, "disk_total",
 				    json_integer((json_int_t)((uint64_t)sv.f_blocks * sv.f_frsize)));
 		json_object_set_new(cap, "disk_free",
@@ -461,6 +479,33 @@ void node_health(struct daemon *d, json_t *o)
 	if (node.cgroup[0])
 		json_object_set_new(o, "cgroup", json_string(node.cgroup));
 }
+
+/* ---- routes ---------------------------------------------------------------- */
+
+/* POST /v1/node/drain {"draining": true|false}: a draining node takes no
+ * new or resumed sandboxes (503 node_full), says "draining" in /v1/health
+ * and "drain" on the agent port; its running sandboxes go on.  What an
+ * operator does before it upgrades or removes a node.  Answers as GET
+ * /v1/health does. */
+static int drain(struct http_req *req)
+{
+	json_t *v = json_is_object(req->json) ? json_object_get(req->json, "draining") : NULL;
+	if (!json_is_boolean(v) || json_object_size(req->json) != 1)
+		return http_error(req, 400, "bad_request",
+				  "expected {\"draining\": true} or {\"draining\": false}");
+	int on = json_is_true(v);
+	int was = __atomic_exchange_n(&node.draining, on, __ATOMIC_SEQ_CST);
+	if (was != on)
+		daemon_log("node_drain", "draining=%s", on ? "yes" : "no");
+	json_t *o = json_object();
+	node_health(req->d, o);
+	return http_json(req, 200, o);
+}
+
+const struct http_route node_routes[] = {
+	{ "POST", "/v1/node/drain", HTTP_JSON, drain, NULL, NULL, NULL },
+	{ 0 },
+};
 
 /* ---- the agent-check port ------------------------------------------------ */
 

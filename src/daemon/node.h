@@ -12,6 +12,7 @@
 
 #include "sandlot.h"
 #include "common/error.h"
+#include "daemon/http.h"
 
 struct daemon;
 
@@ -24,7 +25,7 @@ struct node_config {
 	                             * at most this; 0 = not enforced */
 	uint32_t cpus_limit_milli;  /* --node-cpus: their CPU quotas likewise; 0 = not enforced */
 	const char *agent_listen;   /* --agent-port [HOST:]PORT; NULL: none */
-	int cgroup_nest;            /* 1: nest below our own cgroup on v2 (default), 0: --no-cgroup-nest */
+	int cgroup_nest;            /* --cgroup-nest: on v2, sandboxes below our own cgroup */
 };
 
 /* The node id of --node-id-file FILE into buf: FILE's first line, or a new
@@ -51,9 +52,15 @@ int node_resume_admit_locked(struct daemon *d, struct dsb *s, unsigned live, san
 /* The admitted creation is over (made or failed): its share is in the
  * sandbox table now, or nowhere.  Takes d->lock. */
 void node_settle(struct daemon *d, const sandlot_options_t *opts);
+/* The same with d->lock held: where the new sandbox enters the table, so
+ * that it is never counted twice. */
+void node_settle_locked(struct daemon *d, const sandlot_options_t *opts);
 
 /* The fields GET /v1/health adds: node_id, state, capacity. */
 void node_health(struct daemon *d, json_t *o);
+
+/* POST /v1/node/drain. */
+extern const struct http_route node_routes[];
 
 /* The agent-check port (--agent-port): start serving, stop.  node_start
  * fails with a message when the port cannot be bound. */

@@ -759,7 +759,7 @@ static void record_packages(json_t *norm, const struct packages_req *p)
 }
 
 static struct dsb *create_admitted(struct daemon *d, struct domain_create *c,
-				   struct domain_created *out, sandlot_error_t **err);
+				   struct domain_created *out, int *settled, sandlot_error_t **err);
 
 struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct domain_created *out,
 			  sandlot_error_t **err)
@@ -779,14 +779,17 @@ struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct doma
 	}
 	d->ncreating++;
 	pthread_mutex_unlock(&d->lock);
-	struct dsb *s = create_admitted(d, c, out, err);
-	node_settle(d, &c->opts);
+	int settled = 0;
+	struct dsb *s = create_admitted(d, c, out, &settled, err);
+	if (!settled)
+		node_settle(d, &c->opts);
 	return s;
 }
 
-/* domain_create() once admitted (d->ncreating counts it). */
+/* domain_create() once admitted (d->ncreating counts it).  *settled: the
+ * node's pending share was moved into the table (node_settle_locked). */
 static struct dsb *create_admitted(struct daemon *d, struct domain_create *c,
-				   struct domain_created *out, sandlot_error_t **err)
+				   struct domain_created *out, int *settled, sandlot_error_t **err)
 {
 
 	uint64_t t0 = sandlot__now_ns();
@@ -886,6 +889,9 @@ static struct dsb *create_admitted(struct daemon *d, struct domain_create *c,
 
 	pthread_mutex_lock(&d->lock);
 	d->ncreating--;
+	/* In the table from now on: no longer the node's pending share. */
+	node_settle_locked(d, &c->opts);
+	*settled = 1;
 	int stopping = d->stopping;
 	if (!stopping) {
 		table_add_locked(d, s); /* the table takes dsb_alloc()'s reference */

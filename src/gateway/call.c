@@ -1,5 +1,6 @@
 /* One HTTP call from the gateway to a node, with libcurl (gateway.h). */
 #include <curl/curl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,10 +64,52 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 	return len;
 }
 
+/* One connection cache for every thread's calls: a create or a poll
+ * reuses a kept-alive connection to its node instead of a new TCP
+ * connection (and a pass through the node's front door) each time. */
+static CURLSH *share;
+static pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+static pthread_once_t share_once = PTHREAD_ONCE_INIT;
+
+static void share_lock(CURL *c, curl_lock_data data, curl_lock_access access, void *ud)
+{
+	(void)c;
+	(void)access;
+	(void)ud;
+	pthread_mutex_lock(&share_locks[data]);
+}
+
+static void share_unlock(CURL *c, curl_lock_data data, void *ud)
+{
+	(void)c;
+	(void)ud;
+	pthread_mutex_unlock(&share_locks[data]);
+}
+
+static void share_init(void)
+{
+	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_init(&share_locks[i], NULL);
+	share = curl_share_init();
+	if (share) {
+		curl_share_setopt(share, CURLSHOPT_LOCKFUNC, share_lock);
+		curl_share_setopt(share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+		curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+	}
+}
+
+void gw_call_cleanup(void)
+{
+	if (share)
+		curl_share_cleanup(share);
+	share = NULL;
+}
+
 int gw_call(const char *method, const char *url, const char *const *headers, const char *body,
 	    size_t body_len, unsigned timeout_ms, struct gw_answer *a)
 {
 	memset(a, 0, sizeof *a);
+	pthread_once(&share_once, share_init);
 	CURL *c = curl_easy_init();
 	if (!c) {
 		snprintf(a->curl_error, sizeof a->curl_error, "out of memory");
@@ -88,6 +131,8 @@ int gw_call(const char *method, const char *url, const char *const *headers, con
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, a);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	if (share)
+		curl_easy_setopt(c, CURLOPT_SHARE, share);
 	if (body) {
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
 		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);

@@ -107,6 +107,8 @@ struct gw_answer {
 int gw_call(const char *method, const char *url, const char *const *headers, const char *body,
 	    size_t body_len, unsigned timeout_ms, struct gw_answer *a);
 void gw_answer_free(struct gw_answer *a);
+/* At exit, after the last call: the shared connection cache. */
+void gw_call_cleanup(void);
 /* "Authorization: Bearer TOKEN" for the gateway's own calls (static). */
 const char *gw_auth_header(void);
 

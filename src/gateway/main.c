@@ -264,6 +264,7 @@ int main(int argc, char **argv)
 	free((char *)g.cfg.listen_host);
 	free(g.cfg.token);
 	free(g.auth_header);
+	gw_call_cleanup();
 	curl_global_cleanup();
 	return 0;
 }

@@ -322,7 +322,7 @@ static void rebuild_moved(void)
 	int complete = 1;
 	for (size_t i = 0; i < n; i++) {
 		char url[600];
-		snprintf(url, sizeof url, "%.512s/v1/sandboxes", list[i].url);
+		snprintf(url, sizeof url, "%.512s/v1/sandboxes?state=all", list[i].url);
 		const char *hdrs[] = { gw_auth_header(), NULL };
 		struct gw_answer a;
 		json_t *j = NULL;

@@ -259,7 +259,6 @@ static enum MHD_Result create(struct MHD_Connection *c, const char *path, struct
 		int rc = url ? gw_call("POST", url, (const char *const *)h.v, rq->body ? rq->body : "", rq->len,
 				       g.cfg.create_timeout_ms, &a)
 			     : -1;
-		gw_place_done(nd);
 		if (rc < 0 || a.status == 503) {
 			/* Nothing was allocated there (a full node answers 503
 			 * before it allocates; a node that cannot be reached did
@@ -274,6 +273,8 @@ static enum MHD_Result create(struct MHD_Connection *c, const char *path, struct
 			if (rc == 0 && nd->state == NODE_READY)
 				nd->state = NODE_FULL; /* until its next poll says otherwise */
 			pthread_mutex_unlock(&g.lock);
+			/* Only now: a node with creates in flight stays in the table. */
+			gw_place_done(nd);
 			if (rc == 0)
 				gw_answer_free(&a);
 			continue;
@@ -289,6 +290,9 @@ static enum MHD_Result create(struct MHD_Connection *c, const char *path, struct
 					nd->free = 0;
 			}
 			pthread_mutex_unlock(&g.lock);
+		}
+		gw_place_done(nd);
+		if (a.status >= 200 && a.status < 300) {
 			json_t *j = json_loadb(a.body, a.len, 0, NULL);
 			const char *sid = created_id(j);
 			char born[SANDLOT_NODE_ID_MAX + 1];

@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -67,8 +68,7 @@ def delete_all(fleet, sids):
 # ---- placement -------------------------------------------------------------------
 
 def test_creates_spread_by_capacity(session_dirs, tmp_path_factory):
-    """Equal nodes share the creates; a node with more room gets more; a
-    draining node (one that stops) gets none."""
+    """Equal nodes share the creates; a node with more room gets more."""
     f = make_fleet(session_dirs, tmp_path_factory, "spread",
                    node_args={1: ["--max-sandboxes", "6"], 2: ["--max-sandboxes", "6"],
                               3: ["--max-sandboxes", "18"]})
@@ -128,6 +128,60 @@ def test_a_full_node_is_refused_and_the_create_retried_elsewhere(session_dirs, t
         sids.append(filler)
     finally:
         delete_all(f, sids)
+        f.stop()
+
+
+def test_a_draining_node_gets_no_creates(fleet):
+    """POST /v1/node/drain on n1: the gateway sees it draining at its next
+    poll and places nothing there; its sandboxes still answer."""
+    n1 = fleet.node("n1")
+    kept = create(n1.daemon)
+    made = []
+    try:
+        r = n1.daemon.post("/v1/node/drain", json_body={"draining": True})
+        assert r.status == 200, r
+        fleet.wait_nodes(lambda ns: {x["node_id"]: x["state"] for x in ns}["n1"] == "draining", "n1 draining")
+        for _ in range(6):
+            sid = create(fleet.edge)
+            made.append(sid)
+            assert node_in(sid) != "n1", made
+        assert exec_ok(fleet.edge, kept, "echo draining-but-here") == "draining-but-here\n"
+    finally:
+        n1.daemon.post("/v1/node/drain", json_body={"draining": False})
+        fleet.wait_nodes(lambda ns: {x["node_id"]: x["state"] for x in ns}["n1"] == "ready", "n1 ready")
+        delete_all(fleet, [kept] + made)
+
+
+def test_concurrent_creates_fill_the_fleet_exactly(session_dirs, tmp_path_factory):
+    """30 creates at once through the edge onto three nodes of 6 slots each:
+    every slot is used (a create refused by a full node is retried on
+    another), none is used twice, and the rest get 503 no_capacity."""
+    f = make_fleet(session_dirs, tmp_path_factory, "burst",
+                   node_args={i: ["--max-sandboxes", "6"] for i in (1, 2, 3)})
+    results = [None] * 30
+    try:
+        def one(i):
+            try:
+                results[i] = f.edge.request("POST", "/v1/sandboxes", json_body=SMALL, fresh=True, timeout=300)
+            except Exception as e:  # reported below
+                results[i] = e
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(30)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        bad = [r for r in results if not hasattr(r, "status") or r.status not in (201, 503)]
+        assert not bad, bad
+        made = [r.json()["id"] for r in results if r.status == 201]
+        refused = [r for r in results if r.status == 503]
+        assert all(r.error_code() == "no_capacity" for r in refused), refused
+        per_node = {n.name: [s["id"] for s in n.daemon.get("/v1/sandboxes").json()["sandboxes"]]
+                    for n in f.nodes}
+        assert {k: len(v) for k, v in per_node.items()} == {"n1": 6, "n2": 6, "n3": 6}, per_node
+        assert sorted(made) == sorted(sum(per_node.values(), []))
+        assert len(refused) == 12
+    finally:
+        delete_all(f, [r.json()["id"] for r in results if hasattr(r, "status") and r.status == 201])
         f.stop()
 
 

@@ -6,17 +6,17 @@ file, and on cgroup v2 the sandboxes' cgroups nested below sandlotd's own.
 
 The fleet itself (several nodes, HAProxy, the gateway) is tested in
 tests/fleet."""
+import concurrent.futures
 import os
 import re
 import signal
 import socket
 import subprocess
-import time
+import threading
 from pathlib import Path
 
 import pytest
 
-import hostscan
 from conftest import wait_until
 from daemon import SANDLOTD
 from test_daemon_core import assert_error, free_port, own_daemon  # noqa: F401
@@ -205,13 +205,12 @@ def test_capacity_health_agent_and_node_full(own_daemon):  # noqa: F811
     assert agent_says(agent) == "50% ready\n"
 
     # too much memory: 503 node_full, Retry-After, nothing made, no failure counted
+    # (a failed creation would count one and log create_failed)
     failures = create_failures(d)
-    cgroups = hostscan.sandbox_cgroups()
     r = d.post("/v1/sandboxes", json_body={"memory": "1G", "disk": "16M"})
     err = assert_error(r, 503, "node_full")
     assert r.headers.get("Retry-After") == "1", r.headers
     assert "n1 is full" in err["message"] and "--node-memory" in err["message"], err
-    assert hostscan.sandbox_cgroups() == cgroups
     assert create_failures(d) == failures
     assert len(d.get("/v1/sandboxes").json()["sandboxes"]) == 1
     assert "create_failed" not in d.log_text()
@@ -249,6 +248,44 @@ def test_capacity_health_agent_and_node_full(own_daemon):  # noqa: F811
         socket.create_connection(("127.0.0.1", agent), timeout=5).close()
 
 
+def test_concurrent_creates_never_pass_the_limits(own_daemon):  # noqa: F811
+    """12 creates at once on a node with room for 4 (by memory: 4 x 64M of
+    256M): exactly 4 are made, the other 8 get 503 node_full, and the agent
+    port answers all along (the admission is one check under the daemon's
+    lock, the memory of creations in progress counted)."""
+    d = own_daemon(extra_args=["--node-id", "n4", "--node-memory", "256M",
+                               "--agent-port", "127.0.0.1:0"]).start()
+    agent = health(d)["agent_port"]
+    body = {"memory": "64M", "disk": "16M", "pids": 16}
+    results, lines = [], []
+    stop = threading.Event()
+
+    def poll_agent():
+        while not stop.is_set():
+            lines.append(agent_says(agent))
+
+    poller = threading.Thread(target=poll_agent)
+    poller.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(12) as ex:
+            results = list(ex.map(lambda _: d.post("/v1/sandboxes", json_body=body), range(12)))
+    finally:
+        stop.set()
+        poller.join(30)
+    made = [r.json()["id"] for r in results if r.status == 201]
+    refused = [r for r in results if r.status != 201]
+    assert len(made) == 4, results
+    for r in refused:
+        assert_error(r, 503, "node_full")
+    assert lines and all(re.fullmatch(r"\d+% ready\n|drain\n", x) for x in lines), lines
+    h = health(d)
+    assert h["state"] == "full" and h["capacity"]["memory_allocated"] == 256 << 20, h
+    assert agent_says(agent) == "drain\n"
+    for sid in made:
+        assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+    assert health(d)["capacity"]["memory_allocated"] == 0
+
+
 def test_node_cpus(own_daemon):  # noqa: F811
     d = own_daemon(extra_args=["--node-cpus", "1"]).start()
     assert health(d)["capacity"]["cpus_milli"] == 1000
@@ -260,6 +297,33 @@ def test_node_cpus(own_daemon):  # noqa: F811
     b = d.create(**SMALL)
     assert d.delete(f"/v1/sandboxes/{a}").status == 204
     assert d.delete(f"/v1/sandboxes/{b}").status == 204
+
+
+def test_drain(own_daemon):  # noqa: F811
+    d = own_daemon(extra_args=["--node-id", "n3", "--agent-port", "127.0.0.1:0"]).start()
+    agent = health(d)["agent_port"]
+    a = d.create(**SMALL)
+    p = d.create(**SMALL)
+    assert d.post(f"/v1/sandboxes/{p}/pause").status == 200
+    for bad in ({}, {"draining": "yes"}, {"draining": True, "other": 1}):
+        assert_error(d.post("/v1/node/drain", json_body=bad), 400, "bad_request")
+    r = d.post("/v1/node/drain", json_body={"draining": True})
+    assert r.status == 200 and r.json()["state"] == "draining", r
+    assert r.json()["capacity"]["score"] == 0 and r.json()["node_id"] == "n3", r
+    assert agent_says(agent) == "drain\n"
+    assert "event=node_drain draining=yes" in d.log_text()
+    # no new or resumed sandbox; the running one goes on
+    err = assert_error(d.post("/v1/sandboxes", json_body=SMALL), 503, "node_full")
+    assert "n3 is draining" in err["message"], err
+    err = assert_error(d.post(f"/v1/sandboxes/{p}/resume"), 503, "node_full")
+    assert f"sandbox {p} stays paused" in err["message"], err
+    assert d.exec(a, "echo still")["stdout"] == "still\n"
+    r = d.post("/v1/node/drain", json_body={"draining": False})
+    assert r.status == 200 and r.json()["state"] == "ready", r
+    assert agent_says(agent) == "99% ready\n"  # 1 of --max-sandboxes 2000 running
+    assert d.post(f"/v1/sandboxes/{p}/resume").status == 200
+    for sid in (a, p):
+        assert d.delete(f"/v1/sandboxes/{sid}").status == 204
 
 
 def test_single_node_max_sandboxes_stays_429(own_daemon):  # noqa: F811
@@ -318,7 +382,7 @@ def started_in(cg):
 
 def test_cgroup_v2_nests_below_own_cgroup(own_daemon, own_cgroup):  # noqa: F811
     mount, cg = own_cgroup
-    d = own_daemon(extra_args=["--node-id", "n1"])
+    d = own_daemon(extra_args=["--node-id", "n1", "--cgroup-nest"])
     d.prefix = started_in(cg)
     d.env = dict(d.env, SANDLOT_CGROUP="v2", SANDLOT_CGROUP_V2_ROOT=mount)
     d.start()
@@ -351,14 +415,15 @@ def test_cgroup_v2_nest_refused_beside_other_processes(own_daemon, own_cgroup): 
     other = subprocess.Popen(started_in(cg) + ["sleep", "600"])
     try:
         assert wait_until(lambda: str(other.pid) in (cg / "cgroup.procs").read_text().split(), 10)
-        d = own_daemon()
+        d = own_daemon(extra_args=["--cgroup-nest"])
         d.prefix = started_in(cg)
         d.env = dict(d.env, SANDLOT_CGROUP="v2", SANDLOT_CGROUP_V2_ROOT=mount)
         with pytest.raises(RuntimeError) as e:
             d.start()
-        assert "other processes are in it" in str(e.value) and "--no-cgroup-nest" in str(e.value)
+        assert "other processes are in it" in str(e.value) and "--cgroup-nest" in str(e.value)
         d.proc = None
-        d.extra_args = ["--no-cgroup-nest"]
+        # without --cgroup-nest it starts, and its sandboxes stay at the top
+        d.extra_args = []
         d.start()
         assert "cgroup" not in health(d)
         assert d.stop() == 0

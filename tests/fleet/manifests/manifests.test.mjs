@@ -98,6 +98,7 @@ test("the DaemonSet runs sandlotd as the fleet needs it", () => {
   assert.equal(mount.mountPath, "/var/lib/sandlot");
   assert.ok(c.args.includes("--node-id-file=/var/lib/sandlot/node-id"), c.args.join(" "));
   assert.ok(c.args.includes("--data-dir=/var/lib/sandlot"), c.args.join(" "));
+  assert.ok(c.args.includes("--cgroup-nest"), c.args.join(" "));
   // The ports the pod declares are those sandlotd listens on.
   const ports = Object.fromEntries(c.ports.map((p) => [p.name, p.containerPort]));
   assert.ok(c.args.includes(`--listen=tcp:0.0.0.0:${ports.api}`), c.args.join(" "));
