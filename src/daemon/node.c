@@ -293,7 +293,9 @@ struct capacity {
 };
 
 /* Memory and CPU quotas of the live sandboxes in the table plus the
- * admitted creations (d->lock held). */
+ * admitted creations (d->lock held).  A paused sandbox in transition is
+ * being resumed (admitted) or finishing its pause: it counts, a moment
+ * too long at worst. */
 static void allocated_locked(struct daemon *d, uint64_t *mem, uint64_t *cpus)
 {
 	*mem = node.pending_memory;
@@ -301,7 +303,8 @@ static void allocated_locked(struct daemon *d, uint64_t *mem, uint64_t *cpus)
 	for (size_t i = 0; i < d->nsbs; i++) {
 		struct dsb *s = d->sbs[i];
 		pthread_mutex_lock(&s->lock);
-		if (dsb_state_live(s->state) && s->options) {
+		int counts = dsb_state_live(s->state) || (s->state == DSB_PAUSED && s->transition);
+		if (counts && s->options) {
 			json_t *m = json_object_get(s->options, "memory");
 			json_t *c = json_object_get(s->options, "cpus");
 			if (json_is_integer(m) && json_integer_value(m) > 0)
