@@ -966,6 +966,10 @@ json_t *domain_sandbox_list(struct daemon *d, const char *state, const char *con
 		struct dsb *s = v[i];
 		pthread_mutex_lock(&s->lock);
 		int ok = want == -1 || (want == -2 ? s->state == DSB_RUNNING : (int)s->state == want);
+		/* A sandbox that moved to another node is that node's to list
+		 * (archives.h): a proxy's map of moved sandboxes is built from
+		 * the lists. */
+		ok = ok && !archive_moved_reason(s->id, s->end_reason, NULL);
 		for (size_t k = 0; ok && k < nl; k++) {
 			const char *mk, *mv;
 			json_t *val;

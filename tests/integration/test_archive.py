@@ -136,6 +136,10 @@ def test_move_and_fence_after_restart(nodes, store):
                                ("POST", f"/v1/sandboxes/{sid}/archive", {})):
         err = assert_error(a.request(method, path, json_body=body), 410, "sandbox_moved")
         assert err["node"] == "nb" and "generation 2" in err["message"], err
+    # Only the node that holds it lists it.
+    for st in ("all", "deleted"):
+        assert sid not in [s["id"] for s in a.get(f"/v1/sandboxes?state={st}").json()["sandboxes"]]
+    assert sid in [s["id"] for s in b.get("/v1/sandboxes").json()["sandboxes"]]
     # B still serves it.
     assert b.exec(sid, "cat /home/user/f.txt")["stdout"] == "hello\n"
 
