@@ -186,6 +186,7 @@ struct daemon {
 	pthread_mutex_t changes_lock;
 	uint64_t changes_used;
 	struct http_server *http;   /* http.c, while it serves */
+	struct archives *archives;  /* archives.c; NULL without --archive */
 };
 
 int64_t daemon_now_ms(void);    /* wall clock */

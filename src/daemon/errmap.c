@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "daemon/archives.h"
 #include "daemon/daemon.h"
 #include "daemon/domain.h"
 #include "daemon/node.h"
@@ -48,6 +49,11 @@ static const struct errmap table[] = {
 	{ ENOSPC, 507, "insufficient_storage" },
 	{ EDQUOT, 507, "insufficient_storage" },
 	{ EFBIG, 507, "insufficient_storage" },
+	/* archives (archives.h) */
+	{ ARCHIVE_EMOVED, 410, "sandbox_moved" },
+	{ ARCHIVE_EUNAVAILABLE, 503, "archive_store_unavailable" },
+	{ ARCHIVE_EREFUSED, 502, "archive_store_refused" },
+	{ ARCHIVE_ECORRUPT, 502, "archive_corrupt" },
 	{ 0, 0, NULL },
 };
 

@@ -31,6 +31,7 @@
 #include "core/private.h"
 #include "common/sbid.h"
 #include "common/util.h"
+#include "daemon/archives.h"
 #include "daemon/daemon.h"
 #include "daemon/e2b_envd.h"
 #include "daemon/e2b.h"
@@ -176,6 +177,11 @@ static const char help[] =
 	"                               PORT-SANDBOXID.NAME goes to that port of that\n"
 	"                               sandbox (default localhost:PORT of the first\n"
 	"                               tcp: listener; see docs/e2b.md)\n"
+	"        --archive URL          where paused sandboxes are archived to move\n"
+	"                               between nodes: file:///DIR or\n"
+	"                               s3://BUCKET[/PREFIX][?endpoint=URL&region=R]\n"
+	"                               (keys from AWS_ACCESS_KEY_ID and\n"
+	"                               AWS_SECRET_ACCESS_KEY; see docs/fleet-move.md)\n"
 	"    -h, --help                 show this help\n"
 	"\n"
 	"SIGNALS\n"
@@ -193,7 +199,7 @@ enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MA
        OPT_MAX_PEER, OPT_HEADER_TIMEOUT, OPT_RESOLVER,
        OPT_EGRESS_RANGE, OPT_EGRESS_MAX_CONN, OPT_PIP_INDEX, OPT_PIP_HOST, OPT_NPM_REGISTRY,
        OPT_NPM_HOST, OPT_PACKAGE_CA, OPT_PACKAGE_CACHE, OPT_MCP_SESSIONS, OPT_MCP_IDLE,
-       OPT_MCP_ORIGIN, OPT_E2B_DOMAIN, OPT_NODE_ID, OPT_NODE_ID_FILE, OPT_NODE_MEMORY,
+       OPT_MCP_ORIGIN, OPT_E2B_DOMAIN, OPT_ARCHIVE, OPT_NODE_ID, OPT_NODE_ID_FILE, OPT_NODE_MEMORY,
        OPT_NODE_CPUS, OPT_AGENT_PORT, OPT_CGROUP_NEST };
 
 static const struct option opts[] = {
@@ -230,6 +236,7 @@ static const struct option opts[] = {
 	{ "mcp-idle-timeout", required_argument, NULL, OPT_MCP_IDLE },
 	{ "mcp-allow-origin", required_argument, NULL, OPT_MCP_ORIGIN },
 	{ "e2b-domain", required_argument, NULL, OPT_E2B_DOMAIN },
+	{ "archive", required_argument, NULL, OPT_ARCHIVE },
 	{ "node-id", required_argument, NULL, OPT_NODE_ID },
 	{ "node-id-file", required_argument, NULL, OPT_NODE_ID_FILE },
 	{ "node-memory", required_argument, NULL, OPT_NODE_MEMORY },
@@ -492,6 +499,7 @@ static struct http_route *all_routes(void)
 					      file_routes, workspace_routes, code_routes, port_routes,
 					      proxy_routes, changes_routes, network_routes,
 					      package_routes, mcp_routes, e2b_envd_routes, e2b_interp_routes,
+					      archive_routes,
 					      /* last: its final entries take every other /e2b path */
 					      e2b_routes };
 	size_t n = 0;
@@ -536,6 +544,7 @@ int main(int argc, char **argv)
 	int nlisten = 0;
 	const char *token_file = NULL;
 	const char *e2b_domain_arg = NULL;
+	const char *archive_arg = NULL; /* --archive URL (archives.h) */
 	/* Static: reachable to the end, as d's strings are. */
 	static char *e2b_domain, *e2b_host_domain;
 	/* --pool is applied after every option is known: its image is looked
@@ -626,6 +635,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_E2B_DOMAIN:
 			e2b_domain_arg = optarg;
+			break;
+		case OPT_ARCHIVE:
+			archive_arg = optarg;
 			break;
 		case OPT_NODE_ID:
 			if (!sandlot__node_id_ok(optarg, strlen(optarg)))
@@ -922,6 +934,12 @@ int main(int argc, char **argv)
 	d.started_ms = daemon_now_ms();
 
 	sandlot_error_t *err = NULL;
+	if (archive_arg && archive_configure(&d, archive_arg, &err) < 0) {
+		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		sandlot_error_free(err);
+		free(token);
+		return 2;
+	}
 	if (sandlot__mkdir_p(d.cfg.data_dir, 0700) < 0) {
 		fprintf(stderr, "sandlotd: create data directory %s: %s\n", d.cfg.data_dir,
 			strerror(errno));
@@ -948,6 +966,9 @@ int main(int argc, char **argv)
 	}
 	changes_budget_enforce(&d);
 	registry_reclaim(&d);
+	/* Before recovery: a sandbox that moved to another node is not
+	 * paused here any more, so recovery leaves its id alone. */
+	archive_start(&d);
 	sandboxes_recover(&d);
 	/* Cgroups and the root tree for the next sandboxes, prepared by
 	 * libsandlot in the background (a sandbox with other options still
@@ -1059,6 +1080,7 @@ int main(int argc, char **argv)
 	}
 	free(routes);
 	free(token);
+	archive_free(&d);
 	daemon_log("stopped", "ms=%llu", (unsigned long long)(sandlot__now_ms() - t0));
 	return 0;
 

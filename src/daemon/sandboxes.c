@@ -43,6 +43,7 @@
 #include "daemon/node.h"
 #include "common/util.h"
 #include "core/private.h"
+#include "daemon/archives.h"
 #include "daemon/daemon.h"
 #include "daemon/domain.h"
 #include "core/teardown.h"
@@ -201,7 +202,7 @@ static int error_not_found(const char *id, sandlot_error_t **err)
 struct dsb *domain_sandbox_find(struct daemon *d, const char *id, sandlot_error_t **err)
 {
 	struct dsb *s = valid_id(id) ? find_ref(d, id) : NULL;
-	if (!s)
+	if (!s && !(valid_id(id) && archive_moved_error(d, id, err)))
 		error_not_found(id, err);
 	return s;
 }
@@ -965,6 +966,10 @@ json_t *domain_sandbox_list(struct daemon *d, const char *state, const char *con
 		struct dsb *s = v[i];
 		pthread_mutex_lock(&s->lock);
 		int ok = want == -1 || (want == -2 ? s->state == DSB_RUNNING : (int)s->state == want);
+		/* A sandbox that moved to another node is that node's to list
+		 * (archives.h): a proxy's map of moved sandboxes is built from
+		 * the lists. */
+		ok = ok && !archive_moved_reason(s->id, s->end_reason, NULL);
 		for (size_t k = 0; ok && k < nl; k++) {
 			const char *mk, *mv;
 			json_t *val;
