@@ -48,6 +48,7 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -57,6 +58,7 @@
 
 #include "backend.h"
 #include "backend/vm.h"
+#include "backend/vm-pause.h"
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "core/internal.h"
@@ -90,6 +92,9 @@ struct vm_state {
 	char *dir;                  /* <data_dir>/vm/<id> */
 	int lock_fd;                /* flock on dir/lock while this process owns it */
 	int kvm;
+	struct vm_monitor mon;      /* QEMU's QMP monitor (vm-pause.c) */
+	struct vm_kept kept;        /* the kept workspace, when it has one (vm-pause.h) */
+	char ident[1024];           /* what a saved state of it needs (state.meta) */
 };
 
 /* ---- where things are ----------------------------------------------------------- */
@@ -273,8 +278,8 @@ static int empty_ext4(const char *vm_root, uint64_t bytes, char *out, size_t n,
 	return 0;
 }
 
-/* Copy src to a new file dst, leaving its holes holes. */
-static int sparse_copy(const char *src, const char *dst, uid_t owner, sandlot_error_t **err)
+/* Copy src to a new file dst, leaving its holes holes (vm-pause.h). */
+int sandlot__vm_sparse_copy(const char *src, const char *dst, uid_t owner, sandlot_error_t **err)
 {
 	cleanup_close int in = open(src, O_RDONLY | O_CLOEXEC);
 	if (in < 0)
@@ -379,7 +384,7 @@ static unsigned vm_remove_leftovers(const char *id, int kill)
 /* What the child needs, all made before clone (it may not allocate). */
 struct jail {
 	const struct sandlot_cgroup_join *join;
-	int sync_rd, sync_wr, status_wr, sock, console_fd;
+	int sync_rd, sync_wr, status_wr, sock, qmp, console_fd;
 	uid_t uid;
 	int kvm;
 	char mnt[PATH_MAX + 16];       /* where the jail's tmpfs goes */
@@ -466,19 +471,21 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 	 * (QEMU's own complaints land beside the guest's). */
 	int devnull = sys_openat(AT_FDCWD, "/dev/null", O_RDONLY | O_CLOEXEC, 0);
 	int sock = sys_dupfd_cloexec(j->sock, 100);
+	int qmp = sys_dupfd_cloexec(j->qmp, 100);
 	int con = sys_dupfd_cloexec(j->console_fd, 100);
 	int status = sys_dupfd_cloexec(sfd, 100);
 	int sync = sys_dupfd_cloexec(j->sync_rd, 100);
-	if (devnull < 0 || sock < 0 || con < 0 || status < 0 || sync < 0)
+	if (devnull < 0 || sock < 0 || qmp < 0 || con < 0 || status < 0 || sync < 0)
 		sys_child_fail(sfd, "dup");
 	sfd = status;
+	/* fd 4: QEMU's QMP monitor (vm-pause.c). */
 	if (sys_dup2(devnull, 0) < 0 || sys_dup2(con, 1) < 0 || sys_dup2(con, 2) < 0 ||
-	    sys_dup2(sock, 3) < 0)
+	    sys_dup2(sock, 3) < 0 || sys_dup2(qmp, 4) < 0)
 		sys_child_fail(sfd, "dup2");
 	/* Everything else goes at exec, whether the caller marked it
 	 * close-on-exec or not (Linux 5.11+; older kernels: the caller's
 	 * flags). */
-	sys_close_range_flags(4, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+	sys_close_range_flags(5, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
 	struct rlimit nofile = { 256, 256 };
 	sys_setrlimit(RLIMIT_NOFILE, &nofile);
 
@@ -651,6 +658,8 @@ static void vm_kill_qemu(struct vm_state *vm)
 static void vm_free(struct vm_state *vm)
 {
 	vm_kill_qemu(vm);
+	sandlot__vm_monitor_close(&vm->mon);
+	sandlot__vm_kept_release(&vm->kept);
 	if (vm->pidfd >= 0)
 		close(vm->pidfd);
 	vm->pidfd = -1;
@@ -676,18 +685,23 @@ static void vm_free(struct vm_state *vm)
 #define KERNEL_CMDLINE \
 	"console=hvc0 quiet panic=-1 reboot=t tsc_early_khz=2600000 sandlot.vm=1"
 
-static int vm_start(struct sandlot *sb, sandlot_error_t **err)
+static void console_summary(const struct vm_state *vm, char *out, size_t n);
+
+/* start, or with `resume` resume: the same on a kept workspace that must
+ * exist, loading the running state a memory pause saved there, if any. */
+static int vm_boot(struct sandlot *sb, int resume, sandlot_error_t **err)
 {
+	/* Nothing to resume is said first, whatever else is missing. */
+	uint64_t kept_bytes;
+	if (resume && sandlot__vm_workspace_size(sb->data_dir, sb->opts.workspace, &kept_bytes,
+						 err) < 0)
+		return sandlot__error_wrap(err, "the vm backend");
 	if (strlen(sb->data_dir) > PATH_MAX - 200)
 		return sandlot__error(err, ENAMETOOLONG, "the data directory's path is too long");
 	if (sb->opts.memory_bytes < MIN_GUEST_MEMORY)
 		return sandlot__error(err, EINVAL, "a vm sandbox needs at least 128M of memory (its "
 				      "kernel's), not %llu bytes",
 				      (unsigned long long)sb->opts.memory_bytes);
-	if (sb->opts.workspace)
-		return sandlot__error(err, ENOTSUP,
-				      "kept workspaces (pause, resume, snapshots) are not supported "
-				      "for vm sandboxes yet");
 	if (sb->opts.storage == SANDLOT_STORAGE_TMPFS)
 		return sandlot__error(err, ENOTSUP, "tmpfs storage is not supported for vm sandboxes "
 				      "(their workspace is a disk of their own)");
@@ -705,11 +719,15 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 		return sandlot__error(err, ENOMEM, "out of memory");
 	vm->pidfd = vm->lock_fd = -1;
 	vm->slot.lock_fd = -1;
+	vm->mon.fd = -1;
+	vm->kept = (struct vm_kept)VM_KEPT_INIT;
+	int incoming = 0;
 	vm->kvm = strcmp(sandlot__vm_accel(NULL), "kvm") == 0;
 	cleanup_free char *vm_dir = NULL;
 	cleanup_free struct jail *j = calloc(1, sizeof(*j));
 	cleanup_close int sync_rd = -1, sync_wr = -1, status_rd = -1, status_wr = -1;
 	cleanup_close int sock_host = -1, sock_child = -1, console_fd = -1;
+	cleanup_close int qmp_host = -1, qmp_child = -1;
 	char vm_root[PATH_MAX], empty[PATH_MAX + 64], path[PATH_MAX + 64];
 	int fds[2];
 	if (!j) {
@@ -761,9 +779,18 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	/* The workspace disk: a sparse copy of an empty ext4 of its size. */
 	if (empty_ext4(vm_root, sb->opts.disk_bytes, empty, sizeof(empty), err) < 0)
 		goto fail;
-	snprintf(j->work, sizeof(j->work), "%s/work.img", vm->dir);
-	if (sparse_copy(empty, j->work, j->uid, err) < 0)
-		goto fail;
+	if (sb->opts.workspace) {
+		/* A kept workspace (vm-pause.h): its disk, made or found. */
+		if (sandlot__vm_kept_take(sb->data_dir, sb->opts.workspace, resume,
+					  sb->opts.disk_bytes, empty, j->uid, &vm->kept, err) < 0)
+			goto fail;
+		snprintf(j->work, sizeof(j->work), "%s", vm->kept.disk);
+		incoming = resume && vm->kept.has_state;
+	} else {
+		snprintf(j->work, sizeof(j->work), "%s/work.img", vm->dir);
+		if (sandlot__vm_sparse_copy(empty, j->work, j->uid, err) < 0)
+			goto fail;
+	}
 	sandlot__trace("vm disk");
 	/* init's part of CONFIG that only this backend knows: the root is
 	 * always an image (the root disk), the workspace is the disk's size.
@@ -771,6 +798,16 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	 * clean write error) comes before the rlimit's SIGXFSZ (a kill). */
 	sb->init_cfg.flags |= SL_CONFIG_IMAGE;
 	sb->init_cfg.fsize = sb->opts.disk_bytes + (1ull << 20);
+	/* The guest's clock and its RNG's seed (spec/protocol.md, TIME and
+	 * SEED): a restored guest's are the saved one's, and two restored
+	 * from one state must not draw the same numbers. */
+	sb->init_cfg.send_time = 1;
+	if (getrandom(sb->init_cfg.seed, sizeof(sb->init_cfg.seed), 0) !=
+	    (ssize_t)sizeof(sb->init_cfg.seed)) {
+		sandlot__error_errno(err, errno, "getrandom");
+		goto fail;
+	}
+	sb->init_cfg.seed_len = sizeof(sb->init_cfg.seed);
 	snprintf(path, sizeof(path), "%s/console.log", vm->dir);
 	snprintf(j->console, sizeof(j->console), "%s", path);
 	console_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -805,6 +842,9 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
 		goto fail_errno;
 	sock_host = fds[0], sock_child = fds[1];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
+		goto fail_errno;
+	qmp_host = fds[0], qmp_child = fds[1];
 
 	/* QEMU's arguments (docs/vm.md). */
 	char mem[32], smp[16], name[64], accel[64];
@@ -816,6 +856,10 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	snprintf(smp, sizeof(smp), "%u", cpus);
 	snprintf(name, sizeof(name), "guest=%s", sb->id);
 	snprintf(accel, sizeof(accel), "%s", vm->kvm ? "kvm" : "tcg,tb-size=128");
+	sandlot__vm_ident(vm->ident, sizeof(vm->ident), sb->opts.memory_bytes, cpus,
+			  vm->kvm ? "kvm" : "tcg", j->vmlinux, j->initrd, j->root);
+	if (incoming && sandlot__vm_state_check(&vm->kept, vm->ident, err) < 0)
+		goto fail;
 	char *argv[] = {
 		(char *)"qemu-system-x86_64", (char *)"-name", name,
 		(char *)"-M", (char *)"microvm,x-option-roms=off,isa-serial=off",
@@ -838,6 +882,10 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 		(char *)"-drive", (char *)"id=work,file=/work.img,format=raw,if=none,cache=unsafe",
 		(char *)"-device", (char *)"virtio-blk-device,drive=work,serial=work",
 		(char *)"-device", (char *)"virtio-rng-device",
+		(char *)"-chardev", (char *)"socket,id=qmp,fd=4",
+		(char *)"-mon", (char *)"chardev=qmp,mode=control",
+		/* A resume of a memory pause: the same machine, loaded. */
+		incoming ? (char *)"-incoming" : NULL, (char *)"defer",
 		NULL,
 	};
 	j->argv = argv;
@@ -845,6 +893,7 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	j->sync_wr = sync_wr;
 	j->status_wr = status_wr;
 	j->sock = sock_child;
+	j->qmp = qmp_child;
 	j->console_fd = console_fd;
 	j->kvm = vm->kvm;
 
@@ -869,6 +918,7 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	vm->pidfd = sys_pidfd_open(pid, 0);
 	close(status_wr), status_wr = -1;
 	close(sock_child), sock_child = -1;
+	close(qmp_child), qmp_child = -1;
 	close(sync_rd), sync_rd = -1;
 	if (!added && sandlot__cgroup_add_pid(vm->cg, pid, err) < 0)
 		goto fail;
@@ -879,6 +929,16 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	if (rc < 0)
 		goto fail;
 	sandlot__trace("vm jail");
+	vm->mon.fd = steal_fd(&qmp_host);
+	if (incoming && sandlot__vm_restore(&vm->mon, &vm->kept, err) < 0) {
+		/* QEMU says why on its stderr: the console log. */
+		char tail[1600];
+		console_summary(vm, tail, sizeof(tail));
+		sandlot__error_wrap(err, "resume the saved vm sandbox (console: %s)", tail);
+		goto fail;
+	}
+	if (incoming)
+		sandlot__trace("vm restored");
 	sb->conn_fd = steal_fd(&sock_host);
 	sb->backend = vm;
 	return 0;
@@ -977,6 +1037,42 @@ static int vm_ended(const struct sandlot *sb)
 	return vm_ended_state(sb->backend, NULL);
 }
 
+static int vm_start(struct sandlot *sb, sandlot_error_t **err)
+{
+	return vm_boot(sb, 0, err);
+}
+
+static int vm_resume(struct sandlot *sb, sandlot_error_t **err)
+{
+	return vm_boot(sb, 1, err);
+}
+
+/* The guest detaches (its files synced), with SANDLOT_PAUSE_MEMORY QEMU
+ * saves it into the kept workspace, then QEMU is killed and the disk made
+ * durable (vm-pause.h). */
+static int vm_pause(struct sandlot *sb, unsigned flags, sandlot_error_t **err)
+{
+	struct vm_state *vm = sb->backend;
+	if (!vm || vm->pid <= 0)
+		return sandlot__error(err, EPIPE, "the sandbox is gone");
+	if (!vm->kept.dir)
+		return sandlot__error(err, EINVAL, "the sandbox has no kept workspace");
+	sandlot__trace(NULL);
+	int rc = sandlot__vm_pause_save(sb, &vm->mon, &vm->kept, vm->ident, flags, err);
+	vm_stop(sb);
+	/* Until QEMU is gone: nothing writes the disk any more.  WNOWAIT:
+	 * release reaps it. */
+	siginfo_t si;
+	while (waitid(P_PID, (id_t)vm->pid, &si, WEXITED | WNOWAIT) < 0)
+		if (errno != EINTR)
+			return rc < 0 ? rc : sandlot__error_errno(err, errno, "wait for QEMU to end");
+	sandlot__trace("pause: ended");
+	if (rc == 0)
+		rc = sandlot__vm_kept_sync_disk(&vm->kept, err);
+	sandlot__trace("pause: sync");
+	return rc;
+}
+
 static void vm_release(struct sandlot *sb)
 {
 	if (sb->backend)
@@ -1043,14 +1139,13 @@ const struct sandlot_backend_ops sandlot__backend_vm = {
 	.netns_fd = vm_netns_fd,
 	.remove_leftovers = vm_remove_leftovers,
 	.ready_timeout_ms = BOOT_TIMEOUT_MS,
-	/* No pause, resume or snapshots, and no kept workspaces (the disk goes
-	 * with the sandbox): sandlot_pause(), sandlot_resume() and
-	 * sandlot_workspace_copy() fail with ENOTSUP naming this backend. */
-	.pause = NULL,
-	.resume = NULL,
-	.snapshot = NULL,
-	.workspace_size = NULL,
-	.workspace_remove = NULL,
-	.workspace_list = NULL,
-	.workspace_sync = NULL,
+	/* Kept workspaces are disks of their own, and a pause may keep the
+	 * running VM beside them (vm-pause.h). */
+	.pause = vm_pause,
+	.resume = vm_resume,
+	.snapshot = sandlot__vm_snapshot,
+	.workspace_size = sandlot__vm_workspace_size,
+	.workspace_remove = sandlot__vm_workspace_remove,
+	.workspace_list = sandlot__vm_workspace_list,
+	.workspace_sync = sandlot__vm_workspace_sync,
 };

@@ -50,6 +50,7 @@ struct sl_conn {
 	int config_errno;
 	char *config_msg;
 	int dead;      /* no more frames will arrive */
+	int wclosed;   /* DETACH was sent: nothing more may be (under wlock) */
 	int io_done;   /* the I/O thread has let go of this connection */
 	int kind;      /* tag for the epoll dispatcher; must stay first-ish */
 };
@@ -68,6 +69,12 @@ struct sandlot_init_config {
 	const char *hostname, *workdir, *user;
 	const void *seccomp;    /* the program (sock_filter array); NULL with NO_SECCOMP */
 	size_t seccomp_len;
+	/* A VM's clock and entropy (the vm backend sets them in start and
+	 * resume): TIME is the host's clock when CONFIG is sent, SEED fresh
+	 * random bytes for each start (spec/protocol.md). */
+	int send_time;
+	uint8_t seed[32];
+	size_t seed_len;
 };
 
 /* Set up conn on a connected socket and hand it to the I/O thread. */

@@ -90,6 +90,7 @@ static const struct u64_field {
 	{ SL_TAG_FSIZE, "FSIZE", offsetof(struct init_config, fsize) },
 	{ SL_TAG_DISK, "DISK", offsetof(struct init_config, disk) },
 	{ SL_TAG_MEMORY, "MEMORY", offsetof(struct init_config, scan_memory) },
+	{ SL_TAG_TIME, "TIME", offsetof(struct init_config, time_ns) },
 };
 
 _Static_assert(sizeof(str_fields) / sizeof(str_fields[0]) ==
@@ -169,6 +170,13 @@ static int decode_record(const struct sl_rec *r, struct init_config *cfg, uint32
 		memcpy(cfg->filter, r->val, r->len);
 		cfg->filter_len = (unsigned short)(r->len / sizeof(struct sock_filter));
 		*has_seccomp = 1;
+		return 0;
+	case SL_TAG_SEED:
+		if (r->len < 16 || r->len > sizeof(cfg->seed))
+			return bad(why, n, EINVAL, "CONFIG: a SEED record of %u bytes (16 to %zu)",
+				   r->len, sizeof(cfg->seed));
+		memcpy(cfg->seed, r->val, r->len);
+		cfg->seed_len = r->len;
 		return 0;
 	default:
 		return 0; /* unknown tags: ignored, as everywhere */

@@ -49,6 +49,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/netlink.h>
+#include <linux/random.h>
 #include <net/if.h>
 #include <poll.h>
 #include <signal.h>
@@ -434,8 +435,46 @@ static int workspace_dirs(int m, const struct init_config *cfg, char *why, size_
 	return e;
 }
 
+int init_vm_clock_and_seed(const struct init_config *cfg, char *why, size_t len)
+{
+	if (cfg->time_ns) {
+		struct timespec ts = { .tv_sec = (time_t)(cfg->time_ns / 1000000000u),
+				       .tv_nsec = (long)(cfg->time_ns % 1000000000u) };
+		if (clock_settime(CLOCK_REALTIME, &ts) < 0) {
+			snprintf(why, len, "set the clock from CONFIG's TIME");
+			return errno;
+		}
+	}
+	if (cfg->seed_len) {
+		/* Credited entropy (init is the guest's root), then a reseed of
+		 * the kernel's CRNG now rather than at its next interval: what
+		 * the guest draws after this differs from what a copy of the
+		 * same saved state draws. */
+		struct {
+			struct rand_pool_info info;
+			uint8_t bytes[sizeof(cfg->seed)];
+		} p;
+		p.info.entropy_count = (int)(cfg->seed_len * 8);
+		p.info.buf_size = (int)cfg->seed_len;
+		memcpy(p.bytes, cfg->seed, cfg->seed_len);
+		cleanup_close int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+		int rc = fd < 0 ? -1 : ioctl(fd, RNDADDENTROPY, &p);
+		if (rc == 0)
+			rc = ioctl(fd, RNDRESEEDCRNG);
+		explicit_bzero(&p, sizeof(p));
+		if (rc < 0) {
+			snprintf(why, len, "seed the guest's random number generator from CONFIG's SEED");
+			return errno;
+		}
+	}
+	return 0;
+}
+
 int init_vm_configure(const struct init_config *cfg, char *why, size_t len)
 {
+	int e = init_vm_clock_and_seed(cfg, why, len);
+	if (e)
+		return e;
 	if (!cfg->image) {
 		snprintf(why, len, "a vm sandbox's root is its image: CONFIG must have the IMAGE flag");
 		return EINVAL;

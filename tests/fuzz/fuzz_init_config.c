@@ -44,6 +44,7 @@ static void check_config(const struct init_config *c)
 	else
 		check(c->filter && c->filter_len >= 1 && c->filter_len <= BPF_MAXINSNS);
 	check(!c->tmpfs_storage || c->disk > 0);
+	check(c->seed_len == 0 || (c->seed_len >= 16 && c->seed_len <= sizeof(c->seed)));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -61,6 +62,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc2 = init_config_decode(data, size, &b, why2, sizeof(why2));
 	check(rc2 == 0 || rc2 == ENOMEM);
 	if (rc2 == 0) {
+		check(a.time_ns == b.time_ns && a.seed_len == b.seed_len &&
+		      memcmp(a.seed, b.seed, a.seed_len) == 0);
 		check(a.uid == b.uid && a.gid == b.gid && a.nofile == b.nofile && a.fsize == b.fsize &&
 		      a.disk == b.disk && a.pids == b.pids && a.scan_memory == b.scan_memory);
 		check(a.no_seccomp == b.no_seccomp && a.no_warm == b.no_warm &&
