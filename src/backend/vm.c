@@ -107,34 +107,16 @@ static char *find_vm_dir(sandlot_error_t **err)
 			return sandlot__error_errno(err, errno, "SANDLOT_VM_DIR: %s", cand), NULL;
 		return strdup(env);
 	}
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		self[n] = '\0';
-		char *slash = strrchr(self, '/');
-		if (slash) {
-			*slash = '\0';
-			static const char *const rel[] = { "/../vm", "/../lib/sandlot/vm" };
-			for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(rel); i++) {
-				snprintf(cand, sizeof(cand), "%s%s/vmlinux", self, rel[i]);
-				if (access(cand, R_OK) == 0) {
-					snprintf(cand, sizeof(cand), "%s%s", self, rel[i]);
-					return realpath(cand, NULL);
-				}
-			}
-		}
-	}
+	static const char *const rel[] = { "/../vm", "/../lib/sandlot/vm", NULL };
 	static const char *const sys[] = {
 #ifdef SANDLOT_INSTALLED_VM_DIR
 		SANDLOT_INSTALLED_VM_DIR,
 #endif
-		"/usr/lib/sandlot/vm", "/usr/local/lib/sandlot/vm",
+		"/usr/lib/sandlot/vm", "/usr/local/lib/sandlot/vm", NULL,
 	};
-	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(sys); i++) {
-		snprintf(cand, sizeof(cand), "%s/vmlinux", sys[i]);
-		if (access(cand, R_OK) == 0)
-			return strdup(sys[i]);
-	}
+	char *found = sandlot__find_beside_self(rel, sys, "/vmlinux", R_OK);
+	if (found || errno == ENOMEM)
+		return found ? found : (sandlot__error(err, ENOMEM, "out of memory"), NULL);
 	sandlot__error(err, ENOENT,
 		       "the vm backend's guest kernel (vmlinux, initramfs.cpio) was not found next "
 		       "to this program or in /usr/lib/sandlot/vm: build it (make vm) or set "
