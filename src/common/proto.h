@@ -91,6 +91,9 @@ enum sandlot_tag {
 	SL_TAG_WORKDIR = 36,   /* str: default cwd of commands */
 	SL_TAG_USER = 37,      /* str: login name of the sandbox user */
 	SL_TAG_SECCOMP = 38,   /* bytes: struct sock_filter array */
+	/* (39-43: a VM guest's network.) */
+	SL_TAG_CLOCK = 44,     /* u64: CONFIG: the host's CLOCK_REALTIME, ns (vm guests) */
+	SL_TAG_SEED = 45,      /* bytes: CONFIG: 16 to 64 random bytes (vm guests) */
 };
 
 /* A decoded frame header. */

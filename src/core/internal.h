@@ -68,6 +68,13 @@ struct sandlot_init_config {
 	const char *hostname, *workdir, *user;
 	const void *seccomp;    /* the program (sock_filter array); NULL with NO_SECCOMP */
 	size_t seccomp_len;
+	/* A vm guest's clock and random seed (CLOCK, SEED; 0: none). */
+	uint64_t clock_ns;
+	uint8_t seed[32];
+	size_t seed_len;
+	/* init sent its HELLO to an earlier connection already (a VM
+	 * restored from a template): this one counts it as read. */
+	int hello_before;
 };
 
 /* Set up conn on a connected socket and hand it to the I/O thread. */

@@ -76,6 +76,11 @@ struct init_config {
 	int image;              /* root from fd 7 */
 	const char *workdir;    /* default cwd of commands; NULL: home */
 	const char *user_name;  /* passwd name of uid `uid` */
+	/* A vm guest's clock (CLOCK_REALTIME, ns; 0: leave it) and random
+	 * seed (SEED; seed_len 0: none), applied at set-up (vm.c). */
+	uint64_t clock_ns;
+	uint8_t seed[64];
+	size_t seed_len;
 	/* The seccomp program of commands; NULL/0 with no_seccomp. */
 	struct sock_filter *filter;
 	unsigned short filter_len;

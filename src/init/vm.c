@@ -23,10 +23,12 @@
  *      does it (MS_MOVE onto /, chroot), with /dev, /proc and /sys moved
  *      into it; the initramfs's files are deleted first (memory);
  *   5. the mounts init_setup() takes from the ns host, as detached mounts
- *      made here: the image (erofs, read-only) on INIT_FD_IMAGE and the
- *      workspace (ext4) on INIT_FD_STORAGE, with its home/ and tmp/
- *      made (init_vm_configure(), once CONFIG has said whose) if the disk
- *      is fresh; the control port on INIT_FD_PROTO; the kernel log on
+ *      made here: the image (erofs, read-only) on INIT_FD_IMAGE, and, only
+ *      once CONFIG came (init_vm_configure(): a VM restored from a
+ *      template has a disk of its own from then on), the workspace (ext4)
+ *      on INIT_FD_STORAGE, with its home/ and tmp/ made if the disk is
+ *      fresh; CONFIG's CLOCK and SEED set the clock and reseed the
+ *      random generator first; the control port on INIT_FD_PROTO; the kernel log on
  *      stdout and stderr, so that what init logs lands on the console,
  *      which the host keeps;
  *   6. a cgroup for the guest's processes (sandbox_cgroup()), loopback
@@ -49,6 +51,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/netlink.h>
+#include <linux/random.h>
 #include <net/if.h>
 #include <poll.h>
 #include <signal.h>
@@ -66,6 +69,10 @@
 
 #include "common/cleanup.h"
 #include "linux/syscalls.h"
+
+#ifndef BLKFLSBUF
+#define BLKFLSBUF _IO(0x12, 97)
+#endif
 
 int init__vm_mode;
 
@@ -434,12 +441,83 @@ static int workspace_dirs(int m, const struct init_config *cfg, char *why, size_
 	return e;
 }
 
+/* The workspace disk's name in /dev: found at boot, mounted only once
+ * CONFIG came (a VM restored from a template gets its own fresh disk in
+ * place of its template's, docs/vm.md "Fast creates"). */
+static char work_dev[32];
+
+static int place(int fd, int to, const char *what);
+
+/* The workspace disk as a detached mount on INIT_FD_STORAGE.  0 or an
+ * errno value with why. */
+static int mount_workspace(char *why, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/dev/%s", work_dev);
+	/* The kernel's partition scan at boot read the disk's first blocks
+	 * into its cache; in a VM restored from a template they are the
+	 * template's disk's.  The disks are copies of one empty filesystem,
+	 * but nothing read before this one was attached may be trusted:
+	 * drop the cache first. */
+	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || ioctl(fd, BLKFLSBUF, 0) < 0) {
+		int e = errno;
+		snprintf(why, len, "flush the cache of the workspace disk %s", path);
+		return e;
+	}
+	int m = mount_disk("ext4", work_dev, 0);
+	if (m < 0 || place(m, INIT_FD_STORAGE, "the workspace") < 0) {
+		int e = errno ? errno : EIO;
+		snprintf(why, len, "mount the workspace disk %s as ext4", path);
+		return e;
+	}
+	return 0;
+}
+
+/* CONFIG's clock and seed (docs/vm.md, "Fast creates"): a guest restored
+ * from a saved state has the clock and the random generator's state of
+ * the moment it was saved, the same in every copy. */
+static int clock_and_seed(const struct init_config *cfg, char *why, size_t len)
+{
+	if (cfg->clock_ns) {
+		struct timespec ts = { (time_t)(cfg->clock_ns / 1000000000ull),
+				       (long)(cfg->clock_ns % 1000000000ull) };
+		if (clock_settime(CLOCK_REALTIME, &ts) < 0) {
+			int e = errno;
+			snprintf(why, len, "set the clock from CONFIG's CLOCK");
+			return e;
+		}
+	}
+	if (cfg->seed_len) {
+		/* Credited entropy, then a reseed now: the random bytes anyone
+		 * reads from here on are this guest's own. */
+		struct {
+			struct rand_pool_info info;
+			uint8_t buf[sizeof(cfg->seed)];
+		} e;
+		e.info.entropy_count = (int)cfg->seed_len * 8;
+		e.info.buf_size = (int)cfg->seed_len;
+		memcpy(e.buf, cfg->seed, cfg->seed_len);
+		cleanup_close int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || ioctl(fd, RNDADDENTROPY, &e) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0) {
+			int err = errno;
+			snprintf(why, len, "seed the random generator from CONFIG's SEED");
+			return err;
+		}
+		explicit_bzero(&e, sizeof(e));
+	}
+	return 0;
+}
+
 int init_vm_configure(const struct init_config *cfg, char *why, size_t len)
 {
 	if (!cfg->image) {
 		snprintf(why, len, "a vm sandbox's root is its image: CONFIG must have the IMAGE flag");
 		return EINVAL;
 	}
+	int e = clock_and_seed(cfg, why, len);
+	if (e)
+		return e;
 	if (cfg->pids) {
 		char n[32];
 		int l = snprintf(n, sizeof(n), "%llu", (unsigned long long)cfg->pids);
@@ -451,6 +529,9 @@ int init_vm_configure(const struct init_config *cfg, char *why, size_t len)
 	}
 	if (cfg->tmpfs_storage)
 		return 0; /* init makes a tmpfs; the disk stays unused */
+	e = mount_workspace(why, len);
+	if (e)
+		return e;
 	return workspace_dirs(INIT_FD_STORAGE, cfg, why, len);
 }
 
@@ -613,9 +694,8 @@ int init_vm_boot(void)
 	int image = mount_disk("erofs", dv.root, 1);
 	if (image < 0 || place(image, INIT_FD_IMAGE, "the image") < 0)
 		return -1;
-	int work = mount_disk("ext4", dv.work, 0);
-	if (work < 0 || place(work, INIT_FD_STORAGE, "the workspace") < 0)
-		return -1;
+	/* The workspace disk waits for CONFIG (init_vm_configure()). */
+	snprintf(work_dev, sizeof(work_dev), "%s", dv.work);
 	if (sandbox_cgroup() < 0 || loopback_up() < 0)
 		return -1;
 	int port = open_port(dv.port);

@@ -44,6 +44,7 @@ static void check_config(const struct init_config *c)
 	else
 		check(c->filter && c->filter_len >= 1 && c->filter_len <= BPF_MAXINSNS);
 	check(!c->tmpfs_storage || c->disk > 0);
+	check(c->seed_len == 0 || (c->seed_len >= 16 && c->seed_len <= sizeof(c->seed)));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -62,7 +63,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check(rc2 == 0 || rc2 == ENOMEM);
 	if (rc2 == 0) {
 		check(a.uid == b.uid && a.gid == b.gid && a.nofile == b.nofile && a.fsize == b.fsize &&
-		      a.disk == b.disk && a.pids == b.pids && a.scan_memory == b.scan_memory);
+		      a.disk == b.disk && a.pids == b.pids && a.scan_memory == b.scan_memory &&
+		      a.clock_ns == b.clock_ns && a.seed_len == b.seed_len &&
+		      memcmp(a.seed, b.seed, a.seed_len) == 0);
 		check(a.no_seccomp == b.no_seccomp && a.no_warm == b.no_warm &&
 		      a.tmpfs_storage == b.tmpfs_storage && a.image == b.image);
 		check(same_str(a.hostname, b.hostname) && same_str(a.home, b.home) &&
@@ -83,7 +86,8 @@ size_t fuzz_generate(uint64_t (*rng)(void), uint8_t *buf, size_t max)
 	static const uint16_t tags[] = { SL_TAG_FLAGS, SL_TAG_MEMORY, SL_TAG_UID,    SL_TAG_GID,
 					 SL_TAG_NOFILE, SL_TAG_FSIZE, SL_TAG_DISK,   SL_TAG_PIDS,
 					 SL_TAG_HOSTNAME, SL_TAG_HOME, SL_TAG_WORKDIR, SL_TAG_USER,
-					 SL_TAG_SECCOMP, 1,            999 };
+					 SL_TAG_SECCOMP, SL_TAG_CLOCK, SL_TAG_SEED,  1,
+					 999 };
 	static const char alphabet[] = "ab/:. \n\tx";
 	size_t n = 0;
 	while (n + 6 + 80 < max && rng() % 8) {
@@ -98,6 +102,9 @@ size_t fuzz_generate(uint64_t (*rng)(void), uint8_t *buf, size_t max)
 			break;
 		case SL_TAG_SECCOMP:
 			len = rng() % 4 ? 8 * (uint32_t)(rng() % 9) : (uint32_t)(rng() % 70);
+			break;
+		case SL_TAG_SEED:
+			len = (uint32_t)(rng() % 80);
 			break;
 		case SL_TAG_HOSTNAME:
 		case SL_TAG_HOME:
