@@ -48,11 +48,13 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -90,6 +92,9 @@ struct vm_state {
 	char *dir;                  /* <data_dir>/vm/<id> */
 	int lock_fd;                /* flock on dir/lock while this process owns it */
 	int kvm;
+	int restored;               /* started from a template's saved state */
+	char *vm_root;              /* <data_dir>/vm, and the template's key when restored */
+	char *template_key;
 };
 
 /* ---- where things are ----------------------------------------------------------- */
@@ -368,6 +373,8 @@ struct jail {
 	char vmlinux[PATH_MAX], initrd[PATH_MAX], root[PATH_MAX], work[PATH_MAX];
 	char console[PATH_MAX + 64];
 	char *const *argv;
+	int qmp_fd;                    /* QEMU's monitor socket (fd 4), or -1 */
+	int incoming_fd;               /* a saved state to restore (fd 5), or -1 */
 };
 
 /* An empty file at name in dirfd, bind-mounted from src (read-only unless rw). */
@@ -451,7 +458,10 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 	int con = sys_dupfd_cloexec(j->console_fd, 100);
 	int status = sys_dupfd_cloexec(sfd, 100);
 	int sync = sys_dupfd_cloexec(j->sync_rd, 100);
-	if (devnull < 0 || sock < 0 || con < 0 || status < 0 || sync < 0)
+	int qmp = j->qmp_fd >= 0 ? sys_dupfd_cloexec(j->qmp_fd, 100) : -1;
+	int incoming = j->incoming_fd >= 0 ? sys_dupfd_cloexec(j->incoming_fd, 100) : -1;
+	if (devnull < 0 || sock < 0 || con < 0 || status < 0 || sync < 0 ||
+	    (j->qmp_fd >= 0 && qmp < 0) || (j->incoming_fd >= 0 && incoming < 0))
 		sys_child_fail(sfd, "dup");
 	sfd = status;
 	if (sys_dup2(devnull, 0) < 0 || sys_dup2(con, 1) < 0 || sys_dup2(con, 2) < 0 ||
@@ -461,6 +471,10 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 	 * close-on-exec or not (Linux 5.11+; older kernels: the caller's
 	 * flags). */
 	sys_close_range_flags(4, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+	/* fd 4: the monitor (a template's, vm-template.c); fd 5: the state
+	 * QEMU restores (-incoming fd:5). */
+	if ((qmp >= 0 && sys_dup2(qmp, 4) < 0) || (incoming >= 0 && sys_dup2(incoming, 5) < 0))
+		sys_child_fail(sfd, "dup2");
 	struct rlimit nofile = { 256, 256 };
 	sys_setrlimit(RLIMIT_NOFILE, &nofile);
 
@@ -649,6 +663,8 @@ static void vm_free(struct vm_state *vm)
 		close(vm->lock_fd);
 	sandlot__uid_slot_release(&vm->slot);
 	free(vm->dir);
+	free(vm->vm_root);
+	free(vm->template_key);
 	free(vm);
 }
 
@@ -658,7 +674,34 @@ static void vm_free(struct vm_state *vm)
 #define KERNEL_CMDLINE \
 	"console=hvc0 quiet panic=-1 reboot=t tsc_early_khz=2600000 sandlot.vm=1"
 
-static int vm_start(struct sandlot *sb, sandlot_error_t **err)
+/* The guest's vCPUs: the sandbox's cpus rounded up, at most the host's. */
+static unsigned vm_cpus(const struct sandlot *sb)
+{
+	unsigned cpus = sb->opts.cpus_milli ? (sb->opts.cpus_milli + 999) / 1000 : 1;
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	if (online > 0 && cpus > (unsigned)online)
+		cpus = (unsigned)online;
+	return cpus;
+}
+
+int sandlot__vm_machine_key(const struct sandlot *sb, char *key, size_t n, sandlot_error_t **err)
+{
+	cleanup_free char *vm_dir = find_vm_dir(err);
+	if (!vm_dir)
+		return -1;
+	char vmlinux[PATH_MAX + 16], initrd[PATH_MAX + 32], root[PATH_MAX];
+	snprintf(vmlinux, sizeof(vmlinux), "%s/vmlinux", vm_dir);
+	snprintf(initrd, sizeof(initrd), "%s/initramfs.cpio", vm_dir);
+	if (root_image_path(sb, root, sizeof(root), err) < 0)
+		return -1;
+	int kvm = strcmp(sandlot__vm_accel(NULL), "kvm") == 0;
+	if (sandlot__vm_template_key(vmlinux, initrd, root, sb->opts.memory_bytes, vm_cpus(sb),
+				     sb->opts.disk_bytes, kvm, key, n) < 0)
+		return sandlot__error_errno(err, errno, "look at the VM's files");
+	return 0;
+}
+
+int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlot_error_t **err)
 {
 	if (strlen(sb->data_dir) > PATH_MAX - 200)
 		return sandlot__error(err, ENAMETOOLONG, "the data directory's path is too long");
@@ -691,13 +734,15 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	cleanup_free char *vm_dir = NULL;
 	cleanup_free struct jail *j = calloc(1, sizeof(*j));
 	cleanup_close int sync_rd = -1, sync_wr = -1, status_rd = -1, status_wr = -1;
-	cleanup_close int sock_host = -1, sock_child = -1, console_fd = -1;
+	cleanup_close int sock_host = -1, sock_child = -1, console_fd = -1, state_fd = -1;
 	char vm_root[PATH_MAX], empty[PATH_MAX + 64], path[PATH_MAX + 64];
 	int fds[2];
 	if (!j) {
 		sandlot__error(err, ENOMEM, "out of memory");
 		goto fail;
 	}
+	j->qmp_fd = qmp_fd;
+	j->incoming_fd = -1;
 	if (!(vm_dir = find_vm_dir(err)))
 		goto fail;
 	snprintf(j->vmlinux, sizeof(j->vmlinux), "%s/vmlinux", vm_dir);
@@ -791,14 +836,20 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	/* QEMU's arguments (docs/vm.md). */
 	char mem[32], smp[16], name[64], accel[64];
 	snprintf(mem, sizeof(mem), "%lluM", (unsigned long long)(sb->opts.memory_bytes >> 20));
-	unsigned cpus = sb->opts.cpus_milli ? (sb->opts.cpus_milli + 999) / 1000 : 1;
-	long online = sysconf(_SC_NPROCESSORS_ONLN);
-	if (online > 0 && cpus > (unsigned)online)
-		cpus = (unsigned)online;
+	unsigned cpus = vm_cpus(sb);
 	snprintf(smp, sizeof(smp), "%u", cpus);
+	/* (vm_cpus() must give the same: templates are keyed on it.) */
 	snprintf(name, sizeof(name), "guest=%s", sb->id);
 	snprintf(accel, sizeof(accel), "%s", vm->kvm ? "kvm" : "tcg,tb-size=128");
-	char *argv[] = {
+	/* A saved template of this machine, when one was prepared
+	 * (vm-template.c): restored instead of booted. */
+	char tkey[SANDLOT_VM_TEMPLATE_KEY_MAX];
+	if (from_template &&
+	    sandlot__vm_template_key(j->vmlinux, j->initrd, j->root, sb->opts.memory_bytes, cpus,
+				     sb->opts.disk_bytes, vm->kvm, tkey, sizeof(tkey)) == 0)
+		state_fd = sandlot__vm_template_open(vm_root, tkey);
+	sandlot__trace(state_fd >= 0 ? "vm template" : "vm no template");
+	char *argv[64] = {
 		(char *)"qemu-system-x86_64", (char *)"-name", name,
 		(char *)"-M", (char *)"microvm,x-option-roms=off,isa-serial=off",
 		(char *)"-accel", accel, (char *)"-cpu", (char *)(vm->kvm ? "host" : "max"),
@@ -822,6 +873,31 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 		(char *)"-device", (char *)"virtio-rng-device",
 		NULL,
 	};
+	size_t argc = 0;
+	while (argv[argc])
+		argc++;
+	if (qmp_fd >= 0) {
+		/* A template is saved stopped; without its run state in the
+		 * stream, QEMU lets a restored copy run at once (no monitor
+		 * needed to say `cont`). */
+		argv[argc++] = (char *)"-global";
+		argv[argc++] = (char *)"migration.store-global-state=off";
+		argv[argc++] = (char *)"-chardev";
+		argv[argc++] = (char *)"socket,id=qmp,fd=4";
+		argv[argc++] = (char *)"-mon";
+		argv[argc++] = (char *)"chardev=qmp,mode=control";
+	}
+	if (state_fd >= 0) {
+		/* QEMU loads the state and lets the guest run on: its init,
+		 * which sent HELLO to the template's host, waits for CONFIG. */
+		argv[argc++] = (char *)"-incoming";
+		argv[argc++] = (char *)"fd:5";
+		j->incoming_fd = state_fd;
+		sb->init_cfg.hello_before = 1;
+		vm->restored = 1;
+		vm->vm_root = strdup(vm_root);
+		vm->template_key = strdup(tkey);
+	}
 	j->argv = argv;
 	j->sync_rd = sync_rd;
 	j->sync_wr = sync_wr;
@@ -861,6 +937,17 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	if (rc < 0)
 		goto fail;
 	sandlot__trace("vm jail");
+	/* The guest's clock and a seed of its own (protocol.md, CONFIG): a
+	 * restored guest has its template's, the same in every copy. */
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	sb->init_cfg.clock_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+	if (getrandom(sb->init_cfg.seed, sizeof(sb->init_cfg.seed), 0) !=
+	    (ssize_t)sizeof(sb->init_cfg.seed)) {
+		sandlot__error_errno(err, errno, "random seed for the guest");
+		goto fail;
+	}
+	sb->init_cfg.seed_len = sizeof(sb->init_cfg.seed);
 	sb->conn_fd = steal_fd(&sock_host);
 	sb->backend = vm;
 	return 0;
@@ -870,6 +957,11 @@ fail_errno:
 fail:
 	vm_free(vm);
 	return -1;
+}
+
+static int vm_start(struct sandlot *sb, sandlot_error_t **err)
+{
+	return sandlot__vm_launch(sb, -1, 1, err);
 }
 
 /* The console log's last 16 KiB, summarized for an error (vm-console.c). */
@@ -926,6 +1018,15 @@ static int vm_ready(struct sandlot *sb, sandlot_error_t **err)
 	int status = 0;
 	int ended = vm_ended_state(vm, &status);
 	console_summary(vm, tail, sizeof(tail));
+	if (vm->restored && vm->vm_root && vm->template_key) {
+		/* A template that does not restore is dropped: the next create
+		 * boots (and a preparer makes a new one). */
+		sandlot__vm_template_drop(vm->vm_root, vm->template_key);
+		if (ended)
+			return sandlot__error(err, EIO, "the VM stopped (QEMU exit status %d) while "
+					      "restoring its template, which is dropped; console: %s",
+					      status, tail);
+	}
 	if (ended)
 		return sandlot__error(err, EIO, "the VM stopped (QEMU exit status %d) before its "
 				      "sandlot-init was ready; console: %s", status, tail);
@@ -1024,6 +1125,7 @@ const struct sandlot_backend_ops sandlot__backend_vm = {
 	.port_connect = vm_port_connect,
 	.netns_fd = vm_netns_fd,
 	.remove_leftovers = vm_remove_leftovers,
+	.prepare = sandlot__vm_prepare,
 	.ready_timeout_ms = BOOT_TIMEOUT_MS,
 	/* No pause, resume or snapshots, and no kept workspaces (the disk goes
 	 * with the sandbox): sandlot_pause(), sandlot_resume() and

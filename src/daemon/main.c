@@ -491,6 +491,14 @@ static void prepare_options(struct daemon *d, sandlot_options_t *o)
 	o->image = d->cfg.default_image;
 }
 
+/* Whether vm sandboxes are likely: the default isolation, or pooled.
+ * Then libsandlot also makes the vm template of the likely options in the
+ * background (docs/vm.md, "Fast creates"). */
+static int vm_likely(struct daemon *d)
+{
+	return d->cfg.default_isolation == SANDLOT_ISOLATION_VM || pool_wants_vm(d);
+}
+
 /* Stop preparing: the free prepared cgroups are removed, nothing of them
  * outlives the daemon (docs/daemon.md, "Prepared resources"). */
 static void prepare_stop(struct daemon *d)
@@ -501,6 +509,15 @@ static void prepare_stop(struct daemon *d)
 	if (sandlot_prepare(&o, 0, &err) < 0) {
 		daemon_log("prepare_stop_failed", "level=warn error=\"%s\"", sandlot_error_message(err));
 		sandlot_error_free(err);
+		err = NULL;
+	}
+	if (vm_likely(d)) {
+		o.isolation = SANDLOT_ISOLATION_VM;
+		if (sandlot_prepare(&o, 0, &err) < 0) {
+			daemon_log("prepare_stop_failed", "level=warn error=\"%s\"",
+				   sandlot_error_message(err));
+			sandlot_error_free(err);
+		}
 	}
 }
 
@@ -878,6 +895,13 @@ int main(int argc, char **argv)
 		prepare_options(&d, &o);
 		if (sandlot_prepare(&o, PREPARED_SANDBOXES, &err) < 0) {
 			daemon_log("prepare_failed", "level=warn error=\"%s\"",
+				   sandlot_error_message(err));
+			sandlot_error_free(err);
+			err = NULL;
+		}
+		o.isolation = SANDLOT_ISOLATION_VM;
+		if (vm_likely(&d) && sandlot_prepare(&o, 1, &err) < 0) {
+			daemon_log("prepare_failed", "level=warn isolation=vm error=\"%s\"",
 				   sandlot_error_message(err));
 			sandlot_error_free(err);
 			err = NULL;

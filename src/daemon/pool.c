@@ -179,6 +179,15 @@ int pool_configure(struct daemon *d, const char *arg, char *msg, size_t msglen)
 	return 0;
 }
 
+int pool_wants_vm(struct daemon *d)
+{
+	struct pools *ps = d->pools;
+	for (unsigned i = 0; ps && i < ps->n; i++)
+		if (ps->p[i].isolation == SANDLOT_ISOLATION_VM && ps->p[i].size)
+			return 1;
+	return 0;
+}
+
 /* The options of a pooled sandbox: exactly what domain_create_parse() in
  * sandboxes.c gives a request without fields.  Keep the two in step. */
 static void pool_options(struct pools *ps, const struct pool *p, sandlot_options_t *o)
