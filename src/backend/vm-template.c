@@ -36,6 +36,7 @@
  * sandbox (an id, jail, cgroup and files of its own: the same leftover
  * handling), with a QMP monitor on fd 4.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -241,6 +242,34 @@ static void template_sandbox_free(struct sandlot *sb)
 	free(sb);
 }
 
+/* Temporary files of templates whose maker died (killed while saving):
+ * <hash>.<state|key>.<sandbox id>.tmp with no live sandbox of that id (its
+ * link in /run/sandlot/vm, which the launch's sweep just removed if its
+ * owner died). */
+static void remove_stale_tmp(const char *vm_root)
+{
+	char dir[PATH_MAX + 16];
+	snprintf(dir, sizeof(dir), "%s/templates", vm_root);
+	cleanup_closedir DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		if (n < 4 || strcmp(e->d_name + n - 4, ".tmp") != 0)
+			continue;
+		char id[64];
+		const char *start = strstr(e->d_name, ".sb-");
+		if (!start || (size_t)(e->d_name + n - 4 - (start + 1)) >= sizeof(id))
+			continue;
+		snprintf(id, sizeof(id), "%.*s", (int)(e->d_name + n - 4 - (start + 1)), start + 1);
+		char link[128];
+		snprintf(link, sizeof(link), "/run/sandlot/vm/%s", id);
+		if (sandlot__sandbox_id_valid(id) && access(link, F_OK) < 0 && errno == ENOENT)
+			unlinkat(dirfd(d), e->d_name, 0);
+	}
+}
+
 /* Boot sb's VM with a monitor, wait for HELLO, save it to the template of
  * key.  The VM is gone afterwards, whatever happened. */
 static int make_from(struct sandlot *sb, const char *vm_root, const char *key,
@@ -255,6 +284,7 @@ static int make_from(struct sandlot *sb, const char *vm_root, const char *key,
 		close(pair[0]);
 		return -1;
 	}
+	remove_stale_tmp(vm_root);
 	char tmp_state[PATH_MAX + 128], tmp_key[PATH_MAX + 128], state[PATH_MAX + 64],
 		keyp[PATH_MAX + 64];
 	template_path(vm_root, key, ".state", state, sizeof(state));

@@ -479,7 +479,13 @@ static int mount_workspace(char *why, size_t len)
  * the moment it was saved, the same in every copy. */
 static int clock_and_seed(const struct init_config *cfg, char *why, size_t len)
 {
-	if (cfg->clock_ns) {
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+	/* Only ever forward: a booted guest's clock (from the RTC) is right
+	 * already and CLOCK is as old as the boot; a restored one is behind
+	 * by as long as its template was saved. */
+	if (cfg->clock_ns > now_ns) {
 		struct timespec ts = { (time_t)(cfg->clock_ns / 1000000000ull),
 				       (long)(cfg->clock_ns % 1000000000ull) };
 		if (clock_settime(CLOCK_REALTIME, &ts) < 0) {
