@@ -173,19 +173,22 @@ def main():
         kinds = {"boot": ("boot", "vm"), "template": ("template", "vm"), "pool": ("pool", "vm"),
                  "ns": ("boot", "ns")}
         times = {k: [] for k in kinds}
-        hits = 0
+        hits = restores = 0
         for r in range(a.n + 1):  # round 0: warm-up, not counted
             for k, (dn, iso) in kinds.items():
                 if k == "pool":
                     wait("the pool's refill", pool_ready)
                 sid, took, pooled = daemons[dn].create_and_exec(iso)
+                if k == "template" and r:
+                    q = qemu_of(sid)
+                    restores += b"-incoming" in Path(f"/proc/{q}/cmdline").read_bytes().split(b"\0")
                 daemons[dn].delete(sid)
                 if r:
                     times[k].append(took)
                     hits += k == "pool" and pooled == "hit"
         print("cold create + first exec (`true`), as a client of sandlotd sees them:")
         row("boot", times["boot"], "   vm, booted")
-        row("template", times["template"], "   vm, restored from the template")
+        row("template", times["template"], f"   vm, restored from the template ({restores} restores)")
         row("pool", times["pool"], f"   vm, handed out by the pool ({hits} hits)")
         row("ns", times["ns"], "   baseline")
 
@@ -200,7 +203,9 @@ def main():
             q = qemu_of(sid)
             rss = vmbench.kib(f"/proc/{q}/status", "VmRSS")
             pss = vmbench.kib(f"/proc/{q}/smaps_rollup", "Pss")
-            print(f"  {k:<9} QEMU VmRSS {rss >> 10} MiB, Pss {pss >> 10} MiB")
+            how = "restored" if b"-incoming" in Path(f"/proc/{q}/cmdline").read_bytes().split(b"\0") \
+                else "booted"
+            print(f"  {k:<9} QEMU VmRSS {rss >> 10} MiB, Pss {pss >> 10} MiB ({how})")
         for k, sid in held:
             daemons[k].delete(sid)
         print("load after: ", Path("/proc/loadavg").read_text().strip())
