@@ -29,6 +29,10 @@ def test_vm_pool_hands_out_booted_vms_to_vm_requests_only(session_dirs, tmp_path
     d = vm_daemon(session_dirs, tmp_path_factory, vm_env, "--pool", "vm:1")
     try:
         assert wait_until(lambda: pool_state(d, "vm:host")["ready"] == 1, BOOT), d.logs()
+        # A vm pool makes the daemon save a vm template too (its own VM, gone
+        # once saved): the pool's refills restore it.
+        assert wait_until(lambda: list((d.data_dir / "vm" / "templates").glob("*.key")), BOOT)
+        assert wait_until(lambda: len(guests_of(d)) == 1, 10), guests_of(d)
         pooled = guests_of(d)
         # An ns request is not served by the vm pool (and there is no ns pool).
         r = d.post("/v1/sandboxes", json_body={})
