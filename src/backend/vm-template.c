@@ -34,7 +34,7 @@
  * likely options: sandlotd does it at start when vm sandboxes are its
  * default or pooled.  A template is made by a VM started like any vm
  * sandbox (an id, jail, cgroup and files of its own: the same leftover
- * handling), with a QMP monitor on fd 4.
+ * handling), through the QMP monitor every vm sandbox has (vm-pause.c).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -276,14 +276,10 @@ static int make_from(struct sandlot *sb, const char *vm_root, const char *key,
 		     sandlot_error_t **err)
 {
 	int pair[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) < 0)
-		return sandlot__error_errno(err, errno, "socketpair");
-	int rc = sandlot__vm_launch(sb, pair[1], 0, err);
-	close(pair[1]);
-	if (rc < 0) {
-		close(pair[0]);
+	int rc = sandlot__vm_launch_template(sb, err);
+	if (rc < 0)
 		return -1;
-	}
+	pair[0] = sandlot__vm_take_monitor(sb);
 	remove_stale_tmp(vm_root);
 	char tmp_state[PATH_MAX + 128], tmp_key[PATH_MAX + 128], state[PATH_MAX + 64],
 		keyp[PATH_MAX + 64];

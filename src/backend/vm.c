@@ -59,6 +59,7 @@
 
 #include "backend.h"
 #include "backend/vm.h"
+#include "backend/vm-pause.h"
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "core/internal.h"
@@ -95,6 +96,9 @@ struct vm_state {
 	int restored;               /* started from a template's saved state */
 	char *vm_root;              /* <data_dir>/vm, and the template's key when restored */
 	char *template_key;
+	struct vm_monitor mon;      /* QEMU's QMP monitor (vm-pause.c) */
+	struct vm_kept kept;        /* the kept workspace, when it has one (vm-pause.h) */
+	char ident[1024];           /* what a saved state of it needs (state.meta) */
 };
 
 /* ---- where things are ----------------------------------------------------------- */
@@ -260,8 +264,8 @@ static int empty_ext4(const char *vm_root, uint64_t bytes, char *out, size_t n,
 	return 0;
 }
 
-/* Copy src to a new file dst, leaving its holes holes. */
-static int sparse_copy(const char *src, const char *dst, uid_t owner, sandlot_error_t **err)
+/* Copy src to a new file dst, leaving its holes holes (vm-pause.h). */
+int sandlot__vm_sparse_copy(const char *src, const char *dst, uid_t owner, sandlot_error_t **err)
 {
 	cleanup_close int in = open(src, O_RDONLY | O_CLOEXEC);
 	if (in < 0)
@@ -366,14 +370,13 @@ static unsigned vm_remove_leftovers(const char *id, int kill)
 /* What the child needs, all made before clone (it may not allocate). */
 struct jail {
 	const struct sandlot_cgroup_join *join;
-	int sync_rd, sync_wr, status_wr, sock, console_fd;
+	int sync_rd, sync_wr, status_wr, sock, qmp, console_fd;
 	uid_t uid;
 	int kvm;
 	char mnt[PATH_MAX + 16];       /* where the jail's tmpfs goes */
 	char vmlinux[PATH_MAX], initrd[PATH_MAX], root[PATH_MAX], work[PATH_MAX];
 	char console[PATH_MAX + 64];
 	char *const *argv;
-	int qmp_fd;                    /* QEMU's monitor socket (fd 4), or -1 */
 	int incoming_fd;               /* a saved state to restore (fd 5), or -1 */
 };
 
@@ -455,25 +458,25 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 	 * (QEMU's own complaints land beside the guest's). */
 	int devnull = sys_openat(AT_FDCWD, "/dev/null", O_RDONLY | O_CLOEXEC, 0);
 	int sock = sys_dupfd_cloexec(j->sock, 100);
+	int qmp = sys_dupfd_cloexec(j->qmp, 100);
 	int con = sys_dupfd_cloexec(j->console_fd, 100);
 	int status = sys_dupfd_cloexec(sfd, 100);
 	int sync = sys_dupfd_cloexec(j->sync_rd, 100);
-	int qmp = j->qmp_fd >= 0 ? sys_dupfd_cloexec(j->qmp_fd, 100) : -1;
 	int incoming = j->incoming_fd >= 0 ? sys_dupfd_cloexec(j->incoming_fd, 100) : -1;
-	if (devnull < 0 || sock < 0 || con < 0 || status < 0 || sync < 0 ||
-	    (j->qmp_fd >= 0 && qmp < 0) || (j->incoming_fd >= 0 && incoming < 0))
+	if (devnull < 0 || sock < 0 || qmp < 0 || con < 0 || status < 0 || sync < 0 ||
+	    (j->incoming_fd >= 0 && incoming < 0))
 		sys_child_fail(sfd, "dup");
 	sfd = status;
+	/* fd 4: QEMU's QMP monitor (vm-pause.c). */
 	if (sys_dup2(devnull, 0) < 0 || sys_dup2(con, 1) < 0 || sys_dup2(con, 2) < 0 ||
-	    sys_dup2(sock, 3) < 0)
+	    sys_dup2(sock, 3) < 0 || sys_dup2(qmp, 4) < 0)
 		sys_child_fail(sfd, "dup2");
 	/* Everything else goes at exec, whether the caller marked it
 	 * close-on-exec or not (Linux 5.11+; older kernels: the caller's
 	 * flags). */
-	sys_close_range_flags(4, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
-	/* fd 4: the monitor (a template's, vm-template.c); fd 5: the state
-	 * QEMU restores (-incoming fd:5). */
-	if ((qmp >= 0 && sys_dup2(qmp, 4) < 0) || (incoming >= 0 && sys_dup2(incoming, 5) < 0))
+	sys_close_range_flags(5, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+	/* fd 5: a template's state QEMU restores (-incoming fd:5, vm-template.c). */
+	if (incoming >= 0 && sys_dup2(incoming, 5) < 0)
 		sys_child_fail(sfd, "dup2");
 	struct rlimit nofile = { 256, 256 };
 	sys_setrlimit(RLIMIT_NOFILE, &nofile);
@@ -647,6 +650,8 @@ static void vm_kill_qemu(struct vm_state *vm)
 static void vm_free(struct vm_state *vm)
 {
 	vm_kill_qemu(vm);
+	sandlot__vm_monitor_close(&vm->mon);
+	sandlot__vm_kept_release(&vm->kept);
 	if (vm->pidfd >= 0)
 		close(vm->pidfd);
 	vm->pidfd = -1;
@@ -701,7 +706,14 @@ int sandlot__vm_machine_key(const struct sandlot *sb, char *key, size_t n, sandl
 	return 0;
 }
 
-int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlot_error_t **err)
+static void console_summary(const struct vm_state *vm, char *out, size_t n);
+
+/* start, or with `resume` resume: the same on a kept workspace that must
+ * exist, loading the running state a memory pause saved there, if any. */
+/* With making_template, the VM is a template's (vm-template.c): its run
+ * state is left out of what it saves; else a start that is no resume
+ * restores the template of its machine, when one is saved. */
+static int vm_boot(struct sandlot *sb, int resume, int making_template, sandlot_error_t **err)
 {
 	if (strlen(sb->data_dir) > PATH_MAX - 200)
 		return sandlot__error(err, ENAMETOOLONG, "the data directory's path is too long");
@@ -709,10 +721,6 @@ int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlo
 		return sandlot__error(err, EINVAL, "a vm sandbox needs at least 128M of memory (its "
 				      "kernel's), not %llu bytes",
 				      (unsigned long long)sb->opts.memory_bytes);
-	if (sb->opts.workspace)
-		return sandlot__error(err, ENOTSUP,
-				      "kept workspaces (pause, resume, snapshots) are not supported "
-				      "for vm sandboxes yet");
 	if (sb->opts.storage == SANDLOT_STORAGE_TMPFS)
 		return sandlot__error(err, ENOTSUP, "tmpfs storage is not supported for vm sandboxes "
 				      "(their workspace is a disk of their own)");
@@ -730,18 +738,21 @@ int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlo
 		return sandlot__error(err, ENOMEM, "out of memory");
 	vm->pidfd = vm->lock_fd = -1;
 	vm->slot.lock_fd = -1;
+	vm->mon.fd = -1;
+	vm->kept = (struct vm_kept)VM_KEPT_INIT;
+	int incoming = 0;
 	vm->kvm = strcmp(sandlot__vm_accel(NULL), "kvm") == 0;
 	cleanup_free char *vm_dir = NULL;
 	cleanup_free struct jail *j = calloc(1, sizeof(*j));
 	cleanup_close int sync_rd = -1, sync_wr = -1, status_rd = -1, status_wr = -1;
 	cleanup_close int sock_host = -1, sock_child = -1, console_fd = -1, state_fd = -1;
+	cleanup_close int qmp_host = -1, qmp_child = -1;
 	char vm_root[PATH_MAX], empty[PATH_MAX + 64], path[PATH_MAX + 64];
 	int fds[2];
 	if (!j) {
 		sandlot__error(err, ENOMEM, "out of memory");
 		goto fail;
 	}
-	j->qmp_fd = qmp_fd;
 	j->incoming_fd = -1;
 	if (!(vm_dir = find_vm_dir(err)))
 		goto fail;
@@ -788,9 +799,18 @@ int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlo
 	/* The workspace disk: a sparse copy of an empty ext4 of its size. */
 	if (empty_ext4(vm_root, sb->opts.disk_bytes, empty, sizeof(empty), err) < 0)
 		goto fail;
-	snprintf(j->work, sizeof(j->work), "%s/work.img", vm->dir);
-	if (sparse_copy(empty, j->work, j->uid, err) < 0)
-		goto fail;
+	if (sb->opts.workspace) {
+		/* A kept workspace (vm-pause.h): its disk, made or found. */
+		if (sandlot__vm_kept_take(sb->data_dir, sb->opts.workspace, resume,
+					  sb->opts.disk_bytes, empty, j->uid, &vm->kept, err) < 0)
+			goto fail;
+		snprintf(j->work, sizeof(j->work), "%s", vm->kept.disk);
+		incoming = resume && vm->kept.has_state;
+	} else {
+		snprintf(j->work, sizeof(j->work), "%s/work.img", vm->dir);
+		if (sandlot__vm_sparse_copy(empty, j->work, j->uid, err) < 0)
+			goto fail;
+	}
 	sandlot__trace("vm disk");
 	/* init's part of CONFIG that only this backend knows: the root is
 	 * always an image (the root disk), the workspace is the disk's size.
@@ -798,6 +818,16 @@ int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlo
 	 * clean write error) comes before the rlimit's SIGXFSZ (a kill). */
 	sb->init_cfg.flags |= SL_CONFIG_IMAGE;
 	sb->init_cfg.fsize = sb->opts.disk_bytes + (1ull << 20);
+	/* The guest's clock and its RNG's seed (spec/protocol.md, TIME and
+	 * SEED): a restored guest's are the saved one's, and two restored
+	 * from one state must not draw the same numbers. */
+	sb->init_cfg.send_time = 1;
+	if (getrandom(sb->init_cfg.seed, sizeof(sb->init_cfg.seed), 0) !=
+	    (ssize_t)sizeof(sb->init_cfg.seed)) {
+		sandlot__error_errno(err, errno, "getrandom");
+		goto fail;
+	}
+	sb->init_cfg.seed_len = sizeof(sb->init_cfg.seed);
 	snprintf(path, sizeof(path), "%s/console.log", vm->dir);
 	snprintf(j->console, sizeof(j->console), "%s", path);
 	console_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -832,6 +862,9 @@ int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlo
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
 		goto fail_errno;
 	sock_host = fds[0], sock_child = fds[1];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
+		goto fail_errno;
+	qmp_host = fds[0], qmp_child = fds[1];
 
 	/* QEMU's arguments (docs/vm.md). */
 	char mem[32], smp[16], name[64], accel[64];
@@ -841,10 +874,14 @@ int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlo
 	/* (vm_cpus() must give the same: templates are keyed on it.) */
 	snprintf(name, sizeof(name), "guest=%s", sb->id);
 	snprintf(accel, sizeof(accel), "%s", vm->kvm ? "kvm" : "tcg,tb-size=128");
+	sandlot__vm_ident(vm->ident, sizeof(vm->ident), sb->opts.memory_bytes, cpus,
+			  vm->kvm ? "kvm" : "tcg", j->vmlinux, j->initrd, j->root);
+	if (incoming && sandlot__vm_state_check(&vm->kept, vm->ident, err) < 0)
+		goto fail;
 	/* A saved template of this machine, when one was prepared
 	 * (vm-template.c): restored instead of booted. */
 	char tkey[SANDLOT_VM_TEMPLATE_KEY_MAX];
-	if (from_template &&
+	if (!resume && !making_template &&
 	    sandlot__vm_template_key(j->vmlinux, j->initrd, j->root, sb->opts.memory_bytes, cpus,
 				     sb->opts.disk_bytes, vm->kvm, tkey, sizeof(tkey)) == 0)
 		state_fd = sandlot__vm_template_open(vm_root, tkey);
@@ -871,21 +908,24 @@ int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlo
 		(char *)"-drive", (char *)"id=work,file=/work.img,format=raw,if=none,cache=unsafe",
 		(char *)"-device", (char *)"virtio-blk-device,drive=work,serial=work",
 		(char *)"-device", (char *)"virtio-rng-device",
+		(char *)"-chardev", (char *)"socket,id=qmp,fd=4",
+		(char *)"-mon", (char *)"chardev=qmp,mode=control",
 		NULL,
 	};
 	size_t argc = 0;
 	while (argv[argc])
 		argc++;
-	if (qmp_fd >= 0) {
+	if (incoming) {
+		/* A resume of a memory pause: the same machine, loaded. */
+		argv[argc++] = (char *)"-incoming";
+		argv[argc++] = (char *)"defer";
+	}
+	if (making_template) {
 		/* A template is saved stopped; without its run state in the
 		 * stream, QEMU lets a restored copy run at once (no monitor
-		 * needed to say `cont`). */
+		 * call needed to say `cont`). */
 		argv[argc++] = (char *)"-global";
 		argv[argc++] = (char *)"migration.store-global-state=off";
-		argv[argc++] = (char *)"-chardev";
-		argv[argc++] = (char *)"socket,id=qmp,fd=4";
-		argv[argc++] = (char *)"-mon";
-		argv[argc++] = (char *)"chardev=qmp,mode=control";
 	}
 	if (state_fd >= 0) {
 		/* QEMU loads the state and lets the guest run on: its init,
@@ -903,6 +943,7 @@ int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlo
 	j->sync_wr = sync_wr;
 	j->status_wr = status_wr;
 	j->sock = sock_child;
+	j->qmp = qmp_child;
 	j->console_fd = console_fd;
 	j->kvm = vm->kvm;
 
@@ -927,6 +968,7 @@ int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlo
 	vm->pidfd = sys_pidfd_open(pid, 0);
 	close(status_wr), status_wr = -1;
 	close(sock_child), sock_child = -1;
+	close(qmp_child), qmp_child = -1;
 	close(sync_rd), sync_rd = -1;
 	if (!added && sandlot__cgroup_add_pid(vm->cg, pid, err) < 0)
 		goto fail;
@@ -937,17 +979,16 @@ int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlo
 	if (rc < 0)
 		goto fail;
 	sandlot__trace("vm jail");
-	/* The guest's clock and a seed of its own (protocol.md, CONFIG): a
-	 * restored guest has its template's, the same in every copy. */
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	sb->init_cfg.clock_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
-	if (getrandom(sb->init_cfg.seed, sizeof(sb->init_cfg.seed), 0) !=
-	    (ssize_t)sizeof(sb->init_cfg.seed)) {
-		sandlot__error_errno(err, errno, "random seed for the guest");
+	vm->mon.fd = steal_fd(&qmp_host);
+	if (incoming && sandlot__vm_restore(&vm->mon, &vm->kept, err) < 0) {
+		/* QEMU says why on its stderr: the console log. */
+		char tail[1600];
+		console_summary(vm, tail, sizeof(tail));
+		sandlot__error_wrap(err, "resume the saved vm sandbox (console: %s)", tail);
 		goto fail;
 	}
-	sb->init_cfg.seed_len = sizeof(sb->init_cfg.seed);
+	if (incoming)
+		sandlot__trace("vm restored");
 	sb->conn_fd = steal_fd(&sock_host);
 	sb->backend = vm;
 	return 0;
@@ -957,11 +998,6 @@ fail_errno:
 fail:
 	vm_free(vm);
 	return -1;
-}
-
-static int vm_start(struct sandlot *sb, sandlot_error_t **err)
-{
-	return sandlot__vm_launch(sb, -1, 1, err);
 }
 
 /* The console log's last 16 KiB, summarized for an error (vm-console.c). */
@@ -1060,6 +1096,53 @@ static int vm_ended(const struct sandlot *sb)
 	return vm_ended_state(sb->backend, NULL);
 }
 
+static int vm_start(struct sandlot *sb, sandlot_error_t **err)
+{
+	return vm_boot(sb, 0, 0, err);
+}
+
+static int vm_resume(struct sandlot *sb, sandlot_error_t **err)
+{
+	return vm_boot(sb, 1, 0, err);
+}
+
+int sandlot__vm_launch_template(struct sandlot *sb, sandlot_error_t **err)
+{
+	return vm_boot(sb, 0, 1, err);
+}
+
+int sandlot__vm_take_monitor(struct sandlot *sb)
+{
+	struct vm_state *vm = sb->backend;
+	return vm ? steal_fd(&vm->mon.fd) : -1;
+}
+
+/* The guest detaches (its files synced), with SANDLOT_PAUSE_MEMORY QEMU
+ * saves it into the kept workspace, then QEMU is killed and the disk made
+ * durable (vm-pause.h). */
+static int vm_pause(struct sandlot *sb, unsigned flags, sandlot_error_t **err)
+{
+	struct vm_state *vm = sb->backend;
+	if (!vm || vm->pid <= 0)
+		return sandlot__error(err, EPIPE, "the sandbox is gone");
+	if (!vm->kept.dir)
+		return sandlot__error(err, EINVAL, "the sandbox has no kept workspace");
+	sandlot__trace(NULL);
+	int rc = sandlot__vm_pause_save(sb, &vm->mon, &vm->kept, vm->ident, flags, err);
+	vm_stop(sb);
+	/* Until QEMU is gone: nothing writes the disk any more.  WNOWAIT:
+	 * release reaps it. */
+	siginfo_t si;
+	while (waitid(P_PID, (id_t)vm->pid, &si, WEXITED | WNOWAIT) < 0)
+		if (errno != EINTR)
+			return rc < 0 ? rc : sandlot__error_errno(err, errno, "wait for QEMU to end");
+	sandlot__trace("pause: ended");
+	if (rc == 0)
+		rc = sandlot__vm_kept_sync_disk(&vm->kept, err);
+	sandlot__trace("pause: sync");
+	return rc;
+}
+
 static void vm_release(struct sandlot *sb)
 {
 	if (sb->backend)
@@ -1127,14 +1210,13 @@ const struct sandlot_backend_ops sandlot__backend_vm = {
 	.remove_leftovers = vm_remove_leftovers,
 	.prepare = sandlot__vm_prepare,
 	.ready_timeout_ms = BOOT_TIMEOUT_MS,
-	/* No pause, resume or snapshots, and no kept workspaces (the disk goes
-	 * with the sandbox): sandlot_pause(), sandlot_resume() and
-	 * sandlot_workspace_copy() fail with ENOTSUP naming this backend. */
-	.pause = NULL,
-	.resume = NULL,
-	.snapshot = NULL,
-	.workspace_size = NULL,
-	.workspace_remove = NULL,
-	.workspace_list = NULL,
-	.workspace_sync = NULL,
+	/* Kept workspaces are disks of their own, and a pause may keep the
+	 * running VM beside them (vm-pause.h). */
+	.pause = vm_pause,
+	.resume = vm_resume,
+	.snapshot = sandlot__vm_snapshot,
+	.workspace_size = sandlot__vm_workspace_size,
+	.workspace_remove = sandlot__vm_workspace_remove,
+	.workspace_list = sandlot__vm_workspace_list,
+	.workspace_sync = sandlot__vm_workspace_sync,
 };

@@ -38,12 +38,12 @@ void sandlot__vm_console_summary(const char *buf, size_t len, int cut, char *out
  * 1 yes, 0 no with the reason in why[0..n). */
 int sandlot__kvm_probe(char *why, size_t n);
 
-/* The vm backend's start (vm.c) with its two variations: qmp_fd >= 0 gives
- * QEMU that socket as its QMP monitor (a template being made); with
- * from_template, a template of the same machine, if one is saved, is
- * restored instead of booted (and CONFIG then says init's HELLO was read
- * before).  As the backend's start otherwise. */
-int sandlot__vm_launch(struct sandlot *sb, int qmp_fd, int from_template, sandlot_error_t **err);
+/* The vm backend's start (vm.c) for a template's VM (vm-template.c): as a
+ * start, booted (never restored), its run state left out of what it saves.
+ * Then sandlot__vm_take_monitor() hands over the host's end of its QMP
+ * monitor (the caller closes it; -1 when there is none). */
+int sandlot__vm_launch_template(struct sandlot *sb, sandlot_error_t **err);
+int sandlot__vm_take_monitor(struct sandlot *sb);
 
 /* ---- templates (vm-template.c): a booted guest saved where its init
  * waits for CONFIG, restored by cold creates of the same machine ---- */

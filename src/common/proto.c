@@ -65,6 +65,7 @@ int sl_msg_known(uint8_t type)
 	case SL_MSG_PING:
 	case SL_MSG_SHUTDOWN:
 	case SL_MSG_CONFIG:
+	case SL_MSG_DETACH:
 	case SL_MSG_EXEC:
 	case SL_MSG_STARTED:
 	case SL_MSG_STDOUT:

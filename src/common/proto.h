@@ -31,6 +31,8 @@ enum sandlot_msg {
 	SL_MSG_PING = 0x04,
 	SL_MSG_SHUTDOWN = 0x05,
 	SL_MSG_CONFIG = 0x06,   /* host -> init, stream 0, first: the sandbox's configuration */
+	SL_MSG_DETACH = 0x07,   /* host -> init (vm): sync, answer OK, then send nothing until
+				 * the next host's CONFIG (spec/protocol.md, Detaching) */
 	SL_MSG_EXEC = 0x10,
 	SL_MSG_STARTED = 0x11,
 	SL_MSG_STDOUT = 0x12,
@@ -91,9 +93,8 @@ enum sandlot_tag {
 	SL_TAG_WORKDIR = 36,   /* str: default cwd of commands */
 	SL_TAG_USER = 37,      /* str: login name of the sandbox user */
 	SL_TAG_SECCOMP = 38,   /* bytes: struct sock_filter array */
-	/* (39-43: a VM guest's network.) */
-	SL_TAG_CLOCK = 44,     /* u64: CONFIG: the host's CLOCK_REALTIME, ns (vm guests) */
-	SL_TAG_SEED = 45,      /* bytes: CONFIG: 16 to 64 random bytes (vm guests) */
+	SL_TAG_TIME = 39,      /* u64: CONFIG (vm): the host's CLOCK_REALTIME in ns */
+	SL_TAG_SEED = 40,      /* bytes: CONFIG (vm): 16 to 64 random bytes for the guest's RNG */
 };
 
 /* A decoded frame header. */

@@ -128,7 +128,8 @@ int sandlot__conn_send(struct sl_conn *c, struct sl_msg *m, sandlot_error_t **er
 	}
 	pthread_mutex_lock(&c->wlock);
 	int rc = 0, e = 0;
-	if (c->dead) {
+	int last = m->len > 4 && m->buf[4] == SL_MSG_DETACH;
+	if (c->dead || c->wclosed) {
 		rc = -1;
 		e = EPIPE;
 	} else {
@@ -146,6 +147,10 @@ int sandlot__conn_send(struct sl_conn *c, struct sl_msg *m, sandlot_error_t **er
 			p += n;
 			left -= (size_t)n;
 		}
+		/* Nothing may follow DETACH: a frame cut in two by the VM's
+		 * save would reach the restored guest as garbage. */
+		if (last)
+			c->wclosed = 1;
 	}
 	pthread_mutex_unlock(&c->wlock);
 	sl_msg_free(m);
@@ -409,8 +414,14 @@ int sandlot__conn_configure(struct sl_conn *c, const struct sandlot_init_config 
 		sl_msg_put_str(&m, SL_TAG_USER, ic->user);
 	if (ic->seccomp)
 		sl_msg_put_bytes(&m, SL_TAG_SECCOMP, ic->seccomp, ic->seccomp_len);
-	if (ic->clock_ns)
-		sl_msg_put_u64(&m, SL_TAG_CLOCK, ic->clock_ns);
+	if (ic->send_time) {
+		/* Now, not when the sandbox was started: a restored VM's clock
+		 * must not lag by the restore's time. */
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		sl_msg_put_u64(&m, SL_TAG_TIME,
+			       (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec);
+	}
 	if (ic->seed_len)
 		sl_msg_put_bytes(&m, SL_TAG_SEED, ic->seed, ic->seed_len);
 	if (ic->hello_before) {

@@ -50,6 +50,7 @@ struct sl_conn {
 	int config_errno;
 	char *config_msg;
 	int dead;      /* no more frames will arrive */
+	int wclosed;   /* DETACH was sent: nothing more may be (under wlock) */
 	int io_done;   /* the I/O thread has let go of this connection */
 	int kind;      /* tag for the epoll dispatcher; must stay first-ish */
 };
@@ -68,8 +69,10 @@ struct sandlot_init_config {
 	const char *hostname, *workdir, *user;
 	const void *seccomp;    /* the program (sock_filter array); NULL with NO_SECCOMP */
 	size_t seccomp_len;
-	/* A vm guest's clock and random seed (CLOCK, SEED; 0: none). */
-	uint64_t clock_ns;
+	/* A VM's clock and entropy (the vm backend sets them in start and
+	 * resume): TIME is the host's clock when CONFIG is sent, SEED fresh
+	 * random bytes for each start (spec/protocol.md). */
+	int send_time;
 	uint8_t seed[32];
 	size_t seed_len;
 	/* init sent its HELLO to an earlier connection already (a VM

@@ -147,6 +147,10 @@ json_t *domain_sandbox_keepalive(struct daemon *d, const char *id, const uint32_
 /* Pause sandbox `id`.  Its record, or NULL with ENOENT, EBUSY (a pause or
  * resume in progress; no kept workspace), DOMAIN_EENDED. */
 json_t *domain_sandbox_pause(struct daemon *d, const char *id, sandlot_error_t **err);
+/* The same with sandlot_pause() flags (SANDLOT_PAUSE_MEMORY: keep the
+ * running state too, vm sandboxes only; ns ones refuse it with ENOTSUP). */
+json_t *domain_sandbox_pause_with(struct daemon *d, const char *id, unsigned flags,
+				  sandlot_error_t **err);
 /* Resume sandbox `id` (ttl: a new ttl_seconds, or NULL to keep its own).
  * Its record, or NULL with ENOENT, EBUSY, DOMAIN_EENDED (also when its
  * workspace is gone: it is then lost), EAGAIN, ESHUTDOWN, ENOSPC/EDQUOT,

@@ -210,8 +210,9 @@ int dsb_settle_locked(struct dsb *s, int copies)
 
 /* ---- pause ------------------------------------------------------------------------ */
 
-/* Pause s.  0 when it is paused (now or already), -1 with err. */
-static int do_pause(struct daemon *d, struct dsb *s, sandlot_error_t **err)
+/* Pause s (flags: SANDLOT_PAUSE_*).  0 when it is paused (now or
+ * already), -1 with err. */
+static int do_pause(struct daemon *d, struct dsb *s, unsigned flags, sandlot_error_t **err)
 {
 	pthread_mutex_lock(&s->lock);
 	if (dsb_settle_locked(s, 0) < 0) {
@@ -226,12 +227,6 @@ static int do_pause(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 	if (s->state != DSB_RUNNING) {
 		pthread_mutex_unlock(&s->lock);
 		return domain_error_ended(s, err);
-	}
-	const char *iso = json_string_value(json_object_get(s->options, "isolation"));
-	if (iso && strcmp(iso, "vm") == 0) {
-		pthread_mutex_unlock(&s->lock);
-		return sandlot__error(err, ENOTSUP, "pausing vm sandboxes is not supported yet "
-				      "(sandbox %s)", s->id);
 	}
 	if (!s->has_workspace) {
 		pthread_mutex_unlock(&s->lock);
@@ -253,7 +248,7 @@ static int do_pause(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 	 * made durable) and ends the sandbox's processes; commands in flight
 	 * end as killed. */
 	sandlot_error_t *e = NULL;
-	if (sb && sandlot_pause(sb, 0, &e) < 0) {
+	if (sb && sandlot_pause(sb, flags, &e) < 0) {
 		char msg[600];
 		snprintf(msg, sizeof(msg), "%s", sandlot_error_message(e));
 		daemon_log_quote(msg);
@@ -322,6 +317,9 @@ static int options_from_json(struct daemon *d, json_t *j, sandlot_options_t *o, 
 		o->pids = (uint32_t)json_integer_value(v);
 	if ((v = json_object_get(j, "disk")) && json_is_integer(v))
 		o->disk_bytes = (uint64_t)json_integer_value(v);
+	if ((v = json_object_get(j, "isolation")) && json_is_string(v))
+		o->isolation = strcmp(json_string_value(v), "vm") == 0 ? SANDLOT_ISOLATION_VM
+								       : SANDLOT_ISOLATION_NS;
 	json_t *e = json_object_get(j, "env");
 	if (json_is_object(e) && json_object_size(e) > 0) {
 		char **kv = calloc(json_object_size(e) + 1, sizeof(char *));
@@ -532,10 +530,16 @@ static int wake(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 
 json_t *domain_sandbox_pause(struct daemon *d, const char *id, sandlot_error_t **err)
 {
+	return domain_sandbox_pause_with(d, id, 0, err);
+}
+
+json_t *domain_sandbox_pause_with(struct daemon *d, const char *id, unsigned flags,
+				  sandlot_error_t **err)
+{
 	struct dsb *s = domain_sandbox_find(d, id, err);
 	if (!s)
 		return NULL;
-	json_t *o = do_pause(d, s, err) < 0 ? NULL : dsb_to_json(s);
+	json_t *o = do_pause(d, s, flags, err) < 0 ? NULL : dsb_to_json(s);
 	dsb_release(d, s);
 	return o;
 }

@@ -162,10 +162,14 @@ static int body_fields(struct http_req *req, const char *allowed)
 
 static int pause_route(struct http_req *req)
 {
-	if (body_fields(req, NULL) < 0)
+	if (body_fields(req, "memory") < 0)
 		return 0;
+	json_t *m = req->json ? json_object_get(req->json, "memory") : NULL;
+	if (m && !json_is_boolean(m))
+		return http_error(req, 400, "bad_request", "field \"memory\" must be true or false");
 	sandlot_error_t *err = NULL;
-	json_t *o = domain_sandbox_pause(req->d, req->params[0], &err);
+	json_t *o = domain_sandbox_pause_with(req->d, req->params[0],
+					      json_is_true(m) ? SANDLOT_PAUSE_MEMORY : 0, &err);
 	return o ? http_json(req, 200, o) : answer_err(req, err);
 }
 

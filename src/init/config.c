@@ -90,7 +90,7 @@ static const struct u64_field {
 	{ SL_TAG_FSIZE, "FSIZE", offsetof(struct init_config, fsize) },
 	{ SL_TAG_DISK, "DISK", offsetof(struct init_config, disk) },
 	{ SL_TAG_MEMORY, "MEMORY", offsetof(struct init_config, scan_memory) },
-	{ SL_TAG_CLOCK, "CLOCK", offsetof(struct init_config, clock_ns) },
+	{ SL_TAG_TIME, "TIME", offsetof(struct init_config, time_ns) },
 };
 
 _Static_assert(sizeof(str_fields) / sizeof(str_fields[0]) ==
@@ -156,13 +156,6 @@ static int decode_record(const struct sl_rec *r, struct init_config *cfg, uint32
 			return bad(why, n, EPROTO, "CONFIG: malformed PIDS record");
 		cfg->pids = u32;
 		return 0;
-	case SL_TAG_SEED:
-		if (r->len < 16 || r->len > sizeof(cfg->seed))
-			return bad(why, n, EINVAL, "CONFIG: a SEED record of %u bytes (16 to %zu)",
-				   r->len, sizeof(cfg->seed));
-		memcpy(cfg->seed, r->val, r->len);
-		cfg->seed_len = r->len;
-		return 0;
 	case SL_TAG_SECCOMP:
 		if (r->len == 0 || r->len % sizeof(struct sock_filter) != 0 ||
 		    r->len / sizeof(struct sock_filter) > BPF_MAXINSNS)
@@ -177,6 +170,13 @@ static int decode_record(const struct sl_rec *r, struct init_config *cfg, uint32
 		memcpy(cfg->filter, r->val, r->len);
 		cfg->filter_len = (unsigned short)(r->len / sizeof(struct sock_filter));
 		*has_seccomp = 1;
+		return 0;
+	case SL_TAG_SEED:
+		if (r->len < 16 || r->len > sizeof(cfg->seed))
+			return bad(why, n, EINVAL, "CONFIG: a SEED record of %u bytes (16 to %zu)",
+				   r->len, sizeof(cfg->seed));
+		memcpy(cfg->seed, r->val, r->len);
+		cfg->seed_len = r->len;
 		return 0;
 	default:
 		return 0; /* unknown tags: ignored, as everywhere */

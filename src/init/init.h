@@ -76,15 +76,15 @@ struct init_config {
 	int image;              /* root from fd 7 */
 	const char *workdir;    /* default cwd of commands; NULL: home */
 	const char *user_name;  /* passwd name of uid `uid` */
-	/* A vm guest's clock (CLOCK_REALTIME, ns; 0: leave it) and random
-	 * seed (SEED; seed_len 0: none), applied at set-up (vm.c). */
-	uint64_t clock_ns;
-	uint8_t seed[64];
-	size_t seed_len;
 	/* The seccomp program of commands; NULL/0 with no_seccomp. */
 	struct sock_filter *filter;
 	unsigned short filter_len;
 	char *owned[4];         /* the strings above that were allocated */
+	/* A VM's clock and entropy from the host (TIME, SEED; 0 / 0: none):
+	 * applied at the first CONFIG and at every re-attach (vm.c). */
+	uint64_t time_ns;
+	uint8_t seed[64];
+	size_t seed_len;
 };
 
 /* strerror() in the host C library's words, whichever libc built init
@@ -144,6 +144,12 @@ int init_vm_boot(void);
  * workspace disk gets its home/ (the sandbox user's) and tmp/ if it is
  * fresh.  0, or an errno value with the reason in why.  (vm.c) */
 int init_vm_configure(const struct init_config *cfg, char *why, size_t len);
+/* CONFIG's TIME (the guest's CLOCK_REALTIME) and SEED (credited to the
+ * guest's RNG, whose CRNG is then reseeded), where given: at the first
+ * CONFIG (init_vm_configure()) and at every re-attach after a DETACH (a
+ * restored VM's clock is the saved one's, its RNG state a copy).  0, or an
+ * errno value with why. */
+int init_vm_clock_and_seed(const struct init_config *cfg, char *why, size_t len);
 
 /* Set by init_vm_boot(). */
 extern int init__vm_mode;

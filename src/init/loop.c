@@ -72,6 +72,17 @@ void init__queue(struct loop *l, struct sl_msg *m)
 		init__fail(l, 1, "cannot build a frame (out of memory)");
 		return;
 	}
+	/* Detached, nothing goes out; the processes of an earlier host's
+	 * commands (their streams' id is 0: detach()) are never heard of
+	 * again.  Only HELLO, OK and ERROR are ever sent on stream 0. */
+	uint8_t type = m->buf[4];
+	uint32_t stream = (uint32_t)m->buf[8] | (uint32_t)m->buf[9] << 8 |
+			  (uint32_t)m->buf[10] << 16 | (uint32_t)m->buf[11] << 24;
+	if (l->detached || (stream == 0 && type != SL_MSG_HELLO && type != SL_MSG_OK &&
+			    type != SL_MSG_ERROR)) {
+		sl_msg_free(m);
+		return;
+	}
 	struct qframe *q = malloc(sizeof(*q));
 	if (!q) {
 		sl_msg_free(m);
@@ -345,10 +356,75 @@ static request_fn request_handler(uint8_t type)
 	}
 }
 
+/* DETACH (a VM's host before it saves the VM, spec/protocol.md): the
+ * guest's files reach its disks, every stream's host side ends without a
+ * frame (commands keep running: their streams get id 0, unlimited credit,
+ * and their output is read and dropped), OK goes out last, and from then
+ * on nothing is sent until the next host's CONFIG. */
+static void detach(struct loop *l, const struct sl_frame_header *h)
+{
+	if (!init__vm_mode) {
+		init__send_error(l, h->stream, ENOTSUP, "only a VM's sandlot-init detaches");
+		return;
+	}
+	sync();
+	struct stream *next;
+	for (struct stream *s = l->streams; s; s = next) {
+		next = s->next;
+		if (s->ops->poll_fds) {
+			s->id = 0;
+			s->credit = UINT64_MAX;
+		} else {
+			init__stream_close(l, s);
+		}
+	}
+	init__send_ok(l, h->stream);
+	l->detached = 1;
+}
+
+/* A detached init's next host: its CONFIG is a re-attach.  The sandbox is
+ * set up already, so only TIME and SEED take effect (a restored VM's clock
+ * and RNG); the answer is HELLO, then OK, as for a first CONFIG. */
+static void reattach(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload)
+{
+	struct init_config cfg;
+	char why[256];
+	int e = init_config_decode(payload, h->length, &cfg, why, sizeof(why));
+	l->detached = 0;
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_HELLO, 0, 0);
+	sl_msg_put_u32(&m, SL_TAG_VERSION, SANDLOT_PROTO_VERSION);
+	init__queue(l, &m);
+	if (e == 0) {
+		/* (decode failures free cfg themselves) */
+		e = init_vm_clock_and_seed(&cfg, why, sizeof(why));
+		init_config_free(&cfg);
+	}
+	if (e == 0) {
+		init__send_ok(l, 0);
+		return;
+	}
+	init__send_error(l, 0, e, "%s", why);
+	init__log("re-attach: %s", why);
+}
+
 /* Act on one well-formed frame.  The header has been validated by the
  * reader; everything about the payload is checked by the handlers. */
 static void dispatch(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload)
 {
+	if (l->detached) {
+		/* Nothing of the earlier host's is left to answer. */
+		if (h->type == SL_MSG_CONFIG && h->stream == 0)
+			reattach(l, h, payload);
+		return;
+	}
+	if (h->type == SL_MSG_DETACH) {
+		if (h->stream && stream_find(l, h->stream))
+			init__send_error(l, h->stream, EBUSY, "stream %u is already open", h->stream);
+		else
+			detach(l, h);
+		return;
+	}
 	if (h->type == SL_MSG_SHUTDOWN) {
 		init__fail(l, 0, "shutdown");
 		return;

@@ -66,6 +66,8 @@ struct loop {
 	int sigfd;               /* signalfd for SIGCHLD (and SIGIO in a VM) */
 	int host_away;           /* in a VM: the host is not connected to the
 				  * port (vm.c); wait for SIGIO */
+	int detached;            /* in a VM, after DETACH: nothing is sent and
+				  * nothing but CONFIG (the next host's) is read */
 	struct sl_reader rd;
 	struct qframe *qhead, *qtail; /* frames waiting to be written */
 	size_t qbytes;

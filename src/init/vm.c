@@ -474,56 +474,50 @@ static int mount_workspace(char *why, size_t len)
 	return 0;
 }
 
-/* CONFIG's clock and seed (docs/vm.md, "Fast creates"): a guest restored
- * from a saved state has the clock and the random generator's state of
- * the moment it was saved, the same in every copy. */
-static int clock_and_seed(const struct init_config *cfg, char *why, size_t len)
+int init_vm_clock_and_seed(const struct init_config *cfg, char *why, size_t len)
 {
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
-	/* Only ever forward: a booted guest's clock (from the RTC) is right
-	 * already and CLOCK is as old as the boot; a restored one is behind
-	 * by as long as its template was saved. */
-	if (cfg->clock_ns > now_ns) {
-		struct timespec ts = { (time_t)(cfg->clock_ns / 1000000000ull),
-				       (long)(cfg->clock_ns % 1000000000ull) };
+	if (cfg->time_ns) {
+		struct timespec ts = { .tv_sec = (time_t)(cfg->time_ns / 1000000000u),
+				       .tv_nsec = (long)(cfg->time_ns % 1000000000u) };
 		if (clock_settime(CLOCK_REALTIME, &ts) < 0) {
-			int e = errno;
-			snprintf(why, len, "set the clock from CONFIG's CLOCK");
-			return e;
+			snprintf(why, len, "set the clock from CONFIG's TIME");
+			return errno;
 		}
 	}
 	if (cfg->seed_len) {
-		/* Credited entropy, then a reseed now: the random bytes anyone
-		 * reads from here on are this guest's own. */
+		/* Credited entropy (init is the guest's root), then a reseed of
+		 * the kernel's CRNG now rather than at its next interval: what
+		 * the guest draws after this differs from what a copy of the
+		 * same saved state draws. */
 		struct {
 			struct rand_pool_info info;
-			uint8_t buf[sizeof(cfg->seed)];
-		} e;
-		e.info.entropy_count = (int)cfg->seed_len * 8;
-		e.info.buf_size = (int)cfg->seed_len;
-		memcpy(e.buf, cfg->seed, cfg->seed_len);
+			uint8_t bytes[sizeof(cfg->seed)];
+		} p;
+		p.info.entropy_count = (int)(cfg->seed_len * 8);
+		p.info.buf_size = (int)cfg->seed_len;
+		memcpy(p.bytes, cfg->seed, cfg->seed_len);
 		cleanup_close int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
-		if (fd < 0 || ioctl(fd, RNDADDENTROPY, &e) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0) {
-			int err = errno;
-			snprintf(why, len, "seed the random generator from CONFIG's SEED");
-			return err;
+		int rc = fd < 0 ? -1 : ioctl(fd, RNDADDENTROPY, &p);
+		if (rc == 0)
+			rc = ioctl(fd, RNDRESEEDCRNG);
+		explicit_bzero(&p, sizeof(p));
+		if (rc < 0) {
+			snprintf(why, len, "seed the guest's random number generator from CONFIG's SEED");
+			return errno;
 		}
-		explicit_bzero(&e, sizeof(e));
 	}
 	return 0;
 }
 
 int init_vm_configure(const struct init_config *cfg, char *why, size_t len)
 {
+	int e = init_vm_clock_and_seed(cfg, why, len);
+	if (e)
+		return e;
 	if (!cfg->image) {
 		snprintf(why, len, "a vm sandbox's root is its image: CONFIG must have the IMAGE flag");
 		return EINVAL;
 	}
-	int e = clock_and_seed(cfg, why, len);
-	if (e)
-		return e;
 	if (cfg->pids) {
 		char n[32];
 		int l = snprintf(n, sizeof(n), "%llu", (unsigned long long)cfg->pids);

@@ -62,10 +62,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc2 = init_config_decode(data, size, &b, why2, sizeof(why2));
 	check(rc2 == 0 || rc2 == ENOMEM);
 	if (rc2 == 0) {
-		check(a.uid == b.uid && a.gid == b.gid && a.nofile == b.nofile && a.fsize == b.fsize &&
-		      a.disk == b.disk && a.pids == b.pids && a.scan_memory == b.scan_memory &&
-		      a.clock_ns == b.clock_ns && a.seed_len == b.seed_len &&
+		check(a.time_ns == b.time_ns && a.seed_len == b.seed_len &&
 		      memcmp(a.seed, b.seed, a.seed_len) == 0);
+		check(a.uid == b.uid && a.gid == b.gid && a.nofile == b.nofile && a.fsize == b.fsize &&
+		      a.disk == b.disk && a.pids == b.pids && a.scan_memory == b.scan_memory);
 		check(a.no_seccomp == b.no_seccomp && a.no_warm == b.no_warm &&
 		      a.tmpfs_storage == b.tmpfs_storage && a.image == b.image);
 		check(same_str(a.hostname, b.hostname) && same_str(a.home, b.home) &&
@@ -86,7 +86,7 @@ size_t fuzz_generate(uint64_t (*rng)(void), uint8_t *buf, size_t max)
 	static const uint16_t tags[] = { SL_TAG_FLAGS, SL_TAG_MEMORY, SL_TAG_UID,    SL_TAG_GID,
 					 SL_TAG_NOFILE, SL_TAG_FSIZE, SL_TAG_DISK,   SL_TAG_PIDS,
 					 SL_TAG_HOSTNAME, SL_TAG_HOME, SL_TAG_WORKDIR, SL_TAG_USER,
-					 SL_TAG_SECCOMP, SL_TAG_CLOCK, SL_TAG_SEED,  1,
+					 SL_TAG_SECCOMP, SL_TAG_TIME,  SL_TAG_SEED,  1,
 					 999 };
 	static const char alphabet[] = "ab/:. \n\tx";
 	size_t n = 0;

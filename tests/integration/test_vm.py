@@ -304,11 +304,6 @@ def test_daemon_vm_sandbox_lifecycle_and_jail(session_dirs, tmp_path_factory, vm
         limit = int(limit_file.read_text())
         assert (256 << 20) + (64 << 20) <= limit <= (256 << 20) + (512 << 20), limit
 
-        # Not yet for vm sandboxes, and saying so.
-        r = d.post(f"/v1/sandboxes/{sid}/pause", json_body={})
-        assert r.status == 501 and r.error_code() == "not_supported", r
-        assert "pausing vm sandboxes is not supported yet" in r.json()["error"]["message"]
-
         r = d.delete(f"/v1/sandboxes/{sid}")
         assert r.status in (200, 204), r
         assert not [p for p, s in hostscan.qemu_guests().items() if s == sid]

@@ -2303,10 +2303,77 @@ static void test_stdin_overrun(void)
 	stop_init_status(&c, 1);
 }
 
+
+/* DETACH (spec/protocol.md, "Detaching"): refused outside a VM; in one,
+ * answered last, then nothing is sent (the output of running commands is
+ * read and dropped) and nothing but CONFIG is answered, until a CONFIG
+ * re-attaches: HELLO, OK, and the commands of before still run, their
+ * stream ids free.  (No TIME or SEED here: they would set this host's
+ * clock.) */
+static void test_detach_reattach(void)
+{
+	struct client c;
+	start_init(&c);
+	skip_hello(&c);
+	send_empty(&c, SL_MSG_DETACH, 5);
+	CHECK_EQ_INT(expect_reply(&c, 5, NULL), ENOTSUP);
+	stop_init(&c);
+
+	init__vm_mode = 1; /* inherited by the init the case forks */
+	start_init(&c);
+	skip_hello(&c);
+	/* A command that writes all the time. */
+	send_exec(&c, 1, (const char *[]){ "sh", "-c", "while :; do echo x; sleep 0.01; done", NULL },
+		  0, NULL);
+	struct frame f;
+	int pid = 0;
+	while (!pid) {
+		REQUIRE(next_frame(&c, &f) == 1);
+		if (f.stream == 1 && f.type == SL_MSG_STARTED)
+			pid = (int)rec_u32(&f, SL_TAG_PID, 0);
+		frame_free(&f);
+	}
+	REQUIRE(pid > 0);
+	send_empty(&c, SL_MSG_DETACH, 2);
+	/* Its output may come before the OK, never after it. */
+	for (;;) {
+		REQUIRE(next_frame(&c, &f) == 1);
+		int ok = f.stream == 2 && f.type == SL_MSG_OK;
+		CHECK(ok || (f.stream == 1 && f.type == SL_MSG_STDOUT));
+		frame_free(&f);
+		if (ok)
+			break;
+	}
+	send_empty(&c, SL_MSG_PING, 3);
+	CHECK_EQ_INT(next_frame_ms(&c, &f, 300), 0); /* silence */
+	CHECK_EQ_INT(kill(pid, 0), 0);
+
+	send_config_with(&c, getuid(), NULL);
+	CHECK_EQ_INT(next_frame(&c, &f), 1);
+	CHECK(f.type == SL_MSG_HELLO && f.stream == 0);
+	CHECK_EQ_INT(rec_u32(&f, SL_TAG_VERSION, 0), SANDLOT_PROTO_VERSION);
+	frame_free(&f);
+	CHECK_EQ_INT(expect_reply(&c, 0, NULL), 0);
+	/* Stream 1 is free again; the old command runs on, unheard. */
+	struct result r;
+	run_cmd(&c, 1, (const char *[]){ "echo", "again", NULL }, &r);
+	CHECK_STR(r.out, "again\n");
+	CHECK(!r.bad_order);
+	result_free(&r);
+	CHECK_EQ_INT(kill(pid, 0), 0);
+	/* Re-attached, a second CONFIG is refused as before. */
+	send_config_with(&c, getuid(), NULL);
+	CHECK_EQ_INT(expect_reply(&c, 0, NULL), EINVAL);
+	/* (In a VM a closed connection is a host away, not gone: SHUTDOWN.) */
+	send_empty(&c, SL_MSG_SHUTDOWN, 0);
+	stop_init(&c);
+}
+
 int main(void)
 {
 	tap_timeout_s = 60;
 	TAP_RUN(test_hello_ping);
+	TAP_RUN(test_detach_reattach);
 	TAP_RUN(test_exec_echo);
 	TAP_RUN(test_exit_codes);
 	TAP_RUN(test_killed_signal);

@@ -1,0 +1,157 @@
+"""Pause and resume of vm sandboxes (docs/vm.md, "Pause and resume"):
+through sandlotd, a pause with {"memory": true} saves the running guest
+(QEMU's migration stream into the kept workspace, beside its disk) and a
+resume loads it, with a new control connection, the guest's clock set and
+its RNG reseeded; a pause without it keeps the disk only and the resume
+boots afresh on it.  Processes, their memory and /tmp live through a
+memory pause, a restart of the daemon and the resume.
+
+Under TCG every boot and restore costs seconds: the cases share what they
+can.
+"""
+import shutil
+import subprocess
+import time
+
+import pytest
+
+import hostscan
+from conftest import wait_until
+from test_vm import BOOT, _missing, vm_daemon, vm_env  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+
+
+@pytest.fixture(scope="module")
+def vm_root(tmp_path_factory):
+    """test_vm.py's busybox root, with the few more applets used here."""
+    tmp = tmp_path_factory.mktemp("vmroot-pause")
+    tree = tmp / "rootfs"
+    (tree / "usr/bin").mkdir(parents=True)
+    (tree / "etc").mkdir()
+    (tree / "var").mkdir()
+    shutil.copy(shutil.which("busybox"), tree / "usr/bin/busybox")
+    for applet in ("sh", "cat", "id", "echo", "ls", "sleep", "tr", "od", "date", "kill",
+                   "true", "head"):
+        (tree / "usr/bin" / applet).symlink_to("busybox")
+    (tree / "bin").symlink_to("usr/bin")
+    (tree / "var/tmp").symlink_to("../tmp")
+    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (tree / "etc/group").write_text("root:x:0:\n")
+    for name in ("hosts", "hostname", "resolv.conf", "nsswitch.conf"):
+        (tree / "etc" / name).write_text("")
+    image = tmp / "root.erofs"
+    subprocess.run(["mkfs.erofs", "-zlz4hc", str(image), str(tree)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return image
+
+
+def run(d, sid, command):
+    r = d.post(f"/v1/sandboxes/{sid}/exec", json_body={"command": command}, timeout=BOOT)
+    assert r.status == 200, r
+    out = r.json()
+    assert out["exit_code"] == 0, out
+    return out["stdout"]
+
+
+def kept_dir(d, sid):
+    return d.data_dir / "vm" / "kept" / sid
+
+
+def test_memory_pause_survives_a_daemon_restart(session_dirs, tmp_path_factory, vm_env):
+    d = vm_daemon(session_dirs, tmp_path_factory, vm_env)
+    try:
+        r = d.post("/v1/sandboxes", json_body={"isolation": "vm", "memory": 256 << 20},
+                   timeout=BOOT)
+        assert r.status == 201, r
+        sid = r.json()["id"]
+        # A process whose state is only in its memory: a value it made
+        # itself, written out only when asked (SIGUSR1), and /tmp.
+        pid = run(d, sid, "sh -c 'x=$(cat /proc/sys/kernel/random/uuid); echo $x > /tmp/x0; "
+                          "trap \"echo \\$x > /tmp/x1\" USR1; while :; do sleep 1; done' "
+                          ">/dev/null 2>&1 & echo $!").strip()
+        assert wait_until(lambda: run(d, sid, "cat /tmp/x0 2>/dev/null; true").strip(), BOOT)
+        x0 = run(d, sid, "cat /tmp/x0").strip()
+        rand_before = run(d, sid, "od -An -N16 -tx1 /dev/urandom")
+        boot_id = run(d, sid, "cat /proc/sys/kernel/random/boot_id")
+
+        r = d.post(f"/v1/sandboxes/{sid}/pause", json_body={"memory": True}, timeout=BOOT)
+        assert r.status == 200, r
+        assert r.json()["state"] == "paused", r.json()
+        assert sid not in hostscan.qemu_guests().values()
+        files = sorted(p.name for p in kept_dir(d, sid).iterdir())
+        assert files == ["disk.img", "lock", "state", "state.meta"], files
+        assert "memory=268435456" in (kept_dir(d, sid) / "state.meta").read_text()
+
+        # The daemon goes and comes back; time passes meanwhile (the
+        # guest's clock must catch up at the resume, not go on from the
+        # saved one's).
+        assert d.stop() == 0, d.logs()
+        time.sleep(5)
+        d.start()
+        assert d.get(f"/v1/sandboxes/{sid}").json()["state"] == "paused"
+        r = d.post(f"/v1/sandboxes/{sid}/resume", json_body={}, timeout=BOOT)
+        assert r.status == 200, r
+        assert r.json()["state"] == "running", r.json()
+        # The state was loaded, not booted: same boot, same process.
+        assert run(d, sid, "cat /proc/sys/kernel/random/boot_id") == boot_id
+        assert run(d, sid, f"cat /proc/{pid}/cmdline | tr '\\0' ' '").startswith("sh -c x=")
+        run(d, sid, f"kill -USR1 {pid}")
+        assert wait_until(lambda: run(d, sid, "cat /tmp/x1 2>/dev/null; true").strip(), 30) == x0
+        # The state was consumed: a later resume would not go back in time.
+        assert not (kept_dir(d, sid) / "state").exists()
+        # Clock set from the host's, RNG reseeded.
+        guest_now = int(run(d, sid, "date +%s"))
+        assert abs(guest_now - time.time()) < 3, (guest_now, time.time())
+        assert run(d, sid, "od -An -N16 -tx1 /dev/urandom") != rand_before
+        # The control connection is a new one and works as before.
+        assert run(d, sid, "echo after; id -u").split() == ["after", "1000"]
+
+        r = d.delete(f"/v1/sandboxes/{sid}")
+        assert r.status in (200, 204), r
+        assert sid not in hostscan.qemu_guests().values()
+        assert not kept_dir(d, sid).exists()
+    finally:
+        assert d.stop() == 0, d.logs()
+
+
+def test_files_only_pause_boots_afresh_on_the_disk(session_dirs, tmp_path_factory, vm_env):
+    d = vm_daemon(session_dirs, tmp_path_factory, vm_env)
+    try:
+        r = d.post("/v1/sandboxes", json_body={"isolation": "vm"}, timeout=BOOT)
+        assert r.status == 201, r
+        sid = r.json()["id"]
+        boot_id = run(d, sid, "cat /proc/sys/kernel/random/boot_id")
+        # Written and not synced by anyone: the pause syncs the guest.
+        run(d, sid, "echo home > /home/user/h; echo tmp > /tmp/t; sleep 1000 >/dev/null 2>&1 &")
+        r = d.post(f"/v1/sandboxes/{sid}/pause", json_body={}, timeout=BOOT)
+        assert r.status == 200, r
+        files = sorted(p.name for p in kept_dir(d, sid).iterdir())
+        assert files == ["disk.img", "lock"], files
+        r = d.post(f"/v1/sandboxes/{sid}/resume", json_body={}, timeout=BOOT)
+        assert r.status == 200, r
+        assert run(d, sid, "cat /home/user/h /tmp/t").split() == ["home", "tmp"]
+        assert run(d, sid, "cat /proc/sys/kernel/random/boot_id") != boot_id
+        assert "sleep" not in run(d, sid, "cat /proc/[0-9]*/comm")
+        # Bad bodies are refused, naming the field.
+        r = d.post(f"/v1/sandboxes/{sid}/pause", json_body={"memory": "yes"})
+        assert r.status == 400 and 'field "memory" must be true or false' in r.json()["error"]["message"], r
+        r = d.post(f"/v1/sandboxes/{sid}/pause", json_body={"memroy": True})
+        assert r.status == 400 and 'unknown field "memroy"' in r.json()["error"]["message"], r
+        assert d.delete(f"/v1/sandboxes/{sid}").status in (200, 204)
+        assert not kept_dir(d, sid).exists()
+    finally:
+        assert d.stop() == 0, d.logs()
+
+
+def test_ns_sandboxes_refuse_a_memory_pause(session_dirs, tmp_path_factory, vm_env):
+    d = vm_daemon(session_dirs, tmp_path_factory, vm_env)
+    try:
+        sid = d.create()
+        r = d.post(f"/v1/sandboxes/{sid}/pause", json_body={"memory": True})
+        assert r.status == 501 and r.error_code() == "not_supported", r
+        assert "ns sandboxes pause their files only" in r.json()["error"]["message"], r
+        assert d.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+        assert d.delete(f"/v1/sandboxes/{sid}").status in (200, 204)
+    finally:
+        assert d.stop() == 0, d.logs()
