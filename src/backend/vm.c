@@ -228,7 +228,11 @@ static int empty_ext4(const char *vm_root, uint64_t bytes, char *out, size_t n,
 	if (access(out, R_OK) == 0)
 		return 0;
 	char tmp[PATH_MAX + 128];
-	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", out, (int)getpid());
+	/* Per thread, not per process: two threads of one process (a create
+	 * and a template's making, vm-template.c) may both make it, and a
+	 * shared name let one unlink and remake the file the other's mkfs
+	 * was writing (a broken empty disk, then every copy of it). */
+	snprintf(tmp, sizeof(tmp), "%s.%d.%d.tmp", out, (int)getpid(), (int)gettid());
 	/* No journal: the disk lives and dies with one sandbox (cache=unsafe
 	 * anyway).  Inode tables zeroed now, so the guest's kernel does not
 	 * spend emulated time on it.  The root directory is the guest's
