@@ -216,7 +216,11 @@ SANDLOT_API void sandlot_options_init_sized(sandlot_options_t *opts, size_t size
  * under way, removes the prepared cgroups no sandbox has taken and lets go
  * of them (a process that prepared must do it before it exits; if it is
  * killed instead, the next preparer of the data dir, or any sandlot
- * process's stale collector, removes them).  0, or -1 with EINVAL for
+ * process's stale collector, removes them).  For vm options
+ * (SANDLOT_ISOLATION_VM) it saves instead, once, a template VM of likely's
+ * machine (image, memory, cpus, disk) in the data dir, which later cold
+ * creates of that machine restore instead of booting (docs/vm.md, "Fast
+ * creates"); count 0 waits for one under way.  0, or -1 with EINVAL for
  * options that sandlot_options_validate() refuses. */
 SANDLOT_API int sandlot_prepare(const sandlot_options_t *likely, unsigned count,
 				sandlot_error_t **err);

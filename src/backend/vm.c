@@ -54,6 +54,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -92,6 +93,9 @@ struct vm_state {
 	char *dir;                  /* <data_dir>/vm/<id> */
 	int lock_fd;                /* flock on dir/lock while this process owns it */
 	int kvm;
+	int restored;               /* started from a template's saved state */
+	char *vm_root;              /* <data_dir>/vm, and the template's key when restored */
+	char *template_key;
 	struct vm_monitor mon;      /* QEMU's QMP monitor (vm-pause.c) */
 	struct vm_kept kept;        /* the kept workspace, when it has one (vm-pause.h) */
 	char ident[1024];           /* what a saved state of it needs (state.meta) */
@@ -112,34 +116,16 @@ static char *find_vm_dir(sandlot_error_t **err)
 			return sandlot__error_errno(err, errno, "SANDLOT_VM_DIR: %s", cand), NULL;
 		return strdup(env);
 	}
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		self[n] = '\0';
-		char *slash = strrchr(self, '/');
-		if (slash) {
-			*slash = '\0';
-			static const char *const rel[] = { "/../vm", "/../lib/sandlot/vm" };
-			for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(rel); i++) {
-				snprintf(cand, sizeof(cand), "%s%s/vmlinux", self, rel[i]);
-				if (access(cand, R_OK) == 0) {
-					snprintf(cand, sizeof(cand), "%s%s", self, rel[i]);
-					return realpath(cand, NULL);
-				}
-			}
-		}
-	}
+	static const char *const rel[] = { "/../vm", "/../lib/sandlot/vm", NULL };
 	static const char *const sys[] = {
 #ifdef SANDLOT_INSTALLED_VM_DIR
 		SANDLOT_INSTALLED_VM_DIR,
 #endif
-		"/usr/lib/sandlot/vm", "/usr/local/lib/sandlot/vm",
+		"/usr/lib/sandlot/vm", "/usr/local/lib/sandlot/vm", NULL,
 	};
-	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(sys); i++) {
-		snprintf(cand, sizeof(cand), "%s/vmlinux", sys[i]);
-		if (access(cand, R_OK) == 0)
-			return strdup(sys[i]);
-	}
+	char *found = sandlot__find_beside_self(rel, sys, "/vmlinux", R_OK);
+	if (found || errno == ENOMEM)
+		return found ? found : (sandlot__error(err, ENOMEM, "out of memory"), NULL);
 	sandlot__error(err, ENOENT,
 		       "the vm backend's guest kernel (vmlinux, initramfs.cpio) was not found next "
 		       "to this program or in /usr/lib/sandlot/vm: build it (make vm) or set "
@@ -242,7 +228,11 @@ static int empty_ext4(const char *vm_root, uint64_t bytes, char *out, size_t n,
 	if (access(out, R_OK) == 0)
 		return 0;
 	char tmp[PATH_MAX + 128];
-	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", out, (int)getpid());
+	/* Per thread, not per process: two threads of one process (a create
+	 * and a template's making, vm-template.c) may both make it, and a
+	 * shared name let one unlink and remake the file the other's mkfs
+	 * was writing (a broken empty disk, then every copy of it). */
+	snprintf(tmp, sizeof(tmp), "%s.%d.%d.tmp", out, (int)getpid(), (int)gettid());
 	/* No journal: the disk lives and dies with one sandbox (cache=unsafe
 	 * anyway).  Inode tables zeroed now, so the guest's kernel does not
 	 * spend emulated time on it.  The root directory is the guest's
@@ -391,6 +381,7 @@ struct jail {
 	char vmlinux[PATH_MAX], initrd[PATH_MAX], root[PATH_MAX], work[PATH_MAX];
 	char console[PATH_MAX + 64];
 	char *const *argv;
+	int incoming_fd;               /* a saved state to restore (fd 5), or -1 */
 };
 
 /* An empty file at name in dirfd, bind-mounted from src (read-only unless rw). */
@@ -475,7 +466,9 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 	int con = sys_dupfd_cloexec(j->console_fd, 100);
 	int status = sys_dupfd_cloexec(sfd, 100);
 	int sync = sys_dupfd_cloexec(j->sync_rd, 100);
-	if (devnull < 0 || sock < 0 || qmp < 0 || con < 0 || status < 0 || sync < 0)
+	int incoming = j->incoming_fd >= 0 ? sys_dupfd_cloexec(j->incoming_fd, 100) : -1;
+	if (devnull < 0 || sock < 0 || qmp < 0 || con < 0 || status < 0 || sync < 0 ||
+	    (j->incoming_fd >= 0 && incoming < 0))
 		sys_child_fail(sfd, "dup");
 	sfd = status;
 	/* fd 4: QEMU's QMP monitor (vm-pause.c). */
@@ -486,6 +479,9 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 	 * close-on-exec or not (Linux 5.11+; older kernels: the caller's
 	 * flags). */
 	sys_close_range_flags(5, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+	/* fd 5: a template's state QEMU restores (-incoming fd:5, vm-template.c). */
+	if (incoming >= 0 && sys_dup2(incoming, 5) < 0)
+		sys_child_fail(sfd, "dup2");
 	struct rlimit nofile = { 256, 256 };
 	sys_setrlimit(RLIMIT_NOFILE, &nofile);
 
@@ -676,6 +672,8 @@ static void vm_free(struct vm_state *vm)
 		close(vm->lock_fd);
 	sandlot__uid_slot_release(&vm->slot);
 	free(vm->dir);
+	free(vm->vm_root);
+	free(vm->template_key);
 	free(vm);
 }
 
@@ -685,11 +683,41 @@ static void vm_free(struct vm_state *vm)
 #define KERNEL_CMDLINE \
 	"console=hvc0 quiet panic=-1 reboot=t tsc_early_khz=2600000 sandlot.vm=1"
 
+/* The guest's vCPUs: the sandbox's cpus rounded up, at most the host's. */
+static unsigned vm_cpus(const struct sandlot *sb)
+{
+	unsigned cpus = sb->opts.cpus_milli ? (sb->opts.cpus_milli + 999) / 1000 : 1;
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	if (online > 0 && cpus > (unsigned)online)
+		cpus = (unsigned)online;
+	return cpus;
+}
+
+int sandlot__vm_machine_key(const struct sandlot *sb, char *key, size_t n, sandlot_error_t **err)
+{
+	cleanup_free char *vm_dir = find_vm_dir(err);
+	if (!vm_dir)
+		return -1;
+	char vmlinux[PATH_MAX + 16], initrd[PATH_MAX + 32], root[PATH_MAX];
+	snprintf(vmlinux, sizeof(vmlinux), "%s/vmlinux", vm_dir);
+	snprintf(initrd, sizeof(initrd), "%s/initramfs.cpio", vm_dir);
+	if (root_image_path(sb, root, sizeof(root), err) < 0)
+		return -1;
+	int kvm = strcmp(sandlot__vm_accel(NULL), "kvm") == 0;
+	if (sandlot__vm_template_key(vmlinux, initrd, root, sb->opts.memory_bytes, vm_cpus(sb),
+				     sb->opts.disk_bytes, kvm, key, n) < 0)
+		return sandlot__error_errno(err, errno, "look at the VM's files");
+	return 0;
+}
+
 static void console_summary(const struct vm_state *vm, char *out, size_t n);
 
 /* start, or with `resume` resume: the same on a kept workspace that must
  * exist, loading the running state a memory pause saved there, if any. */
-static int vm_boot(struct sandlot *sb, int resume, sandlot_error_t **err)
+/* With making_template, the VM is a template's (vm-template.c): its run
+ * state is left out of what it saves; else a start that is no resume
+ * restores the template of its machine, when one is saved. */
+static int vm_boot(struct sandlot *sb, int resume, int making_template, sandlot_error_t **err)
 {
 	/* Nothing to resume is said first, whatever else is missing. */
 	uint64_t kept_bytes;
@@ -726,7 +754,7 @@ static int vm_boot(struct sandlot *sb, int resume, sandlot_error_t **err)
 	cleanup_free char *vm_dir = NULL;
 	cleanup_free struct jail *j = calloc(1, sizeof(*j));
 	cleanup_close int sync_rd = -1, sync_wr = -1, status_rd = -1, status_wr = -1;
-	cleanup_close int sock_host = -1, sock_child = -1, console_fd = -1;
+	cleanup_close int sock_host = -1, sock_child = -1, console_fd = -1, state_fd = -1;
 	cleanup_close int qmp_host = -1, qmp_child = -1;
 	char vm_root[PATH_MAX], empty[PATH_MAX + 64], path[PATH_MAX + 64];
 	int fds[2];
@@ -734,6 +762,7 @@ static int vm_boot(struct sandlot *sb, int resume, sandlot_error_t **err)
 		sandlot__error(err, ENOMEM, "out of memory");
 		goto fail;
 	}
+	j->incoming_fd = -1;
 	if (!(vm_dir = find_vm_dir(err)))
 		goto fail;
 	snprintf(j->vmlinux, sizeof(j->vmlinux), "%s/vmlinux", vm_dir);
@@ -849,18 +878,24 @@ static int vm_boot(struct sandlot *sb, int resume, sandlot_error_t **err)
 	/* QEMU's arguments (docs/vm.md). */
 	char mem[32], smp[16], name[64], accel[64];
 	snprintf(mem, sizeof(mem), "%lluM", (unsigned long long)(sb->opts.memory_bytes >> 20));
-	unsigned cpus = sb->opts.cpus_milli ? (sb->opts.cpus_milli + 999) / 1000 : 1;
-	long online = sysconf(_SC_NPROCESSORS_ONLN);
-	if (online > 0 && cpus > (unsigned)online)
-		cpus = (unsigned)online;
+	unsigned cpus = vm_cpus(sb);
 	snprintf(smp, sizeof(smp), "%u", cpus);
+	/* (vm_cpus() must give the same: templates are keyed on it.) */
 	snprintf(name, sizeof(name), "guest=%s", sb->id);
 	snprintf(accel, sizeof(accel), "%s", vm->kvm ? "kvm" : "tcg,tb-size=128");
 	sandlot__vm_ident(vm->ident, sizeof(vm->ident), sb->opts.memory_bytes, cpus,
 			  vm->kvm ? "kvm" : "tcg", j->vmlinux, j->initrd, j->root);
 	if (incoming && sandlot__vm_state_check(&vm->kept, vm->ident, err) < 0)
 		goto fail;
-	char *argv[] = {
+	/* A saved template of this machine, when one was prepared
+	 * (vm-template.c): restored instead of booted. */
+	char tkey[SANDLOT_VM_TEMPLATE_KEY_MAX];
+	if (!resume && !making_template &&
+	    sandlot__vm_template_key(j->vmlinux, j->initrd, j->root, sb->opts.memory_bytes, cpus,
+				     sb->opts.disk_bytes, vm->kvm, tkey, sizeof(tkey)) == 0)
+		state_fd = sandlot__vm_template_open(vm_root, tkey);
+	sandlot__trace(state_fd >= 0 ? "vm template" : "vm no template");
+	char *argv[64] = {
 		(char *)"qemu-system-x86_64", (char *)"-name", name,
 		(char *)"-M", (char *)"microvm,x-option-roms=off,isa-serial=off",
 		(char *)"-accel", accel, (char *)"-cpu", (char *)(vm->kvm ? "host" : "max"),
@@ -884,10 +919,34 @@ static int vm_boot(struct sandlot *sb, int resume, sandlot_error_t **err)
 		(char *)"-device", (char *)"virtio-rng-device",
 		(char *)"-chardev", (char *)"socket,id=qmp,fd=4",
 		(char *)"-mon", (char *)"chardev=qmp,mode=control",
-		/* A resume of a memory pause: the same machine, loaded. */
-		incoming ? (char *)"-incoming" : NULL, (char *)"defer",
 		NULL,
 	};
+	size_t argc = 0;
+	while (argv[argc])
+		argc++;
+	if (incoming) {
+		/* A resume of a memory pause: the same machine, loaded. */
+		argv[argc++] = (char *)"-incoming";
+		argv[argc++] = (char *)"defer";
+	}
+	if (making_template) {
+		/* A template is saved stopped; without its run state in the
+		 * stream, QEMU lets a restored copy run at once (no monitor
+		 * call needed to say `cont`). */
+		argv[argc++] = (char *)"-global";
+		argv[argc++] = (char *)"migration.store-global-state=off";
+	}
+	if (state_fd >= 0) {
+		/* QEMU loads the state and lets the guest run on: its init,
+		 * which sent HELLO to the template's host, waits for CONFIG. */
+		argv[argc++] = (char *)"-incoming";
+		argv[argc++] = (char *)"fd:5";
+		j->incoming_fd = state_fd;
+		sb->init_cfg.hello_before = 1;
+		vm->restored = 1;
+		vm->vm_root = strdup(vm_root);
+		vm->template_key = strdup(tkey);
+	}
 	j->argv = argv;
 	j->sync_rd = sync_rd;
 	j->sync_wr = sync_wr;
@@ -1004,6 +1063,15 @@ static int vm_ready(struct sandlot *sb, sandlot_error_t **err)
 	int status = 0;
 	int ended = vm_ended_state(vm, &status);
 	console_summary(vm, tail, sizeof(tail));
+	if (vm->restored && vm->vm_root && vm->template_key) {
+		/* A template that does not restore is dropped: the next create
+		 * boots (and a preparer makes a new one). */
+		sandlot__vm_template_drop(vm->vm_root, vm->template_key);
+		if (ended)
+			return sandlot__error(err, EIO, "the VM stopped (QEMU exit status %d) while "
+					      "restoring its template, which is dropped; console: %s",
+					      status, tail);
+	}
 	if (ended)
 		return sandlot__error(err, EIO, "the VM stopped (QEMU exit status %d) before its "
 				      "sandlot-init was ready; console: %s", status, tail);
@@ -1039,12 +1107,23 @@ static int vm_ended(const struct sandlot *sb)
 
 static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 {
-	return vm_boot(sb, 0, err);
+	return vm_boot(sb, 0, 0, err);
 }
 
 static int vm_resume(struct sandlot *sb, sandlot_error_t **err)
 {
-	return vm_boot(sb, 1, err);
+	return vm_boot(sb, 1, 0, err);
+}
+
+int sandlot__vm_launch_template(struct sandlot *sb, sandlot_error_t **err)
+{
+	return vm_boot(sb, 0, 1, err);
+}
+
+int sandlot__vm_take_monitor(struct sandlot *sb)
+{
+	struct vm_state *vm = sb->backend;
+	return vm ? steal_fd(&vm->mon.fd) : -1;
 }
 
 /* The guest detaches (its files synced), with SANDLOT_PAUSE_MEMORY QEMU
@@ -1138,6 +1217,7 @@ const struct sandlot_backend_ops sandlot__backend_vm = {
 	.port_connect = vm_port_connect,
 	.netns_fd = vm_netns_fd,
 	.remove_leftovers = vm_remove_leftovers,
+	.prepare = sandlot__vm_prepare,
 	.ready_timeout_ms = BOOT_TIMEOUT_MS,
 	/* Kept workspaces are disks of their own, and a pause may keep the
 	 * running VM beside them (vm-pause.h). */

@@ -5,8 +5,13 @@
 #define SANDLOT_BACKEND_VM_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "sandlot.h"
 
 #include "common/error.h"
+
+struct sandlot;
 
 /* The accelerator vm sandboxes of this process use: "kvm" when /dev/kvm
  * is real hardware virtualization that can run a stock kernel, else "tcg"
@@ -32,5 +37,46 @@ void sandlot__vm_console_summary(const char *buf, size_t len, int cut, char *out
 /* Whether the probe found KVM usable (for tests of the probe itself):
  * 1 yes, 0 no with the reason in why[0..n). */
 int sandlot__kvm_probe(char *why, size_t n);
+
+/* The vm backend's start (vm.c) for a template's VM (vm-template.c): as a
+ * start, booted (never restored), its run state left out of what it saves.
+ * Then sandlot__vm_take_monitor() hands over the host's end of its QMP
+ * monitor (the caller closes it; -1 when there is none). */
+int sandlot__vm_launch_template(struct sandlot *sb, sandlot_error_t **err);
+int sandlot__vm_take_monitor(struct sandlot *sb);
+
+/* ---- templates (vm-template.c): a booted guest saved where its init
+ * waits for CONFIG, restored by cold creates of the same machine ---- */
+
+#define SANDLOT_VM_TEMPLATE_KEY_MAX 4096
+
+/* What a template must match, as text: the identity (device, inode, size,
+ * mtime) of the guest kernel, the initramfs (sandlot-init is in it), the
+ * root image and QEMU's program, and the machine (memory, vCPUs, the
+ * workspace disk's size, the accelerator).  0, or -1 (errno) when a file
+ * cannot be looked at. */
+int sandlot__vm_template_key(const char *vmlinux, const char *initrd, const char *root,
+			     uint64_t memory, unsigned cpus, uint64_t disk, int kvm, char *out,
+			     size_t n);
+
+/* The key of the machine sandbox sb would get (its files found as its
+ * start finds them).  0, or -1 with err. */
+int sandlot__vm_machine_key(const struct sandlot *sb, char *key, size_t n, sandlot_error_t **err);
+
+/* The saved state of the template of `key` under vm_root (<data_dir>/vm),
+ * opened for reading, or -1 when there is none that matches. */
+int sandlot__vm_template_open(const char *vm_root, const char *key);
+
+/* Remove the template of `key` (one that failed to restore). */
+void sandlot__vm_template_drop(const char *vm_root, const char *key);
+
+/* sandlot_prepare() for vm sandboxes: a background thread makes the
+ * template for the likely options if there is none (count 0: wait for one
+ * under way and stop).  The backend's prepare op. */
+int sandlot__vm_prepare(const sandlot_options_t *likely, unsigned count, sandlot_error_t **err);
+
+/* Make the template for sandboxes with these (effective) options now,
+ * unless a matching one exists: 0 (made or there), or -1 with err. */
+int sandlot__vm_template_make(const sandlot_options_t *opts, sandlot_error_t **err);
 
 #endif

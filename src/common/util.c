@@ -1,6 +1,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -161,5 +162,37 @@ const char *sandlot__entry_name_problem(const void *name, size_t len)
 		return "a name with a '/'";
 	if (memchr(p, '\0', len))
 		return "a name with a NUL byte";
+	return NULL;
+}
+
+/* (Both lists end with NULL.) */
+char *sandlot__find_beside_self(const char *const *rel, const char *const *sys,
+				const char *probe, int mode)
+{
+	char self[PATH_MAX];
+	char cand[PATH_MAX * 2];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0 && rel) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			for (size_t i = 0; rel[i]; i++) {
+				snprintf(cand, sizeof(cand), "%s%s%s", self, rel[i], probe);
+				if (access(cand, mode) != 0)
+					continue;
+				snprintf(cand, sizeof(cand), "%s%s", self, rel[i]);
+				char *r = realpath(cand, NULL);
+				if (r || errno == ENOMEM)
+					return r;
+			}
+		}
+	}
+	for (size_t i = 0; sys && sys[i]; i++) {
+		snprintf(cand, sizeof(cand), "%s%s", sys[i], probe);
+		if (access(cand, mode) == 0)
+			return strdup(sys[i]);
+	}
+	errno = ENOENT;
 	return NULL;
 }

@@ -28,6 +28,17 @@ void sandlot__new_id(const char *prefix, char *buf);
  * paths, on the host too: every such name goes through this first. */
 const char *sandlot__entry_name_problem(const void *name, size_t len);
 
+/* A file that ships with sandlot, found beside this process's executable:
+ * the first of `rel` (paths relative to the executable's directory, each
+ * beginning with '/'), then of `sys` (absolute paths; may be NULL), for
+ * which the candidate followed by `probe` ("" for the candidate itself, or
+ * e.g. "/vmlinux" to find a directory by a file in it) passes
+ * access(mode).  Returns the candidate (without probe; canonical when
+ * found beside the executable) in a new string the caller frees, or NULL
+ * with errno ENOENT when none does (ENOMEM when out of memory). */
+char *sandlot__find_beside_self(const char *const *rel, const char *const *sys,
+				const char *probe, int mode);
+
 /* Monotonic clock in ms / ns. */
 uint64_t sandlot__now_ms(void);
 uint64_t sandlot__now_ns(void);

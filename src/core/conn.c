@@ -424,6 +424,12 @@ int sandlot__conn_configure(struct sl_conn *c, const struct sandlot_init_config 
 	}
 	if (ic->seed_len)
 		sl_msg_put_bytes(&m, SL_TAG_SEED, ic->seed, ic->seed_len);
+	if (ic->hello_before) {
+		/* Its version was checked when it was read (vm-template.c). */
+		pthread_mutex_lock(&c->lock);
+		c->hello = 1;
+		pthread_mutex_unlock(&c->lock);
+	}
 	if (sandlot__conn_send(c, &m, err) < 0)
 		return sandlot__error_wrap(err, "configure sandlot-init");
 	return 0;

@@ -75,6 +75,9 @@ struct sandlot_init_config {
 	int send_time;
 	uint8_t seed[32];
 	size_t seed_len;
+	/* init sent its HELLO to an earlier connection already (a VM
+	 * restored from a template): this one counts it as read. */
+	int hello_before;
 };
 
 /* Set up conn on a connected socket and hand it to the I/O thread. */

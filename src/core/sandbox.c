@@ -126,35 +126,21 @@ static char *find_init(const char *given, sandlot_error_t **err)
 			return sandlot__error_errno(err, errno, "sandlot-init at %s", want), NULL;
 		return strdup(want);
 	}
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		self[n] = '\0';
-		char *slash = strrchr(self, '/');
-		if (slash) {
-			*slash = '\0';
-			static const char *const rel[] = {
-				"/sandlot-init", "/../libexec/sandlot/sandlot-init",
-				"/../lib/sandlot/sandlot-init", "/../bin/sandlot-init",
-			};
-			for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(rel); i++) {
-				char cand[PATH_MAX + 64];
-				snprintf(cand, sizeof(cand), "%s%s", self, rel[i]);
-				if (access(cand, X_OK) == 0)
-					return realpath(cand, NULL);
-			}
-		}
-	}
+	static const char *const rel[] = {
+		"/sandlot-init", "/../libexec/sandlot/sandlot-init",
+		"/../lib/sandlot/sandlot-init", "/../bin/sandlot-init", NULL,
+	};
 	static const char *const sys[] = {
 		"/usr/libexec/sandlot/sandlot-init", "/usr/local/libexec/sandlot/sandlot-init",
 		"/usr/lib/sandlot/sandlot-init",
 #ifdef SANDLOT_INSTALLED_INIT
 		SANDLOT_INSTALLED_INIT, /* where `meson install` put it */
 #endif
+		NULL,
 	};
-	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(sys); i++)
-		if (access(sys[i], X_OK) == 0)
-			return strdup(sys[i]);
+	char *found = sandlot__find_beside_self(rel, sys, "", X_OK);
+	if (found || errno == ENOMEM)
+		return found ? found : (sandlot__error(err, ENOMEM, "out of memory"), NULL);
 	sandlot__error(err, ENOENT,
 		       "sandlot-init not found next to this program; set SANDLOT_INIT to its path");
 	return NULL;

@@ -401,10 +401,13 @@ int registry_load(struct daemon *d, sandlot_error_t **err);
 
 /* ---- pool.c ------------------------------------------------------------- */
 
-/* One --pool argument: "N" (the default image) or "IMAGE=N", N from 0 to 1000; a
- * later one for the same image replaces an earlier one.  0, or -1 with a
- * message for the user in msg. */
+/* One --pool argument: "N" (the default image) or "IMAGE=N", N from 0 to 1000,
+ * optionally after "vm:" or "ns:" (else the default isolation); a later one
+ * for the same image and isolation replaces an earlier one.  0, or -1 with
+ * a message for the user in msg. */
 int pool_configure(struct daemon *d, const char *arg, char *msg, size_t msglen);
+/* 1 when a pool of vm sandboxes is configured. */
+int pool_wants_vm(struct daemon *d);
 /* Start filling the pools (after recovery, before serving): removes what
  * a previous run's pools left (in the background) and starts the refill
  * thread.  A no-op without --pool.  0, or -1 with err. */
@@ -422,7 +425,8 @@ sandlot_t *pool_take(struct daemon *d, const sandlot_options_t *opts, const char
  * and destroy every ready sandbox.  pool_take() answers NULL afterwards. */
 void pool_stop(struct daemon *d);
 void pool_free(struct daemon *d);
-/* {"IMAGE": {"size": N, "ready": n}, ...}, or NULL without pools. */
+/* {"IMAGE": {"size": N, "ready": n}, ...} ("vm:IMAGE" for vm pools), or
+ * NULL without pools. */
 json_t *pool_health(struct daemon *d);
 /* The pool's Prometheus lines (sandlot_pool_*), to be freed; NULL without
  * pools. */

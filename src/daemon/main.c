@@ -94,11 +94,13 @@ static const char help[] =
 	"                               isolation of sandboxes created without\n"
 	"                               \"isolation\" (default ns; vm: a microVM each,\n"
 	"                               docs/vm.md)\n"
-	"        --pool [IMAGE=]N       keep N sandboxes of IMAGE (default: the\n"
-	"                               default image)\n"
-	"                               ready, so that creations with the default\n"
-	"                               limits return at once (repeatable, one per\n"
-	"                               image; default 0: no pool)\n"
+	"        --pool [ns:|vm:][IMAGE=]N\n"
+	"                               keep N sandboxes of IMAGE (default: the\n"
+	"                               default image) and isolation (default: the\n"
+	"                               default isolation) ready, so that creations\n"
+	"                               with the default limits return at once\n"
+	"                               (repeatable, one per image and isolation;\n"
+	"                               default 0: no pool)\n"
 	"        --resolver ADDR[:PORT]\n"
 	"                               upstream DNS server for sandboxes with a\n"
 	"                               network (IPv4; repeatable; default: the\n"
@@ -524,6 +526,14 @@ static void prepare_options(struct daemon *d, sandlot_options_t *o)
 	o->image = d->cfg.default_image;
 }
 
+/* Whether vm sandboxes are likely: the default isolation, or pooled.
+ * Then libsandlot also makes the vm template of the likely options in the
+ * background (docs/vm.md, "Fast creates"). */
+static int vm_likely(struct daemon *d)
+{
+	return d->cfg.default_isolation == SANDLOT_ISOLATION_VM || pool_wants_vm(d);
+}
+
 /* Stop preparing: the free prepared cgroups are removed, nothing of them
  * outlives the daemon (docs/daemon.md, "Prepared resources"). */
 static void prepare_stop(struct daemon *d)
@@ -534,6 +544,15 @@ static void prepare_stop(struct daemon *d)
 	if (sandlot_prepare(&o, 0, &err) < 0) {
 		daemon_log("prepare_stop_failed", "level=warn error=\"%s\"", sandlot_error_message(err));
 		sandlot_error_free(err);
+		err = NULL;
+	}
+	if (vm_likely(d)) {
+		o.isolation = SANDLOT_ISOLATION_VM;
+		if (sandlot_prepare(&o, 0, &err) < 0) {
+			daemon_log("prepare_stop_failed", "level=warn error=\"%s\"",
+				   sandlot_error_message(err));
+			sandlot_error_free(err);
+		}
 	}
 }
 
@@ -978,6 +997,13 @@ int main(int argc, char **argv)
 		prepare_options(&d, &o);
 		if (sandlot_prepare(&o, PREPARED_SANDBOXES, &err) < 0) {
 			daemon_log("prepare_failed", "level=warn error=\"%s\"",
+				   sandlot_error_message(err));
+			sandlot_error_free(err);
+			err = NULL;
+		}
+		o.isolation = SANDLOT_ISOLATION_VM;
+		if (vm_likely(&d) && sandlot_prepare(&o, 1, &err) < 0) {
+			daemon_log("prepare_failed", "level=warn isolation=vm error=\"%s\"",
 				   sandlot_error_message(err));
 			sandlot_error_free(err);
 			err = NULL;

@@ -1,7 +1,9 @@
 /* The warm pool: sandboxes made in advance, handed out by POST /v1/sandboxes.
  *
  * `sandlotd --pool N` (the default image) or `--pool IMAGE=N` keeps N sandboxes
- * of that image ready: sandlot_create() done — init running, namespaces,
+ * of that image ready (of the daemon's default isolation, or as a prefix
+ * says: `--pool vm:IMAGE=N`, `--pool ns:N`; a pool is one image of one
+ * isolation, and a request must match both): sandlot_create() done — init running, namespaces,
  * cgroup, storage, seccomp policy, uid range, change-tracking baseline —
  * with the options a create request gets when it asks for nothing.  A
  * request the pool can serve takes the oldest ready sandbox instead of
@@ -72,6 +74,8 @@
 
 struct pool {
 	char image[64];
+	sandlot_isolation_t isolation;
+	char name[72];              /* health and metrics: IMAGE (ns), vm:IMAGE (vm) */
 	unsigned size;              /* ready sandboxes to keep */
 	sandlot_t **ready;          /* oldest first; capacity size */
 	unsigned nready;
@@ -97,22 +101,31 @@ struct pools {
 
 /* ---- configuration ----------------------------------------------------------- */
 
-static struct pool *find_pool(struct pools *ps, const char *image)
+static struct pool *find_pool(struct pools *ps, sandlot_isolation_t isolation, const char *image)
 {
 	for (unsigned i = 0; i < ps->n; i++)
-		if (strcmp(ps->p[i].image, image) == 0)
+		if (ps->p[i].isolation == isolation && strcmp(ps->p[i].image, image) == 0)
 			return &ps->p[i];
 	return NULL;
 }
 
+/* --pool [ns:|vm:][IMAGE=]N: the isolation prefix (image names never hold
+ * a ':'), else the daemon's default isolation. */
 int pool_configure(struct daemon *d, const char *arg, char *msg, size_t msglen)
 {
+	const char *whole = arg;
+	sandlot_isolation_t isolation = d->cfg.default_isolation;
+	if (strncmp(arg, "vm:", 3) == 0 || strncmp(arg, "ns:", 3) == 0) {
+		isolation = arg[0] == 'v' ? SANDLOT_ISOLATION_VM : SANDLOT_ISOLATION_NS;
+		arg += 3;
+	}
 	const char *eq = strchr(arg, '=');
 	char image[64];
 	const char *num = arg;
 	if (eq) {
 		if (eq == arg || (size_t)(eq - arg) >= sizeof(image)) {
-			snprintf(msg, msglen, "invalid --pool \"%s\": expected N or IMAGE=N", arg);
+			snprintf(msg, msglen, "invalid --pool \"%s\": expected N, IMAGE=N, vm:IMAGE=N "
+				 "or ns:IMAGE=N", whole);
 			return -1;
 		}
 		snprintf(image, sizeof(image), "%.*s", (int)(eq - arg), arg);
@@ -125,16 +138,17 @@ int pool_configure(struct daemon *d, const char *arg, char *msg, size_t msglen)
 	unsigned long n = strtoul(num, &end, 10);
 	if (!*num || *end || errno || num[0] == '-' || n > MAX_POOL_SIZE) {
 		snprintf(msg, msglen, "invalid --pool \"%s\": the size must be a whole number from 0 "
-			 "to %u", arg, MAX_POOL_SIZE);
+			 "to %u", whole, MAX_POOL_SIZE);
 		return -1;
 	}
 	sandlot_options_t o;
 	sandlot_options_init(&o);
 	o.image = image;
 	o.data_dir = d->cfg.data_dir;
+	o.isolation = isolation;
 	sandlot_error_t *err = NULL;
 	if (sandlot_options_validate(&o, &err) < 0) {
-		snprintf(msg, msglen, "invalid --pool \"%s\": %s", arg, sandlot_error_message(err));
+		snprintf(msg, msglen, "invalid --pool \"%s\": %s", whole, sandlot_error_message(err));
 		sandlot_error_free(err);
 		return -1;
 	}
@@ -149,7 +163,7 @@ int pool_configure(struct daemon *d, const char *arg, char *msg, size_t msglen)
 		pthread_cond_init(&d->pools->cond, NULL);
 	}
 	struct pools *ps = d->pools;
-	struct pool *p = find_pool(ps, image);
+	struct pool *p = find_pool(ps, isolation, image);
 	if (!p) {
 		if (ps->n == MAX_POOLS) {
 			snprintf(msg, msglen, "at most %d pooled images", MAX_POOLS);
@@ -157,8 +171,20 @@ int pool_configure(struct daemon *d, const char *arg, char *msg, size_t msglen)
 		}
 		p = &ps->p[ps->n++];
 		snprintf(p->image, sizeof(p->image), "%s", image);
+		p->isolation = isolation;
+		snprintf(p->name, sizeof(p->name), "%s%s",
+			 isolation == SANDLOT_ISOLATION_VM ? "vm:" : "", image);
 	}
-	p->size = (unsigned)n; /* the last --pool for an image wins */
+	p->size = (unsigned)n; /* the last --pool for an image and isolation wins */
+	return 0;
+}
+
+int pool_wants_vm(struct daemon *d)
+{
+	struct pools *ps = d->pools;
+	for (unsigned i = 0; ps && i < ps->n; i++)
+		if (ps->p[i].isolation == SANDLOT_ISOLATION_VM && ps->p[i].size)
+			return 1;
 	return 0;
 }
 
@@ -169,6 +195,7 @@ static void pool_options(struct pools *ps, const struct pool *p, sandlot_options
 	sandlot_options_init(o);
 	o->image = p->image;
 	o->data_dir = ps->d->cfg.data_dir;
+	o->isolation = p->isolation;
 }
 
 static int str_eq(const char *a, const char *b)
@@ -182,6 +209,11 @@ static int str_eq(const char *a, const char *b)
  * equal too. */
 static int options_match(const sandlot_options_t *want, const sandlot_options_t *have)
 {
+	/* A vm sandbox has no network to turn on at hand-out (vm.c refuses
+	 * networks): such a request is a cold create, which says so, rather
+	 * than a pooled VM dropped for it. */
+	if (have->isolation == SANDLOT_ISOLATION_VM && want->network != SANDLOT_NET_NONE)
+		return 0;
 	sandlot_options_t a = *want;
 	a.env = have->env;
 	a.network = have->network;
@@ -345,7 +377,9 @@ sandlot_t *pool_take(struct daemon *d, const sandlot_options_t *opts, const char
 	*outcome = NULL;
 	if (!ps)
 		return NULL;
-	struct pool *p = find_pool(ps, opts->image ? opts->image : "host");
+	/* The isolation is part of the match: an ns request never gets a VM,
+	 * nor a vm request a namespace sandbox. */
+	struct pool *p = find_pool(ps, opts->isolation, opts->image ? opts->image : "host");
 	if (!p || p->size == 0)
 		return NULL;
 	sandlot_options_t have;
@@ -442,7 +476,14 @@ static void refill_one_locked(struct pools *ps, struct pool *p)
 	 * that it can be paused once handed out (workspaces.c).  The id is
 	 * known before the creation, so the marker covers a crash during it. */
 	char wid[32];
-	workspace_assign(ps->d, &o, wid);
+	if (o.isolation == SANDLOT_ISOLATION_VM) {
+		/* A vm sandbox's workspace is a disk that goes with it
+		 * (create_workspace() in sandboxes.c): only the id. */
+		sandlot_new_id(&o, wid);
+		o.id = wid;
+	} else {
+		workspace_assign(ps->d, &o, wid);
+	}
 	mark(ps, wid);
 	uint64_t t0 = sandlot__now_ns();
 	sandlot_error_t *err = NULL;
@@ -469,7 +510,7 @@ static void refill_one_locked(struct pools *ps, struct pool *p)
 		sandlot_error_free(err);
 		pthread_mutex_unlock(&ps->lock);
 		daemon_log("pool_refill_failed", "level=warn image=%s ms=%.1f retry_ms=%llu error=\"%s\"",
-			   p->image, ms, (unsigned long long)wait, msg);
+			   p->name, ms, (unsigned long long)wait, msg);
 		pthread_mutex_lock(&ps->lock);
 		return;
 	}
@@ -538,8 +579,14 @@ static void *refill_main(void *arg)
 int pool_start(struct daemon *d, sandlot_error_t **err)
 {
 	struct pools *ps = d->pools;
-	if (!ps)
+	if (!ps) {
+		/* No pool now, but maybe markers of a previous run's that was
+		 * killed: what they name is removed here, before anything
+		 * starts (the refill thread does it otherwise). */
+		struct pools none = { .d = d };
+		recover_markers(&none);
 		return 0;
+	}
 	/* Sizes of 0 (--pool host=0) leave no pool at all. */
 	unsigned k = 0;
 	for (unsigned i = 0; i < ps->n; i++)
@@ -563,8 +610,10 @@ int pool_start(struct daemon *d, sandlot_error_t **err)
 	pthread_cond_destroy(&ps->cond);
 	pthread_cond_init(&ps->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	if (ps->n == 0)
+	if (ps->n == 0) {
+		recover_markers(ps);
 		return 0;
+	}
 	int rc = pthread_create(&ps->thread, NULL, refill_main, ps);
 	if (rc != 0)
 		return sandlot__error_errno(err, rc, "start the pool's refill thread");
@@ -573,7 +622,7 @@ int pool_start(struct daemon *d, sandlot_error_t **err)
 	size_t len = 0;
 	for (unsigned i = 0; i < ps->n && len < sizeof(desc); i++)
 		len += (size_t)snprintf(desc + len, sizeof(desc) - len, "%s%s=%u", i ? "," : "",
-					ps->p[i].image, ps->p[i].size);
+					ps->p[i].name, ps->p[i].size);
 	daemon_log("pool_started", "pools=\"%s\"", desc);
 	return 0;
 }
@@ -638,7 +687,7 @@ json_t *pool_health(struct daemon *d)
 	json_t *o = json_object();
 	pthread_mutex_lock(&ps->lock);
 	for (unsigned i = 0; i < ps->n; i++)
-		json_object_set_new(o, ps->p[i].image,
+		json_object_set_new(o, ps->p[i].name,
 				    json_pack("{s:I, s:I}", "size", (json_int_t)ps->p[i].size, "ready",
 					      (json_int_t)ps->p[i].nready));
 	pthread_mutex_unlock(&ps->lock);
@@ -683,17 +732,17 @@ char *pool_metrics(struct daemon *d)
 	append(&b, &len, &cap, "# HELP sandlot_pool_size Ready sandboxes each pool keeps (--pool).\n"
 				"# TYPE sandlot_pool_size gauge\n");
 	for (unsigned i = 0; i < ps->n; i++)
-		append(&b, &len, &cap, "sandlot_pool_size{image=\"%s\"} %u\n", ps->p[i].image,
+		append(&b, &len, &cap, "sandlot_pool_size{image=\"%s\"} %u\n", ps->p[i].name,
 		       ps->p[i].size);
 	append(&b, &len, &cap, "# HELP sandlot_pool_ready Sandboxes ready in the pool now.\n"
 				"# TYPE sandlot_pool_ready gauge\n");
 	for (unsigned i = 0; i < ps->n; i++)
-		append(&b, &len, &cap, "sandlot_pool_ready{image=\"%s\"} %u\n", ps->p[i].image,
+		append(&b, &len, &cap, "sandlot_pool_ready{image=\"%s\"} %u\n", ps->p[i].name,
 		       ps->p[i].nready);
 	append(&b, &len, &cap, "# HELP sandlot_pool_hits_total Creations served from the pool.\n"
 				"# TYPE sandlot_pool_hits_total counter\n");
 	for (unsigned i = 0; i < ps->n; i++)
-		append(&b, &len, &cap, "sandlot_pool_hits_total{image=\"%s\"} %llu\n", ps->p[i].image,
+		append(&b, &len, &cap, "sandlot_pool_hits_total{image=\"%s\"} %llu\n", ps->p[i].name,
 		       (unsigned long long)ps->p[i].hits);
 	append(&b, &len, &cap,
 	       "# HELP sandlot_pool_misses_total Creations of a pooled image made cold: the pool "
@@ -701,16 +750,16 @@ char *pool_metrics(struct daemon *d)
 	       "# TYPE sandlot_pool_misses_total counter\n");
 	for (unsigned i = 0; i < ps->n; i++) {
 		append(&b, &len, &cap, "sandlot_pool_misses_total{image=\"%s\",reason=\"empty\"} %llu\n",
-		       ps->p[i].image, (unsigned long long)ps->p[i].miss_empty);
+		       ps->p[i].name, (unsigned long long)ps->p[i].miss_empty);
 		append(&b, &len, &cap, "sandlot_pool_misses_total{image=\"%s\",reason=\"options\"} %llu\n",
-		       ps->p[i].image, (unsigned long long)ps->p[i].miss_options);
+		       ps->p[i].name, (unsigned long long)ps->p[i].miss_options);
 	}
 	append(&b, &len, &cap, "# HELP sandlot_pool_refill_failures_total Pool refills that failed "
 				"to create a sandbox.\n"
 				"# TYPE sandlot_pool_refill_failures_total counter\n");
 	for (unsigned i = 0; i < ps->n; i++)
 		append(&b, &len, &cap, "sandlot_pool_refill_failures_total{image=\"%s\"} %llu\n",
-		       ps->p[i].image, (unsigned long long)ps->p[i].failures);
+		       ps->p[i].name, (unsigned long long)ps->p[i].failures);
 	pthread_mutex_unlock(&ps->lock);
 	return b;
 }

@@ -23,10 +23,12 @@
  *      does it (MS_MOVE onto /, chroot), with /dev, /proc and /sys moved
  *      into it; the initramfs's files are deleted first (memory);
  *   5. the mounts init_setup() takes from the ns host, as detached mounts
- *      made here: the image (erofs, read-only) on INIT_FD_IMAGE and the
- *      workspace (ext4) on INIT_FD_STORAGE, with its home/ and tmp/
- *      made (init_vm_configure(), once CONFIG has said whose) if the disk
- *      is fresh; the control port on INIT_FD_PROTO; the kernel log on
+ *      made here: the image (erofs, read-only) on INIT_FD_IMAGE, and, only
+ *      once CONFIG came (init_vm_configure(): a VM restored from a
+ *      template has a disk of its own from then on), the workspace (ext4)
+ *      on INIT_FD_STORAGE, with its home/ and tmp/ made if the disk is
+ *      fresh; CONFIG's CLOCK and SEED set the clock and reseed the
+ *      random generator first; the control port on INIT_FD_PROTO; the kernel log on
  *      stdout and stderr, so that what init logs lands on the console,
  *      which the host keeps;
  *   6. a cgroup for the guest's processes (sandbox_cgroup()), loopback
@@ -67,6 +69,10 @@
 
 #include "common/cleanup.h"
 #include "linux/syscalls.h"
+
+#ifndef BLKFLSBUF
+#define BLKFLSBUF _IO(0x12, 97)
+#endif
 
 int init__vm_mode;
 
@@ -435,6 +441,39 @@ static int workspace_dirs(int m, const struct init_config *cfg, char *why, size_
 	return e;
 }
 
+/* The workspace disk's name in /dev: found at boot, mounted only once
+ * CONFIG came (a VM restored from a template gets its own fresh disk in
+ * place of its template's, docs/vm.md "Fast creates"). */
+static char work_dev[32];
+
+static int place(int fd, int to, const char *what);
+
+/* The workspace disk as a detached mount on INIT_FD_STORAGE.  0 or an
+ * errno value with why. */
+static int mount_workspace(char *why, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/dev/%s", work_dev);
+	/* The kernel's partition scan at boot read the disk's first blocks
+	 * into its cache; in a VM restored from a template they are the
+	 * template's disk's.  The disks are copies of one empty filesystem,
+	 * but nothing read before this one was attached may be trusted:
+	 * drop the cache first. */
+	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || ioctl(fd, BLKFLSBUF, 0) < 0) {
+		int e = errno;
+		snprintf(why, len, "flush the cache of the workspace disk %s", path);
+		return e;
+	}
+	int m = mount_disk("ext4", work_dev, 0);
+	if (m < 0 || place(m, INIT_FD_STORAGE, "the workspace") < 0) {
+		int e = errno ? errno : EIO;
+		snprintf(why, len, "mount the workspace disk %s as ext4", path);
+		return e;
+	}
+	return 0;
+}
+
 int init_vm_clock_and_seed(const struct init_config *cfg, char *why, size_t len)
 {
 	if (cfg->time_ns) {
@@ -490,6 +529,9 @@ int init_vm_configure(const struct init_config *cfg, char *why, size_t len)
 	}
 	if (cfg->tmpfs_storage)
 		return 0; /* init makes a tmpfs; the disk stays unused */
+	e = mount_workspace(why, len);
+	if (e)
+		return e;
 	return workspace_dirs(INIT_FD_STORAGE, cfg, why, len);
 }
 
@@ -652,9 +694,8 @@ int init_vm_boot(void)
 	int image = mount_disk("erofs", dv.root, 1);
 	if (image < 0 || place(image, INIT_FD_IMAGE, "the image") < 0)
 		return -1;
-	int work = mount_disk("ext4", dv.work, 0);
-	if (work < 0 || place(work, INIT_FD_STORAGE, "the workspace") < 0)
-		return -1;
+	/* The workspace disk waits for CONFIG (init_vm_configure()). */
+	snprintf(work_dev, sizeof(work_dev), "%s", dv.work);
 	if (sandbox_cgroup() < 0 || loopback_up() < 0)
 		return -1;
 	int port = open_port(dv.port);

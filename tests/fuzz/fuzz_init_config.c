@@ -86,7 +86,8 @@ size_t fuzz_generate(uint64_t (*rng)(void), uint8_t *buf, size_t max)
 	static const uint16_t tags[] = { SL_TAG_FLAGS, SL_TAG_MEMORY, SL_TAG_UID,    SL_TAG_GID,
 					 SL_TAG_NOFILE, SL_TAG_FSIZE, SL_TAG_DISK,   SL_TAG_PIDS,
 					 SL_TAG_HOSTNAME, SL_TAG_HOME, SL_TAG_WORKDIR, SL_TAG_USER,
-					 SL_TAG_SECCOMP, 1,            999 };
+					 SL_TAG_SECCOMP, SL_TAG_TIME,  SL_TAG_SEED,  1,
+					 999 };
 	static const char alphabet[] = "ab/:. \n\tx";
 	size_t n = 0;
 	while (n + 6 + 80 < max && rng() % 8) {
@@ -101,6 +102,9 @@ size_t fuzz_generate(uint64_t (*rng)(void), uint8_t *buf, size_t max)
 			break;
 		case SL_TAG_SECCOMP:
 			len = rng() % 4 ? 8 * (uint32_t)(rng() % 9) : (uint32_t)(rng() % 70);
+			break;
+		case SL_TAG_SEED:
+			len = (uint32_t)(rng() % 80);
 			break;
 		case SL_TAG_HOSTNAME:
 		case SL_TAG_HOME:

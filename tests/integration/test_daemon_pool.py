@@ -458,7 +458,8 @@ def test_kill9_with_a_full_pool_then_restart_cleans_up(pool_daemon):
     ("-1", "the size must be a whole number"),
     ("1001", "from 0 to 1000"),
     ("host=", "the size must be a whole number"),
-    ("=3", "expected N or IMAGE=N"),
+    ("=3", "expected N, IMAGE=N, vm:IMAGE=N or ns:IMAGE=N"),
+    ("vm:=3", "expected N, IMAGE=N, vm:IMAGE=N or ns:IMAGE=N"),
     ("no-such-image=2", "no-such-image"),
 ])
 def test_bad_pool_arguments(tmp_path, arg, msg):
