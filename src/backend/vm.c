@@ -12,9 +12,11 @@
  * it is no security boundary of its own:
  *   - a cgroup named after the sandbox whose memory limit covers guest RAM,
  *     QEMU's translation cache and its own overhead;
- *   - new mount, pid, ipc, uts and network namespaces (QEMU is PID 1 of
- *     its pid namespace, so killing it ends everything it could start;
- *     the network namespace is empty: the guest has no NIC);
+ *   - new mount, pid, ipc and uts namespaces (QEMU is PID 1 of its pid
+ *     namespace, so killing it ends everything it could start), and the
+ *     sandbox's network namespace, which the host made as for an ns
+ *     sandbox, with its egress rules (vm-net.c: the guest's NIC is QEMU's
+ *     user-mode network, whose sockets live there);
  *   - a root that is a small tmpfs holding only the kernel, the initramfs,
  *     the two disks, the console log, /dev/null, /dev/urandom (and
  *     /dev/kvm under KVM), and /usr read-only for QEMU's own program,
@@ -90,6 +92,7 @@ struct vm_state {
 	char *dir;                  /* <data_dir>/vm/<id> */
 	int lock_fd;                /* flock on dir/lock while this process owns it */
 	int kvm;
+	struct sandlot_vm_net net;  /* the network namespace QEMU runs in */
 };
 
 /* ---- where things are ----------------------------------------------------------- */
@@ -380,6 +383,7 @@ static unsigned vm_remove_leftovers(const char *id, int kill)
 struct jail {
 	const struct sandlot_cgroup_join *join;
 	int sync_rd, sync_wr, status_wr, sock, console_fd;
+	int netns_fd;                  /* the sandbox's network namespace */
 	uid_t uid;
 	int kvm;
 	char mnt[PATH_MAX + 16];       /* where the jail's tmpfs goes */
@@ -415,6 +419,10 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		sys_exit_group(1); /* the parent gave up on us */
+	/* The network namespace the host made (it owns it: nothing in here
+	 * may change its rules), while we still have the right to enter it. */
+	if (sys_setns(j->netns_fd, CLONE_NEWNET) < 0)
+		sys_child_fail(sfd, "enter the sandbox's network namespace");
 	/* Nothing of what follows may reach the host's mount table. */
 	if (sys_mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		sys_child_fail(sfd, "make the mounts private");
@@ -443,6 +451,16 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 		sys_child_fail(sfd, "bind the workspace disk");
 	if (bind_file(AT_FDCWD, "console.log", j->console, 1) < 0)
 		sys_child_fail(sfd, "bind the console log");
+	/* QEMU's user-mode network sends the guest's DNS (to its 10.0.2.3) to
+	 * the nameserver of this file: the sandbox's DNS listener, on the
+	 * network namespace's loopback (vm-net.c). */
+	static const char resolv[] = "nameserver 127.0.0.1\n";
+	int rfd;
+	if (sys_mkdirat(AT_FDCWD, "etc", 0755) < 0 ||
+	    (rfd = sys_openat(AT_FDCWD, "etc/resolv.conf", O_WRONLY | O_CREAT | O_CLOEXEC, 0644)) < 0 ||
+	    sys_write(rfd, resolv, sizeof(resolv) - 1) != (ssize_t)(sizeof(resolv) - 1))
+		sys_child_fail(sfd, "write the jail's /etc/resolv.conf");
+	sys_close(rfd);
 	/* (chmod: mknod's mode went through the caller's umask.) */
 	if (sys_mknodat(AT_FDCWD, "dev/null", S_IFCHR | 0666, makedev(1, 3)) < 0 ||
 	    sys_fchmodat(AT_FDCWD, "dev/null", 0666) < 0 ||
@@ -654,6 +672,7 @@ static void vm_free(struct vm_state *vm)
 	if (vm->pidfd >= 0)
 		close(vm->pidfd);
 	vm->pidfd = -1;
+	sandlot__vm_net_release(&vm->net);
 	sandlot__cgroup_destroy(vm->cg);
 	vm->cg = NULL;
 	if (vm->dir) {
@@ -691,9 +710,6 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	if (sb->opts.storage == SANDLOT_STORAGE_TMPFS)
 		return sandlot__error(err, ENOTSUP, "tmpfs storage is not supported for vm sandboxes "
 				      "(their workspace is a disk of their own)");
-	if (sb->opts.network != SANDLOT_NET_NONE)
-		return sandlot__error(err, ENOTSUP,
-				      "network access is not supported for vm sandboxes yet");
 	if (!sandlot__vm_accel_usable()) {
 		const char *why;
 		sandlot__vm_accel(&why);
@@ -705,6 +721,7 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 		return sandlot__error(err, ENOMEM, "out of memory");
 	vm->pidfd = vm->lock_fd = -1;
 	vm->slot.lock_fd = -1;
+	sandlot__vm_net_init(&vm->net);
 	vm->kvm = strcmp(sandlot__vm_accel(NULL), "kvm") == 0;
 	cleanup_free char *vm_dir = NULL;
 	cleanup_free struct jail *j = calloc(1, sizeof(*j));
@@ -765,6 +782,10 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	if (sparse_copy(empty, j->work, j->uid, err) < 0)
 		goto fail;
 	sandlot__trace("vm disk");
+	if (sandlot__vm_net_create(&vm->net, err) < 0)
+		goto fail;
+	sandlot__vm_net_config(&sb->init_cfg);
+	sandlot__trace("vm netns");
 	/* init's part of CONFIG that only this backend knows: the root is
 	 * always an image (the root disk), the workspace is the disk's size.
 	 * RLIMIT_FSIZE a little above it, so that a full disk's ENOSPC (a
@@ -807,7 +828,8 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	sock_host = fds[0], sock_child = fds[1];
 
 	/* QEMU's arguments (docs/vm.md). */
-	char mem[32], smp[16], name[64], accel[64];
+	char mem[32], smp[16], name[64], accel[64], netdev[256];
+	sandlot__vm_net_netdev(netdev, sizeof(netdev));
 	snprintf(mem, sizeof(mem), "%lluM", (unsigned long long)(sb->opts.memory_bytes >> 20));
 	unsigned cpus = sb->opts.cpus_milli ? (sb->opts.cpus_milli + 999) / 1000 : 1;
 	long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -838,6 +860,8 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 		(char *)"-drive", (char *)"id=work,file=/work.img,format=raw,if=none,cache=unsafe",
 		(char *)"-device", (char *)"virtio-blk-device,drive=work,serial=work",
 		(char *)"-device", (char *)"virtio-rng-device",
+		(char *)"-netdev", netdev,
+		(char *)"-device", (char *)"virtio-net-device,netdev=net",
 		NULL,
 	};
 	j->argv = argv;
@@ -846,14 +870,15 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	j->status_wr = status_wr;
 	j->sock = sock_child;
 	j->console_fd = console_fd;
+	j->netns_fd = vm->net.ns_fd;
 	j->kvm = vm->kvm;
 
 	struct sandlot_cgroup_join join;
 	if (sandlot__cgroup_join_prepare(vm->cg, &join, err) < 0)
 		goto fail;
 	j->join = &join;
-	const unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-				    CLONE_NEWNET;
+	/* No CLONE_NEWNET: the jail joins the sandbox's (jail_main). */
+	const unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
 	int into_cgroup = 0;
 	pid_t pid = launch_jail(j, flags, join.dir_fd, &into_cgroup);
 	int clone_errno = errno;
@@ -1008,17 +1033,16 @@ static pid_t vm_init_pid(const struct sandlot *sb)
 static int vm_port_connect(struct sandlot *sb, uint16_t port, unsigned timeout_ms,
 			   sandlot_error_t **err)
 {
-	(void)sb;
-	(void)port;
-	(void)timeout_ms;
-	return sandlot__error(err, ENOTSUP, "connecting to ports is not supported for vm "
-			      "sandboxes yet");
+	const struct vm_state *vm = sb->backend;
+	if (!vm || vm->pid <= 0)
+		return sandlot__error(err, EPIPE, "the sandbox is gone");
+	return sandlot__vm_net_port_connect(&vm->net, port, timeout_ms, err);
 }
 
 static int vm_netns_fd(const struct sandlot *sb)
 {
-	(void)sb;
-	return -1;
+	const struct vm_state *vm = sb->backend;
+	return vm ? vm->net.ns_fd : -1;
 }
 
 const char *sandlot__accel(const sandlot_t *sb)

@@ -91,6 +91,12 @@ enum sandlot_tag {
 	SL_TAG_WORKDIR = 36,   /* str: default cwd of commands */
 	SL_TAG_USER = 37,      /* str: login name of the sandbox user */
 	SL_TAG_SECCOMP = 38,   /* bytes: struct sock_filter array */
+	/* CONFIG, a VM guest's NIC (IPv4 addresses as u32 numbers). */
+	SL_TAG_NET_ADDR = 39,    /* u32: the guest's address */
+	SL_TAG_NET_PREFIX = 40,  /* u32: its prefix length */
+	SL_TAG_NET_GATEWAY = 41, /* u32: the default route's gateway */
+	SL_TAG_NET_DNS = 42,     /* u32: the resolver /etc/resolv.conf names */
+	SL_TAG_NET_RELAY = 43,   /* u32: TCP port of init's port relay */
 };
 
 /* A decoded frame header. */

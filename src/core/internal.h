@@ -68,6 +68,9 @@ struct sandlot_init_config {
 	const char *hostname, *workdir, *user;
 	const void *seccomp;    /* the program (sock_filter array); NULL with NO_SECCOMP */
 	size_t seccomp_len;
+	/* A VM guest's NIC (NET_* records; 0: none, an ns sandbox's case):
+	 * IPv4 addresses as numbers, the relay's TCP port. */
+	uint32_t net_addr, net_prefix, net_gateway, net_dns, net_relay;
 };
 
 /* Set up conn on a connected socket and hand it to the I/O thread. */

@@ -150,6 +150,20 @@ static int decode_record(const struct sl_rec *r, struct init_config *cfg, uint32
 		else
 			cfg->gid = (gid_t)u32;
 		return 0;
+	case SL_TAG_NET_ADDR:
+	case SL_TAG_NET_PREFIX:
+	case SL_TAG_NET_GATEWAY:
+	case SL_TAG_NET_DNS:
+	case SL_TAG_NET_RELAY:
+		if (sl_rec_u32(r, &u32) < 0)
+			return bad(why, n, EPROTO, "CONFIG: malformed NET_* record (tag %u)",
+				   (unsigned)r->tag);
+		*(r->tag == SL_TAG_NET_ADDR      ? &cfg->net_addr
+		  : r->tag == SL_TAG_NET_PREFIX  ? &cfg->net_prefix
+		  : r->tag == SL_TAG_NET_GATEWAY ? &cfg->net_gateway
+		  : r->tag == SL_TAG_NET_DNS     ? &cfg->net_dns
+						 : &cfg->net_relay) = u32;
+		return 0;
 	case SL_TAG_PIDS:
 		if (sl_rec_u32(r, &u32) < 0)
 			return bad(why, n, EPROTO, "CONFIG: malformed PIDS record");
@@ -201,6 +215,15 @@ int init_config_decode(const uint8_t *payload, size_t len, struct init_config *c
 			rc = bad(why, why_size, EINVAL, "CONFIG: no SECCOMP record (the seccomp program)");
 		else if (cfg->tmpfs_storage && cfg->disk == 0)
 			rc = bad(why, why_size, EINVAL, "CONFIG: the TMPFS flag needs a DISK record");
+		else if (cfg->net_addr && (cfg->net_prefix < 1 || cfg->net_prefix > 30 ||
+					   !cfg->net_gateway || !cfg->net_dns ||
+					   cfg->net_relay > 65535))
+			rc = bad(why, why_size, EINVAL,
+				 "CONFIG: NET_ADDR needs NET_PREFIX (1 to 30), NET_GATEWAY and NET_DNS, "
+				 "and NET_RELAY is a TCP port");
+		else if (!cfg->net_addr && (cfg->net_prefix || cfg->net_gateway || cfg->net_dns ||
+					    cfg->net_relay))
+			rc = bad(why, why_size, EINVAL, "CONFIG: NET_* records without NET_ADDR");
 	}
 	if (rc != 0)
 		init_config_free(cfg);

@@ -79,6 +79,9 @@ struct init_config {
 	/* The seccomp program of commands; NULL/0 with no_seccomp. */
 	struct sock_filter *filter;
 	unsigned short filter_len;
+	/* A VM guest's NIC (NET_* records; net_addr 0: none): IPv4 addresses
+	 * as numbers, the port relay's TCP port (0: no relay). */
+	uint32_t net_addr, net_prefix, net_gateway, net_dns, net_relay;
 	char *owned[4];         /* the strings above that were allocated */
 };
 
@@ -139,6 +142,9 @@ int init_vm_boot(void);
  * workspace disk gets its home/ (the sandbox user's) and tmp/ if it is
  * fresh.  0, or an errno value with the reason in why.  (vm.c) */
 int init_vm_configure(const struct init_config *cfg, char *why, size_t len);
+/* The guest's NIC and port relay from CONFIG's NET_* records (vm-net.c);
+ * nothing without them.  0, or an errno value with why. */
+int init_vm_net(const struct init_config *cfg, char *why, size_t len);
 
 /* Set by init_vm_boot(). */
 extern int init__vm_mode;

@@ -194,6 +194,7 @@ static int write_generated_etc(const struct init_config *cfg, const char *dir, c
 	struct sandlot_etc e = {
 		.hostname = cfg->hostname, .user_name = cfg->user_name,
 		.uid = (unsigned)cfg->uid, .gid = (unsigned)cfg->gid, .image_etc_fd = ifd,
+		.nameserver = cfg->net_dns,
 	};
 	const char *what;
 	if (sandlot__etc_write(dfd, &e, &what) < 0)
@@ -541,6 +542,11 @@ static int pivoted, built_tree;
 
 int init_setup(struct init_config *cfg)
 {
+	if (!init__vm_mode && cfg->net_addr) {
+		errno = EINVAL;
+		FAIL("CONFIG: NET_* records are for a VM's guest (an ns sandbox's network is the "
+		     "host's to set up)");
+	}
 	if (init__vm_mode) {
 		/* A microVM's guest: what depends on CONFIG there (vm.c). */
 		char why[256];

@@ -449,6 +449,9 @@ int init_vm_configure(const struct init_config *cfg, char *why, size_t len)
 			return errno;
 		}
 	}
+	int e = init_vm_net(cfg, why, len);
+	if (e)
+		return e;
 	if (cfg->tmpfs_storage)
 		return 0; /* init makes a tmpfs; the disk stays unused */
 	return workspace_dirs(INIT_FD_STORAGE, cfg, why, len);
