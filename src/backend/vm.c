@@ -352,6 +352,13 @@ static unsigned remove_by_link(const char *id, int force, int kill)
 		cleanup_close int fd = open(lock, O_RDONLY | O_CLOEXEC);
 		if (!force && fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0)
 			return 0; /* its owner lives */
+		/* A lock this process cannot see (another mount namespace, a
+		 * data dir it cannot reach) says nothing about its owner: a
+		 * live sandbox of another sandlot must not be killed for it.
+		 * A sandbox whose owner died has lost its QEMU already (its
+		 * parent-death signal); its owner's next start sweeps the rest. */
+		if (!force && fd < 0)
+			return 0;
 		left += (unsigned)sandlot__cgroup_remove_named(id, kill);
 		remove_sandbox_dir(dir);
 		unlink(link);
