@@ -12,6 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Set by init_vm_boot() (vm.c); defined here, where CONFIG is checked
+ * against it. */
+int init__vm_mode;
+
 /* The defaults of what CONFIG leaves out. */
 static void config_defaults(struct init_config *cfg)
 {
@@ -327,6 +331,12 @@ int init_start(struct init_config *cfg, struct sl_reader *rd)
 	}
 	char why[256];
 	int err = init_config_decode(payload, h.length, cfg, why, sizeof(why));
+	if (err == 0 && cfg->net_addr && !init__vm_mode) {
+		err = EINVAL;
+		snprintf(why, sizeof(why), "CONFIG: NET_* records are for a VM's guest (an ns "
+			 "sandbox's network is the host's to set up)");
+		init_config_free(cfg);
+	}
 	if (err != 0) {
 		send_error(err, why);
 		return -1;

@@ -542,11 +542,6 @@ static int pivoted, built_tree;
 
 int init_setup(struct init_config *cfg)
 {
-	if (!init__vm_mode && cfg->net_addr) {
-		errno = EINVAL;
-		FAIL("CONFIG: NET_* records are for a VM's guest (an ns sandbox's network is the "
-		     "host's to set up)");
-	}
 	if (init__vm_mode) {
 		/* A microVM's guest: what depends on CONFIG there (vm.c). */
 		char why[256];

@@ -67,7 +67,6 @@
 #include "common/cleanup.h"
 #include "linux/syscalls.h"
 
-int init__vm_mode;
 
 /* The root the guest switches to out of the initramfs (step 4). */
 #define VM_ROOT "/vm"
