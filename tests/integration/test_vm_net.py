@@ -156,8 +156,8 @@ def test_allowlist_dns_and_http(d, vm, net):
     rec = set_network(d, sid, ALLOW)
     assert rec["options"]["network"] == {**ALLOW, "deny": []}, rec
     t0 = time.time()
-    out = sh(d, sid, "nslookup allowed.test")
-    assert out["exit_code"] == 0 and ALLOWED in out["stdout"], out
+    out = sh(d, sid, "nslookup -type=a allowed.test")
+    assert out["exit_code"] == 0 and ALLOWED in out["stdout"], (out, log(d, sid))
     rc, text = fetch(d, sid, "http://allowed.test/echo-host")
     assert rc == 0, text
     assert json.loads(text) == {"host": "allowed.test", "addr": ALLOWED}, text
