@@ -35,7 +35,7 @@ PATH=$PATH:/usr/sbin:/sbin
 
 # What the guest needs; their dependencies are added (modinfo), soft
 # dependencies are not (libcrc32c's crc32c-intel: crc32c is built in).
-MODULES="virtio_mmio virtio_blk virtio_console virtio_rng erofs"
+MODULES="virtio_mmio virtio_blk virtio_console virtio_rng erofs virtio_net"
 META=linux-image-cloud-amd64
 
 if [ "${1:-}" = --install ] && [ $# -eq 3 ]; then

@@ -12,9 +12,11 @@
  * it is no security boundary of its own:
  *   - a cgroup named after the sandbox whose memory limit covers guest RAM,
  *     QEMU's translation cache and its own overhead;
- *   - new mount, pid, ipc, uts and network namespaces (QEMU is PID 1 of
- *     its pid namespace, so killing it ends everything it could start;
- *     the network namespace is empty: the guest has no NIC);
+ *   - new mount, pid, ipc and uts namespaces (QEMU is PID 1 of its pid
+ *     namespace, so killing it ends everything it could start), and the
+ *     sandbox's network namespace, which the host made as for an ns
+ *     sandbox, with its egress rules (vm-net.c: the guest's NIC is QEMU's
+ *     user-mode network, whose sockets live there);
  *   - a root that is a small tmpfs holding only the kernel, the initramfs,
  *     the two disks, the console log, /dev/null, /dev/urandom (and
  *     /dev/kvm under KVM), and /usr read-only for QEMU's own program,
@@ -99,6 +101,7 @@ struct vm_state {
 	struct vm_monitor mon;      /* QEMU's QMP monitor (vm-pause.c) */
 	struct vm_kept kept;        /* the kept workspace, when it has one (vm-pause.h) */
 	char ident[1024];           /* what a saved state of it needs (state.meta) */
+	struct sandlot_vm_net net;  /* the network namespace QEMU runs in */
 };
 
 /* ---- where things are ----------------------------------------------------------- */
@@ -344,6 +347,13 @@ static unsigned remove_by_link(const char *id, int force, int kill)
 		cleanup_close int fd = open(lock, O_RDONLY | O_CLOEXEC);
 		if (!force && fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0)
 			return 0; /* its owner lives */
+		/* A lock this process cannot see (another mount namespace, a
+		 * data dir it cannot reach) says nothing about its owner: a
+		 * live sandbox of another sandlot must not be killed for it.
+		 * A sandbox whose owner died has lost its QEMU already (its
+		 * parent-death signal); its owner's next start sweeps the rest. */
+		if (!force && fd < 0)
+			return 0;
 		left += (unsigned)sandlot__cgroup_remove_named(id, kill);
 		remove_sandbox_dir(dir);
 		unlink(link);
@@ -375,6 +385,7 @@ static unsigned vm_remove_leftovers(const char *id, int kill)
 struct jail {
 	const struct sandlot_cgroup_join *join;
 	int sync_rd, sync_wr, status_wr, sock, qmp, console_fd;
+	int netns_fd;                  /* the sandbox's network namespace */
 	uid_t uid;
 	int kvm;
 	char mnt[PATH_MAX + 16];       /* where the jail's tmpfs goes */
@@ -411,6 +422,10 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		sys_exit_group(1); /* the parent gave up on us */
+	/* The network namespace the host made (it owns it: nothing in here
+	 * may change its rules), while we still have the right to enter it. */
+	if (sys_setns(j->netns_fd, CLONE_NEWNET) < 0)
+		sys_child_fail(sfd, "enter the sandbox's network namespace");
 	/* Nothing of what follows may reach the host's mount table. */
 	if (sys_mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		sys_child_fail(sfd, "make the mounts private");
@@ -439,6 +454,16 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void jail_main(const struct
 		sys_child_fail(sfd, "bind the workspace disk");
 	if (bind_file(AT_FDCWD, "console.log", j->console, 1) < 0)
 		sys_child_fail(sfd, "bind the console log");
+	/* QEMU's user-mode network sends the guest's DNS (to its 10.0.2.3) to
+	 * the nameserver of this file: the sandbox's DNS listener, on the
+	 * network namespace's loopback (vm-net.c). */
+	static const char resolv[] = "nameserver 127.0.0.1\n";
+	int rfd;
+	if (sys_mkdirat(AT_FDCWD, "etc", 0755) < 0 ||
+	    (rfd = sys_openat(AT_FDCWD, "etc/resolv.conf", O_WRONLY | O_CREAT | O_CLOEXEC, 0644)) < 0 ||
+	    sys_write(rfd, resolv, sizeof(resolv) - 1) != (ssize_t)(sizeof(resolv) - 1))
+		sys_child_fail(sfd, "write the jail's /etc/resolv.conf");
+	sys_close(rfd);
 	/* (chmod: mknod's mode went through the caller's umask.) */
 	if (sys_mknodat(AT_FDCWD, "dev/null", S_IFCHR | 0666, makedev(1, 3)) < 0 ||
 	    sys_fchmodat(AT_FDCWD, "dev/null", 0666) < 0 ||
@@ -659,6 +684,7 @@ static void vm_free(struct vm_state *vm)
 	if (vm->pidfd >= 0)
 		close(vm->pidfd);
 	vm->pidfd = -1;
+	sandlot__vm_net_release(&vm->net);
 	sandlot__cgroup_destroy(vm->cg);
 	vm->cg = NULL;
 	if (vm->dir) {
@@ -733,9 +759,6 @@ static int vm_boot(struct sandlot *sb, int resume, int making_template, sandlot_
 	if (sb->opts.storage == SANDLOT_STORAGE_TMPFS)
 		return sandlot__error(err, ENOTSUP, "tmpfs storage is not supported for vm sandboxes "
 				      "(their workspace is a disk of their own)");
-	if (sb->opts.network != SANDLOT_NET_NONE)
-		return sandlot__error(err, ENOTSUP,
-				      "network access is not supported for vm sandboxes yet");
 	if (!sandlot__vm_accel_usable()) {
 		const char *why;
 		sandlot__vm_accel(&why);
@@ -750,6 +773,7 @@ static int vm_boot(struct sandlot *sb, int resume, int making_template, sandlot_
 	vm->mon.fd = -1;
 	vm->kept = (struct vm_kept)VM_KEPT_INIT;
 	int incoming = 0;
+	sandlot__vm_net_init(&vm->net);
 	vm->kvm = strcmp(sandlot__vm_accel(NULL), "kvm") == 0;
 	cleanup_free char *vm_dir = NULL;
 	cleanup_free struct jail *j = calloc(1, sizeof(*j));
@@ -821,6 +845,10 @@ static int vm_boot(struct sandlot *sb, int resume, int making_template, sandlot_
 			goto fail;
 	}
 	sandlot__trace("vm disk");
+	if (sandlot__vm_net_create(&vm->net, err) < 0)
+		goto fail;
+	sandlot__vm_net_config(&sb->init_cfg);
+	sandlot__trace("vm netns");
 	/* init's part of CONFIG that only this backend knows: the root is
 	 * always an image (the root disk), the workspace is the disk's size.
 	 * RLIMIT_FSIZE a little above it, so that a full disk's ENOSPC (a
@@ -876,7 +904,8 @@ static int vm_boot(struct sandlot *sb, int resume, int making_template, sandlot_
 	qmp_host = fds[0], qmp_child = fds[1];
 
 	/* QEMU's arguments (docs/vm.md). */
-	char mem[32], smp[16], name[64], accel[64];
+	char mem[32], smp[16], name[64], accel[64], netdev[256];
+	sandlot__vm_net_netdev(netdev, sizeof(netdev));
 	snprintf(mem, sizeof(mem), "%lluM", (unsigned long long)(sb->opts.memory_bytes >> 20));
 	unsigned cpus = vm_cpus(sb);
 	snprintf(smp, sizeof(smp), "%u", cpus);
@@ -919,6 +948,8 @@ static int vm_boot(struct sandlot *sb, int resume, int making_template, sandlot_
 		(char *)"-device", (char *)"virtio-rng-device",
 		(char *)"-chardev", (char *)"socket,id=qmp,fd=4",
 		(char *)"-mon", (char *)"chardev=qmp,mode=control",
+		(char *)"-netdev", netdev,
+		(char *)"-device", (char *)"virtio-net-device,netdev=net",
 		NULL,
 	};
 	size_t argc = 0;
@@ -954,14 +985,15 @@ static int vm_boot(struct sandlot *sb, int resume, int making_template, sandlot_
 	j->sock = sock_child;
 	j->qmp = qmp_child;
 	j->console_fd = console_fd;
+	j->netns_fd = vm->net.ns_fd;
 	j->kvm = vm->kvm;
 
 	struct sandlot_cgroup_join join;
 	if (sandlot__cgroup_join_prepare(vm->cg, &join, err) < 0)
 		goto fail;
 	j->join = &join;
-	const unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-				    CLONE_NEWNET;
+	/* No CLONE_NEWNET: the jail joins the sandbox's (jail_main). */
+	const unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
 	int into_cgroup = 0;
 	pid_t pid = launch_jail(j, flags, join.dir_fd, &into_cgroup);
 	int clone_errno = errno;
@@ -1183,17 +1215,16 @@ static pid_t vm_init_pid(const struct sandlot *sb)
 static int vm_port_connect(struct sandlot *sb, uint16_t port, unsigned timeout_ms,
 			   sandlot_error_t **err)
 {
-	(void)sb;
-	(void)port;
-	(void)timeout_ms;
-	return sandlot__error(err, ENOTSUP, "connecting to ports is not supported for vm "
-			      "sandboxes yet");
+	const struct vm_state *vm = sb->backend;
+	if (!vm || vm->pid <= 0)
+		return sandlot__error(err, EPIPE, "the sandbox is gone");
+	return sandlot__vm_net_port_connect(&vm->net, port, timeout_ms, err);
 }
 
 static int vm_netns_fd(const struct sandlot *sb)
 {
-	(void)sb;
-	return -1;
+	const struct vm_state *vm = sb->backend;
+	return vm ? vm->net.ns_fd : -1;
 }
 
 const char *sandlot__accel(const sandlot_t *sb)

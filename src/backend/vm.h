@@ -12,6 +12,7 @@
 #include "common/error.h"
 
 struct sandlot;
+struct sandlot_init_config;
 
 /* The accelerator vm sandboxes of this process use: "kvm" when /dev/kvm
  * is real hardware virtualization that can run a stock kernel, else "tcg"
@@ -78,5 +79,30 @@ int sandlot__vm_prepare(const sandlot_options_t *likely, unsigned count, sandlot
 /* Make the template for sandboxes with these (effective) options now,
  * unless a matching one exists: 0 (made or there), or -1 with err. */
 int sandlot__vm_template_make(const sandlot_options_t *opts, sandlot_error_t **err);
+
+/* ---- the network (vm-net.c) ---- */
+
+/* A vm sandbox's network namespace, which QEMU's jail joins: the host's,
+ * made as an ns sandbox's (linux/netns.h), so that core's egress set-up
+ * (core/network.c) applies to it unchanged. */
+struct sandlot_vm_net {
+	int ns_fd;                  /* -1: none */
+};
+void sandlot__vm_net_init(struct sandlot_vm_net *n);
+/* Make the namespace (loopback up).  0, or -1 with err and n untouched. */
+int sandlot__vm_net_create(struct sandlot_vm_net *n, sandlot_error_t **err);
+/* Close it (the namespace goes once QEMU, its last user, is gone). */
+void sandlot__vm_net_release(struct sandlot_vm_net *n);
+/* CONFIG's network records for the guest's init: its address, gateway,
+ * resolver and relay port. */
+void sandlot__vm_net_config(struct sandlot_init_config *ic);
+/* QEMU's -netdev value (the device is virtio-net-device,netdev=net). */
+void sandlot__vm_net_netdev(char *out, size_t n);
+/* sandlot_port_connect() for a vm sandbox: through the forward into the
+ * guest's relay, to `port` on the guest's loopback.  The connected socket
+ * (blocking), or -1 with err (ECONNREFUSED: nothing listens there;
+ * ETIMEDOUT). */
+int sandlot__vm_net_port_connect(const struct sandlot_vm_net *n, uint16_t port,
+				 unsigned timeout_ms, sandlot_error_t **err);
 
 #endif

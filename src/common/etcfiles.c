@@ -121,14 +121,18 @@ int sandlot__etc_write(int dirfd, const struct sandlot_etc *e, const char **what
 		 "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
 		 e->hostname);
 	snprintf(hn, sizeof(hn), "%s\n", e->hostname);
+	/* sandlot answers DNS there when the sandbox has a network (and, in an
+	 * ns sandbox, every query to port 53 anywhere is redirected to it). */
+	uint32_t ns = e->nameserver ? e->nameserver : 0x7f000001u;
+	char resolv[64];
+	snprintf(resolv, sizeof(resolv), "nameserver %u.%u.%u.%u\n", ns >> 24, (ns >> 16) & 255,
+		 (ns >> 8) & 255, ns & 255);
 	const char *text[] = {
 		passwd,
 		group,
 		"passwd: files\ngroup: files\nshadow: files\n"
 		"hosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
-		/* sandlot answers DNS there when the sandbox has a network
-		 * (and every query to port 53 anywhere is redirected to it). */
-		"nameserver 127.0.0.1\n",
+		resolv,
 		hosts,
 		hn,
 	};

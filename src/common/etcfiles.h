@@ -8,6 +8,7 @@
 #define SANDLOT_COMMON_ETCFILES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Host /etc entries bound read-only into a sandbox on the host image: only
  * entries that hold no secrets and that programs need to run. */
@@ -26,6 +27,9 @@ struct sandlot_etc {
 	/* A built image's /etc: its other users and groups are kept (so its
 	 * files show their owners' names).  -1 for the host image. */
 	int image_etc_fd;
+	/* The resolver resolv.conf names, an IPv4 address as a number (a VM
+	 * guest's); 0: 127.0.0.1, where an ns sandbox's DNS listener is. */
+	uint32_t nameserver;
 };
 
 /* Write every generated file into the directory `dirfd` (created 0644,

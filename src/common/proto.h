@@ -95,6 +95,12 @@ enum sandlot_tag {
 	SL_TAG_SECCOMP = 38,   /* bytes: struct sock_filter array */
 	SL_TAG_TIME = 39,      /* u64: CONFIG (vm): the host's CLOCK_REALTIME in ns */
 	SL_TAG_SEED = 40,      /* bytes: CONFIG (vm): 16 to 64 random bytes for the guest's RNG */
+	/* CONFIG, a VM guest's NIC (IPv4 addresses as u32 numbers). */
+	SL_TAG_NET_ADDR = 41,    /* u32: the guest's address */
+	SL_TAG_NET_PREFIX = 42,  /* u32: its prefix length */
+	SL_TAG_NET_GATEWAY = 43, /* u32: the default route's gateway */
+	SL_TAG_NET_DNS = 44,     /* u32: the resolver /etc/resolv.conf names */
+	SL_TAG_NET_RELAY = 45,   /* u32: TCP port of init's port relay */
 };
 
 /* A decoded frame header. */

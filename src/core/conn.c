@@ -430,6 +430,13 @@ int sandlot__conn_configure(struct sl_conn *c, const struct sandlot_init_config 
 		c->hello = 1;
 		pthread_mutex_unlock(&c->lock);
 	}
+	if (ic->net_addr) {
+		sl_msg_put_u32(&m, SL_TAG_NET_ADDR, ic->net_addr);
+		sl_msg_put_u32(&m, SL_TAG_NET_PREFIX, ic->net_prefix);
+		sl_msg_put_u32(&m, SL_TAG_NET_GATEWAY, ic->net_gateway);
+		sl_msg_put_u32(&m, SL_TAG_NET_DNS, ic->net_dns);
+		sl_msg_put_u32(&m, SL_TAG_NET_RELAY, ic->net_relay);
+	}
 	if (sandlot__conn_send(c, &m, err) < 0)
 		return sandlot__error_wrap(err, "configure sandlot-init");
 	return 0;

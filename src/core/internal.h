@@ -78,6 +78,9 @@ struct sandlot_init_config {
 	/* init sent its HELLO to an earlier connection already (a VM
 	 * restored from a template): this one counts it as read. */
 	int hello_before;
+	/* A VM guest's NIC (NET_* records; 0: none, an ns sandbox's case):
+	 * IPv4 addresses as numbers, the relay's TCP port. */
+	uint32_t net_addr, net_prefix, net_gateway, net_dns, net_relay;
 };
 
 /* Set up conn on a connected socket and hand it to the I/O thread. */

@@ -301,10 +301,6 @@ static void psb_unref_locked(struct psb *ps)
 static int open_one_locked(struct dsb *s, unsigned i, sandlot_error_t **err)
 {
 	struct dport *dp = &s->ports[i];
-	const char *iso = json_string_value(json_object_get(s->options, "isolation"));
-	if (iso && strcmp(iso, "vm") == 0)
-		return sandlot__error(err, ENOTSUP, "exposing ports is not supported for vm sandboxes "
-				      "yet (port %u)", (unsigned)dp->port);
 	uint16_t hp = 0;
 	int fd = bind_listener(dp->hint, &hp, err);
 	if (fd < 0)

@@ -12,6 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Set by init_vm_boot() (vm.c); defined here, where CONFIG is checked
+ * against it. */
+int init__vm_mode;
+
 /* The defaults of what CONFIG leaves out. */
 static void config_defaults(struct init_config *cfg)
 {
@@ -151,6 +155,20 @@ static int decode_record(const struct sl_rec *r, struct init_config *cfg, uint32
 		else
 			cfg->gid = (gid_t)u32;
 		return 0;
+	case SL_TAG_NET_ADDR:
+	case SL_TAG_NET_PREFIX:
+	case SL_TAG_NET_GATEWAY:
+	case SL_TAG_NET_DNS:
+	case SL_TAG_NET_RELAY:
+		if (sl_rec_u32(r, &u32) < 0)
+			return bad(why, n, EPROTO, "CONFIG: malformed NET_* record (tag %u)",
+				   (unsigned)r->tag);
+		*(r->tag == SL_TAG_NET_ADDR      ? &cfg->net_addr
+		  : r->tag == SL_TAG_NET_PREFIX  ? &cfg->net_prefix
+		  : r->tag == SL_TAG_NET_GATEWAY ? &cfg->net_gateway
+		  : r->tag == SL_TAG_NET_DNS     ? &cfg->net_dns
+						 : &cfg->net_relay) = u32;
+		return 0;
 	case SL_TAG_PIDS:
 		if (sl_rec_u32(r, &u32) < 0)
 			return bad(why, n, EPROTO, "CONFIG: malformed PIDS record");
@@ -209,6 +227,15 @@ int init_config_decode(const uint8_t *payload, size_t len, struct init_config *c
 			rc = bad(why, why_size, EINVAL, "CONFIG: no SECCOMP record (the seccomp program)");
 		else if (cfg->tmpfs_storage && cfg->disk == 0)
 			rc = bad(why, why_size, EINVAL, "CONFIG: the TMPFS flag needs a DISK record");
+		else if (cfg->net_addr && (cfg->net_prefix < 1 || cfg->net_prefix > 30 ||
+					   !cfg->net_gateway || !cfg->net_dns ||
+					   cfg->net_relay > 65535))
+			rc = bad(why, why_size, EINVAL,
+				 "CONFIG: NET_ADDR needs NET_PREFIX (1 to 30), NET_GATEWAY and NET_DNS, "
+				 "and NET_RELAY is a TCP port");
+		else if (!cfg->net_addr && (cfg->net_prefix || cfg->net_gateway || cfg->net_dns ||
+					    cfg->net_relay))
+			rc = bad(why, why_size, EINVAL, "CONFIG: NET_* records without NET_ADDR");
 	}
 	if (rc != 0)
 		init_config_free(cfg);
@@ -312,6 +339,12 @@ int init_start(struct init_config *cfg, struct sl_reader *rd)
 	}
 	char why[256];
 	int err = init_config_decode(payload, h.length, cfg, why, sizeof(why));
+	if (err == 0 && cfg->net_addr && !init__vm_mode) {
+		err = EINVAL;
+		snprintf(why, sizeof(why), "CONFIG: NET_* records are for a VM's guest (an ns "
+			 "sandbox's network is the host's to set up)");
+		init_config_free(cfg);
+	}
 	if (err != 0) {
 		send_error(err, why);
 		return -1;

@@ -79,6 +79,9 @@ struct init_config {
 	/* The seccomp program of commands; NULL/0 with no_seccomp. */
 	struct sock_filter *filter;
 	unsigned short filter_len;
+	/* A VM guest's NIC (NET_* records; net_addr 0: none): IPv4 addresses
+	 * as numbers, the port relay's TCP port (0: no relay). */
+	uint32_t net_addr, net_prefix, net_gateway, net_dns, net_relay;
 	char *owned[4];         /* the strings above that were allocated */
 	/* A VM's clock and entropy from the host (TIME, SEED; 0 / 0: none):
 	 * applied at the first CONFIG and at every re-attach (vm.c). */
@@ -150,6 +153,9 @@ int init_vm_configure(const struct init_config *cfg, char *why, size_t len);
  * restored VM's clock is the saved one's, its RNG state a copy).  0, or an
  * errno value with why. */
 int init_vm_clock_and_seed(const struct init_config *cfg, char *why, size_t len);
+/* The guest's NIC and port relay from CONFIG's NET_* records (vm-net.c);
+ * nothing without them.  0, or an errno value with why. */
+int init_vm_net(const struct init_config *cfg, char *why, size_t len);
 
 /* Set by init_vm_boot(). */
 extern int init__vm_mode;

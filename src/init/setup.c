@@ -194,6 +194,7 @@ static int write_generated_etc(const struct init_config *cfg, const char *dir, c
 	struct sandlot_etc e = {
 		.hostname = cfg->hostname, .user_name = cfg->user_name,
 		.uid = (unsigned)cfg->uid, .gid = (unsigned)cfg->gid, .image_etc_fd = ifd,
+		.nameserver = cfg->net_dns,
 	};
 	const char *what;
 	if (sandlot__etc_write(dfd, &e, &what) < 0)

@@ -74,7 +74,6 @@
 #define BLKFLSBUF _IO(0x12, 97)
 #endif
 
-int init__vm_mode;
 
 /* The root the guest switches to out of the initramfs (step 4). */
 #define VM_ROOT "/vm"
@@ -527,6 +526,9 @@ int init_vm_configure(const struct init_config *cfg, char *why, size_t len)
 			return errno;
 		}
 	}
+	e = init_vm_net(cfg, why, len);
+	if (e)
+		return e;
 	if (cfg->tmpfs_storage)
 		return 0; /* init makes a tmpfs; the disk stays unused */
 	e = mount_workspace(why, len);

@@ -368,6 +368,11 @@ static inline int sys_chdir(const char *path)
 	return (int)syscall(__NR_chdir, path);
 }
 
+static inline int sys_setns(int fd, int nstype)
+{
+	return (int)syscall(__NR_setns, fd, nstype);
+}
+
 static inline int sys_fchownat(int dfd, const char *path, uid_t uid, gid_t gid, int flags)
 {
 	return (int)syscall(__NR_fchownat, dfd, path, uid, gid, flags);

@@ -568,21 +568,25 @@ def qemu_guests():
     return out
 
 
-def vm_leftovers(dd, me, own):
+def vm_leftovers(dd, me, own, running=frozenset()):
     """What a vm sandbox of ours left: its QEMU, its files in a data dir
-    (vm/sb-*), its link in /run/sandlot/vm."""
+    (vm/sb-*), its link in /run/sandlot/vm.  Sandboxes in `running` (ids
+    that ran before the test: a module's shared VM) are not leftovers."""
     problems = []
     for p, sid in sorted(qemu_guests().items()):
+        if sid in running:
+            continue
         if is_descendant(p, me) or (ppid(p) in (0, 1) and own.is_ours(sid)):
             problems.append(f"QEMU pid {p} of vm sandbox {sid} still running")
     for d in sorted(glob.glob(f"{dd}/vm/sb-*") + glob.glob(f"{dd}/daemon/*/vm/sb-*")):
-        problems.append(f"vm sandbox files left: {d}")
+        if os.path.basename(d) not in running:
+            problems.append(f"vm sandbox files left: {d}")
     for link in sorted(glob.glob("/run/sandlot/vm/sb-*")):
         try:
             target = os.readlink(link)
         except OSError:
             continue
-        if target.startswith(dd):
+        if target.startswith(dd) and os.path.basename(link) not in running:
             problems.append(f"vm sandbox link left: {link} -> {target}")
     return problems
 
@@ -595,6 +599,7 @@ def snapshot():
         "mounts": sandlot_mounts(),
         "netns": netns_names(),
         "nft_tables": nft_tables(),
+        "vms": frozenset(qemu_guests().values()),
     }
 
 
@@ -649,7 +654,7 @@ def leftovers(before, data_dir, me=None):
         m = re.search(SBID, n)
         if m and own.is_ours(m.group(0)):
             problems.append(f"network namespace left: /run/netns/{n}")
-    problems += vm_leftovers(dd, me, own)
+    problems += vm_leftovers(dd, me, own, before.get("vms", frozenset()))
     for pool, names in sorted(orphaned_prepared_cgroups(dd).items()):
         problems.append(f"prepared cgroups left in {pool} with no process keeping them: "
                         f"{' '.join(sorted(names))}")

@@ -2093,7 +2093,7 @@ static void test_config_refused(void)
 	static const char nul_host[] = { 'a', 0, 'b' };
 	static const uint8_t half[] = { 0x01 };
 	static const struct sock_filter one_insn[1];
-	enum { U32, U64, STR, BYTES, RAW };
+	enum { U32, U64, STR, BYTES, RAW, NET };
 	static const struct bad {
 		int kind;
 		uint16_t tag;
@@ -2120,6 +2120,11 @@ static void test_config_refused(void)
 		{ U32, SL_TAG_FLAGS, 0, NULL, 0, EINVAL, "no SECCOMP record" },
 		{ U32, SL_TAG_FLAGS, SL_CONFIG_NO_SECCOMP | SL_CONFIG_TMPFS, NULL, 0, EINVAL, "DISK" },
 		{ RAW, 0, 0, half, sizeof(half), EPROTO, "truncated record" },
+		/* A VM guest's NIC: complete, and only for a VM's guest. */
+		{ U32, SL_TAG_NET_ADDR, 0x0a00020f, NULL, 0, EINVAL, "NET_ADDR needs NET_PREFIX" },
+		{ U32, SL_TAG_NET_DNS, 0x0a000203, NULL, 0, EINVAL, "NET_* records without NET_ADDR" },
+		{ U64, SL_TAG_NET_RELAY, 1, NULL, 0, EPROTO, "NET_*" },
+		{ NET, 0, 0, NULL, 0, EINVAL, "for a VM's guest" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const struct bad *b = &cases[i];
@@ -2140,6 +2145,12 @@ static void test_config_refused(void)
 			break;
 		case BYTES:
 			sl_msg_put_bytes(&extra, b->tag, b->p, b->len);
+			break;
+		case NET:
+			sl_msg_put_u32(&extra, SL_TAG_NET_ADDR, 0x0a00020f);
+			sl_msg_put_u32(&extra, SL_TAG_NET_PREFIX, 24);
+			sl_msg_put_u32(&extra, SL_TAG_NET_GATEWAY, 0x0a000202);
+			sl_msg_put_u32(&extra, SL_TAG_NET_DNS, 0x0a000203);
 			break;
 		default:
 			sl_msg_put_raw(&extra, b->p, b->len);
