@@ -688,9 +688,6 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 		return sandlot__error(err, ENOTSUP,
 				      "kept workspaces (pause, resume, snapshots) are not supported "
 				      "for vm sandboxes yet");
-	if (sb->opts.storage == SANDLOT_STORAGE_TMPFS)
-		return sandlot__error(err, ENOTSUP, "tmpfs storage is not supported for vm sandboxes "
-				      "(their workspace is a disk of their own)");
 	if (sb->opts.network != SANDLOT_NET_NONE)
 		return sandlot__error(err, ENOTSUP,
 				      "network access is not supported for vm sandboxes yet");
@@ -771,6 +768,13 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	 * clean write error) comes before the rlimit's SIGXFSZ (a kill). */
 	sb->init_cfg.flags |= SL_CONFIG_IMAGE;
 	sb->init_cfg.fsize = sb->opts.disk_bytes + (1ull << 20);
+	/* tmpfs storage: the guest mounts a tmpfs of the disk's size (in the
+	 * guest's memory, charged to the sandbox's cgroup there, as for ns)
+	 * and leaves the disk, which it still expects to find, unused. */
+	if (sb->opts.storage == SANDLOT_STORAGE_TMPFS) {
+		sb->init_cfg.flags |= SL_CONFIG_TMPFS;
+		sb->init_cfg.disk = sb->opts.disk_bytes;
+	}
 	snprintf(path, sizeof(path), "%s/console.log", vm->dir);
 	snprintf(j->console, sizeof(j->console), "%s", path);
 	console_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);

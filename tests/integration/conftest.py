@@ -159,20 +159,25 @@ class Result:
 
 
 class Sandlot:
-    """Runs the CLI with the session's environment."""
+    """Runs the CLI with the session's environment.  With isolation "vm"
+    (the `backends` marker) every `sandlot run` gets --isolation vm, and
+    `vm_env` (the guest's files) is added to its environment."""
 
-    def __init__(self, data_dir):
+    def __init__(self, data_dir, isolation="ns", vm_env=None):
         self.data_dir = Path(data_dir)
+        self.isolation = isolation
         env = dict(os.environ)
         # The tests must not depend on overrides from the caller's shell.
         for k in list(env):
             if k.startswith("SANDLOT_"):
                 del env[k]
         env["SANDLOT_DATA_DIR"] = str(self.data_dir)
+        env.update(vm_env or {})
         self.env = env
 
     def argv(self, args):
-        return [str(SANDLOT), "run", *map(str, args)]
+        iso = ["--isolation", "vm"] if self.isolation == "vm" else []
+        return [str(SANDLOT), "run", *iso, *map(str, args)]
 
     def popen(self, args, *, cwd=None, env=None, extra_env=None, stdin=subprocess.DEVNULL,
               stdout=subprocess.PIPE, stderr=subprocess.PIPE, raw_argv=None):
@@ -300,6 +305,94 @@ _SESSION = {}
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "leftovers: the final no-leftovers check")
+    config.addinivalue_line(
+        "markers", "backends(check=False): a behaviour both backends must have: the test "
+        "runs with isolation ns and vm (the `isolation` fixture); check=True puts its vm "
+        "run in `make check`, the others run in `make check-vm`")
+    config.addinivalue_line("markers", "vm: a test of the vm backend alone (runs in `make "
+                            "check` and `make check-vm`)")
+
+
+# --------------------------------------------------------------------------
+# both backends
+#
+# A test marked `backends` runs twice: [ns] and [vm].  The `sandlot`,
+# `sandlotd` and `isolation` fixtures follow the parameter: `sandlot run
+# --isolation vm`, and a sandlotd started with --default-isolation vm, on
+# the build's guest (build/vm) with the minimal image (images/minimal.recipe,
+# built once per session) as the guest's root.  Under TCG every vm
+# sandbox costs a boot of a few seconds, so which vm runs happen is chosen
+# by SANDLOT_TEST_VM:
+#   check (default)  the vm runs of tests marked backends(check=True): a
+#                    representative subset, about 2 minutes (`make check`);
+#   all              every vm run, and every other test;
+#   only             every vm run, and the tests marked `vm` (test_vm.py,
+#                    test_vm_guest.py), nothing else (`make check-vm`);
+#   none             no vm run (the ThreadSanitizer run).
+# The vm runs not chosen are deselected (pytest's summary counts them),
+# never skipped; a machine without the guest's files skips them, saying
+# which file is missing.
+VM_TESTS = os.environ.get("SANDLOT_TEST_VM", "check")
+if VM_TESTS not in ("check", "all", "only", "none"):
+    raise SystemExit(f"SANDLOT_TEST_VM={VM_TESTS!r}: expected check, all, only or none")
+
+
+def pytest_generate_tests(metafunc):
+    if "isolation" not in metafunc.fixturenames:
+        return
+    if not metafunc.definition.get_closest_marker("backends"):
+        return
+    metafunc.parametrize("isolation", ["ns", "vm"], indirect=True, scope="module")
+
+
+def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        cs = getattr(item, "callspec", None)
+        if cs is None or cs.params.get("isolation") != "vm":
+            if VM_TESTS != "only" or item.get_closest_marker("vm"):
+                keep.append(item)
+            else:
+                drop.append(item)
+            continue
+        m = item.get_closest_marker("backends")
+        if VM_TESTS in ("all", "only") or (VM_TESTS == "check" and m.kwargs.get("check")):
+            keep.append(item)
+        else:
+            drop.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(scope="module")
+def isolation(request):
+    """"ns", or "vm" for the vm run of a test marked `backends`."""
+    iso = getattr(request, "param", "ns")
+    if iso == "vm":
+        from vmguest import missing
+        why = missing()
+        if why:
+            pytest.skip(f"no vm sandbox on this machine: {why}")
+    return iso
+
+
+@pytest.fixture(scope="session")
+def vm_guest_env(session_dirs):
+    """The environment that puts vm sandboxes on this build's guest
+    (SANDLOT_VM_DIR) with images/minimal.recipe as their root
+    (SANDLOT_VM_ROOT): built once per session in a data dir of its own
+    (debootstrap + apt from /var/cache/sandlot: ~20 s once the cache is
+    warm)."""
+    from vmguest import VM_DIR, minimal_root
+    return {"SANDLOT_VM_DIR": str(VM_DIR),
+            "SANDLOT_VM_ROOT": str(minimal_root(session_dirs["base"] / "vm-image"))}
+
+
+@pytest.fixture
+def vm_env(request, isolation):
+    """vm_guest_env for the vm run of a test, {} for its ns run."""
+    return request.getfixturevalue("vm_guest_env") if isolation == "vm" else {}
 
 
 @pytest.fixture(scope="session")
@@ -324,8 +417,8 @@ def session_dirs():
 
 
 @pytest.fixture
-def sandlot(session_dirs):
-    return Sandlot(session_dirs["data_dir"])
+def sandlot(session_dirs, isolation, vm_env):
+    return Sandlot(session_dirs["data_dir"], isolation, vm_env)
 
 
 @pytest.fixture(autouse=True)
@@ -399,12 +492,16 @@ def plain_sandlotd(session_dirs, tmp_path_factory):
 
 
 @pytest.fixture
-def sandlotd(session_dirs, tmp_path_factory):
+def sandlotd(session_dirs, tmp_path_factory, isolation, vm_env):
     """A running sandlotd on a temporary socket and data dir, stopped (and
-    checked to stop cleanly) after the test."""
+    checked to stop cleanly) after the test.  For the vm run of a test
+    marked `backends`, its sandboxes are vm sandboxes by default."""
     from daemon import Daemon
     base = tmp_path_factory.mktemp("sandlotd", numbered=True)
-    d = Daemon(base, data_dir=session_dirs["data_dir"] / "daemon" / base.name).start()
+    extra = ["--default-isolation", "vm"] if isolation == "vm" else []
+    d = Daemon(base, data_dir=session_dirs["data_dir"] / "daemon" / base.name,
+               extra_args=extra, env=vm_env).start()
+    d.isolation = isolation
     yield d
     rc = d.stop()
     assert rc == 0, f"sandlotd exited with {rc} on SIGTERM:\n{d.logs()}"

@@ -569,6 +569,10 @@ def test_json_changes(sandlot, tmp_path):
 
 LONG_PATHS = """
 import os
+
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
 p = '/home/user/' + '/'.join(('d%02d' % i) + 'x' * 247 for i in range(14))
 os.makedirs(p)
 for i in range({n}):

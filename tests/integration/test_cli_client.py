@@ -14,6 +14,10 @@ import pytest
 
 from conftest import SANDLOT, kill_group, read_line_with_deadline, wait_until
 
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
+
 ID_RE = re.compile(r"^sb-[a-z2-7]{26}$")
 TIMEOUT = 60
 

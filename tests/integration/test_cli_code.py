@@ -10,6 +10,10 @@ from conftest import kill_group, read_line_with_deadline
 from test_cli_client import Cli  # noqa: F401  (the client CLI runner)
 from test_cli_client import cli, sb  # noqa: F401  (fixtures)
 
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
+
 
 # ---- sandlot code -----------------------------------------------------------
 

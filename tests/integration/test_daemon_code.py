@@ -13,6 +13,10 @@ import time
 import pytest
 from conftest import wait_until
 
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
+
 NDJSON = {"Accept": "application/x-ndjson"}
 
 

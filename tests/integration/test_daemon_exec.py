@@ -21,6 +21,10 @@ import pytest
 import hostscan
 from conftest import wait_until
 
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
+
 NDJSON = {"Accept": "application/x-ndjson"}
 EXEC_ID = re.compile(r"^ex-[a-z2-7]{26}$")
 

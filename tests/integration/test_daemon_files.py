@@ -21,6 +21,10 @@ import pytest
 from conftest import wait_until
 from daemon import Response
 
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
+
 MIB = 1 << 20
 BIG = 50 * MIB
 

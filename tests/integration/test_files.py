@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
+
 SIZE = 50 * 1024 * 1024
 
 

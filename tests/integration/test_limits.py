@@ -8,6 +8,10 @@ import pytest
 from conftest import kill_group, stop, wait_until
 import hostscan
 
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
+
 
 def unique_sleep():
     """A sleep argument no other process on the host is using."""

@@ -12,31 +12,19 @@ where they can.
 import json
 import os
 import re
-import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 import hostscan
-from conftest import PLAIN_BIN_DIR, SANDLOT, wait_until
+from conftest import SANDLOT, wait_until
 
-VM_DIR = Path(os.environ.get("SANDLOT_VM_DIR") or PLAIN_BIN_DIR.parent / "vm")
+from vmguest import VM_DIR, busybox_root, missing
+
 BOOT = 120  # bound on one boot + command under TCG on a loaded machine
 
-
-def _missing():
-    for f in ("vmlinux", "initramfs.cpio", "kernel-release"):
-        if not (VM_DIR / f).exists():
-            return f"{VM_DIR / f} was not built (make vm: it needs apt-get to download linux-image-cloud-amd64's kernel package)"
-    for tool in ("qemu-system-x86_64", "mkfs.erofs", "mkfs.ext4", "busybox"):
-        if not shutil.which(tool):
-            return f"{tool} is not installed (make test-deps)"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+pytestmark = [pytest.mark.vm, pytest.mark.skipif(missing() is not None, reason=missing() or "")]
 
 
 def hardware_kvm():
@@ -46,24 +34,7 @@ def hardware_kvm():
 @pytest.fixture(scope="module")
 def vm_root(tmp_path_factory):
     """An image root as `sandlot image build` leaves one, from busybox."""
-    tmp = tmp_path_factory.mktemp("vmroot")
-    tree = tmp / "rootfs"
-    (tree / "usr/bin").mkdir(parents=True)
-    (tree / "etc").mkdir()
-    (tree / "var").mkdir()
-    shutil.copy(shutil.which("busybox"), tree / "usr/bin/busybox")
-    for applet in ("sh", "cat", "id", "uname", "echo", "ls", "sleep", "grep", "wc", "true"):
-        (tree / "usr/bin" / applet).symlink_to("busybox")
-    (tree / "bin").symlink_to("usr/bin")
-    (tree / "var/tmp").symlink_to("../tmp")
-    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (tree / "etc/group").write_text("root:x:0:\n")
-    for name in ("hosts", "hostname", "resolv.conf", "nsswitch.conf"):
-        (tree / "etc" / name).write_text("")
-    image = tmp / "root.erofs"
-    subprocess.run(["mkfs.erofs", "-zlz4hc", str(image), str(tree)], check=True,
-                   stdout=subprocess.DEVNULL)
-    return image
+    return busybox_root(tmp_path_factory.mktemp("vmroot"))
 
 
 @pytest.fixture
