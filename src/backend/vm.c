@@ -936,6 +936,16 @@ static int vm_ready(struct sandlot *sb, sandlot_error_t **err)
 	 * says why, better than the console could). */
 	if (hello == 1 && configured != 0)
 		return 0;
+	/* Not yet: a boot the host slowed down goes on (vm-boot.c). */
+	long long cpu_ms = -1;
+	if (!dead && hello >= 0 && !vm_ended_state(vm, NULL)) {
+		sandlot__vm_boot_wait(sb, vm->pid, sb->ops->ready_timeout_ms, &cpu_ms);
+		pthread_mutex_lock(&sb->conn.lock);
+		hello = sb->conn.hello, dead = sb->conn.dead, configured = sb->conn.configured;
+		pthread_mutex_unlock(&sb->conn.lock);
+		if (hello == 1 && configured != 0)
+			return 0;
+	}
 	/* The connection ends when QEMU closes its descriptors on the way
 	 * out, a moment before it can be waited for: give it that moment
 	 * (bounded), so that the error says it exited. */
@@ -957,8 +967,11 @@ static int vm_ready(struct sandlot *sb, sandlot_error_t **err)
 	if (dead)
 		return sandlot__error(err, EPIPE, "the VM's control port closed before its "
 				      "sandlot-init was ready; console: %s", tail);
-	return sandlot__error(err, ETIMEDOUT, "the VM did not boot within %u s; console: %s",
-			      sb->ops->ready_timeout_ms / 1000, tail);
+	if (cpu_ms < 0)
+		return sandlot__error(err, ETIMEDOUT, "the VM did not boot; console: %s", tail);
+	return sandlot__error(err, ETIMEDOUT, "the VM did not boot (QEMU had %lld.%llu s of CPU "
+			      "time; a boot takes about 3 under TCG); console: %s",
+			      cpu_ms / 1000, (unsigned long long)(cpu_ms % 1000) / 100, tail);
 }
 
 static void vm_kill(struct sandlot *sb)

@@ -5,6 +5,7 @@
 #define SANDLOT_BACKEND_VM_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "common/error.h"
 
@@ -28,6 +29,19 @@ int sandlot__vm_accel_usable(void);
  * is nothing).  buf[0..len) is the log's tail (untrusted bytes: any);
  * cut says that its first line is the end of a longer one (dropped). */
 void sandlot__vm_console_summary(const char *buf, size_t len, int cut, char *out, size_t n);
+
+/* QEMU's CPU time so far (user + system, all its threads) in ms, from
+ * /proc/PID/stat; -1 when it cannot be read (the process is gone). */
+long long sandlot__vm_cpu_ms(pid_t pid);
+
+struct sandlot;
+/* vm-boot.c: after ready_timeout_ms (waited_ms) without init ready, wait
+ * on while QEMU (pid qemu) has had less than a few boots' worth of CPU
+ * time and the boot has taken less than a hard limit.  0 once the
+ * connection has settled (ready, refused, closed: the caller looks at
+ * which), -1 when the boot is given up on; *cpu_ms gets QEMU's CPU time
+ * (-1: unknown) either way. */
+int sandlot__vm_boot_wait(struct sandlot *sb, pid_t qemu, unsigned waited_ms, long long *cpu_ms);
 
 /* Whether the probe found KVM usable (for tests of the probe itself):
  * 1 yes, 0 no with the reason in why[0..n). */

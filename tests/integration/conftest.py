@@ -309,8 +309,9 @@ def pytest_configure(config):
         "markers", "backends(check=False): a behaviour both backends must have: the test "
         "runs with isolation ns and vm (the `isolation` fixture); check=True puts its vm "
         "run in `make check`, the others run in `make check-vm`")
-    config.addinivalue_line("markers", "vm: a test of the vm backend alone (runs in `make "
-                            "check` and `make check-vm`)")
+    config.addinivalue_line("markers", "vm(slow=False): a test of the vm backend alone (runs "
+                            "in `make check` and `make check-vm`; slow=True: in `make check-vm` "
+                            "only)")
 
 
 # --------------------------------------------------------------------------
@@ -327,8 +328,10 @@ def pytest_configure(config):
 #                    representative subset, about 2 minutes (`make check`);
 #   all              every vm run, and every other test;
 #   only             every vm run, and the tests marked `vm` (test_vm.py,
-#                    test_vm_guest.py), nothing else (`make check-vm`);
+#                    test_vm_guest.py, test_vm_lifecycle.py), nothing else
+#                    (`make check-vm`);
 #   none             no vm run (the ThreadSanitizer run).
+# (Tests marked vm(slow=True), minutes each, run with all and only.)
 # The vm runs not chosen are deselected (pytest's summary counts them),
 # never skipped; a machine without the guest's files skips them, saying
 # which file is missing.
@@ -350,7 +353,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         cs = getattr(item, "callspec", None)
         if cs is None or cs.params.get("isolation") != "vm":
-            if VM_TESTS != "only" or item.get_closest_marker("vm"):
+            vm = item.get_closest_marker("vm")
+            slow = vm and any(m.kwargs.get("slow") for m in item.iter_markers("vm"))
+            if (VM_TESTS != "only" or vm) and not (slow and VM_TESTS == "check"):
                 keep.append(item)
             else:
                 drop.append(item)
@@ -502,6 +507,45 @@ def sandlotd(session_dirs, tmp_path_factory, isolation, vm_env):
     d = Daemon(base, data_dir=session_dirs["data_dir"] / "daemon" / base.name,
                extra_args=extra, env=vm_env).start()
     d.isolation = isolation
+    if isolation == "vm":
+        fds = daemon_fd_baseline(d)
     yield d
+    if isolation == "vm" and d.proc is not None and d.proc.poll() is None:
+        no_fd_left(d, fds)
     rc = d.stop()
     assert rc == 0, f"sandlotd exited with {rc} on SIGTERM:\n{d.logs()}"
+
+
+def daemon_fds(pid):
+    """{fd: what it is} of process `pid`."""
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            pass
+    return out
+
+
+def daemon_fd_baseline(d):
+    """How many descriptors daemon `d` has once what every sandbox shares
+    is open (the library's I/O thread, the seccomp program): an ns sandbox
+    made and removed first, which costs milliseconds (a vm one, a boot)."""
+    r = d.post("/v1/sandboxes", json_body={"isolation": "ns"})
+    assert r.status == 201, r
+    assert d.delete(f"/v1/sandboxes/{r.json()['id']}").status in (200, 204)
+    return len(daemon_fds(d.pid))
+
+
+def no_fd_left(d, baseline):
+    """After a test of vm sandboxes: once every sandbox is deleted, daemon
+    `d` holds no more descriptors than `baseline` (a vm sandbox has a
+    pidfd, a lock, its control socket and QEMU's console: none may stay)."""
+    for sb in d.get("/v1/sandboxes").json()["sandboxes"]:
+        r = d.delete(f"/v1/sandboxes/{sb['id']}", timeout=120)
+        assert r.status in (200, 204, 404, 410), r
+    if not wait_until(lambda: len(daemon_fds(d.pid)) <= baseline, 10):
+        fds = sorted(daemon_fds(d.pid).items())
+        raise AssertionError(f"sandlotd holds {len(fds)} descriptors after its vm sandboxes "
+                             f"were deleted, {baseline} before the test:\n" +
+                             "\n".join(f"  {fd} -> {t}" for fd, t in fds))

@@ -97,9 +97,22 @@ def test_isolation_is_checked(sandlot, vm_env):
     r = sandlot.run(["--isolation", "vm", "--memory", "64M", "--", "true"], extra_env=vm_env)
     assert r.rc == 125, r
     assert "a vm sandbox needs at least 128M of memory" in r.stderr, r
-    r = sandlot.run(["--isolation", "vm", "--storage", "tmpfs", "--", "true"], extra_env=vm_env)
-    assert r.rc == 125, r
-    assert "tmpfs storage is not supported for vm sandboxes" in r.stderr, r
+
+
+def test_tmpfs_storage_is_the_guests_tmpfs(sandlot, vm_env):
+    """--storage tmpfs: /home/user and /tmp on a tmpfs of the disk's size
+    in the guest (test_limits' disk quota tests check the limit), not on
+    the workspace disk."""
+    r = sandlot.run(["--isolation", "vm", "--storage", "tmpfs", "--disk", "64M", "--", "sh", "-c",
+                     "echo x > /home/user/f && cat /home/user/f && cat /proc/mounts"],
+                    extra_env=vm_env, timeout=BOOT)
+    assert r.rc == 0, r
+    lines = r.stdout.splitlines()
+    assert lines[0] == "x", r
+    home = [ln.split() for ln in lines if ln.split()[1:2] == ["/home/user"]]
+    assert home and home[-1][2] == "tmpfs", r.stdout
+    assert "size=65536k" in home[-1][3], home
+    assert not [ln for ln in lines if ln.startswith("/dev/vd") and " ext4 " in ln], r.stdout
 
 
 def test_a_broken_root_names_what_the_guest_said(sandlot, vm_env, tmp_path):
