@@ -12,6 +12,10 @@ import pytest
 from conftest import wait_cleanup, SANDLOT, stop, read_line_with_deadline, wait_until
 import hostscan
 
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
+
 
 # ---- exit statuses and output ---------------------------------------------
 
@@ -569,10 +573,6 @@ def test_json_changes(sandlot, tmp_path):
 
 LONG_PATHS = """
 import os
-
-# Behaviour both backends must have: each test runs with isolation ns and vm
-# (conftest.py, `backends`).
-pytestmark = pytest.mark.backends
 p = '/home/user/' + '/'.join(('d%02d' % i) + 'x' * 247 for i in range(14))
 os.makedirs(p)
 for i in range({n}):
