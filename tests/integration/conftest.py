@@ -175,6 +175,28 @@ class Sandlot:
         env.update(vm_env or {})
         self.env = env
 
+    # What a vm sandbox's boot may add to a run: seconds under TCG, and up
+    # to the backend's own bound (300 s, vm-boot.c) on a loaded machine.
+    VM_BOOT = 300
+
+    @property
+    def slack(self):
+        """How many times longer than in an ns sandbox a command may take
+        to react (a kill, an exit) in a vm sandbox: its kernel is
+        emulated (TCG), and QEMU may get a small share of a CPU."""
+        return 1 if self.isolation == "ns" else 8
+
+    def within(self, seconds):
+        """A bound on a whole run's wall time that is `seconds` with ns:
+        for vm, scaled by slack, plus what the boot may take."""
+        return seconds if self.isolation == "ns" else seconds * self.slack + self.VM_BOOT
+
+    @property
+    def small_memory(self):
+        """The smallest --memory the tests use: 64M, or the 128M a vm
+        sandbox needs at least (its kernel's)."""
+        return "64M" if self.isolation == "ns" else "128M"
+
     def argv(self, args):
         iso = ["--isolation", "vm"] if self.isolation == "vm" else []
         return [str(SANDLOT), "run", *iso, *map(str, args)]
@@ -192,6 +214,8 @@ class Sandlot:
     def run(self, args, *, input=None, timeout=DEFAULT_TIMEOUT, cwd=None, env=None,
             extra_env=None, raw_argv=None):
         """Run `sandlot run ARGS...` to completion and return a Result."""
+        if self.isolation == "vm":
+            timeout += self.VM_BOOT
         t0 = time.monotonic()
         p = self.popen(args, cwd=cwd, env=env, extra_env=extra_env,
                        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
@@ -309,6 +333,9 @@ def pytest_configure(config):
         "markers", "backends(check=False): a behaviour both backends must have: the test "
         "runs with isolation ns and vm (the `isolation` fixture); check=True puts its vm "
         "run in `make check`, the others run in `make check-vm`")
+    config.addinivalue_line("markers", "ns_only(reason): in a module marked `backends`, a test "
+                            "that runs with ns sandboxes only, and why (it watches what only "
+                            "an ns sandbox shows the host, or needs more VMs than a test should)")
     config.addinivalue_line("markers", "vm(slow=False): a test of the vm backend alone (runs "
                             "in `make check` and `make check-vm`; slow=True: in `make check-vm` "
                             "only)")
@@ -344,6 +371,10 @@ def pytest_generate_tests(metafunc):
     if "isolation" not in metafunc.fixturenames:
         return
     if not metafunc.definition.get_closest_marker("backends"):
+        return
+    ns_only = metafunc.definition.get_closest_marker("ns_only")
+    if ns_only:
+        assert ns_only.kwargs.get("reason"), f"{metafunc.definition.nodeid}: ns_only needs a reason"
         return
     metafunc.parametrize("isolation", ["ns", "vm"], indirect=True, scope="module")
 

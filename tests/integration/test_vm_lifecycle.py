@@ -135,8 +135,9 @@ def test_inside_the_guest(vm_daemon):
             assert f" {point} " not in mounts, f"host mount {point} in the guest:\n{mounts}"
     assert str(d.data_dir) not in mounts
     # Memory: the command is OOM-killed, the sandbox lives.
-    out = run("python3 -c 'b = bytearray(1 << 30); print(len(b))'")
+    out = run("python3 -c 'b = bytearray(300 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1'")
     assert out["oom_killed"] is True and out["signal"] == 9, out
+    assert run("echo alive")["stdout"] == "alive\n"
     # Pids: forks beyond the limit fail, and are counted.
     out = run("for i in $(seq 1 64); do sleep 5 & done 2>/dev/null; wait; echo done")
     assert out["pids_limited"] is True, out
