@@ -322,6 +322,7 @@ def _sandbox_has(cli, sid, name):
     return name in r.stdout
 
 
+@pytest.mark.backends(check=True)
 def test_exec_interrupt_kills_the_command(cli, sb):
     p = cli.popen(["exec", sb, "--", "sh", "-c", "echo started; exec sleep 7777"])
     try:
@@ -357,6 +358,7 @@ def test_exec_closed_stdout_stops_the_command(cli, sb):
     assert wait_until(lambda: not _sandbox_has(cli, sb, "yes"), 10)
 
 
+@pytest.mark.backends(check=True)
 def test_exec_interactive_stdin(cli, sb):
     r = cli("exec", "-i", sb, "--", "sh", "-c", "tr a-z A-Z; echo done >&2; exit 5",
             input=b"hello\nworld\n")
@@ -418,6 +420,7 @@ def test_cp_into_directories_keeps_names_and_exec_bit(cli, sb, tmp_path):
     assert os.stat(out / "tool.sh").st_mode & 0o100
 
 
+@pytest.mark.backends(check=True)
 def test_cp_directory_tree_both_ways(cli, sb, tmp_path):
     src = tmp_path / "proj"
     (src / "a" / "b").mkdir(parents=True)

@@ -146,6 +146,7 @@ def test_buffered_command_exit_code_and_stderr(sb):
     assert r["exit_code"] is None and r["signal"] == 15, r
 
 
+@pytest.mark.backends(check=True)
 def test_state_persists_between_execs(sb):
     d, sid = sb
     assert d.exec(sid, command="echo 42 > state.txt")["exit_code"] == 0
@@ -164,6 +165,7 @@ def test_env_and_cwd(sb):
     assert r["exit_code"] == 126 and r["error"], r
 
 
+@pytest.mark.backends(check=True)
 def test_stdin_text_and_base64(sb):
     d, sid = sb
     r = d.exec(sid, argv=["cat"], stdin="line one\nline two\n")
@@ -210,6 +212,7 @@ def test_output_limit_truncates(sb):
     assert len(r["stdout"]) == 1 << 20 and r["truncated"] is True  # default 1 MiB
 
 
+@pytest.mark.backends(check=True)
 def test_timeout_kills_the_process_group(sb):
     d, sid = sb
     tag = f"{random.randint(100000, 999999)}"
@@ -231,6 +234,7 @@ def test_timeout_zero_means_none(sb):
     assert r["stdout"] == "ok\n" and r["timed_out"] is False, r
 
 
+@pytest.mark.backends(check=True)
 def test_oom_in_small_sandbox(sandlotd, isolation):
     # (A vm sandbox needs 128M at least: its kernel's.)
     sid = sandlotd.create(memory="64M" if isolation == "ns" else "128M")
@@ -275,6 +279,7 @@ def by_path(changes):
     return {c["path"].rsplit("/", 1)[-1]: c for c in changes}
 
 
+@pytest.mark.backends(check=True)
 def test_exec_results_carry_changes(sb):
     d, sid = sb
     r1 = d.exec(sid, command="echo hello > a.txt; mkdir newdir; echo x > newdir/b.bin")
@@ -381,6 +386,7 @@ def test_changes_of_a_streamed_exec(sb):
 
 # ---- NDJSON streaming -------------------------------------------------------
 
+@pytest.mark.backends(check=True)
 def test_stream_output_arrives_live(sb):
     d, sid = sb
     t0 = time.monotonic()
@@ -587,6 +593,7 @@ def test_100_concurrent_streams_across_20_sandboxes(sandlotd):
 
 # ---- background execs -------------------------------------------------------
 
+@pytest.mark.backends(check=True)
 def test_background_stdin_status_follow(sb):
     d, sid = sb
     r = post_exec(d, sid, {"command": "read a; echo got $a; read b; echo got $b >&2; sleep 0.3; echo bye",
@@ -648,6 +655,7 @@ def test_background_stdin_status_follow(sb):
     assert_error(r, 409)
 
 
+@pytest.mark.backends(check=True)
 def test_background_kill(sb):
     d, sid = sb
     tag = f"{random.randint(100000, 999999)}"
