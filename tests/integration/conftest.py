@@ -192,6 +192,13 @@ class Sandlot:
         return seconds if self.isolation == "ns" else seconds * self.slack + self.VM_BOOT
 
     @property
+    def disk_full_error(self):
+        """What a write past --disk fails with: the storage pool's quota
+        (EDQUOT) for ns, the workspace disk's ENOSPC for vm (as for ns
+        with tmpfs storage): docs/vm.md."""
+        return "Disk quota exceeded" if self.isolation == "ns" else "No space left on device"
+
+    @property
     def small_memory(self):
         """The smallest --memory the tests use: 64M, or the 128M a vm
         sandbox needs at least (its kernel's)."""

@@ -173,10 +173,10 @@ def test_pids_limit_counts_whole_sandbox(sandlot):
 
 # ---- disk ---------------------------------------------------------------------
 
-# A write past --disk fails with EDQUOT ("Disk quota exceeded"): the quota of
-# the workspace's directory in the storage pool (btrfs quota groups; see
-# src/linux/storage.h for why not ENOSPC).  tmpfs storage says ENOSPC.
-QUOTA_ERROR = "Disk quota exceeded"
+# A write past --disk fails with EDQUOT ("Disk quota exceeded") in an ns
+# sandbox: the quota of the workspace's directory in the storage pool (btrfs
+# quota groups; see src/linux/storage.h for why not ENOSPC).  tmpfs storage
+# and a vm sandbox's disk say ENOSPC (Sandlot.disk_full_error).
 
 
 def test_disk_quota(sandlot):
@@ -184,7 +184,7 @@ def test_disk_quota(sandlot):
               "rm -f big; echo ok > small && cat small")
     r = sandlot.sh(script, "--disk", "32M", timeout=60)
     assert r.rc == 0, r
-    assert QUOTA_ERROR in r.stderr, r
+    assert sandlot.disk_full_error in r.stderr, r
     assert "dd=1" in r.stdout, r
     assert r.stdout.endswith("ok\n"), "the workspace is unusable after filling it"
 
@@ -194,7 +194,7 @@ def test_tmp_shares_the_disk_quota(sandlot):
               "dd if=/dev/zero of=b bs=1M count=20; echo dd=$?")
     r = sandlot.sh(script, "--disk", "32M", timeout=60)
     assert "first-ok" in r.stdout, r
-    assert QUOTA_ERROR in r.stderr, r
+    assert sandlot.disk_full_error in r.stderr, r
     assert "dd=1" in r.stdout, r
 
 
@@ -214,7 +214,7 @@ def test_disk_default_is_1g(sandlot):
     # does not (and neither file is ever written).
     r = sandlot.sh("fallocate -l 1000M a && echo first-ok; fallocate -l 100M b; echo rc=$?")
     assert "first-ok" in r.stdout and "rc=1" in r.stdout, r
-    assert QUOTA_ERROR in r.stderr, r
+    assert sandlot.disk_full_error in r.stderr, r
 
 
 def test_upload_bigger_than_disk_fails_loudly(sandlot, tmp_path):
@@ -224,7 +224,7 @@ def test_upload_bigger_than_disk_fails_loudly(sandlot, tmp_path):
     r = sandlot.run(["--disk", "16M", "-u", big, "--", "sh", "-c", "echo ran; ls -la"], cwd=tmp_path,
                     timeout=60)
     assert r.rc == 125, r
-    assert "big.bin" in r.stderr and QUOTA_ERROR in r.stderr, r
+    assert "big.bin" in r.stderr and sandlot.disk_full_error in r.stderr, r
     assert b"ran" not in r.out, "the command ran after a failed upload"
 
 
