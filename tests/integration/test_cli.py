@@ -31,6 +31,7 @@ def test_true_and_false(sandlot):
     assert sandlot.run(["--", "false"]).rc == 1
 
 
+@pytest.mark.backends(check=True)
 def test_stdout_and_stderr_are_separate(sandlot):
     r = sandlot.sh("echo out1; echo err1 >&2; echo out2; echo err2 >&2; exit 3")
     assert r.rc == 3, r
@@ -56,6 +57,7 @@ def test_argv_is_passed_verbatim_not_through_a_shell(sandlot):
     assert json.loads(r.out) == args, r
 
 
+@pytest.mark.backends(check=True)
 def test_output_streams_live(sandlot):
     """A line printed before a sleep arrives while the command still runs."""
     p = sandlot.popen(["--", "sh", "-c", "echo first; sleep 4; echo second"])
@@ -341,6 +343,7 @@ def test_interactive_passes_stdin(sandlot):
     assert r.out == b"got:hello\n%d\n" % (len(data) - 6), r
 
 
+@pytest.mark.backends(check=True)
 def test_interactive_binary_stdin_round_trip(sandlot):
     import hashlib
     data = os.urandom(5 * 1024 * 1024)

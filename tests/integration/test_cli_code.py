@@ -144,6 +144,7 @@ def test_unreachable_daemon(tmp_path):
 
 # ---- sandlot run --lang -----------------------------------------------------
 
+@pytest.mark.backends(check=True)
 def test_run_lang_inline(sandlot):
     r = sandlot.run(["--lang", "python", "-c", "import sys; print(sys.argv[1:], 6 * 7)", "a", "b"])
     assert r.rc == 0 and r.stdout == "['a', 'b'] 42\n", r

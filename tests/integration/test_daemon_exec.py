@@ -165,7 +165,6 @@ def test_env_and_cwd(sb):
     assert r["exit_code"] == 126 and r["error"], r
 
 
-@pytest.mark.backends(check=True)
 def test_stdin_text_and_base64(sb):
     d, sid = sb
     r = d.exec(sid, argv=["cat"], stdin="line one\nline two\n")

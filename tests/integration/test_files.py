@@ -180,6 +180,7 @@ def test_download_directory(sandlot, tmp_path):
         assert got[name][1] == h, name
 
 
+@pytest.mark.backends(check=True)
 def test_directory_round_trip(sandlot, tmp_path):
     src = tmp_path / "tree"
     make_tree(src)

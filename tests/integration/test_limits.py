@@ -37,6 +37,7 @@ def test_timeout_in_json(sandlot):
     assert 450 <= j["duration_ms"] < 3000 * sandlot.slack, j
 
 
+@pytest.mark.backends(check=True)
 def test_timeout_with_setsid_and_double_fork(sandlot):
     """Children that left the process group (setsid, double fork) are killed
     too, and do not keep sandlot waiting."""
@@ -106,6 +107,7 @@ def test_no_core_dump_left(sandlot):
 TOUCH_300M = "b = bytearray(300 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('survived')"
 
 
+@pytest.mark.backends(check=True)
 def test_oom_is_killed_and_reported(sandlot):
     r = sandlot.run(["--memory", sandlot.small_memory, "--json", "--", "python3", "-c", TOUCH_300M], timeout=60)
     assert r.rc == 137, r
@@ -138,6 +140,7 @@ def test_sandbox_survives_oom_of_one_process(sandlot):
 
 # ---- processes ----------------------------------------------------------------
 
+@pytest.mark.backends(check=True)
 def test_fork_bomb_is_contained(sandlot):
     """A bounded fork loop far above --pids: forks are refused, the command
     ends, the host is unharmed, and --json says pids_limited."""
@@ -179,6 +182,7 @@ def test_pids_limit_counts_whole_sandbox(sandlot):
 # and a vm sandbox's disk say ENOSPC (Sandlot.disk_full_error).
 
 
+@pytest.mark.backends(check=True)
 def test_disk_quota(sandlot):
     script = ("dd if=/dev/zero of=big bs=1M count=64; echo dd=$?; "
               "rm -f big; echo ok > small && cat small")
@@ -198,6 +202,7 @@ def test_tmp_shares_the_disk_quota(sandlot):
     assert "dd=1" in r.stdout, r
 
 
+@pytest.mark.backends(check=True)
 def test_disk_quota_with_tmpfs_storage(sandlot):
     """The SANDLOT_STORAGE=tmpfs fallback enforces the same quota, with the
     same error (ENOSPC, not a SIGXFSZ kill)."""
