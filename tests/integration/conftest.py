@@ -433,7 +433,7 @@ def vm_guest_env(session_dirs):
 
 
 @pytest.fixture
-def vm_env(request, isolation):
+def isolation_env(request, isolation):
     """vm_guest_env for the vm run of a test, {} for its ns run."""
     return request.getfixturevalue("vm_guest_env") if isolation == "vm" else {}
 
@@ -460,8 +460,8 @@ def session_dirs():
 
 
 @pytest.fixture
-def sandlot(session_dirs, isolation, vm_env):
-    return Sandlot(session_dirs["data_dir"], isolation, vm_env)
+def sandlot(session_dirs, isolation, isolation_env):
+    return Sandlot(session_dirs["data_dir"], isolation, isolation_env)
 
 
 @pytest.fixture(autouse=True)
@@ -535,7 +535,7 @@ def plain_sandlotd(session_dirs, tmp_path_factory):
 
 
 @pytest.fixture
-def sandlotd(session_dirs, tmp_path_factory, isolation, vm_env):
+def sandlotd(session_dirs, tmp_path_factory, isolation, isolation_env):
     """A running sandlotd on a temporary socket and data dir, stopped (and
     checked to stop cleanly) after the test.  For the vm run of a test
     marked `backends`, its sandboxes are vm sandboxes by default."""
@@ -543,7 +543,7 @@ def sandlotd(session_dirs, tmp_path_factory, isolation, vm_env):
     base = tmp_path_factory.mktemp("sandlotd", numbered=True)
     extra = ["--default-isolation", "vm"] if isolation == "vm" else []
     d = Daemon(base, data_dir=session_dirs["data_dir"] / "daemon" / base.name,
-               extra_args=extra, env=vm_env).start()
+               extra_args=extra, env=isolation_env).start()
     d.isolation = isolation
     if isolation == "vm":
         fds = daemon_fd_baseline(d)
