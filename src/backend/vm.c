@@ -755,8 +755,13 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	j->uid = vm->slot.base;
 	sandlot__trace("vm files");
 
-	/* The workspace disk: a sparse copy of an empty ext4 of its size. */
-	if (empty_ext4(vm_root, sb->opts.disk_bytes, empty, sizeof(empty), err) < 0)
+	/* The workspace disk: a sparse copy of an empty ext4, larger than the
+	 * sandbox's disk size by what ext4's own metadata takes (inode tables,
+	 * bitmaps, extent blocks: 3 of 32 MiB, 19 of 1024 MiB), so that it
+	 * holds at least that size of files, as an ns sandbox's quota does
+	 * (`fallocate -l 1000M` failed on a disk of exactly 1 GiB). */
+	uint64_t disk_file = sb->opts.disk_bytes + sb->opts.disk_bytes / 16 + (4ull << 20);
+	if (empty_ext4(vm_root, disk_file, empty, sizeof(empty), err) < 0)
 		goto fail;
 	snprintf(j->work, sizeof(j->work), "%s/work.img", vm->dir);
 	if (sparse_copy(empty, j->work, j->uid, err) < 0)
@@ -764,10 +769,11 @@ static int vm_start(struct sandlot *sb, sandlot_error_t **err)
 	sandlot__trace("vm disk");
 	/* init's part of CONFIG that only this backend knows: the root is
 	 * always an image (the root disk), the workspace is the disk's size.
-	 * RLIMIT_FSIZE a little above it, so that a full disk's ENOSPC (a
-	 * clean write error) comes before the rlimit's SIGXFSZ (a kill). */
+	 * RLIMIT_FSIZE a little above the disk file, so that a full disk's
+	 * ENOSPC (a clean write error) comes before the rlimit's SIGXFSZ (a
+	 * kill). */
 	sb->init_cfg.flags |= SL_CONFIG_IMAGE;
-	sb->init_cfg.fsize = sb->opts.disk_bytes + (1ull << 20);
+	sb->init_cfg.fsize = disk_file + (1ull << 20);
 	/* tmpfs storage: the guest mounts a tmpfs of the disk's size (in the
 	 * guest's memory, charged to the sandbox's cgroup there, as for ns)
 	 * and leaves the disk, which it still expects to find, unused. */
