@@ -354,8 +354,8 @@ def pytest_configure(config):
 # A test marked `backends` runs twice: [ns] and [vm].  The `sandlot`,
 # `sandlotd` and `isolation` fixtures follow the parameter: `sandlot run
 # --isolation vm`, and a sandlotd started with --default-isolation vm, on
-# the build's guest (build/vm) with the minimal image (images/minimal.recipe,
-# built once per session) as the guest's root.  Under TCG every vm
+# the build's guest (build/vm) with tests/integration/vm-root.recipe (python3
+# and node, built once per session) as the guest's root.  Under TCG every vm
 # sandbox costs a boot of a few seconds, so which vm runs happen is chosen
 # by SANDLOT_TEST_VM:
 #   check (default)  the vm runs of tests marked backends(check=True): a
@@ -423,13 +423,14 @@ def isolation(request):
 @pytest.fixture(scope="session")
 def vm_guest_env(session_dirs):
     """The environment that puts vm sandboxes on this build's guest
-    (SANDLOT_VM_DIR) with images/minimal.recipe as their root
-    (SANDLOT_VM_ROOT): built once per session in a data dir of its own
-    (debootstrap + apt from /var/cache/sandlot: ~20 s once the cache is
-    warm)."""
-    from vmguest import VM_DIR, minimal_root
-    return {"SANDLOT_VM_DIR": str(VM_DIR),
-            "SANDLOT_VM_ROOT": str(minimal_root(session_dirs["base"] / "vm-image"))}
+    (SANDLOT_VM_DIR) with tests/integration/vm-root.recipe as their root
+    (SANDLOT_VM_ROOT: python3 and node, which the tests use from the host
+    image in ns sandboxes): built once per session in a data dir of its
+    own (debootstrap + apt from /var/cache/sandlot: 20 to 40 s once the
+    cache is warm)."""
+    from vmguest import VM_DIR, recipe_root
+    root = recipe_root(session_dirs["base"] / "vm-image", Path(__file__).parent / "vm-root.recipe")
+    return {"SANDLOT_VM_DIR": str(VM_DIR), "SANDLOT_VM_ROOT": str(root)}
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ SIGKILL leaves no QEMU, disk, cgroup or link behind once it restarts, and
 reports its vm sandboxes lost; from inside the guest, its limits and kills.
 
 These need what test_vm.py needs (build/vm, QEMU); the guest's root is the
-minimal image of the session (conftest.py's vm_guest_env), as for the vm runs
+image of the session (vm-root.recipe: conftest.py's vm_guest_env), as for the vm runs
 of the cross-backend tests.
 """
 import os

@@ -1,7 +1,8 @@
 """The vm backend's guest for the tests and benchmarks (docs/vm.md): where
 its files are and what a machine lacks to boot it (missing()), the roots
 vm sandboxes are tested on (busybox_root(): a small erofs from busybox;
-minimal_root(): images/minimal.recipe built), and a test-only host: QEMU
+recipe_root(): an image recipe built, vm-root.recipe for the cross-backend
+tests), and a test-only host: QEMU
 with the vm backend's arguments and a minimal client of spec/protocol.md
 over the guest's control port.  Used by conftest.py (the vm runs of tests
 marked `backends`), test_vm.py, test_vm_guest.py, test_images.py and
@@ -86,24 +87,23 @@ def busybox_root(tmp):
     return image
 
 
-def minimal_root(data_dir, sandlot=None):
-    """images/minimal.recipe (bash, coreutils, python3) built with `sandlot
-    image build` in data directory `data_dir` (once: a second call finds
-    it), for vm sandboxes that run what the cross-backend tests run; the
-    path of its rootfs.erofs.  The package cache is the machine's
-    (/var/cache/sandlot), so a warm build takes about 20 s."""
+def recipe_root(data_dir, recipe, sandlot=None):
+    """The image of `recipe` built with `sandlot image build` in data
+    directory `data_dir` (once: a second call finds it); the path of its
+    rootfs.erofs.  The package cache is the machine's
+    (/var/cache/sandlot), so a build with a warm cache takes 20 to 40 s."""
     from conftest import SANDLOT
     data_dir = Path(data_dir)
-    names = data_dir / "images" / "names" / "minimal"
+    name = Path(recipe).stem
+    names = data_dir / "images" / "names" / name
     if not names.exists():
         env = {k: v for k, v in os.environ.items() if not k.startswith("SANDLOT_")}
         env["SANDLOT_DATA_DIR"] = str(data_dir)
-        p = subprocess.run([str(sandlot or SANDLOT), "image", "build", "-q",
-                            str(REPO / "images" / "minimal.recipe")],
+        p = subprocess.run([str(sandlot or SANDLOT), "image", "build", "-q", str(recipe)],
                            env=env, capture_output=True, text=True, timeout=900)
-        assert p.returncode == 0, f"building images/minimal.recipe for vm sandboxes failed:\n{p.stderr[-4000:]}"
+        assert p.returncode == 0, f"building {recipe} for vm sandboxes failed:\n{p.stderr[-4000:]}"
     image = (names / "rootfs.erofs").resolve()
-    assert image.exists(), f"no {image} after building images/minimal.recipe"
+    assert image.exists(), f"no {image} after building {recipe}"
     return image
 
 
