@@ -361,9 +361,9 @@ def pytest_configure(config):
 #   check (default)  the vm runs of tests marked backends(check=True): a
 #                    representative subset, about 2 minutes (`make check`);
 #   all              every vm run, and every other test;
-#   only             every vm run, and the tests marked `vm` (test_vm.py,
-#                    test_vm_guest.py, test_vm_lifecycle.py), nothing else
-#                    (`make check-vm`);
+#   only             every vm run, the tests marked `vm` (test_vm.py,
+#                    test_vm_guest.py, test_vm_lifecycle.py) and the final
+#                    leftovers check, nothing else (`make check-vm`);
 #   none             no vm run (the ThreadSanitizer run).
 # (Tests marked vm(slow=True), minutes each, run with all and only.)
 # The vm runs not chosen are deselected (pytest's summary counts them),
@@ -393,7 +393,8 @@ def pytest_collection_modifyitems(config, items):
         if cs is None or cs.params.get("isolation") != "vm":
             vm = item.get_closest_marker("vm")
             slow = vm and any(m.kwargs.get("slow") for m in item.iter_markers("vm"))
-            if (VM_TESTS != "only" or vm) and not (slow and VM_TESTS == "check"):
+            last = item.get_closest_marker("leftovers")  # test_zz_leftovers: always
+            if (VM_TESTS != "only" or vm or last) and not (slow and VM_TESTS == "check"):
                 keep.append(item)
             else:
                 drop.append(item)
