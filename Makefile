@@ -21,14 +21,15 @@ BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev musl-tools libseccomp-de
 # dnsmasq-base, openssl, socat, curl, nftables: the fake internet of the network tests
 # clang, libclang-rt-14-dev: libFuzzer targets (scripts/fuzz.sh)
 # qemu-system-x86, busybox-static: the vm guest's tests boot it under QEMU on a busybox root
-TEST_DEPS = python3-pytest python3-venv python-is-python3 bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy dnsmasq-base openssl socat curl nftables clang libclang-rt-14-dev qemu-system-x86 busybox-static
+# haproxy: the fleet's proxy (deploy/haproxy), run by tests/fleet and checked with haproxy -c
+TEST_DEPS = haproxy python3-pytest python3-venv python-is-python3 bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy dnsmasq-base openssl socat curl nftables clang libclang-rt-14-dev qemu-system-x86 busybox-static
 
-.PHONY: all vm deps test-deps demo check check-vm unit asan tsan fuzz integration mcp-check ts-check e2b-check e2b-js-check e2b-py-check image-minimal image-python-data clean
+.PHONY: all vm deps test-deps demo check check-vm unit asan tsan fuzz integration fleet-check fleet-manifests-check mcp-check ts-check e2b-check e2b-js-check e2b-py-check image-minimal image-python-data clean
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 	@mkdir -p $(BUILD)/bin
-	@cp -f $(BUILD)/src/cli/sandlot $(BUILD)/src/cli/sandlot-client $(BUILD)/src/init/sandlot-init $(BUILD)/src/daemon/sandlotd $(BUILD)/bin/
+	@cp -f $(BUILD)/src/cli/sandlot $(BUILD)/src/cli/sandlot-client $(BUILD)/src/init/sandlot-init $(BUILD)/src/daemon/sandlotd $(BUILD)/src/gateway/sandlot-gateway $(BUILD)/bin/
 
 $(BUILD)/build.ninja:
 	$(MESON) setup $(BUILD)
@@ -131,6 +132,25 @@ ts-check: all
 	cd clients/typescript && $(NPM) ci --no-audit --no-fund --prefer-offline --loglevel=error
 	cd clients/typescript && $(NPM) run --silent build && $(NPM) run --silent build:test
 	cd clients/typescript && node --test --test-concurrency=1 --test-reporter=$(TS_REPORTER) dist-test/*.test.js
+
+# The fleet (docs/fleet.md): deploy/ checked offline (kustomize renders,
+# kubernetes-types type-checks every object, haproxy -c, the Nomad jobs
+# parse), then several sandlotd in network namespaces behind HAProxy and
+# sandlot-gateway (tests/fleet).  kubectl is Kubernetes' own package where
+# installed, else Debian's kubernetes-client.
+fleet-manifests-check:
+	@command -v node >/dev/null && command -v npm >/dev/null || scripts/apt-install.sh nodejs npm
+	@command -v kubectl >/dev/null || scripts/apt-install.sh kubernetes-client
+	@command -v haproxy >/dev/null || scripts/apt-install.sh haproxy
+	@cd tests/fleet/manifests && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
+	cd tests/fleet/manifests && node --test --test-concurrency=1 \
+		--test-reporter=spec --test-reporter-destination=stdout \
+		$(if $(FLEET_TAP),--test-reporter=tap --test-reporter-destination=$(abspath $(FLEET_TAP))) \
+		*.test.mjs
+
+fleet-check: all fleet-manifests-check
+	@command -v haproxy >/dev/null || scripts/apt-install.sh haproxy
+	$(PYTEST) -q -rs -p no:cacheprovider tests/fleet
 
 # Every libFuzzer target for FUZZ_SECONDS (default 20) each.
 fuzz:

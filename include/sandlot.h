@@ -349,6 +349,21 @@ SANDLOT_API int sandlot_workspace_sync(const sandlot_options_t *opts, sandlot_er
  * images sandlot made (the host kernel mounts them, read-only). */
 SANDLOT_API int sandlot_workspace_import(const sandlot_options_t *opts, const char *name,
 					 const char *image, sandlot_error_t **err);
+/* Archives of kept workspaces, to move them between hosts.  Export writes
+ * the kept workspace `name` to fd as a POSIX tar of its home/ and tmp/
+ * (owners as sandbox uids, user.* extended attributes); it holds the
+ * workspace like a copy does (EBUSY while a sandbox uses it).  ENOTSUP
+ * for a backend whose kept workspace is not files (vm).  Import makes the
+ * new kept workspace `name` (EEXIST if there is one) with a quota of
+ * `bytes` from such a tar read from fd, admitted like a new workspace;
+ * it appears complete or not at all (EDQUOT when the files do not fit,
+ * EIO for an archive that is not one).  Give it archives of trusted
+ * origin or checked ones: nothing in one can reach outside the new
+ * workspace, but its files become the next sandbox's. */
+SANDLOT_API int sandlot_workspace_export(const sandlot_options_t *opts, const char *name, int fd,
+					 sandlot_error_t **err);
+SANDLOT_API int sandlot_workspace_import_tar(const sandlot_options_t *opts, const char *name,
+					     uint64_t bytes, int fd, sandlot_error_t **err);
 SANDLOT_API void sandlot_strv_free(char **v);
 
 /* The data directory's storage pool: its size, the part quotas may add up

@@ -172,6 +172,21 @@ count_node_tap() {
 		sed -E 's/^ *(not )?ok [0-9]+ - (.*) # (SKIP|TODO).*/\2/')
 }
 
+# The fleet: sandlotd nodes in network namespaces behind HAProxy and
+# sandlot-gateway (tests/fleet, its own pytest run: its conftest loads the
+# integration suite's), then deploy/'s manifests checked offline.
+stage "fleet: nodes in network namespaces behind HAProxy and the gateway; sandlotd and the gateway under ASan+UBSan"
+out=$(mktemp)
+SANDLOT_TEST_BIN_DIR=$PWD/$asan_bin SANDLOT_PLAIN_BIN_DIR=$PWD/$BUILD/bin \
+	$PYTEST -q -rs -p no:cacheprovider tests/fleet 2>&1 | tee "$out"
+count_pytest "$out"
+rm -f "$out"
+stage "fleet: deploy/ checked offline (kustomize, kubernetes-types, haproxy -c, Nomad HCL)"
+tap=$(mktemp)
+make -s fleet-manifests-check FLEET_TAP="$tap"
+count_node_tap "$tap" fleet-manifests
+rm -f "$tap"
+
 stage "MCP server over stdio (sandlot mcp) and Streamable HTTP (sandlotd /mcp) under the official MCP SDK client"
 tap=$(mktemp)
 make -s mcp-check MCP_TAP="$tap"

@@ -5,7 +5,8 @@
 # cannot be sanitized, and it runs inside the sandbox anyway):
 #
 #   scripts/sanitize-build.sh asan   $ASAN_BUILD (build-asan): ASan+UBSan;
-#                                    sandlotd, sandlot, sandlot-client, and
+#                                    sandlotd, sandlot, sandlot-client,
+#                                    sandlot-gateway, and
 #                                    the unit tests (and test-lib's fake
 #                                    init) and fuzz replays
 #   scripts/sanitize-build.sh tsan   $TSAN_BUILD (build-tsan): TSan;
@@ -45,12 +46,12 @@ if [ "$kind" = asan ]; then
 	ninja --quiet -C "$dir" build.ninja >&2
 	targets=$(cd "$dir" && ninja -t targets all |
 		grep -oE '^tests/[^:]*(test-[a-z0-9_-]+|fuzz-[a-z0-9_]+-replay|fake-init)' | sort -u)
-	programs="src/daemon/sandlotd src/cli/sandlot src/cli/sandlot-client"
+	programs="src/daemon/sandlotd src/cli/sandlot src/cli/sandlot-client src/gateway/sandlot-gateway"
 	# shellcheck disable=SC2086
 	ninja --quiet -C "$dir" $targets $programs >&2
 	mkdir -p "$dir/bin"
 	cp -f "$dir/src/daemon/sandlotd" "$dir/src/cli/sandlot" "$dir/src/cli/sandlot-client" \
-		"$BUILD/bin/sandlot-init" "$dir/bin/"
+		"$dir/src/gateway/sandlot-gateway" "$BUILD/bin/sandlot-init" "$dir/bin/"
 else
 	ninja --quiet -C "$dir" src/daemon/sandlotd >&2
 	mkdir -p "$dir/bin"

@@ -21,6 +21,7 @@
 #include "ns.h"
 #include "core/internal.h"
 #include "core/images.h"
+#include "common/sbid.h"
 #include "common/util.h"
 #include "linux/netns.h"
 
@@ -180,7 +181,7 @@ void sandlot__ns_new_id(const sandlot_options_t *opts, char id[32])
 	struct sandlot_cgroup_limits lim;
 	limits_of(opts, &lim);
 	if (!sandlot__cgroup_pool_take(sandlot__data_dir(opts->data_dir), &lim, id))
-		sandlot__new_id("sb-", id);
+		sandlot__sbid_new(id);
 	else
 		sandlot__ns_prepare_taken();
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/sbid.h"
 #include "common/util.h"
 #include "core/private.h"
 #include "core/sized.h"
@@ -186,15 +187,10 @@ static const char *const default_env[] = {
 	NULL,
 };
 
-/* ^sb-[a-z2-7]{26}$, what sandlot__new_id() makes. */
+/* Either shape of common/sbid.h, what sandlot__sbid_new() makes. */
 int sandlot__sandbox_id_valid(const char *id)
 {
-	if (strncmp(id, "sb-", 3) != 0 || strlen(id) != 29)
-		return 0;
-	for (const char *p = id + 3; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= '2' && *p <= '7')))
-			return 0;
-	return 1;
+	return id && sandlot__sbid_parse(id, strlen(id), NULL);
 }
 
 /* sandlot_options_validate(); a built image is looked up only with
@@ -234,8 +230,7 @@ static int validate(const sandlot_options_t *opts, int check_image, sandlot_erro
 		return -1;
 	if (opts->id && !sandlot__sandbox_id_valid(opts->id))
 		return sandlot__error(err, EINVAL,
-				      "invalid sandbox id \"%.64s\": expected \"sb-\" and 26 characters "
-				      "of [a-z2-7]", opts->id);
+				      "invalid sandbox id \"%.64s\": " SANDLOT_SBID_EXPECTED, opts->id);
 	if (validate_env(opts->env, err) < 0)
 		return -1;
 	if (opts->hostname && check_hostname(opts->hostname, err) < 0)
@@ -324,7 +319,7 @@ void sandlot_new_id(const sandlot_options_t *opts, char id[32])
 	if (ops && ops->new_id)
 		ops->new_id(&eff, id);
 	else
-		sandlot__new_id("sb-", id);
+		sandlot__sbid_new(id);
 }
 
 void sandlot_release_id(const char *id)
@@ -443,7 +438,7 @@ static sandlot_t *create(const sandlot_options_t *opts, int resume, sandlot_erro
 	if (opts->id)
 		snprintf(sb->id, sizeof(sb->id), "%s", opts->id);
 	else
-		sandlot__new_id("sb-", sb->id);
+		sandlot__sbid_new(sb->id);
 	sb->opts.id = NULL; /* in sb->id */
 
 	const char *dd = opts->data_dir ? opts->data_dir : getenv("SANDLOT_DATA_DIR");

@@ -1,6 +1,7 @@
 /* Ending sandboxes from a long-lived owner (teardown.h). */
 #include <errno.h>
 
+#include "common/sbid.h"
 #include "core/internal.h"
 #include "core/teardown.h"
 
@@ -23,8 +24,8 @@ int sandlot__remove_leftovers(const char *id, int kill, sandlot_error_t **err)
 {
 	if (!id || !sandlot__sandbox_id_valid(id))
 		return sandlot__error(err, EINVAL,
-				      "invalid sandbox id \"%.64s\": expected \"sb-\" and 26 characters "
-				      "of [a-z2-7]", id ? id : "(null)");
+				      "invalid sandbox id \"%.64s\": " SANDLOT_SBID_EXPECTED,
+				      id ? id : "(null)");
 	unsigned left = 0;
 	for (const struct sandlot_backend_ops *const *b = sandlot__backends; *b; b++)
 		if ((*b)->remove_leftovers)

@@ -232,6 +232,50 @@ int sandlot_workspace_import(const sandlot_options_t *opts, const char *name, co
 	return sandlot__workspace_import(dir_of(opts), name, image, sandlot__overcommit(opts), err);
 }
 
+/* Archives are of the storage pool's workspaces, which the ns backend
+ * keeps; a backend that keeps its own kind (a vm's disk and memory) says
+ * it cannot. */
+int sandlot_workspace_export(const sandlot_options_t *opts, const char *name, int fd,
+			     sandlot_error_t **err)
+{
+	sandlot_options_t o;
+	if (norm(&opts, &o, err) < 0)
+		return -1;
+	if (sandlot__workspace_name_check(name, err) < 0)
+		return -1;
+	if (fd < 0)
+		return sandlot__error(err, EBADF, "workspace export: no file descriptor");
+	uint64_t bytes;
+	const struct sandlot_backend_ops *ops = keeper_of(dir_of(opts), name, &bytes, err);
+	if (!ops)
+		return -1;
+	if (strcmp(ops->name, "ns") != 0)
+		return sandlot__error(err, ENOTSUP, "the %s backend cannot archive workspace %s",
+				      ops->name, name);
+	return sandlot__workspace_export(dir_of(opts), name, fd, err);
+}
+
+int sandlot_workspace_import_tar(const sandlot_options_t *opts, const char *name, uint64_t bytes,
+				 int fd, sandlot_error_t **err)
+{
+	sandlot_options_t o;
+	if (norm(&opts, &o, err) < 0)
+		return -1;
+	if (fd < 0)
+		return sandlot__error(err, EBADF, "workspace import: no file descriptor");
+	if (sandlot__workspace_name_check(name, err) < 0)
+		return -1;
+	uint64_t have;
+	sandlot_error_t *e = NULL;
+	if (keeper_of(dir_of(opts), name, &have, &e)) {
+		sandlot_error_free(e);
+		return sandlot__error(err, EEXIST, "workspace %s already exists", name);
+	}
+	sandlot_error_free(e);
+	return sandlot__workspace_import_tar(dir_of(opts), name, bytes, fd, sandlot__overcommit(opts),
+					     err);
+}
+
 void sandlot_strv_free(char **v)
 {
 	sandlot__strv_free(v);

@@ -140,6 +140,7 @@ struct daemon_config {
 	unsigned paused_retention_s; /* default paused_retention_seconds; 0 = forever */
 	double disk_overcommit;     /* --disk-overcommit; 1 = every quota reserved */
 	uint64_t storage_size;      /* --storage-size: grow the pool to it at start-up */
+	const char *node_id;        /* --node-id / --node-id-file (node.c); NULL: single node */
 	const char *default_image;  /* --default-image; "host" unless set */
 	sandlot_isolation_t default_isolation; /* --default-isolation; ns unless set */
 	const char *e2b_domain;     /* what E2B's create answers as "domain"
@@ -185,6 +186,7 @@ struct daemon {
 	pthread_mutex_t changes_lock;
 	uint64_t changes_used;
 	struct http_server *http;   /* http.c, while it serves */
+	struct archives *archives;  /* archives.c; NULL without --archive */
 };
 
 int64_t daemon_now_ms(void);    /* wall clock */

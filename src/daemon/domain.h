@@ -18,8 +18,11 @@
  *   DOMAIN_EENDED   the sandbox has ended                       410 sandbox_ended
  *   EPIPE           it ended while the call was in progress     410 sandbox_gone
  *   DOMAIN_ECTXBUSY a code context is running a cell            409 context_busy
- *   EAGAIN          --max-sandboxes, or the host's capacity     429 too_many_sandboxes
+ *   EAGAIN          --max-sandboxes (without --node-id), or     429 too_many_sandboxes
+ *                   the host's capacity
  *   ESHUTDOWN       sandlotd is shutting down                   503 shutting_down
+ *   DOMAIN_ENODEFULL the node is full (node.h): nothing was     503 node_full
+ *                   allocated, another node may take it         + Retry-After
  *   DOMAIN_EINTERP  an interpreter host could not start         500 interpreter_failed
  *   ENOSPC, EDQUOT  disk                                        507 insufficient_storage
  *   anything else   (ENOMEM, EIO...)                            500 internal

@@ -34,6 +34,7 @@
 #include "daemon/domain.h"
 #include "daemon/e2b.h"
 #include "daemon/e2b_envd.h"
+#include "daemon/node.h"
 
 #define E2B_DEFAULT_TIMEOUT_S 300   /* the SDKs' documented default (DEFAULT_SANDBOX_TIMEOUT_MS) */
 #define E2B_MAX_TIMEOUT_S 315360000 /* ten years: ttl_seconds' limit */
@@ -61,6 +62,7 @@ static int status_of(const sandlot_error_t *err)
 	case EAGAIN:
 		return 429;
 	case ESHUTDOWN:
+	case DOMAIN_ENODEFULL:
 		return 503;
 	case ENOSPC:
 	case EDQUOT:
@@ -74,6 +76,9 @@ static int status_of(const sandlot_error_t *err)
  * Returns 0. */
 static int answer_err(struct http_req *req, sandlot_error_t *err)
 {
+	/* As on /v1 (errmap.c): another node may take the create at once. */
+	if (err && sandlot_error_status(err) == DOMAIN_ENODEFULL)
+		http_set_header(req, "Retry-After", "1");
 	http_error(req, status_of(err), NULL, "%s",
 		   err ? sandlot_error_message(err) : "out of memory");
 	sandlot_error_free(err);

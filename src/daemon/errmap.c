@@ -9,8 +9,10 @@
 #include <errno.h>
 #include <string.h>
 
+#include "daemon/archives.h"
 #include "daemon/daemon.h"
 #include "daemon/domain.h"
+#include "daemon/node.h"
 
 struct errmap {
 	int status;      /* errno value */
@@ -39,6 +41,7 @@ static const struct errmap table[] = {
 	{ EPIPE, 410, "sandbox_gone" },
 	{ EAGAIN, 429, "too_many_sandboxes" },
 	{ ESHUTDOWN, 503, "shutting_down" },
+	{ DOMAIN_ENODEFULL, 503, "node_full" },
 	{ EMFILE, 503, "out_of_descriptors" },
 	{ ENFILE, 503, "out_of_descriptors" },
 	{ DOMAIN_EINTERP, 500, "interpreter_failed" },
@@ -46,6 +49,11 @@ static const struct errmap table[] = {
 	{ ENOSPC, 507, "insufficient_storage" },
 	{ EDQUOT, 507, "insufficient_storage" },
 	{ EFBIG, 507, "insufficient_storage" },
+	/* archives (archives.h) */
+	{ ARCHIVE_EMOVED, 410, "sandbox_moved" },
+	{ ARCHIVE_EUNAVAILABLE, 503, "archive_store_unavailable" },
+	{ ARCHIVE_EREFUSED, 502, "archive_store_refused" },
+	{ ARCHIVE_ECORRUPT, 502, "archive_corrupt" },
 	{ 0, 0, NULL },
 };
 
@@ -72,6 +80,10 @@ int http_error_from(struct http_req *req, const sandlot_error_t *err)
 	json_t *e = json_object();
 	json_object_set_new(e, "code", json_string(code));
 	json_object_set_new(e, "message", json_text(msg, strlen(msg)));
+	/* Nothing was allocated: a proxy may retry the create on another
+	 * node at once (docs/fleet.md). */
+	if (err && sandlot_error_status(err) == DOMAIN_ENODEFULL)
+		http_set_header(req, "Retry-After", "1");
 	const char *key, *value;
 	for (unsigned i = 0; (key = sandlot__error_detail_at(err, i, &value)); i++)
 		json_object_set_new(e, key, value ? json_string(value) : json_null());

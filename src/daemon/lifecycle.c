@@ -43,9 +43,11 @@
 
 #include "common/util.h"
 #include "core/private.h"
+#include "daemon/archives.h"
 #include "daemon/daemon.h"
 #include "core/teardown.h"
 #include "daemon/domain.h"
+#include "daemon/node.h"
 
 /* Provided by execs.c; weak so the daemon links while it is a placeholder. */
 #pragma weak execs_release
@@ -60,6 +62,8 @@ static int wake(struct daemon *d, struct dsb *s, sandlot_error_t **err);
 /* DOMAIN_EENDED with the state and the reason (s->lock held). */
 static int error_ended_locked(struct dsb *s, sandlot_error_t **err)
 {
+	if (archive_moved_reason(s->id, s->end_reason, err)) /* 410 sandbox_moved */
+		return -1;
 	sandlot__error(err, DOMAIN_EENDED, "sandbox %s has ended: %s (%s)", s->id,
 		       dsb_state_name(s->state), s->end_reason ? s->end_reason : "no reason recorded");
 	sandlot__error_detail(err, "state", dsb_state_name(s->state));
@@ -396,12 +400,9 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandl
 			pthread_mutex_unlock(&d->lock);
 			return sandlot__error(err, ESHUTDOWN, "sandlotd is shutting down");
 		}
-		if (live >= d->cfg.max_sandboxes) {
+		if (node_resume_admit_locked(d, s, live, err) < 0) {
 			pthread_mutex_unlock(&d->lock);
-			return sandlot__error(err, EAGAIN,
-					      "%u sandboxes are running or starting, the limit of this "
-					      "daemon (--max-sandboxes); sandbox %s stays paused", live,
-					      s->id);
+			return -1;
 		}
 		pthread_mutex_lock(&s->lock);
 		int ok = s->state == DSB_PAUSED && !s->transition && !s->copying;
@@ -413,6 +414,20 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandl
 		pthread_mutex_unlock(&d->lock);
 		if (ok)
 			break;
+	}
+	/* An archived sandbox runs only where the store says it lives
+	 * (archives.c): a stale copy is deleted here, never resumed.  Checked
+	 * (and claimed in the store) with the transition held, so that no
+	 * archive of it can run in between. */
+	if (archive_fence_check(d, s, err) < 0) {
+		pthread_mutex_lock(&d->lock);
+		d->ncreating--;
+		pthread_mutex_lock(&s->lock);
+		s->transition = 0;
+		pthread_cond_broadcast(&s->cond);
+		pthread_mutex_unlock(&s->lock);
+		pthread_mutex_unlock(&d->lock);
+		return -1;
 	}
 
 	uint64_t t0 = sandlot__now_ns();

@@ -29,11 +29,14 @@
 
 #include "common/parse.h"
 #include "core/private.h"
+#include "common/sbid.h"
 #include "common/util.h"
+#include "daemon/archives.h"
 #include "daemon/daemon.h"
 #include "daemon/e2b_envd.h"
 #include "daemon/e2b.h"
 #include "daemon/mcp_http.h"
+#include "daemon/node.h"
 
 #define MAX_LISTEN 4
 
@@ -65,7 +68,25 @@ static const char help[] =
 	"                               idle timeout of sandboxes created without\n"
 	"                               idle_timeout_seconds (default 0: none)\n"
 	"        --max-sandboxes N      running sandboxes at most (default 2000);\n"
-	"                               more creations get 429\n"
+	"                               more creations get 429 (with --node-id:\n"
+	"                               503 node_full)\n"
+	"        --node-id NODE         this node's id in a fleet, put in every new\n"
+	"                               sandbox id (sb-NODE-...; 1 to 8 of [a-z0-9];\n"
+	"                               docs/fleet.md); ids without one still work\n"
+	"        --node-id-file FILE    the node id from FILE, or a new random one\n"
+	"                               written to FILE when it does not exist\n"
+	"        --node-memory SIZE     the sandboxes' memory limits may add up to\n"
+	"                               SIZE; a create past it gets 503 node_full\n"
+	"                               (default: not enforced)\n"
+	"        --node-cpus N          their CPU quotas likewise (default: not\n"
+	"                               enforced)\n"
+	"        --agent-port [IPV4:]PORT\n"
+	"                               answer HAProxy's agent-check on this TCP\n"
+	"                               port: \"N% ready\", \"drain\" when full\n"
+	"        --cgroup-nest          on cgroup v2, make sandbox cgroups below\n"
+	"                               sandlotd's own cgroup, so that its limits (a\n"
+	"                               pod's) bound them (docs/fleet.md); sandlotd\n"
+	"                               moves itself into a leaf \"sandlotd\" there\n"
 	"        --default-image NAME   image of sandboxes created without \"image\"\n"
 	"                               (default host; a built image: see\n"
 	"                               sandlot image, docs/images.md)\n"
@@ -156,6 +177,11 @@ static const char help[] =
 	"                               PORT-SANDBOXID.NAME goes to that port of that\n"
 	"                               sandbox (default localhost:PORT of the first\n"
 	"                               tcp: listener; see docs/e2b.md)\n"
+	"        --archive URL          where paused sandboxes are archived to move\n"
+	"                               between nodes: file:///DIR or\n"
+	"                               s3://BUCKET[/PREFIX][?endpoint=URL&region=R]\n"
+	"                               (keys from AWS_ACCESS_KEY_ID and\n"
+	"                               AWS_SECRET_ACCESS_KEY; see docs/fleet-move.md)\n"
 	"    -h, --help                 show this help\n"
 	"\n"
 	"SIGNALS\n"
@@ -173,7 +199,8 @@ enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_DATA_DIR, OPT_TTL, OPT_IDLE, OPT_MA
        OPT_MAX_PEER, OPT_HEADER_TIMEOUT, OPT_RESOLVER,
        OPT_EGRESS_RANGE, OPT_EGRESS_MAX_CONN, OPT_PIP_INDEX, OPT_PIP_HOST, OPT_NPM_REGISTRY,
        OPT_NPM_HOST, OPT_PACKAGE_CA, OPT_PACKAGE_CACHE, OPT_MCP_SESSIONS, OPT_MCP_IDLE,
-       OPT_MCP_ORIGIN, OPT_E2B_DOMAIN };
+       OPT_MCP_ORIGIN, OPT_E2B_DOMAIN, OPT_ARCHIVE, OPT_NODE_ID, OPT_NODE_ID_FILE, OPT_NODE_MEMORY,
+       OPT_NODE_CPUS, OPT_AGENT_PORT, OPT_CGROUP_NEST };
 
 static const struct option opts[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -209,6 +236,13 @@ static const struct option opts[] = {
 	{ "mcp-idle-timeout", required_argument, NULL, OPT_MCP_IDLE },
 	{ "mcp-allow-origin", required_argument, NULL, OPT_MCP_ORIGIN },
 	{ "e2b-domain", required_argument, NULL, OPT_E2B_DOMAIN },
+	{ "archive", required_argument, NULL, OPT_ARCHIVE },
+	{ "node-id", required_argument, NULL, OPT_NODE_ID },
+	{ "node-id-file", required_argument, NULL, OPT_NODE_ID_FILE },
+	{ "node-memory", required_argument, NULL, OPT_NODE_MEMORY },
+	{ "node-cpus", required_argument, NULL, OPT_NODE_CPUS },
+	{ "agent-port", required_argument, NULL, OPT_AGENT_PORT },
+	{ "cgroup-nest", no_argument, NULL, OPT_CGROUP_NEST },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -461,10 +495,11 @@ static void report_cgroup(void)
 extern const struct http_route code_routes[]; /* code.c */
 static struct http_route *all_routes(void)
 {
-	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
+	const struct http_route *tables[] = { misc_routes, node_routes, sandbox_routes, exec_routes,
 					      file_routes, workspace_routes, code_routes, port_routes,
 					      proxy_routes, changes_routes, network_routes,
 					      package_routes, mcp_routes, e2b_envd_routes, e2b_interp_routes,
+					      archive_routes,
 					      /* last: its final entries take every other /e2b path */
 					      e2b_routes };
 	size_t n = 0;
@@ -509,6 +544,7 @@ int main(int argc, char **argv)
 	int nlisten = 0;
 	const char *token_file = NULL;
 	const char *e2b_domain_arg = NULL;
+	const char *archive_arg = NULL; /* --archive URL (archives.h) */
 	/* Static: reachable to the end, as d's strings are. */
 	static char *e2b_domain, *e2b_host_domain;
 	/* --pool is applied after every option is known: its image is looked
@@ -537,6 +573,9 @@ int main(int argc, char **argv)
 	struct http_config hc = { .max_connections = 8192, .max_per_peer = 1024,
 				  .header_timeout_s = 10 };
 	struct mcp_http_config mcfg = { .max_sessions = 100, .idle_s = 1800 };
+	struct node_config ncfg = { 0 };
+	const char *node_id_file = NULL;
+	static char node_id_buf[16];
 
 	int c;
 	opterr = 0;
@@ -596,6 +635,41 @@ int main(int argc, char **argv)
 			break;
 		case OPT_E2B_DOMAIN:
 			e2b_domain_arg = optarg;
+			break;
+		case OPT_ARCHIVE:
+			archive_arg = optarg;
+			break;
+		case OPT_NODE_ID:
+			if (!sandlot__node_id_ok(optarg, strlen(optarg)))
+				return usage_error("invalid --node-id \"%s\": expected 1 to %d of "
+						   "[a-z0-9] (it goes into every sandbox id)", optarg,
+						   SANDLOT_NODE_ID_MAX);
+			ncfg.node_id = optarg;
+			break;
+		case OPT_NODE_ID_FILE:
+			if (optarg[0] != '/')
+				return usage_error("invalid --node-id-file \"%s\": must be an absolute "
+						   "path", optarg);
+			node_id_file = optarg;
+			break;
+		case OPT_NODE_MEMORY:
+			if (parse_size_opt("--node-memory", optarg, 0, &ncfg.memory_limit) < 0)
+				return 2;
+			break;
+		case OPT_NODE_CPUS: {
+			sandlot_error_t *e = NULL;
+			if (sandlot__parse_cpus(optarg, &ncfg.cpus_limit_milli, &e) < 0) {
+				usage_error("invalid --node-cpus: %s", sandlot_error_message(e));
+				sandlot_error_free(e);
+				return 2;
+			}
+			break;
+		}
+		case OPT_AGENT_PORT:
+			ncfg.agent_listen = optarg;
+			break;
+		case OPT_CGROUP_NEST:
+			ncfg.cgroup_nest = 1;
 			break;
 		case OPT_OVERCOMMIT: {
 			char *end;
@@ -731,6 +805,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument \"%s\"", argv[optind]);
+	if (ncfg.node_id && node_id_file)
+		return usage_error("--node-id and --node-id-file are one or the other");
 	if (check_changes_limits(&d.cfg) != 0)
 		return 2;
 	if (strcmp(d.cfg.default_image, "host") != 0) {
@@ -813,6 +889,23 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	/* The node id and (cgroup v2) the move below our own cgroup: before
+	 * any child or thread exists, so that all of us move. */
+	{
+		char msg[768];
+		if (node_id_file) {
+			if (node_id_from_file(node_id_file, node_id_buf, msg, sizeof(msg)) < 0) {
+				fprintf(stderr, "sandlotd: %s\n", msg);
+				return 1;
+			}
+			ncfg.node_id = node_id_buf;
+		}
+		if (node_configure(&d, &ncfg, msg, sizeof(msg)) < 0) {
+			fprintf(stderr, "sandlotd: %s\n", msg);
+			return 1;
+		}
+	}
+
 	/* Before any thread: it forks.  (A daemon holds thousands of
 	 * connections; libnftables cannot use a descriptor above 1023.) */
 	sandlot_error_t *herr = NULL;
@@ -841,6 +934,12 @@ int main(int argc, char **argv)
 	d.started_ms = daemon_now_ms();
 
 	sandlot_error_t *err = NULL;
+	if (archive_arg && archive_configure(&d, archive_arg, &err) < 0) {
+		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		sandlot_error_free(err);
+		free(token);
+		return 2;
+	}
 	if (sandlot__mkdir_p(d.cfg.data_dir, 0700) < 0) {
 		fprintf(stderr, "sandlotd: create data directory %s: %s\n", d.cfg.data_dir,
 			strerror(errno));
@@ -867,6 +966,9 @@ int main(int argc, char **argv)
 	}
 	changes_budget_enforce(&d);
 	registry_reclaim(&d);
+	/* Before recovery: a sandbox that moved to another node is not
+	 * paused here any more, so recovery leaves its id alone. */
+	archive_start(&d);
 	sandboxes_recover(&d);
 	/* Cgroups and the root tree for the next sandboxes, prepared by
 	 * libsandlot in the background (a sandbox with other options still
@@ -895,6 +997,15 @@ int main(int argc, char **argv)
 		prepare_stop(&d);
 		registry_close(&d);
 		return 1;
+	}
+	/* The agent port, what HAProxy weighs this node by: a node that
+	 * cannot serve it does not start. */
+	if (node_start(&d, &err) < 0) {
+		fprintf(stderr, "sandlotd: %s\n", sandlot_error_message(err));
+		sandlot_error_free(err);
+		ports_stop();
+		pool_stop(&d);
+		goto fail;
 	}
 	struct http_route *routes = all_routes();
 	if (!routes) {
@@ -925,9 +1036,10 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nlisten; i++)
 		daemon_log("listening", "address=\"%s\"%s", listens[i],
 			   strncmp(listens[i], "tcp:", 4) == 0 ? " auth=bearer" : "");
-	daemon_log("started", "pid=%d data_dir=\"%s\" max_sandboxes=%u default_ttl=%u "
+	daemon_log("started", "pid=%d node_id=%s data_dir=\"%s\" max_sandboxes=%u default_ttl=%u "
 		   "default_idle_timeout=%u nofile=%llu max_connections=%u "
-		   "max_connections_per_peer=%u header_timeout=%u", (int)getpid(), d.cfg.data_dir,
+		   "max_connections_per_peer=%u header_timeout=%u", (int)getpid(),
+		   ncfg.node_id ? ncfg.node_id : "-", d.cfg.data_dir,
 		   d.cfg.max_sandboxes, d.cfg.default_ttl_s, d.cfg.default_idle_s, nofile,
 		   hc.max_connections, hc.max_per_peer, hc.header_timeout_s);
 
@@ -947,6 +1059,7 @@ int main(int argc, char **argv)
 	/* MCP sessions delete their sandboxes through the API: while it serves. */
 	mcp_http_stop();
 	http_quiesce(server);
+	node_stop(&d);
 	pool_stop(&d);
 	sandboxes_shutdown(&d);
 	http_stop(server, 5000);
@@ -967,6 +1080,7 @@ int main(int argc, char **argv)
 	}
 	free(routes);
 	free(token);
+	archive_free(&d);
 	daemon_log("stopped", "ms=%llu", (unsigned long long)(sandlot__now_ms() - t0));
 	return 0;
 

@@ -49,6 +49,7 @@
 
 #include "cli/client.h"
 #include "common/cleanup.h"
+#include "common/sbid.h"
 #include "common/util.h"
 #include "daemon/daemon.h"
 #include "mcp/headers.h"
@@ -64,7 +65,7 @@ static const char *const protocol_versions[] = { "2025-11-25", "2025-06-18", "20
 
 struct msess {
 	struct msess *next;
-	char id[40];
+	char id[40];                /* "mcp-" [NODE "-"] 26 of [a-z2-7] (common/sbid.h) */
 	int refs;                   /* g.lock: the table, posts, enders */
 	int busy;                   /* g.lock: POSTs being handled */
 	int in_table;               /* g.lock */
@@ -331,7 +332,7 @@ static struct msess *session_new(struct http_req *req)
 	}
 	s->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	pthread_mutex_init(&s->run, NULL);
-	sandlot__new_id("mcp-", s->id);
+	sandlot__node_new_id("mcp-", s->id);
 	s->refs = 2;
 	if (s->wakefd < 0 || client_open(&s->c, "mcp", g.api_host, g.api_token) < 0) {
 		daemon_log("mcp", "level=error msg=\"cannot set up a session: %s\"", strerror(errno));

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "daemon/daemon.h"
+#include "daemon/node.h"
 
 #ifndef SANDLOT_VERSION
 #define SANDLOT_VERSION "0.1.0"
@@ -101,6 +102,7 @@ static int health(struct http_req *req)
 	json_t *pool = pool_health(d);
 	if (pool)
 		json_object_set_new(o, "pool", pool);
+	node_health(d, o);
 	return http_json(req, 200, o);
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "daemon/daemon.h"
+#include "daemon/archives.h"
 #include "daemon/domain.h"
 
 #define MAX_LABELS 16
@@ -103,6 +104,15 @@ static int get_sandbox(struct http_req *req)
 	struct dsb *s = domain_sandbox_find(req->d, req->params[0], &err);
 	if (!s)
 		return answer_err(req, err);
+	/* A sandbox that moved to another node (archives.h) is that node's
+	 * now: 410 sandbox_moved names it. */
+	pthread_mutex_lock(&s->lock);
+	int moved = dsb_state_ended(s->state) && archive_moved_reason(s->id, s->end_reason, &err);
+	pthread_mutex_unlock(&s->lock);
+	if (moved) {
+		dsb_release(req->d, s);
+		return answer_err(req, err);
+	}
 	http_json(req, 200, dsb_to_json(s));
 	dsb_release(req->d, s);
 	return 0;
@@ -171,6 +181,13 @@ static int pause_route(struct http_req *req)
 
 static int resume_route(struct http_req *req)
 {
+	/* {"from_archive": true}: from the archive store when this node does
+	 * not hold the sandbox (archives.h). */
+	json_t *fa = req->json ? json_object_get(req->json, "from_archive") : NULL;
+	if (fa && !json_is_boolean(fa))
+		return http_error(req, 400, "bad_request", "field \"from_archive\" must be a boolean");
+	if (fa)
+		json_object_del(req->json, "from_archive");
 	if (body_fields(req, "ttl_seconds") < 0)
 		return 0;
 	uint32_t ttl = 0;
@@ -183,7 +200,9 @@ static int resume_route(struct http_req *req)
 		ttl = (uint32_t)json_integer_value(t);
 	}
 	sandlot_error_t *err = NULL;
-	json_t *o = domain_sandbox_resume(req->d, req->params[0], t ? &ttl : NULL, &err);
+	json_t *o = json_is_true(fa)
+			    ? domain_sandbox_restore(req->d, req->params[0], t ? &ttl : NULL, &err)
+			    : domain_sandbox_resume(req->d, req->params[0], t ? &ttl : NULL, &err);
 	return o ? http_json(req, 200, o) : answer_err(req, err);
 }
 

@@ -39,8 +39,11 @@
 
 #include "common/cleanup.h"
 #include "common/parse.h"
+#include "common/sbid.h"
+#include "daemon/node.h"
 #include "common/util.h"
 #include "core/private.h"
+#include "daemon/archives.h"
 #include "daemon/daemon.h"
 #include "daemon/domain.h"
 #include "core/teardown.h"
@@ -77,15 +80,10 @@ const char *dsb_state_name(enum dsb_state s)
 	return (unsigned)s < DSB_NSTATES ? state_names[s] : "unknown";
 }
 
-/* ^sb-[a-z2-7]{26}$ */
+/* Either shape of common/sbid.h, whatever node made it. */
 static int valid_id(const char *id)
 {
-	if (!id || strncmp(id, "sb-", 3) != 0 || strlen(id) != 29)
-		return 0;
-	for (const char *p = id + 3; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= '2' && *p <= '7')))
-			return 0;
-	return 1;
+	return id && sandlot__sbid_parse(id, strlen(id), NULL);
 }
 
 /* ---- table and references ---------------------------------------------- */
@@ -196,15 +194,15 @@ static int error_not_found(const char *id, sandlot_error_t **err)
 {
 	if (!valid_id(id))
 		return sandlot__error(err, ENOENT,
-				      "invalid sandbox id \"%.64s\": expected \"sb-\" and 26 characters "
-				      "of [a-z2-7]", id ? id : "");
+				      "invalid sandbox id \"%.64s\": " SANDLOT_SBID_EXPECTED,
+				      id ? id : "");
 	return sandlot__error(err, ENOENT, "no sandbox %s (unknown, or ended over an hour ago)", id);
 }
 
 struct dsb *domain_sandbox_find(struct daemon *d, const char *id, sandlot_error_t **err)
 {
 	struct dsb *s = valid_id(id) ? find_ref(d, id) : NULL;
-	if (!s)
+	if (!s && !(valid_id(id) && archive_moved_error(d, id, err)))
 		error_not_found(id, err);
 	return s;
 }
@@ -760,6 +758,9 @@ static void record_packages(json_t *norm, const struct packages_req *p)
 	}
 }
 
+static struct dsb *create_admitted(struct daemon *d, struct domain_create *c,
+				   struct domain_created *out, int *settled, sandlot_error_t **err);
+
 struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct domain_created *out,
 			  sandlot_error_t **err)
 {
@@ -771,15 +772,25 @@ struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct doma
 		sandlot__error(err, ESHUTDOWN, "sandlotd is shutting down");
 		return NULL;
 	}
-	if (live >= d->cfg.max_sandboxes) {
+	/* The node's capacity (node.c), before anything is allocated. */
+	if (node_admit_locked(d, &c->opts, live, err) < 0) {
 		pthread_mutex_unlock(&d->lock);
-		sandlot__error(err, EAGAIN,
-			       "%u sandboxes are running or starting, the limit of this daemon "
-			       "(--max-sandboxes)", live);
 		return NULL;
 	}
 	d->ncreating++;
 	pthread_mutex_unlock(&d->lock);
+	int settled = 0;
+	struct dsb *s = create_admitted(d, c, out, &settled, err);
+	if (!settled)
+		node_settle(d, &c->opts);
+	return s;
+}
+
+/* domain_create() once admitted (d->ncreating counts it).  *settled: the
+ * node's pending share was moved into the table (node_settle_locked). */
+static struct dsb *create_admitted(struct daemon *d, struct domain_create *c,
+				   struct domain_created *out, int *settled, sandlot_error_t **err)
+{
 
 	uint64_t t0 = sandlot__now_ns();
 	const char *pooled = NULL; /* pool.c: a ready sandbox if it has one for these options */
@@ -878,6 +889,9 @@ struct dsb *domain_create(struct daemon *d, struct domain_create *c, struct doma
 
 	pthread_mutex_lock(&d->lock);
 	d->ncreating--;
+	/* In the table from now on: no longer the node's pending share. */
+	node_settle_locked(d, &c->opts);
+	*settled = 1;
 	int stopping = d->stopping;
 	if (!stopping) {
 		table_add_locked(d, s); /* the table takes dsb_alloc()'s reference */
@@ -952,6 +966,10 @@ json_t *domain_sandbox_list(struct daemon *d, const char *state, const char *con
 		struct dsb *s = v[i];
 		pthread_mutex_lock(&s->lock);
 		int ok = want == -1 || (want == -2 ? s->state == DSB_RUNNING : (int)s->state == want);
+		/* A sandbox that moved to another node is that node's to list
+		 * (archives.h): a proxy's map of moved sandboxes is built from
+		 * the lists. */
+		ok = ok && !archive_moved_reason(s->id, s->end_reason, NULL);
 		for (size_t k = 0; ok && k < nl; k++) {
 			const char *mk, *mv;
 			json_t *val;

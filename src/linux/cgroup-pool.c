@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/sbid.h"
 #include "common/util.h"
 
 #define POOL_BASE "/run/sandlot/cgroup-pool"
@@ -21,8 +22,8 @@
 #define POOL_MAX 64
 /* Markers looked at per take (the pool is small). */
 #define TAKE_CANDIDATES 32
-/* "sb-" + 26 base32 characters, the shape of a sandbox id. */
-#define NAME_LEN 29
+/* The length of a sandbox id, either shape (common/sbid.h). */
+#define NAME_LEN SANDLOT_ID_LEN
 /* A pool directory's own name: "<mode>-<16 hex digits>". */
 #define LEAF_MAX 32
 
@@ -99,6 +100,17 @@ static bool parse_marker(const char *m, char name[NAME_LEN + 1], struct sandlot_
 	lim->pids = (uint32_t)pids;
 	lim->cpus_milli = (uint32_t)cpu;
 	return true;
+}
+
+/* Whether a prepared cgroup's name is an id of this process's node
+ * (sandlot__node_id_set): a pool taken over from a preparer with another
+ * --node-id holds names that must not become this node's ids; they are
+ * neither taken nor counted, only drained. */
+static bool ours(const char *name)
+{
+	char node[SANDLOT_NODE_ID_MAX + 1];
+	const char *mine = sandlot__node_id();
+	return sandlot__sbid_parse(name, strlen(name), node) && strcmp(node, mine ? mine : "") == 0;
 }
 
 static int marker_path(char *buf, const char *pool, const char *name,
@@ -193,7 +205,7 @@ int sandlot__cgroup_pool_take(const char *data_dir, const struct sandlot_cgroup_
 	size_t n = 0;
 	struct dirent *de;
 	while (n < TAKE_CANDIDATES && (de = readdir(d))) {
-		if (!parse_marker(de->d_name, c[n].name, &c[n].preset))
+		if (!parse_marker(de->d_name, c[n].name, &c[n].preset) || !ours(c[n].name))
 			continue;
 		snprintf(c[n].marker, sizeof(c[n].marker), "%s", de->d_name);
 		/* Matching limits first: nothing to rewrite. */
@@ -252,7 +264,7 @@ static unsigned count_markers(const char *pool, int check)
 	char name[NAME_LEN + 1], dir[PATH_MAX];
 	struct sandlot_cgroup_limits lim;
 	while ((de = readdir(d))) {
-		if (!parse_marker(de->d_name, name, &lim))
+		if (!parse_marker(de->d_name, name, &lim) || !ours(name))
 			continue;
 		if (check && age_dir(dir, name) == 0 && access(dir, F_OK) < 0 && errno == ENOENT) {
 			unlinkat(dirfd(d), de->d_name, 0);
@@ -314,7 +326,7 @@ unsigned sandlot__cgroup_pool_fill(const char *data_dir, const struct sandlot_cg
 	unsigned made = 0;
 	while (have + made < target) {
 		char name[32], path[PATH_MAX];
-		sandlot__new_id("sb-", name);
+		sandlot__sbid_new(name);
 		if (marker_path(path, pool, name, lim) < 0)
 			break;
 		sandlot_cgroup_t *cg = sandlot__cgroup_create(name, lim, NULL);

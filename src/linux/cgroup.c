@@ -171,6 +171,21 @@ const char *sandlot__cgroup_v2_root(void)
 	return v2_root;
 }
 
+int sandlot__cgroup_v2_nest(const char *dir)
+{
+	get_ops();
+	if (ops != &sandlot__cgroup_v2_ops || !dir || dir[0] != '/' ||
+	    strncmp(dir, v2_root, strlen(v2_root)) != 0 || dir[strlen(v2_root)] != '/') {
+		errno = EINVAL;
+		return -1;
+	}
+	char nested[PATH_MAX];
+	if (sandlot__cg_pathf(nested, "%s", dir) < 0)
+		return -1;
+	memcpy(v2_root, nested, sizeof(v2_root));
+	return 0;
+}
+
 const char *sandlot__cgroup_mode(void)
 {
 	return get_ops()->mode;

@@ -43,6 +43,14 @@ typedef struct sandlot_cgroup sandlot_cgroup_t;
  * reports "none" and makes sandlot__cgroup_create() fail saying why. */
 const char *sandlot__cgroup_mode(void);
 
+/* cgroup v2 only: make `dir`, a directory below the v2 root (an absolute
+ * path starting with it), the root under which sandbox cgroups are made
+ * from now on ("<dir>/sandlot/<name>"): sandlotd nests its sandboxes below
+ * its own cgroup so that a pod's limits bound them (daemon/node.c).  Call
+ * it before any cgroup is made.  -1 with EINVAL when the mode is not v2 or
+ * dir is not below the v2 root, ENAMETOOLONG when it is too long. */
+int sandlot__cgroup_v2_nest(const char *dir);
+
 /* Create the sandbox's cgroup(s) named `name` under a "sandlot" parent in each
  * hierarchy used (the parent is created on demand and never removed) and
  * apply the limits.  `name` must be one path component of [A-Za-z0-9._-]

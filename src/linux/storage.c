@@ -113,13 +113,14 @@ int sandlot__workspace_name_check(const char *name, sandlot_error_t **err)
 	return 0;
 }
 
-/* Run argv[0] (an absolute path) with stdin and stdout on /dev/null,
- * `extra_fd_a`/`extra_fd_b` (or -1) as fds 3/4, and wait for it.  Returns
- * its exit status (128 + the signal if one killed it), or -1 (errno set)
- * when it could not be run.  The start of what it wrote on stderr is left in `msg`
- * (one line, "" if nothing), for the error that names its failure. */
-static int run_tool(const char *const argv[], int extra_fd_a, int extra_fd_b, char *msg,
-		    size_t msglen)
+/* Run argv[0] (an absolute path) with stdin and stdout on `in_fd` and
+ * `out_fd` (-1: /dev/null), `extra_fd_a`/`extra_fd_b` (or -1) as fds 3/4,
+ * and wait for it.  Returns its exit status (128 + the signal if one
+ * killed it), or -1 (errno set) when it could not be run.  The start of
+ * what it wrote on stderr is left in `msg` (one line, "" if nothing), for
+ * the error that names its failure. */
+static int run_tool_io(const char *const argv[], int in_fd, int out_fd, int extra_fd_a,
+		       int extra_fd_b, char *msg, size_t msglen)
 {
 	msg[0] = '\0';
 	/* O_CLOEXEC: children other threads spawn meanwhile must not keep the
@@ -129,8 +130,14 @@ static int run_tool(const char *const argv[], int extra_fd_a, int extra_fd_b, ch
 		return -1;
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	if (in_fd >= 0)
+		posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
+	else
+		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	if (out_fd >= 0)
+		posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+	else
+		posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
 	if (extra_fd_a >= 0)
 		posix_spawn_file_actions_adddup2(&fa, extra_fd_a, 3);
@@ -168,6 +175,13 @@ static int run_tool(const char *const argv[], int extra_fd_a, int extra_fd_b, ch
 			return -1;
 	/* Killed: the status a shell would give. */
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* run_tool_io() with stdin and stdout on /dev/null. */
+static int run_tool(const char *const argv[], int extra_fd_a, int extra_fd_b, char *msg,
+		    size_t msglen)
+{
+	return run_tool_io(argv, -1, -1, extra_fd_a, extra_fd_b, msg, msglen);
 }
 
 static const char *find_tool(const char *const *candidates, size_t n)
@@ -1167,6 +1181,107 @@ int sandlot__workspace_import(const char *data_dir, const char *name, const char
 		close(lock), lock = -1;
 		subvol_delete(dir, tmp);
 		unreserve_locked(root, bytes);
+	}
+	return rc;
+}
+
+/* ---- archives: a kept workspace as a tar stream ------------------------------------- */
+
+static const char *const tar_paths[] = { "/usr/bin/tar", "/bin/tar" };
+
+int sandlot__workspace_export(const char *data_dir, const char *name, int out_fd,
+			      sandlot_error_t **err)
+{
+	const char *tar = find_tool(tar_paths, SANDLOT_ARRAY_SIZE(tar_paths));
+	if (!tar)
+		return sandlot__error(err, ENOENT, "tar not found (GNU tar archives workspaces)");
+	cleanup_close int root = -1, dir = -1;
+	cleanup_close int w = open_kept(data_dir, name, &root, &dir, err);
+	if (w < 0)
+		return -1;
+	/* Shared, as for a copy: no sandbox takes it while tar reads. */
+	cleanup_close int lock = lock_workspace(w, 1, 0, name, err);
+	if (lock < 0)
+		return -1;
+	/* Sandbox uids as numbers (the workspace stores them so), user.*
+	 * extended attributes only: security.* ones (file capabilities)
+	 * have no business moving between hosts. */
+	const char *const argv[] = { tar, "--create", "--file=-", "--format=posix", "--numeric-owner",
+				     "--sparse", "--xattrs", "--xattrs-include=user.*",
+				     "--directory=/proc/self/fd/3", "--", "home", "tmp", NULL };
+	char why[256];
+	int rs = run_tool_io(argv, -1, out_fd, w, -1, why, sizeof(why));
+	if (rs < 0)
+		return sandlot__error_errno(err, errno, "run %s", tar);
+	if (rs != 0)
+		return sandlot__error(err, EIO, "archiving workspace %s failed%s%s", name,
+				      why[0] ? ": " : "", why);
+	return 0;
+}
+
+int sandlot__workspace_import_tar(const char *data_dir, const char *name, uint64_t bytes,
+				  int in_fd, double overcommit, sandlot_error_t **err)
+{
+	const char *tar = find_tool(tar_paths, SANDLOT_ARRAY_SIZE(tar_paths));
+	if (!tar)
+		return sandlot__error(err, ENOENT, "tar not found (GNU tar unpacks workspace archives)");
+	if (sandlot__workspace_name_check(name, err) < 0)
+		return -1;
+	if (bytes < (16u << 20))
+		return sandlot__error(err, EINVAL, "workspace %s: a quota of at least 16 MiB is needed",
+				      name);
+	struct pool_paths p;
+	if (pool_paths(data_dir, &p) < 0)
+		return sandlot__error(err, ENAMETOOLONG, "data directory path too long");
+	cleanup_close int root = pool_open(data_dir, 1, err);
+	if (root < 0)
+		return -1;
+	cleanup_close int dir = open_subdir(root, "kept", err);
+	if (dir < 0)
+		return -1;
+	if (faccessat(dir, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		return sandlot__error(err, EEXIST, "workspace %s already exists", name);
+	char tmp[SANDLOT_WORKSPACE_NAME_MAX + 8];
+	snprintf(tmp, sizeof(tmp), ".new-%s", name);
+	cleanup_close int lock = -1;
+	cleanup_close int w = -1;
+	{
+		cleanup_close int lk = lock_pool(&p, err);
+		if (lk < 0)
+			return -1;
+		w = new_workspace_locked(&p, root, dir, tmp, bytes, overcommit, &lock, err);
+		if (w < 0)
+			return -1;
+	}
+	/* The quota stays on while tar writes, so an archive bigger than
+	 * `bytes` fails (EDQUOT) rather than filling the pool.  Only home/
+	 * and tmp/ are taken; GNU tar refuses members with "..", strips a
+	 * leading "/", and makes a symlink only after every other member, so
+	 * nothing it writes can land outside the new workspace.  Devices or
+	 * set-id bits an archive may carry are inert: the pool and every
+	 * sandbox's view of it are nodev and nosuid. */
+	const char *const argv[] = { tar, "--extract", "--file=-", "--numeric-owner", "--same-owner",
+				     "--same-permissions", "--xattrs", "--xattrs-include=user.*",
+				     "--directory=/proc/self/fd/4", "--", "home", "tmp", NULL };
+	char why[256];
+	int rs = run_tool_io(argv, in_fd, -1, -1, w, why, sizeof(why));
+	int rc = 0;
+	if (rs < 0)
+		rc = sandlot__error_errno(err, errno, "run %s", tar);
+	else if (rs != 0)
+		rc = sandlot__error(err, strstr(why, "quota") ? EDQUOT : EIO,
+				    "unpacking the archive of workspace %s failed%s%s", name,
+				    why[0] ? ": " : "", why);
+	if (rc == 0 && fsync(w) < 0)
+		rc = sandlot__error_errno(err, errno, "sync workspace %s", name);
+	if (rc == 0 && renameat2(dir, tmp, dir, name, RENAME_NOREPLACE) < 0)
+		rc = sandlot__error_errno(err, errno, "create workspace %s", name);
+	if (rc < 0) {
+		close(lock), lock = -1;
+		cleanup_close int lk = lock_pool(&p, NULL);
+		subvol_delete(dir, tmp);
+		if (lk >= 0) /* else the next sweep recounts the ledger */
+			unreserve_locked(root, bytes);
 	}
 	return rc;
 }

@@ -131,6 +131,17 @@ int sandlot__workspace_sync(const char *data_dir, sandlot_error_t **err);
 int sandlot__workspace_import(const char *data_dir, const char *name, const char *image,
 			      double overcommit, sandlot_error_t **err);
 
+/* Write the kept workspace `name` to out_fd as a POSIX tar of its home/ and
+ * tmp/ (sandbox uids as numbers, user.* extended attributes), holding its
+ * lock shared (EBUSY while a sandbox uses it). */
+int sandlot__workspace_export(const char *data_dir, const char *name, int out_fd,
+			      sandlot_error_t **err);
+/* Make the new kept workspace `name` (EEXIST if it exists) with a quota of
+ * `bytes`, admitted like any new one, from such a tar read from in_fd.  It
+ * appears complete or not at all (EDQUOT when the files do not fit). */
+int sandlot__workspace_import_tar(const char *data_dir, const char *name, uint64_t bytes,
+				  int in_fd, double overcommit, sandlot_error_t **err);
+
 /* The pool as a whole. */
 struct sandlot_pool_info {
 	uint64_t size;       /* bytes of the pool file */

@@ -32,6 +32,7 @@
 #include "daemon/daemon.h"
 #include "daemon/e2b_envd.h"
 #include "daemon/e2b.h"
+#include "daemon/node.h"
 #include "fuzz.h"
 #include "fuzz_requests.h"
 
@@ -63,7 +64,7 @@ static const struct http_route extra_routes[] = {
 
 static void setup(void)
 {
-	const struct http_route *tables[] = { misc_routes, sandbox_routes, exec_routes,
+	const struct http_route *tables[] = { misc_routes, node_routes, sandbox_routes, exec_routes,
 					      file_routes, workspace_routes, code_routes, port_routes,
 					      proxy_routes, changes_routes, network_routes, package_routes,
 					      e2b_envd_routes, e2b_interp_routes, e2b_routes, extra_routes };

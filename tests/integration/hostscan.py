@@ -173,7 +173,10 @@ def helper_pids():
 # "data-dir", and "preparer.lock", on which the process that keeps the pool
 # filled (sandlotd) holds a shared flock.
 CGROUP_POOL_BASE = "/run/sandlot/cgroup-pool"
-MARKER_RE = re.compile(r"^(sb-[a-z2-7]{26})\.\d+\.\d+\.\d+$")
+# A sandbox id of either shape (src/common/sbid.h: with or without the node
+# of sandlotd --node-id); both are 29 characters.
+SBID = r"sb-(?:[a-z2-7]{26}|[a-z0-9]{1,8}-[a-z2-7]{17,24})"
+MARKER_RE = re.compile(rf"^({SBID})\.\d+\.\d+\.\d+$")
 
 
 def cgroup_pools():
@@ -460,7 +463,7 @@ def sandbox_id(cgroup_path):
     return os.path.basename(cgroup_path)
 
 
-CREATED_RE = re.compile(r"event=created sandbox=(sb-[a-z2-7]+)")
+CREATED_RE = re.compile(rf"event=created sandbox=({SBID})")
 
 
 class Owner:
@@ -559,7 +562,7 @@ def qemu_guests():
         if not argv or not argv[0].endswith(b"qemu-system-x86_64"):
             continue
         for a in argv:
-            m = re.match(rb"guest=(sb-[a-z2-7]{26})$", a)
+            m = re.match(rf"guest=({SBID})$".encode(), a)
             if m:
                 out[p] = m.group(1).decode()
     return out
@@ -643,7 +646,7 @@ def leftovers(before, data_dir, me=None):
         if (dd in ln or any(f" {dev} " in ln for dev in ours)) and not is_pool_mount(ln):
             problems.append(f"mount left: {ln}")
     for n in sorted(netns_names() - before["netns"]):
-        m = re.search(r"sb-[a-z2-7]+", n)
+        m = re.search(SBID, n)
         if m and own.is_ours(m.group(0)):
             problems.append(f"network namespace left: /run/netns/{n}")
     problems += vm_leftovers(dd, me, own)

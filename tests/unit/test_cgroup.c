@@ -1212,6 +1212,49 @@ static int scrub(const char *dir)
 	return 1;
 }
 
+/* sandlot__cgroup_v2_nest(): sandbox cgroups below a given cgroup (as
+ * sandlotd puts them below its own, daemon/node.c), with a process in one,
+ * and nothing nested left after destroy; directories outside the v2 root
+ * and a v1 mode are refused. */
+static void test_v2_nest(void)
+{
+	use_v2();
+	char below[PATH_MAX], parent[PATH_MAX + 16];
+	snprintf(below, sizeof(below), "%s/sltest%d-nest", v2_root(), (int)main_pid);
+	CHECK(mkdir(below, 0755) == 0);
+	errno = 0;
+	CHECK(sandlot__cgroup_v2_nest("/elsewhere/x") < 0 && errno == EINVAL);
+	CHECK(sandlot__cgroup_v2_nest(v2_root()) < 0 && errno == EINVAL);
+	CHECK(sandlot__cgroup_v2_nest(below) == 0);
+	CHECK_STR(sandlot__cgroup_v2_root(), below);
+	sandlot_cgroup_t *cg = must_create("nested", NULL);
+	char want[PATH_MAX * 2];
+	snprintf(want, sizeof(want), "%s/sandlot/%s", below, name_for("nested"));
+	CHECK_STR(sandlot__cgroup_path(cg, NULL), want);
+	struct kid k;
+	spawn(&k, kid_sleep);
+	add(cg, k.pid);
+	start(&k);
+	CHECK_EQ_INT(report(&k), k.pid);
+	char procs[PATH_MAX * 2 + 16];
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", want);
+	char *text = sandlot__read_file(procs, 4096);
+	CHECK(text && atoi(text) == k.pid);
+	free(text);
+	destroy_checked(cg);
+	CHECK_EQ_INT(wait_signal(k.pid), SIGKILL);
+	snprintf(parent, sizeof(parent), "%s/sandlot", below);
+	CHECK(rmdir(parent) == 0);
+	CHECK(rmdir(below) == 0);
+}
+
+static void test_v1_nest_refused(void)
+{
+	use_v1();
+	errno = 0;
+	CHECK(sandlot__cgroup_v2_nest("/sys/fs/cgroup/unified/x") < 0 && errno == EINVAL);
+}
+
 static void test_no_leftovers(void)
 {
 	/* Every case above must have removed what it made. */
@@ -1277,6 +1320,8 @@ int main(void)
 	TAP_RUN(test_v2_pool);
 	TAP_RUN(test_v2_pool_race);
 	TAP_RUN(test_v2_pool_reclaim);
+	TAP_RUN(test_v2_nest);
+	TAP_RUN(test_v1_nest_refused);
 	TAP_RUN(test_no_leftovers);
 	return tap_done();
 }

@@ -487,9 +487,16 @@ class AsyncSandbox(_SandboxBase):
     async def pause(self):
         return self._set(await self._call("POST", "/pause"))
 
-    async def resume(self, ttl_seconds=None):
+    async def resume(self, ttl_seconds=None, from_archive=False):
         body = {} if ttl_seconds is None else {"ttl_seconds": ttl_seconds}
+        if from_archive:
+            body["from_archive"] = True
         return self._set(await self._call("POST", "/resume", json_body=body))
+
+    async def archive(self):
+        info = await self._call("POST", "/archive", json_body={})
+        self._set(info)
+        return info["archive"]
 
     async def keepalive(self, ttl_seconds=None):
         body = {} if ttl_seconds is None else {"ttl_seconds": ttl_seconds}

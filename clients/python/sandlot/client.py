@@ -961,11 +961,23 @@ class Sandbox(_SandboxBase):
         """Stop every process and free memory; files stay on disk."""
         return self._set(self._call("POST", "/pause"))
 
-    def resume(self, ttl_seconds=None):
+    def resume(self, ttl_seconds=None, from_archive=False):
         """Bring a paused sandbox back (same id, same files; no processes or
-        interpreter state)."""
+        interpreter state).  With ``from_archive``, on a daemon that does
+        not hold it, take it from the daemon's archive store (moving it to
+        that daemon's node: docs/fleet-move.md)."""
         body = {} if ttl_seconds is None else {"ttl_seconds": ttl_seconds}
+        if from_archive:
+            body["from_archive"] = True
         return self._set(self._call("POST", "/resume", json_body=body))
+
+    def archive(self):
+        """Write the paused sandbox's files to the daemon's archive store,
+        so that another node can resume it (docs/fleet-move.md).  Returns
+        the archive: {"generation", "sha256", "bytes", "url", "node"}."""
+        info = self._call("POST", "/archive", json_body={})
+        self._set(info)
+        return info["archive"]
 
     def keepalive(self, ttl_seconds=None):
         """Reset the idle clock; optionally a new TTL counted from now."""

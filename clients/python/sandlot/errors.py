@@ -136,7 +136,8 @@ class InsufficientStorageError(APIError, OSError):
 
 
 class ServiceUnavailableError(APIError):
-    """503 shutting_down."""
+    """503 shutting_down, or node_full: this node of a fleet has no room (retry
+    elsewhere, or later: nothing was allocated)."""
 
 
 class ServerError(APIError):

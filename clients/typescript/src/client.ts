@@ -9,7 +9,7 @@ import { Transport, type Body, type ConnectionOptions } from "./http.js";
 import type {
   ArchiveResult, Change, ChangesPage, CodeContext, CodeEvent, CodeOptions, CodeResult, CreateSandboxOptions, ExecEvent,
   ExecOptions, ExecResult, ExecStatus, FileInfo, Health, Language, NetworkLog, NetworkMode, NetworkPolicy,
-  PackageInstallResult, Packages, PortEndpoint, PortInfo, SandboxInfo, SandboxState,
+  PackageInstallResult, Packages, PortEndpoint, PortInfo, SandboxInfo, SandboxState, StoreArchive,
 } from "./types.js";
 
 export interface SignalOption {
@@ -180,10 +180,22 @@ export class Sandbox {
     return (this.info = await this.t.json({ method: "POST", path: `${this.path}/pause`, signal: o.signal, long: true }));
   }
 
-  /** Brings a paused sandbox back: same id, same files, no processes. */
-  async resume(o: SignalOption & { ttl_seconds?: number } = {}): Promise<SandboxInfo> {
-    const json = o.ttl_seconds === undefined ? {} : { ttl_seconds: o.ttl_seconds };
+  /** Brings a paused sandbox back: same id, same files, no processes.  With
+   * `from_archive`, on a daemon that does not hold it, takes it from the
+   * daemon's archive store (a move to that node: docs/fleet-move.md). */
+  async resume(o: SignalOption & { ttl_seconds?: number; from_archive?: boolean } = {}): Promise<SandboxInfo> {
+    const json: Record<string, unknown> = o.ttl_seconds === undefined ? {} : { ttl_seconds: o.ttl_seconds };
+    if (o.from_archive) json.from_archive = true;
     return (this.info = await this.t.json({ method: "POST", path: `${this.path}/resume`, json, signal: o.signal, long: true }));
+  }
+
+  /** Writes the paused sandbox's files to the daemon's archive store, so that
+   * another node can resume it (docs/fleet-move.md); returns the archive. */
+  async archive(o: SignalOption = {}): Promise<StoreArchive> {
+    const r = await this.t.json<SandboxInfo & { archive: StoreArchive }>({ method: "POST", path: `${this.path}/archive`, json: {}, signal: o.signal, long: true });
+    const { archive, ...info } = r;
+    this.info = info as SandboxInfo;
+    return archive;
   }
 
   /** Resets the idle clock; optionally sets a new TTL counted from now. */

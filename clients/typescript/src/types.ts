@@ -137,6 +137,16 @@ export interface SandboxInfo {
  * ended), and through the API at /v1/sandboxes/{id}/ports/{port}/ (HTTP and
  * WebSocket, with the API's token: the way in for remote clients).
  */
+/** A paused sandbox's files in the daemon's archive store (`Sandbox.archive()`,
+ * docs/fleet-move.md): another node resumes it with `resume({ from_archive: true })`. */
+export interface StoreArchive {
+  generation: number;
+  sha256: string;
+  bytes: number;
+  url: string;
+  node: string;
+}
+
 export interface PortInfo {
   port: number;
   url: string | null;
