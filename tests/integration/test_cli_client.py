@@ -322,7 +322,6 @@ def _sandbox_has(cli, sid, name):
     return name in r.stdout
 
 
-@pytest.mark.backends(check=True)
 def test_exec_interrupt_kills_the_command(cli, sb):
     p = cli.popen(["exec", sb, "--", "sh", "-c", "echo started; exec sleep 7777"])
     try:
@@ -420,7 +419,6 @@ def test_cp_into_directories_keeps_names_and_exec_bit(cli, sb, tmp_path):
     assert os.stat(out / "tool.sh").st_mode & 0o100
 
 
-@pytest.mark.backends(check=True)
 def test_cp_directory_tree_both_ways(cli, sb, tmp_path):
     src = tmp_path / "proj"
     (src / "a" / "b").mkdir(parents=True)

@@ -204,7 +204,6 @@ def test_tmp_shares_the_disk_quota(sandlot):
     assert "dd=1" in r.stdout, r
 
 
-@pytest.mark.backends(check=True)
 def test_disk_quota_with_tmpfs_storage(sandlot):
     """The SANDLOT_STORAGE=tmpfs fallback enforces the same quota, with the
     same error (ENOSPC, not a SIGXFSZ kill)."""
