@@ -24,7 +24,7 @@ BUILD_DEPS = meson ninja-build pkg-config gcc libc6-dev musl-tools libseccomp-de
 # haproxy: the fleet's proxy (deploy/haproxy), run by tests/fleet and checked with haproxy -c
 TEST_DEPS = haproxy python3-pytest python3-venv python-is-python3 bubblewrap iproute2 valgrind python3-matplotlib python3-pandas python3-numpy dnsmasq-base openssl socat curl nftables clang libclang-rt-14-dev qemu-system-x86 busybox-static
 
-.PHONY: all vm deps test-deps demo check unit asan tsan fuzz integration fleet-check fleet-manifests-check mcp-check ts-check e2b-check e2b-js-check e2b-py-check image-minimal image-python-data clean
+.PHONY: all vm deps test-deps demo check check-vm unit asan tsan fuzz integration fleet-check fleet-manifests-check mcp-check ts-check e2b-check e2b-js-check e2b-py-check image-minimal image-python-data clean
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -52,6 +52,15 @@ demo: deps all
 
 check: test-deps all
 	@scripts/check.sh
+
+# Every test of behaviour both backends must have (marked `backends`) with
+# vm sandboxes, and the vm backend's own tests (test_vm*.py), with sandlotd
+# and the CLI under ASan+UBSan as in `make check`, which runs only a
+# representative subset of the vm runs (SANDLOT_TEST_VM, README's Tests).
+check-vm: test-deps vm
+	@asan_bin=$$(BUILD=$(BUILD) ASAN_BUILD=$(ASAN_BUILD) scripts/sanitize-build.sh asan) && \
+	SANDLOT_TEST_VM=only SANDLOT_TEST_BIN_DIR=$(CURDIR)/$$asan_bin SANDLOT_PLAIN_BIN_DIR=$(CURDIR)/$(BUILD)/bin \
+	    $(PYTEST) -q -rs -p no:cacheprovider tests/integration
 
 # Built images (docs/images.md): debootstrap + apt into $(SANDLOT_DATA_DIR or
 # /var/lib/sandlot)/images, packages cached in /var/cache/sandlot.

@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+from vmguest import busybox_root  # noqa: E402  (the tests' busybox root, shared)
 BIN_DIR = Path(os.environ.get("SANDLOT_TEST_BIN_DIR") or REPO / "build" / "bin")
 VM_DIR = Path(os.environ.get("SANDLOT_VM_DIR") or REPO / "build" / "vm")
 MKFS = ["/sbin/mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
@@ -99,29 +101,9 @@ def bench_disk(base, size, rounds):
     row("copy", cp)
 
 
-def make_root(base):
-    tree = base / "rootfs"
-    (tree / "usr/bin").mkdir(parents=True)
-    (tree / "etc").mkdir()
-    (tree / "var").mkdir()
-    shutil.copy(shutil.which("busybox"), tree / "usr/bin/busybox")
-    for applet in ("sh", "true"):
-        (tree / "usr/bin" / applet).symlink_to("busybox")
-    (tree / "bin").symlink_to("usr/bin")
-    (tree / "var/tmp").symlink_to("../tmp")
-    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (tree / "etc/group").write_text("root:x:0:\n")
-    for name in ("hosts", "hostname", "resolv.conf", "nsswitch.conf"):
-        (tree / "etc" / name).write_text("")
-    image = base / "root.erofs"
-    subprocess.run(["mkfs.erofs", "-zlz4hc", str(image), str(tree)], check=True,
-                   stdout=subprocess.DEVNULL)
-    return image
-
-
 def bench_create(base, n):
     env = dict(os.environ, SANDLOT_DATA_DIR=str(base / "data"), SANDLOT_VM_DIR=str(VM_DIR),
-               SANDLOT_VM_ROOT=str(make_root(base)))
+               SANDLOT_VM_ROOT=str(busybox_root(base)))
     cmds = {
         "vm": [str(BIN_DIR / "sandlot"), "run", "--isolation", "vm", "--", "true"],
         "ns": [str(BIN_DIR / "sandlot"), "run", "--", "true"],
@@ -166,7 +148,7 @@ def kib(path, key):
 
 def bench_idle_memory(base, memory, idle):
     env = dict(os.environ, SANDLOT_DATA_DIR=str(base / "data"), SANDLOT_VM_DIR=str(VM_DIR),
-               SANDLOT_VM_ROOT=str(base / "root.erofs"))
+               SANDLOT_VM_ROOT=str(busybox_root(base)))
     p = subprocess.Popen([str(BIN_DIR / "sandlot"), "run", "--isolation", "vm", "-m", memory,
                           "--", "sh", "-c", "echo up; sleep 600"], env=env,
                          stdout=subprocess.PIPE, start_new_session=True)

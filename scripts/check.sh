@@ -3,7 +3,11 @@
 # N skipped":
 #   - unit tests (plain build), fuzz targets replaying their corpora;
 #   - the same under ASan+UBSan;
-#   - the integration tests (CLI, daemon, interpreter hosts), and the Python
+#   - the integration tests (CLI, daemon, interpreter hosts; the tests of
+#     behaviour both backends must have run with ns sandboxes, and a
+#     representative subset of them with vm sandboxes too: SANDLOT_TEST_VM,
+#     tests/integration/conftest.py; `make check-vm` runs all of them with
+#     vm sandboxes), and the Python
 #     client's in a virtualenv with its frameworks pinned,
 #     with sandlotd and the CLI built with ASan+UBSan (sandlot-init is
 #     static and stays plain): every sanitizer report fails its test;
@@ -236,7 +240,8 @@ stage "the daemon's concurrency tests with sandlotd under ThreadSanitizer"
 if tsan_bin=$(BUILD=$BUILD TSAN_BUILD=$TSAN_BUILD scripts/sanitize-build.sh tsan); then
 	out=$(mktemp)
 	# shellcheck disable=SC2046
-	SANDLOT_TEST_BIN_DIR=$PWD/$tsan_bin \
+	# (ns only: the vm runs test the same daemon code, and they ran above.)
+	SANDLOT_TEST_VM=none SANDLOT_TEST_BIN_DIR=$PWD/$tsan_bin \
 		$PYTEST -q -rs -p no:cacheprovider $(grep -v '^#' tests/tsan-tests.txt) 2>&1 | tee "$out"
 	count_pytest "$out"
 	rm -f "$out"

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "backend/vm-qmp.h"
+#include "backend/vm.h"
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "core/internal.h"
@@ -137,12 +138,13 @@ int sandlot__vm_kept_take(const char *data_dir, const char *name, int resume, ui
 		return sandlot__error_errno(err, errno, "kept workspace %s has no disk (%s)", name,
 					    path);
 	}
-	if ((uint64_t)st.st_size != bytes) {
+	if ((uint64_t)st.st_size != sandlot__vm_disk_file_bytes(bytes)) {
+		uint64_t had = 0;
+		sandlot__vm_disk_bytes_of_file((uint64_t)st.st_size, &had);
 		close(fd);
 		return sandlot__error(err, EINVAL, "kept workspace %s is a disk of %llu bytes, not "
 				      "the %llu asked for (give the disk size it was made with)",
-				      name, (unsigned long long)st.st_size,
-				      (unsigned long long)bytes);
+				      name, (unsigned long long)had, (unsigned long long)bytes);
 	}
 	/* QEMU of this sandbox runs as a uid of its own. */
 	if (chown(path, owner, owner) < 0) {
@@ -410,7 +412,10 @@ int sandlot__vm_workspace_size(const char *data_dir, const char *name, uint64_t 
 	struct stat st;
 	if (kept_path(data_dir, name, "disk.img", path, sizeof(path)) < 0 || stat(path, &st) < 0)
 		return sandlot__error(err, ENOENT, "no kept workspace %s", name);
-	*bytes = (uint64_t)st.st_size;
+	if (sandlot__vm_disk_bytes_of_file((uint64_t)st.st_size, bytes) < 0)
+		return sandlot__error(err, EIO, "kept workspace %s: its disk (%s) has a size no vm "
+				      "workspace has (%llu bytes)", name, path,
+				      (unsigned long long)st.st_size);
 	return 0;
 }
 

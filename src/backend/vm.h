@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "sandlot.h"
 
@@ -13,6 +14,30 @@
 
 struct sandlot;
 struct sandlot_init_config;
+
+/* The size of a vm sandbox's workspace disk file for a workspace of
+ * `disk` bytes: larger by what ext4's own metadata takes (inode tables,
+ * bitmaps, extent blocks: 3 of 32 MiB, 19 of 1024 MiB), so that the disk
+ * holds at least `disk` bytes of files, as an ns sandbox's quota does. */
+static inline uint64_t sandlot__vm_disk_file_bytes(uint64_t disk)
+{
+	return disk + disk / 16 + (4ull << 20);
+}
+
+/* The workspace size whose disk file is `file` bytes long: 0, or -1 when
+ * no size makes a file of that length (not a disk this backend made). */
+static inline int sandlot__vm_disk_bytes_of_file(uint64_t file, uint64_t *disk)
+{
+	if (file < (4ull << 20))
+		return -1;
+	uint64_t guess = (file - (4ull << 20)) / 17 * 16;
+	for (uint64_t d = guess > 32 ? guess - 32 : 0; d <= guess + 32; d++)
+		if (sandlot__vm_disk_file_bytes(d) == file) {
+			*disk = d;
+			return 0;
+		}
+	return -1;
+}
 
 /* The accelerator vm sandboxes of this process use: "kvm" when /dev/kvm
  * is real hardware virtualization that can run a stock kernel, else "tcg"
@@ -34,6 +59,19 @@ int sandlot__vm_accel_usable(void);
  * is nothing).  buf[0..len) is the log's tail (untrusted bytes: any);
  * cut says that its first line is the end of a longer one (dropped). */
 void sandlot__vm_console_summary(const char *buf, size_t len, int cut, char *out, size_t n);
+
+/* QEMU's CPU time so far (user + system, all its threads) in ms, from
+ * /proc/PID/stat; -1 when it cannot be read (the process is gone). */
+long long sandlot__vm_cpu_ms(pid_t pid);
+
+struct sandlot;
+/* vm-boot.c: after ready_timeout_ms (waited_ms) without init ready, wait
+ * on while QEMU (pid qemu) has had less than a few boots' worth of CPU
+ * time and the boot has taken less than a hard limit.  0 once the
+ * connection has settled (ready, refused, closed: the caller looks at
+ * which), -1 when the boot is given up on; *cpu_ms gets QEMU's CPU time
+ * (-1: unknown) either way. */
+int sandlot__vm_boot_wait(struct sandlot *sb, pid_t qemu, unsigned waited_ms, long long *cpu_ms);
 
 /* Whether the probe found KVM usable (for tests of the probe itself):
  * 1 yes, 0 no with the reason in why[0..n). */

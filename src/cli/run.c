@@ -678,8 +678,11 @@ int cmd_run(int argc, char **argv)
 	}
 	/* With nothing to put in first, the command goes to init while it
 	 * still sets itself up (start_nowait): init starts it as soon as it is
-	 * ready, and this process does not wait for that in between. */
-	int early = nup == 0 && code_fd < 0;
+	 * ready, and this process does not wait for that in between.  Not for
+	 * a vm sandbox: the command's clock (--timeout, duration_ms) starts
+	 * when it is sent, and a boot takes seconds (a 500 ms timeout killed
+	 * the command before the guest had started it). */
+	int early = nup == 0 && code_fd < 0 && opts.isolation != SANDLOT_ISOLATION_VM;
 	if (!early && sandlot_wait_ready(sb, &err) < 0) {
 		cli_err("%s", sandlot_error_message(err));
 		sandlot_error_free(err);

@@ -324,6 +324,12 @@ static int wait_ready(sandlot_t *sb, sandlot_error_t **err)
 		sandlot_error_free(hello_err);
 		return -1;
 	}
+	/* ready may have waited on (a VM whose boot the host slowed down). */
+	if (hello < 0 && sandlot__conn_wait_ready(&sb->conn, 0, NULL) == 0) {
+		sandlot_error_free(hello_err);
+		hello_err = NULL;
+		hello = 0;
+	}
 	if (hello < 0) {
 		if (err)
 			*err = hello_err;

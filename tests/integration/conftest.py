@@ -159,20 +159,54 @@ class Result:
 
 
 class Sandlot:
-    """Runs the CLI with the session's environment."""
+    """Runs the CLI with the session's environment.  With isolation "vm"
+    (the `backends` marker) every `sandlot run` gets --isolation vm, and
+    `vm_env` (the guest's files) is added to its environment."""
 
-    def __init__(self, data_dir):
+    def __init__(self, data_dir, isolation="ns", vm_env=None):
         self.data_dir = Path(data_dir)
+        self.isolation = isolation
         env = dict(os.environ)
         # The tests must not depend on overrides from the caller's shell.
         for k in list(env):
             if k.startswith("SANDLOT_"):
                 del env[k]
         env["SANDLOT_DATA_DIR"] = str(self.data_dir)
+        env.update(vm_env or {})
         self.env = env
 
+    # What a vm sandbox's boot may add to a run: seconds under TCG, and up
+    # to the backend's own bound (300 s, vm-boot.c) on a loaded machine.
+    VM_BOOT = 300
+
+    @property
+    def slack(self):
+        """How many times longer than in an ns sandbox a command may take
+        to react (a kill, an exit) in a vm sandbox: its kernel is
+        emulated (TCG), and QEMU may get a small share of a CPU."""
+        return 1 if self.isolation == "ns" else 8
+
+    def within(self, seconds):
+        """A bound on a whole run's wall time that is `seconds` with ns:
+        for vm, scaled by slack, plus what the boot may take."""
+        return seconds if self.isolation == "ns" else seconds * self.slack + self.VM_BOOT
+
+    @property
+    def disk_full_error(self):
+        """What a write past --disk fails with: the storage pool's quota
+        (EDQUOT) for ns, the workspace disk's ENOSPC for vm (as for ns
+        with tmpfs storage): docs/vm.md."""
+        return "Disk quota exceeded" if self.isolation == "ns" else "No space left on device"
+
+    @property
+    def small_memory(self):
+        """The smallest --memory the tests use: 64M, or the 128M a vm
+        sandbox needs at least (its kernel's)."""
+        return "64M" if self.isolation == "ns" else "128M"
+
     def argv(self, args):
-        return [str(SANDLOT), "run", *map(str, args)]
+        iso = ["--isolation", "vm"] if self.isolation == "vm" else []
+        return [str(SANDLOT), "run", *iso, *map(str, args)]
 
     def popen(self, args, *, cwd=None, env=None, extra_env=None, stdin=subprocess.DEVNULL,
               stdout=subprocess.PIPE, stderr=subprocess.PIPE, raw_argv=None):
@@ -187,6 +221,8 @@ class Sandlot:
     def run(self, args, *, input=None, timeout=DEFAULT_TIMEOUT, cwd=None, env=None,
             extra_env=None, raw_argv=None):
         """Run `sandlot run ARGS...` to completion and return a Result."""
+        if self.isolation == "vm":
+            timeout += self.VM_BOOT
         t0 = time.monotonic()
         p = self.popen(args, cwd=cwd, env=env, extra_env=extra_env,
                        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
@@ -300,6 +336,108 @@ _SESSION = {}
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "leftovers: the final no-leftovers check")
+    config.addinivalue_line(
+        "markers", "backends(check=False): a behaviour both backends must have: the test "
+        "runs with isolation ns and vm (the `isolation` fixture); check=True puts its vm "
+        "run in `make check`, the others run in `make check-vm`")
+    config.addinivalue_line("markers", "ns_only(reason): in a module marked `backends`, a test "
+                            "that runs with ns sandboxes only, and why (it watches what only "
+                            "an ns sandbox shows the host, or needs more VMs than a test should)")
+    config.addinivalue_line("markers", "vm(slow=False): a test of the vm backend alone (runs "
+                            "in `make check` and `make check-vm`; slow=True: in `make check-vm` "
+                            "only)")
+
+
+# --------------------------------------------------------------------------
+# both backends
+#
+# A test marked `backends` runs twice: [ns] and [vm].  The `sandlot`,
+# `sandlotd` and `isolation` fixtures follow the parameter: `sandlot run
+# --isolation vm`, and a sandlotd started with --default-isolation vm, on
+# the build's guest (build/vm) with tests/integration/vm-root.recipe (python3
+# and node, built once per session) as the guest's root.  Under TCG every vm
+# sandbox costs a boot of a few seconds, so which vm runs happen is chosen
+# by SANDLOT_TEST_VM:
+#   check (default)  the vm runs of tests marked backends(check=True): a
+#                    representative subset, about 2 minutes (`make check`);
+#   all              every vm run, and every other test;
+#   only             every vm run, the tests marked `vm` (test_vm.py,
+#                    test_vm_guest.py, test_vm_lifecycle.py) and the final
+#                    leftovers check, nothing else (`make check-vm`);
+#   none             no vm run (the ThreadSanitizer run).
+# (Tests marked vm(slow=True), minutes each, run with all and only.)
+# The vm runs not chosen are deselected (pytest's summary counts them),
+# never skipped; a machine without the guest's files skips them, saying
+# which file is missing.
+VM_TESTS = os.environ.get("SANDLOT_TEST_VM", "check")
+if VM_TESTS not in ("check", "all", "only", "none"):
+    raise SystemExit(f"SANDLOT_TEST_VM={VM_TESTS!r}: expected check, all, only or none")
+
+
+def pytest_generate_tests(metafunc):
+    if "isolation" not in metafunc.fixturenames:
+        return
+    if not metafunc.definition.get_closest_marker("backends"):
+        return
+    ns_only = metafunc.definition.get_closest_marker("ns_only")
+    if ns_only:
+        assert ns_only.kwargs.get("reason"), f"{metafunc.definition.nodeid}: ns_only needs a reason"
+        return
+    metafunc.parametrize("isolation", ["ns", "vm"], indirect=True, scope="module")
+
+
+def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        cs = getattr(item, "callspec", None)
+        if cs is None or cs.params.get("isolation") != "vm":
+            vm = item.get_closest_marker("vm")
+            slow = vm and any(m.kwargs.get("slow") for m in item.iter_markers("vm"))
+            last = item.get_closest_marker("leftovers")  # test_zz_leftovers: always
+            if (VM_TESTS != "only" or vm or last) and not (slow and VM_TESTS == "check"):
+                keep.append(item)
+            else:
+                drop.append(item)
+            continue
+        m = item.get_closest_marker("backends")
+        if VM_TESTS in ("all", "only") or (VM_TESTS == "check" and m.kwargs.get("check")):
+            keep.append(item)
+        else:
+            drop.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(scope="module")
+def isolation(request):
+    """"ns", or "vm" for the vm run of a test marked `backends`."""
+    iso = getattr(request, "param", "ns")
+    if iso == "vm":
+        from vmguest import missing
+        why = missing()
+        if why:
+            pytest.skip(f"no vm sandbox on this machine: {why}")
+    return iso
+
+
+@pytest.fixture(scope="session")
+def vm_guest_env(session_dirs):
+    """The environment that puts vm sandboxes on this build's guest
+    (SANDLOT_VM_DIR) with tests/integration/vm-root.recipe as their root
+    (SANDLOT_VM_ROOT: python3 and node, which the tests use from the host
+    image in ns sandboxes): built once per session in a data dir of its
+    own (debootstrap + apt from /var/cache/sandlot: 20 to 40 s once the
+    cache is warm)."""
+    from vmguest import VM_DIR, recipe_root
+    root = recipe_root(session_dirs["base"] / "vm-image", Path(__file__).parent / "vm-root.recipe")
+    return {"SANDLOT_VM_DIR": str(VM_DIR), "SANDLOT_VM_ROOT": str(root)}
+
+
+@pytest.fixture
+def isolation_env(request, isolation):
+    """vm_guest_env for the vm run of a test, {} for its ns run."""
+    return request.getfixturevalue("vm_guest_env") if isolation == "vm" else {}
 
 
 @pytest.fixture(scope="session")
@@ -324,8 +462,8 @@ def session_dirs():
 
 
 @pytest.fixture
-def sandlot(session_dirs):
-    return Sandlot(session_dirs["data_dir"])
+def sandlot(session_dirs, isolation, isolation_env):
+    return Sandlot(session_dirs["data_dir"], isolation, isolation_env)
 
 
 @pytest.fixture(autouse=True)
@@ -399,12 +537,73 @@ def plain_sandlotd(session_dirs, tmp_path_factory):
 
 
 @pytest.fixture
-def sandlotd(session_dirs, tmp_path_factory):
+def sandlotd(session_dirs, tmp_path_factory, isolation, isolation_env):
     """A running sandlotd on a temporary socket and data dir, stopped (and
-    checked to stop cleanly) after the test."""
+    checked to stop cleanly) after the test.  For the vm run of a test
+    marked `backends`, its sandboxes are vm sandboxes by default."""
     from daemon import Daemon
     base = tmp_path_factory.mktemp("sandlotd", numbered=True)
-    d = Daemon(base, data_dir=session_dirs["data_dir"] / "daemon" / base.name).start()
+    extra = ["--default-isolation", "vm"] if isolation == "vm" else []
+    d = Daemon(base, data_dir=session_dirs["data_dir"] / "daemon" / base.name,
+               extra_args=extra, env=isolation_env).start()
+    d.isolation = isolation
+    if isolation == "vm":
+        fds = daemon_fd_baseline(d)
     yield d
+    if isolation == "vm" and d.proc is not None and d.proc.poll() is None:
+        no_fd_left(d, fds)
     rc = d.stop()
     assert rc == 0, f"sandlotd exited with {rc} on SIGTERM:\n{d.logs()}"
+
+
+def vm_fds(d):
+    """The descriptors of daemon `d` that a vm sandbox holds while it
+    lives: pidfds (its QEMU), files under the daemon's vm/ directory (its
+    lock, its console) and unix sockets without a name (its control
+    connection is a socketpair; the daemon's listener and the HTTP
+    connections it accepted carry the socket's path).  Not counted: what
+    the daemon keeps for itself and refills on its own (the network
+    namespaces it prepares, their listeners)."""
+    unix = set()
+    try:
+        with open(f"/proc/{d.pid}/net/unix") as f:
+            next(f)
+            unix = {int(ln.split()[6]) for ln in f if len(ln.split()) == 7}
+    except (OSError, StopIteration, ValueError):
+        pass
+    vm_dir = str(d.data_dir / "vm") + "/"
+    out = {}
+    for fd in os.listdir(f"/proc/{d.pid}/fd"):
+        try:
+            t = os.readlink(f"/proc/{d.pid}/fd/{fd}")
+        except OSError:
+            continue
+        sock = t.startswith("socket:[") and int(t[8:-1]) in unix
+        if t == "anon_inode:[pidfd]" or t.startswith(vm_dir) or sock:
+            out[int(fd)] = t
+    return out
+
+
+def daemon_fd_baseline(d):
+    """vm_fds() of daemon `d` with no sandbox, once what every sandbox
+    shares is set up (an ns sandbox made and removed: milliseconds, where
+    a vm one costs a boot)."""
+    r = d.post("/v1/sandboxes", json_body={"isolation": "ns"})
+    assert r.status == 201, r
+    assert d.delete(f"/v1/sandboxes/{r.json()['id']}").status in (200, 204)
+    return len(vm_fds(d))
+
+
+def no_fd_left(d, baseline):
+    """After a test of vm sandboxes: once every sandbox is deleted, daemon
+    `d` holds no more of the descriptors a vm sandbox has (vm_fds()) than
+    before the test: a pidfd, a lock, a console or a control socket left
+    open is a leak."""
+    for sb in d.get("/v1/sandboxes").json()["sandboxes"]:
+        r = d.delete(f"/v1/sandboxes/{sb['id']}", timeout=120)
+        assert r.status in (200, 204, 404, 410), r
+    if not wait_until(lambda: len(vm_fds(d)) <= baseline, 10):
+        fds = sorted(vm_fds(d).items())
+        raise AssertionError(f"sandlotd holds {len(fds)} descriptors of the kinds a vm sandbox "
+                             f"has after its vm sandboxes were deleted, {baseline} before the "
+                             "test:\n" + "\n".join(f"  {fd} -> {t}" for fd, t in fds))

@@ -14,6 +14,10 @@ import pytest
 
 from conftest import SANDLOT, kill_group, read_line_with_deadline, wait_until
 
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
+
 ID_RE = re.compile(r"^sb-[a-z2-7]{26}$")
 TIMEOUT = 60
 
@@ -353,6 +357,7 @@ def test_exec_closed_stdout_stops_the_command(cli, sb):
     assert wait_until(lambda: not _sandbox_has(cli, sb, "yes"), 10)
 
 
+@pytest.mark.backends(check=True)
 def test_exec_interactive_stdin(cli, sb):
     r = cli("exec", "-i", sb, "--", "sh", "-c", "tr a-z A-Z; echo done >&2; exit 5",
             input=b"hello\nworld\n")

@@ -10,6 +10,10 @@ from conftest import kill_group, read_line_with_deadline
 from test_cli_client import Cli  # noqa: F401  (the client CLI runner)
 from test_cli_client import cli, sb  # noqa: F401  (fixtures)
 
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
+
 
 # ---- sandlot code -----------------------------------------------------------
 
@@ -140,6 +144,7 @@ def test_unreachable_daemon(tmp_path):
 
 # ---- sandlot run --lang -----------------------------------------------------
 
+@pytest.mark.backends(check=True)
 def test_run_lang_inline(sandlot):
     r = sandlot.run(["--lang", "python", "-c", "import sys; print(sys.argv[1:], 6 * 7)", "a", "b"])
     assert r.rc == 0 and r.stdout == "['a', 'b'] 42\n", r

@@ -13,6 +13,10 @@ import time
 import pytest
 from conftest import wait_until
 
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
+
 NDJSON = {"Accept": "application/x-ndjson"}
 
 
@@ -29,6 +33,7 @@ def code(d, sid, src, lang="python", timeout=60, **kw):
     return r.json()
 
 
+@pytest.mark.backends(check=True)
 def test_python_state_value_and_latency(sandlotd):
     sid = sandlotd.create()
     r = code(sandlotd, sid, "x = 0")
@@ -46,6 +51,7 @@ def test_python_state_value_and_latency(sandlotd):
           f"max {max(times):.2f} ms")
 
 
+@pytest.mark.backends(check=True)
 def test_timeout_interrupts_and_keeps_state(sandlotd):
     sid = sandlotd.create()
     code(sandlotd, sid, "keep = 41")

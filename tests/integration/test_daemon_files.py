@@ -21,6 +21,10 @@ import pytest
 from conftest import wait_until
 from daemon import Response
 
+# Behaviour both backends must have: each test runs with isolation ns and vm
+# (conftest.py, `backends`).
+pytestmark = pytest.mark.backends
+
 MIB = 1 << 20
 BIG = 50 * MIB
 
@@ -356,6 +360,7 @@ def test_stat_list_mkdir_delete(sandlotd):
     assert r.status in (400, 403), r
 
 
+@pytest.mark.backends(check=True)
 def test_upload_over_disk_quota_507_leaves_nothing(sandlotd):
     sid = sandlotd.create(disk="32M")
     assert sandlotd.post(files_url(sid, "files/mkdir", path="up")).status == 201
@@ -632,6 +637,7 @@ def test_archive_in_over_quota_507(sandlotd):
         assert e["size"] == 6 * MIB, listing
 
 
+@pytest.mark.backends(check=True)
 def test_archive_out_round_trip(sandlotd, tmp_path):
     sid = sandlotd.create()
     sh(sandlotd, sid, "cd /home/user && mkdir -p t/sub/deeper t/empty && "

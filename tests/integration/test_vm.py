@@ -12,31 +12,19 @@ where they can.
 import json
 import os
 import re
-import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 import hostscan
-from conftest import PLAIN_BIN_DIR, SANDLOT, wait_until
+from conftest import SANDLOT, wait_until
 
-VM_DIR = Path(os.environ.get("SANDLOT_VM_DIR") or PLAIN_BIN_DIR.parent / "vm")
+from vmguest import VM_DIR, busybox_root, missing
+
 BOOT = 120  # bound on one boot + command under TCG on a loaded machine
 
-
-def _missing():
-    for f in ("vmlinux", "initramfs.cpio", "kernel-release"):
-        if not (VM_DIR / f).exists():
-            return f"{VM_DIR / f} was not built (make vm: it needs apt-get to download linux-image-cloud-amd64's kernel package)"
-    for tool in ("qemu-system-x86_64", "mkfs.erofs", "mkfs.ext4", "busybox"):
-        if not shutil.which(tool):
-            return f"{tool} is not installed (make test-deps)"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+pytestmark = [pytest.mark.vm, pytest.mark.skipif(missing() is not None, reason=missing() or "")]
 
 
 def hardware_kvm():
@@ -46,24 +34,7 @@ def hardware_kvm():
 @pytest.fixture(scope="module")
 def vm_root(tmp_path_factory):
     """An image root as `sandlot image build` leaves one, from busybox."""
-    tmp = tmp_path_factory.mktemp("vmroot")
-    tree = tmp / "rootfs"
-    (tree / "usr/bin").mkdir(parents=True)
-    (tree / "etc").mkdir()
-    (tree / "var").mkdir()
-    shutil.copy(shutil.which("busybox"), tree / "usr/bin/busybox")
-    for applet in ("sh", "cat", "id", "uname", "echo", "ls", "sleep", "grep", "wc", "true"):
-        (tree / "usr/bin" / applet).symlink_to("busybox")
-    (tree / "bin").symlink_to("usr/bin")
-    (tree / "var/tmp").symlink_to("../tmp")
-    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (tree / "etc/group").write_text("root:x:0:\n")
-    for name in ("hosts", "hostname", "resolv.conf", "nsswitch.conf"):
-        (tree / "etc" / name).write_text("")
-    image = tmp / "root.erofs"
-    subprocess.run(["mkfs.erofs", "-zlz4hc", str(image), str(tree)], check=True,
-                   stdout=subprocess.DEVNULL)
-    return image
+    return busybox_root(tmp_path_factory.mktemp("vmroot"))
 
 
 @pytest.fixture
@@ -126,9 +97,22 @@ def test_isolation_is_checked(sandlot, vm_env):
     r = sandlot.run(["--isolation", "vm", "--memory", "64M", "--", "true"], extra_env=vm_env)
     assert r.rc == 125, r
     assert "a vm sandbox needs at least 128M of memory" in r.stderr, r
-    r = sandlot.run(["--isolation", "vm", "--storage", "tmpfs", "--", "true"], extra_env=vm_env)
-    assert r.rc == 125, r
-    assert "tmpfs storage is not supported for vm sandboxes" in r.stderr, r
+
+
+def test_tmpfs_storage_is_the_guests_tmpfs(sandlot, vm_env):
+    """--storage tmpfs: /home/user and /tmp on a tmpfs of the disk's size
+    in the guest (test_limits' disk quota tests check the limit), not on
+    the workspace disk."""
+    r = sandlot.run(["--isolation", "vm", "--storage", "tmpfs", "--disk", "64M", "--", "sh", "-c",
+                     "echo x > /home/user/f && cat /home/user/f && cat /proc/mounts"],
+                    extra_env=vm_env, timeout=BOOT)
+    assert r.rc == 0, r
+    lines = r.stdout.splitlines()
+    assert lines[0] == "x", r
+    home = [ln.split() for ln in lines if ln.split()[1:2] == ["/home/user"]]
+    assert home and home[-1][2] == "tmpfs", r.stdout
+    assert "size=65536k" in home[-1][3], home
+    assert not [ln for ln in lines if ln.startswith("/dev/vd") and " ext4 " in ln], r.stdout
 
 
 def test_a_broken_root_names_what_the_guest_said(sandlot, vm_env, tmp_path):

@@ -11,38 +11,14 @@ none of the host's mounts, survives the host disconnecting, and names what
 is wrong when it cannot start.
 """
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from vmguest import NOFILE, PIDS, VM_DIR, Conn, Guest, boot, make_work, missing, qemu_argv, seccomp_program
+from vmguest import (NOFILE, PIDS, VM_DIR, Conn, Guest, boot, busybox_root, make_work, missing, qemu_argv,
+                     seccomp_program)
 
-pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
-
-
-def make_root(tmp):
-    """A small image root as `sandlot image build` leaves one (the /etc
-    files sandlot binds over exist, /var/tmp links to /tmp), from busybox,
-    as an erofs file."""
-    tree = tmp / "rootfs"
-    (tree / "usr/bin").mkdir(parents=True)
-    (tree / "etc").mkdir()
-    (tree / "var").mkdir()
-    shutil.copy(shutil.which("busybox"), tree / "usr/bin/busybox")
-    for applet in ("sh", "cat", "id", "uname", "touch", "echo", "ls", "sleep", "dd"):
-        (tree / "usr/bin" / applet).symlink_to("busybox")
-    (tree / "bin").symlink_to("usr/bin")
-    (tree / "var/tmp").symlink_to("../tmp")
-    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (tree / "etc/group").write_text("root:x:0:\n")
-    for name in ("hosts", "hostname", "resolv.conf", "nsswitch.conf"):
-        (tree / "etc" / name).write_text("")
-    image = tmp / "root.erofs"
-    subprocess.run(["mkfs.erofs", "-zlz4hc", str(image), str(tree)], check=True,
-                   stdout=subprocess.DEVNULL)
-    return image
+pytestmark = [pytest.mark.vm, pytest.mark.skipif(missing() is not None, reason=missing() or "")]
 
 
 @pytest.fixture(scope="session")
@@ -53,7 +29,7 @@ def seccomp(session_dirs):
 @pytest.fixture(scope="module")
 def vm(tmp_path_factory, seccomp):
     d = tmp_path_factory.mktemp("vmguest")
-    g = boot(d, make_root(d), make_work(d), seccomp)
+    g = boot(d, busybox_root(d), make_work(d), seccomp)
     try:
         yield g
         g.conn.close()
@@ -164,7 +140,7 @@ def test_a_guest_without_sandlot_vm_refuses_to_start(tmp_path):
 
 
 def test_a_missing_disk_is_named_on_the_console(tmp_path):
-    g = Guest(tmp_path, qemu_argv(tmp_path, make_root(tmp_path), None))
+    g = Guest(tmp_path, qemu_argv(tmp_path, busybox_root(tmp_path), None))
     try:
         g.wait_exit()
     finally:
@@ -174,7 +150,7 @@ def test_a_missing_disk_is_named_on_the_console(tmp_path):
 
 def test_config_without_the_image_flag_is_refused(tmp_path, seccomp):
     """A vm sandbox's root is always its image: CONFIG must say so."""
-    g = Guest(tmp_path, qemu_argv(tmp_path, make_root(tmp_path), make_work(tmp_path)))
+    g = Guest(tmp_path, qemu_argv(tmp_path, busybox_root(tmp_path), make_work(tmp_path)))
     try:
         conn = g.connect()
         answer = conn.configure(seccomp, flags=0)

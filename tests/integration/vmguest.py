@@ -1,6 +1,12 @@
-"""A test-only host for the vm backend's guest (docs/vm.md): QEMU with the
-vm backend's arguments, and a minimal client of spec/protocol.md over the
-guest's control port.  Used by test_vm_guest.py and test_images.py."""
+"""The vm backend's guest for the tests and benchmarks (docs/vm.md): where
+its files are and what a machine lacks to boot it (missing()), the roots
+vm sandboxes are tested on (busybox_root(): a small erofs from busybox;
+recipe_root(): an image recipe built, vm-root.recipe for the cross-backend
+tests), and a test-only host: QEMU
+with the vm backend's arguments and a minimal client of spec/protocol.md
+over the guest's control port.  Used by conftest.py (the vm runs of tests
+marked `backends`), test_vm.py, test_vm_guest.py, test_images.py and
+bench/vm.py."""
 import os
 import shutil
 import signal
@@ -10,9 +16,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import PLAIN_BIN_DIR
-
-VM_DIR = Path(os.environ.get("SANDLOT_VM_DIR") or PLAIN_BIN_DIR.parent / "vm")
+# Importable without pytest (bench/vm.py): conftest is imported only by
+# the functions that need it.
+REPO = Path(__file__).resolve().parents[2]
+# The guest of the build as shipped: build/vm, beside SANDLOT_PLAIN_BIN_DIR
+# when it is set (conftest.py), or SANDLOT_VM_DIR.
+VM_DIR = Path(os.environ.get("SANDLOT_VM_DIR") or
+              Path(os.environ.get("SANDLOT_PLAIN_BIN_DIR") or REPO / "build" / "bin").parent / "vm")
 QEMU = shutil.which("qemu-system-x86_64")
 # Boot to HELLO takes 2-5 s under TCG on a quiet 2-CPU machine; the bound
 # only keeps a hung guest from blocking the suite.
@@ -37,6 +47,64 @@ def missing():
     if os.geteuid() != 0:
         return "mkfs.erofs of a root-owned tree needs root"
     return None
+
+
+# --- roots ----------------------------------------------------------------------
+
+# The busybox applets a busybox root has as commands.
+APPLETS = ("sh", "cat", "id", "uname", "touch", "echo", "ls", "sleep", "dd", "grep", "wc",
+           "true", "false", "head", "kill", "mkdir", "rm", "env", "pwd", "sync")
+
+
+def busybox_root(tmp):
+    """A small image root as `sandlot image build` leaves one (the /etc
+    files sandlot binds over exist, /var/tmp links to /tmp), from the
+    host's static busybox, written as an erofs file in directory `tmp`;
+    returns its path.  A second call on the same `tmp` returns the same
+    file."""
+    tmp = Path(tmp)
+    image = tmp / "root.erofs"
+    if image.exists():
+        return image
+    tree = tmp / "rootfs"
+    (tree / "usr/bin").mkdir(parents=True)
+    (tree / "etc").mkdir()
+    (tree / "var").mkdir()
+    shutil.copy(shutil.which("busybox"), tree / "usr/bin/busybox")
+    for applet in APPLETS:
+        (tree / "usr/bin" / applet).symlink_to("busybox")
+    (tree / "bin").symlink_to("usr/bin")
+    (tree / "var/tmp").symlink_to("../tmp")
+    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (tree / "etc/group").write_text("root:x:0:\n")
+    for name in ("hosts", "hostname", "resolv.conf", "nsswitch.conf"):
+        (tree / "etc" / name).write_text("")
+    tmp_image = tmp / "root.erofs.tmp"
+    subprocess.run(["mkfs.erofs", "-zlz4hc", str(tmp_image), str(tree)], check=True,
+                   stdout=subprocess.DEVNULL)
+    tmp_image.rename(image)
+    shutil.rmtree(tree)
+    return image
+
+
+def recipe_root(data_dir, recipe, sandlot=None):
+    """The image of `recipe` built with `sandlot image build` in data
+    directory `data_dir` (once: a second call finds it); the path of its
+    rootfs.erofs.  The package cache is the machine's
+    (/var/cache/sandlot), so a build with a warm cache takes 20 to 40 s."""
+    from conftest import SANDLOT
+    data_dir = Path(data_dir)
+    name = Path(recipe).stem
+    names = data_dir / "images" / "names" / name
+    if not names.exists():
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SANDLOT_")}
+        env["SANDLOT_DATA_DIR"] = str(data_dir)
+        p = subprocess.run([str(sandlot or SANDLOT), "image", "build", "-q", str(recipe)],
+                           env=env, capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, f"building {recipe} for vm sandboxes failed:\n{p.stderr[-4000:]}"
+    image = (names / "rootfs.erofs").resolve()
+    assert image.exists(), f"no {image} after building {recipe}"
+    return image
 
 
 # --- a minimal client of spec/protocol.md -----------------------------------
