@@ -355,8 +355,12 @@ static unsigned remove_by_link(const char *id, int force, int kill)
 		if (!force && fd < 0)
 			return 0;
 		left += (unsigned)sandlot__cgroup_remove_named(id, kill);
-		remove_sandbox_dir(dir);
-		unlink(link);
+		/* The link stays while the kernel still releases its cgroup:
+		 * the next sweep (or remove_leftovers) finds it and tries again. */
+		if (left == 0) {
+			remove_sandbox_dir(dir);
+			unlink(link);
+		}
 	}
 	return left;
 }
