@@ -202,6 +202,13 @@ def test_code_context_survives_pause_daemon_restart_resume(session_dirs, tmp_pat
         # The default context was re-attached the same way.
         r = cell("y")
         assert r["value"] == "'default'" and r["state_lost"] is False, r
+        # A pause and resume within one sandlotd re-attaches the same way.
+        r = d.post(f"/v1/sandboxes/{sid}/pause", json_body={"memory": True}, timeout=BOOT)
+        assert r.status == 200, r
+        r = d.post(f"/v1/sandboxes/{sid}/resume", json_body={}, timeout=BOOT)
+        assert r.status == 200, r
+        r = cell("x * 6", context=cid)
+        assert r["value"] == "42" and r["state_lost"] is False, r
         # A deleted context is gone for good, in the registry too.
         assert d.delete(f"/v1/sandboxes/{sid}/contexts/{cid}").status in (200, 204)
         r = d.post(f"/v1/sandboxes/{sid}/code",
