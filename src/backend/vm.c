@@ -319,8 +319,7 @@ fail:;
 
 /* ---- leftovers --------------------------------------------------------------------- */
 
-/* Remove dir (a sandbox's <data_dir>/vm/<id>) and the files in it. */
-static void remove_sandbox_dir(const char *dir)
+void sandlot__vm_remove_dir(const char *dir)
 {
 	cleanup_closedir DIR *d = opendir(dir);
 	if (d) {
@@ -366,7 +365,7 @@ static unsigned remove_by_link(const char *id, int force, int kill)
 		/* The link stays while the kernel still releases its cgroup:
 		 * the next sweep (or remove_leftovers) finds it and tries again. */
 		if (left == 0) {
-			remove_sandbox_dir(dir);
+			sandlot__vm_remove_dir(dir);
 			unlink(link);
 		}
 	}
@@ -703,7 +702,7 @@ static void vm_free(struct vm_state *vm)
 		const char *id = strrchr(vm->dir, '/') + 1;
 		char link[128];
 		snprintf(link, sizeof(link), RUN_DIR "/%s", id);
-		remove_sandbox_dir(vm->dir);
+		sandlot__vm_remove_dir(vm->dir);
 		unlink(link);
 	}
 	if (vm->lock_fd >= 0)
