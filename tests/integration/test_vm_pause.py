@@ -17,7 +17,8 @@ import pytest
 
 import hostscan
 from conftest import wait_until
-from test_vm import BOOT, _missing, vm_daemon, vm_env  # noqa: F401 (fixture)
+from test_vm import BOOT, vm_daemon, vm_env  # noqa: F401 (fixture)
+from vmguest import missing as _missing
 
 pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
 
