@@ -224,6 +224,10 @@ def test_e2b_pause_of_an_ns_sandbox_keeps_its_files_only(session_dirs, tmp_path_
         r = d.post(f"/e2b/sandboxes/{sid}/pause", json_body={"memory": True})
         assert r.status == 204, r
         assert d.get(f"/v1/sandboxes/{sid}").json()["state"] == "paused"
+        # Its workspace is an ns one: a vm cannot start on a copy of it.
+        r = d.post("/v1/sandboxes", json_body={"isolation": "vm", "from_snapshot": sid})
+        assert r.status == 400, r
+        assert f"sandbox {sid} is an ns sandbox" in r.json()["error"]["message"], r
         assert d.delete(f"/v1/sandboxes/{sid}").status in (200, 204)
     finally:
         assert d.stop() == 0, d.logs()
