@@ -354,7 +354,15 @@ static unsigned remove_by_link(const char *id, int force, int kill)
 		 * parent-death signal); its owner's next start sweeps the rest. */
 		if (!force && fd < 0)
 			return 0;
-		left += (unsigned)sandlot__cgroup_remove_named(id, kill);
+		/* Killed processes take the kernel a moment to let go of their
+		 * cgroup: wait a little for it (this runs after a crash only). */
+		int busy = sandlot__cgroup_remove_named(id, kill);
+		for (int i = 0; busy && kill && i < 150; i++) {
+			struct timespec ts = { 0, 20 * 1000 * 1000 };
+			nanosleep(&ts, NULL);
+			busy = sandlot__cgroup_remove_named(id, kill);
+		}
+		left += (unsigned)busy;
 		/* The link stays while the kernel still releases its cgroup:
 		 * the next sweep (or remove_leftovers) finds it and tries again. */
 		if (left == 0) {

@@ -9,8 +9,6 @@ memory pause, a restart of the daemon and the resume.
 Under TCG every boot and restore costs seconds: the cases share what they
 can.
 """
-import shutil
-import subprocess
 import time
 
 import pytest
@@ -18,33 +16,16 @@ import pytest
 import hostscan
 from conftest import wait_until
 from test_vm import BOOT, vm_daemon, vm_env  # noqa: F401 (fixture)
-from vmguest import missing as _missing
+from vmguest import busybox_root, missing
 
-pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 
 
 @pytest.fixture(scope="module")
 def vm_root(tmp_path_factory):
     """test_vm.py's busybox root, with the few more applets used here."""
-    tmp = tmp_path_factory.mktemp("vmroot-pause")
-    tree = tmp / "rootfs"
-    (tree / "usr/bin").mkdir(parents=True)
-    (tree / "etc").mkdir()
-    (tree / "var").mkdir()
-    shutil.copy(shutil.which("busybox"), tree / "usr/bin/busybox")
-    for applet in ("sh", "cat", "id", "echo", "ls", "sleep", "tr", "od", "date", "kill",
-                   "true", "head"):
-        (tree / "usr/bin" / applet).symlink_to("busybox")
-    (tree / "bin").symlink_to("usr/bin")
-    (tree / "var/tmp").symlink_to("../tmp")
-    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (tree / "etc/group").write_text("root:x:0:\n")
-    for name in ("hosts", "hostname", "resolv.conf", "nsswitch.conf"):
-        (tree / "etc" / name).write_text("")
-    image = tmp / "root.erofs"
-    subprocess.run(["mkfs.erofs", "-zlz4hc", str(image), str(tree)], check=True,
-                   stdout=subprocess.DEVNULL)
-    return image
+    return busybox_root(tmp_path_factory.mktemp("vmroot-pause"),
+                        ("tr", "od", "date"))
 
 
 def run(d, sid, command):
