@@ -152,7 +152,7 @@ def main():
     base = Path(tempfile.mkdtemp(prefix="sandlot-bench-vmfast-", dir="/var/tmp"))
     daemons = {}
     try:
-        root = vmbench.make_root(base)
+        root = vmbench.busybox_root(base)
         env = dict(os.environ, SANDLOT_VM_DIR=str(VM_DIR), SANDLOT_VM_ROOT=str(root))
         env.pop("SANDLOT_DATA_DIR", None)
         print("load before:", Path("/proc/loadavg").read_text().strip())

@@ -42,32 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import UnixConn, request, start_daemon  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+from vmguest import busybox_root  # noqa: E402  (the tests' busybox root, shared)
 VM_DIR = Path(os.environ.get("SANDLOT_VM_DIR") or REPO / "build" / "vm")
 
 
 def parse_size(s):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(s[:-1]) * units[s[-1].upper()] if s[-1].upper() in units else int(s)
-
-
-def make_root(base):
-    tree = base / "rootfs"
-    (tree / "usr/bin").mkdir(parents=True)
-    (tree / "etc").mkdir()
-    (tree / "var").mkdir()
-    shutil.copy(shutil.which("busybox"), tree / "usr/bin/busybox")
-    for applet in ("sh", "true", "echo", "cat", "dd", "sleep"):
-        (tree / "usr/bin" / applet).symlink_to("busybox")
-    (tree / "bin").symlink_to("usr/bin")
-    (tree / "var/tmp").symlink_to("../tmp")
-    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (tree / "etc/group").write_text("root:x:0:\n")
-    for name in ("hosts", "hostname", "resolv.conf", "nsswitch.conf"):
-        (tree / "etc" / name).write_text("")
-    image = base / "root.erofs"
-    subprocess.run(["mkfs.erofs", "-zlz4hc", str(image), str(tree)], check=True,
-                   stdout=subprocess.DEVNULL)
-    return image
 
 
 def call(sock, method, path, body=None):
@@ -115,7 +97,7 @@ def main():
     proc = None
     try:
         os.environ["SANDLOT_VM_DIR"] = str(VM_DIR)
-        os.environ["SANDLOT_VM_ROOT"] = str(make_root(base))
+        os.environ["SANDLOT_VM_ROOT"] = str(busybox_root(base))
         proc, sock = start_daemon(base)
         vm = ok(sock, "POST", "/v1/sandboxes",
                 {"isolation": "vm", "memory": parse_size(a.memory)})["id"]

@@ -41,19 +41,6 @@ static int kept_path(const char *data_dir, const char *name, const char *file, c
 	return k < 0 || k >= (int)n ? -1 : 0;
 }
 
-/* Remove dir and the files in it (a kept workspace has no subdirectories). */
-static void remove_dir(const char *dir)
-{
-	cleanup_closedir DIR *d = opendir(dir);
-	if (d) {
-		struct dirent *e;
-		while ((e = readdir(d)))
-			if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-				unlinkat(dirfd(d), e->d_name, 0);
-	}
-	rmdir(dir);
-}
-
 /* flock dir/lock without waiting: the fd, or -1 with EBUSY while another
  * holds it (ENOENT: no such workspace). */
 static int lock_kept(const char *dir, const char *name, sandlot_error_t **err)
@@ -88,7 +75,7 @@ static int kept_make(const char *data_dir, const char *name, const char *empty, 
 	if (sandlot__mkdir_p(root, 0700) < 0)
 		return sandlot__error_errno(err, errno, "create %s", root);
 	snprintf(tmp, sizeof(tmp), "%s/.new-%s-%d", root, name, (int)getpid());
-	remove_dir(tmp);
+	sandlot__vm_remove_dir(tmp);
 	if (mkdir(tmp, 0700) < 0)
 		return sandlot__error_errno(err, errno, "create %s", tmp);
 	snprintf(path, sizeof(path), "%s/lock", tmp);
@@ -103,14 +90,14 @@ static int kept_make(const char *data_dir, const char *name, const char *empty, 
 		goto fail;
 	if (rename(tmp, dst) < 0) {
 		int e = errno;
-		remove_dir(tmp);
+		sandlot__vm_remove_dir(tmp);
 		if (e == EEXIST || e == ENOTEMPTY)
 			return 0;
 		return sandlot__error_errno(err, e, "rename %s", tmp);
 	}
 	return 0;
 fail:
-	remove_dir(tmp);
+	sandlot__vm_remove_dir(tmp);
 	return -1;
 }
 
@@ -427,7 +414,7 @@ int sandlot__vm_workspace_remove(const char *data_dir, const char *name, sandlot
 	int fd = lock_kept(dir, name, err);
 	if (fd < 0)
 		return -1;
-	remove_dir(dir);
+	sandlot__vm_remove_dir(dir);
 	close(fd);
 	return 0;
 }
@@ -489,7 +476,7 @@ int sandlot__vm_snapshot(const char *data_dir, const char *src, const char *dst,
 	if (lock < 0)
 		return -1;
 	snprintf(tmp, sizeof(tmp), "%s/.new-%s-%d", root, dst, (int)getpid());
-	remove_dir(tmp);
+	sandlot__vm_remove_dir(tmp);
 	if (mkdir(tmp, 0700) < 0)
 		return sandlot__error_errno(err, errno, "create %s", tmp);
 	static const char *const files[] = { "disk.img", "state", "state.meta" };
@@ -518,12 +505,12 @@ int sandlot__vm_snapshot(const char *data_dir, const char *src, const char *dst,
 	}
 	if (rename(tmp, ddir) < 0) {
 		int e = errno;
-		remove_dir(tmp);
+		sandlot__vm_remove_dir(tmp);
 		return sandlot__error_errno(err, e == ENOTEMPTY ? EEXIST : e,
 					    "kept workspace %s", dst);
 	}
 	return fsync_path(root, O_RDONLY | O_DIRECTORY, err);
 fail:
-	remove_dir(tmp);
+	sandlot__vm_remove_dir(tmp);
 	return sandlot__error_wrap(err, "copy kept workspace %s to %s", src, dst);
 }

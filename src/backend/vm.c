@@ -319,8 +319,7 @@ fail:;
 
 /* ---- leftovers --------------------------------------------------------------------- */
 
-/* Remove dir (a sandbox's <data_dir>/vm/<id>) and the files in it. */
-static void remove_sandbox_dir(const char *dir)
+void sandlot__vm_remove_dir(const char *dir)
 {
 	cleanup_closedir DIR *d = opendir(dir);
 	if (d) {
@@ -354,11 +353,19 @@ static unsigned remove_by_link(const char *id, int force, int kill)
 		 * parent-death signal); its owner's next start sweeps the rest. */
 		if (!force && fd < 0)
 			return 0;
-		left += (unsigned)sandlot__cgroup_remove_named(id, kill);
+		/* Killed processes take the kernel a moment to let go of their
+		 * cgroup: wait a little for it (this runs after a crash only). */
+		int busy = sandlot__cgroup_remove_named(id, kill);
+		for (int i = 0; busy && kill && i < 150; i++) {
+			struct timespec ts = { 0, 20 * 1000 * 1000 };
+			nanosleep(&ts, NULL);
+			busy = sandlot__cgroup_remove_named(id, kill);
+		}
+		left += (unsigned)busy;
 		/* The link stays while the kernel still releases its cgroup:
 		 * the next sweep (or remove_leftovers) finds it and tries again. */
 		if (left == 0) {
-			remove_sandbox_dir(dir);
+			sandlot__vm_remove_dir(dir);
 			unlink(link);
 		}
 	}
@@ -695,7 +702,7 @@ static void vm_free(struct vm_state *vm)
 		const char *id = strrchr(vm->dir, '/') + 1;
 		char link[128];
 		snprintf(link, sizeof(link), RUN_DIR "/%s", id);
-		remove_sandbox_dir(vm->dir);
+		sandlot__vm_remove_dir(vm->dir);
 		unlink(link);
 	}
 	if (vm->lock_fd >= 0)

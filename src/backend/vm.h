@@ -39,6 +39,10 @@ static inline int sandlot__vm_disk_bytes_of_file(uint64_t file, uint64_t *disk)
 	return -1;
 }
 
+/* Remove directory `dir` and the files in it (a sandbox's <data_dir>/vm/<id>,
+ * a kept workspace's directory: neither has subdirectories). */
+void sandlot__vm_remove_dir(const char *dir);
+
 /* The accelerator vm sandboxes of this process use: "kvm" when /dev/kvm
  * is real hardware virtualization that can run a stock kernel, else "tcg"
  * (QEMU's emulator).  Probed once per process (a tiny KVM_CREATE_VM and

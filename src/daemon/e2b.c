@@ -444,20 +444,27 @@ static int timeout_route(struct http_req *req)
 
 static int pause_route(struct http_req *req)
 {
-	/* The body ({"memory": bool}) asks for nothing sandlotd can vary: a
-	 * pause always keeps the files and never the memory. */
+	/* The body's "memory" (absent: true, as E2B has it; the SDKs send
+	 * true unless asked for a files-only pause) keeps a vm sandbox's
+	 * running state too (SANDLOT_PAUSE_MEMORY).  An ns sandbox pauses its
+	 * files only, whatever it says: its processes end. */
 	if (body_ok(req) < 0)
 		return 0;
+	json_t *m = req->json ? json_object_get(req->json, "memory") : NULL;
+	if (m && !json_is_boolean(m))
+		return http_error(req, 400, NULL, "\"memory\" must be true or false");
 	json_t *rec = visible_record(req, req->params[0]);
 	if (!rec)
 		return 0;
 	int paused = strcmp(str_field(rec, "state"), "paused") == 0;
+	int vm = strcmp(str_field(rec, "isolation"), "vm") == 0;
 	json_decref(rec);
 	if (paused) /* the SDKs read 409 as "was paused already" */
 		return http_error(req, 409, NULL, "sandbox \"%.64s\" is already paused",
 				  req->params[0]);
 	sandlot_error_t *err = NULL;
-	json_t *o = domain_sandbox_pause(req->d, req->params[0], &err);
+	unsigned flags = vm && (!m || json_is_true(m)) ? SANDLOT_PAUSE_MEMORY : 0;
+	json_t *o = domain_sandbox_pause_with(req->d, req->params[0], flags, &err);
 	if (!o)
 		return answer_err(req, err);
 	json_decref(o);

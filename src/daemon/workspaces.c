@@ -203,6 +203,19 @@ int workspace_from_snapshot(struct daemon *d, const char *from, int disk_given,
 				      "field \"from_snapshot\": sandbox %s is still being torn down",
 				      from);
 	}
+	/* The copy is a workspace of the source's backend (a directory or
+	 * an image for ns, a disk for vm): only a sandbox of the same
+	 * isolation can start on it. */
+	const char *iso = json_string_value(json_object_get(src->options, "isolation"));
+	int src_vm = iso && strcmp(iso, "vm") == 0;
+	if (src_vm != (opts->isolation == SANDLOT_ISOLATION_VM)) {
+		pthread_mutex_unlock(&src->lock);
+		dsb_release(d, src);
+		return sandlot__error(err, EINVAL,
+				      "field \"from_snapshot\": sandbox %s is a%s sandbox; one made "
+				      "from its snapshot must be too (\"isolation\": \"%s\")",
+				      from, src_vm ? " vm" : "n ns", src_vm ? "vm" : "ns");
+	}
 	src->copying++;
 	pthread_mutex_unlock(&src->lock);
 

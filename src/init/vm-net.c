@@ -23,7 +23,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/netlink.h>
-#include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -38,6 +37,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/rtnl.h"
 #include "linux/syscalls.h"
 
 #define NOBODY 65534
@@ -69,50 +69,6 @@ static int find_nic(char name[IF_NAMESIZE])
 	return -1;
 }
 
-struct nlreq {
-	struct nlmsghdr h;
-	union {
-		struct ifaddrmsg ifa;
-		struct rtmsg rt;
-	};
-	char attrs[64];
-};
-
-static void add_attr(struct nlreq *r, unsigned short type, const void *data, unsigned short len)
-{
-	struct rtattr *a = (struct rtattr *)((char *)r + NLMSG_ALIGN(r->h.nlmsg_len));
-	a->rta_type = type;
-	a->rta_len = (unsigned short)RTA_LENGTH(len);
-	memcpy(RTA_DATA(a), data, len);
-	r->h.nlmsg_len = NLMSG_ALIGN(r->h.nlmsg_len) + RTA_ALIGN(a->rta_len);
-}
-
-/* One request, its acknowledgement: 0 or -1 with errno. */
-static int nl_talk(int fd, struct nlreq *r)
-{
-	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
-	if (sendto(fd, r, r->h.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
-		return -1;
-	char buf[1024];
-	ssize_t n;
-	do
-		n = recv(fd, buf, sizeof(buf), 0);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -1;
-	struct nlmsghdr *h = (struct nlmsghdr *)buf;
-	if (!NLMSG_OK(h, (unsigned)n) || h->nlmsg_type != NLMSG_ERROR) {
-		errno = EPROTO;
-		return -1;
-	}
-	struct nlmsgerr *e = NLMSG_DATA(h);
-	if (e->error && e->error != -EEXIST) {
-		errno = -e->error;
-		return -1;
-	}
-	return 0;
-}
-
 static int nic_up(const struct init_config *cfg, char *why, size_t len)
 {
 	char name[IF_NAMESIZE];
@@ -131,32 +87,9 @@ static int nic_up(const struct init_config *cfg, char *why, size_t len)
 	cleanup_close int nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
 	if (index <= 0 || nl < 0)
 		return fail(why, len, "netlink");
-	uint32_t addr = htonl(cfg->net_addr), gw = htonl(cfg->net_gateway);
-	struct nlreq r;
-	memset(&r, 0, sizeof(r));
-	r.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct ifaddrmsg));
-	r.h.nlmsg_type = RTM_NEWADDR;
-	r.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
-	r.ifa.ifa_family = AF_INET;
-	r.ifa.ifa_prefixlen = (unsigned char)cfg->net_prefix;
-	r.ifa.ifa_scope = RT_SCOPE_UNIVERSE;
-	r.ifa.ifa_index = (unsigned)index;
-	add_attr(&r, IFA_LOCAL, &addr, 4);
-	add_attr(&r, IFA_ADDRESS, &addr, 4);
-	if (nl_talk(nl, &r) < 0)
+	if (sandlot__rtnl_add_addr(nl, index, cfg->net_addr, cfg->net_prefix) < 0)
 		return fail(why, len, "give the network interface its address");
-	memset(&r, 0, sizeof(r));
-	r.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct rtmsg));
-	r.h.nlmsg_type = RTM_NEWROUTE;
-	r.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
-	r.rt.rtm_family = AF_INET;
-	r.rt.rtm_table = RT_TABLE_MAIN;
-	r.rt.rtm_protocol = RTPROT_BOOT;
-	r.rt.rtm_scope = RT_SCOPE_UNIVERSE;
-	r.rt.rtm_type = RTN_UNICAST;
-	add_attr(&r, RTA_GATEWAY, &gw, 4);
-	add_attr(&r, RTA_OIF, &index, 4);
-	if (nl_talk(nl, &r) < 0)
+	if (sandlot__rtnl_add_default_route(nl, index, cfg->net_gateway, 0) < 0)
 		return fail(why, len, "add the default route");
 	return 0;
 }

@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include <linux/netlink.h>
-#include <linux/rtnetlink.h>
 
 #include "common/cleanup.h"
+#include "common/rtnl.h"
 #include "common/util.h"
 
 static int open_current(void)
@@ -102,85 +102,21 @@ fail:
 
 /* ---- rtnetlink: the address and the default route ------------------------ */
 
-struct nlreq {
-	struct nlmsghdr h;
-	union {
-		struct ifaddrmsg ifa;
-		struct rtmsg rt;
-	};
-	char attrs[64];
-};
-
-static void add_attr(struct nlreq *r, unsigned short type, const void *data, unsigned short len)
-{
-	struct rtattr *a = (struct rtattr *)((char *)r + NLMSG_ALIGN(r->h.nlmsg_len));
-	a->rta_type = type;
-	a->rta_len = (unsigned short)RTA_LENGTH(len);
-	memcpy(RTA_DATA(a), data, len);
-	r->h.nlmsg_len = NLMSG_ALIGN(r->h.nlmsg_len) + RTA_ALIGN(a->rta_len);
-}
-
-/* Send one request and read its acknowledgement; EEXIST counts as done
- * (the call is idempotent). */
-static int nl_talk(int fd, struct nlreq *r, const char *what, sandlot_error_t **err)
-{
-	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
-	if (sendto(fd, r, r->h.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
-		return sandlot__error_errno(err, errno, "%s", what);
-	char buf[1024];
-	ssize_t n;
-	do
-		n = recv(fd, buf, sizeof(buf), 0);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return sandlot__error_errno(err, errno, "%s", what);
-	struct nlmsghdr *h = (struct nlmsghdr *)buf;
-	if (!NLMSG_OK(h, (unsigned)n) || h->nlmsg_type != NLMSG_ERROR)
-		return sandlot__error(err, EPROTO, "%s: unexpected netlink reply", what);
-	struct nlmsgerr *e = NLMSG_DATA(h);
-	if (e->error && e->error != -EEXIST)
-		return sandlot__error_errno(err, -e->error, "%s", what);
-	return 0;
-}
-
 static int address_and_route(sandlot_error_t **err)
 {
 	cleanup_close int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
 	if (fd < 0)
 		return sandlot__error_errno(err, errno, "netlink socket");
-	uint32_t addr = htonl(SANDLOT_NETNS_ADDR);
 	int lo = (int)if_nametoindex("lo");
 	if (lo <= 0)
 		return sandlot__error_errno(err, errno, "find loopback");
-
-	struct nlreq r;
-	memset(&r, 0, sizeof(r));
-	r.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct ifaddrmsg));
-	r.h.nlmsg_type = RTM_NEWADDR;
-	r.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
-	r.ifa.ifa_family = AF_INET;
-	r.ifa.ifa_prefixlen = 32;
-	r.ifa.ifa_scope = RT_SCOPE_UNIVERSE;
-	r.ifa.ifa_index = (unsigned)lo;
-	add_attr(&r, IFA_LOCAL, &addr, 4);
-	add_attr(&r, IFA_ADDRESS, &addr, 4);
-	if (nl_talk(fd, &r, "add the sandbox's address", err) < 0)
-		return -1;
-
+	if (sandlot__rtnl_add_addr(fd, lo, SANDLOT_NETNS_ADDR, 32) < 0)
+		return sandlot__error_errno(err, errno, "add the sandbox's address");
 	/* default dev lo src ADDR: the source makes connections look like
 	 * they come from the sandbox's address rather than 0.0.0.0. */
-	memset(&r, 0, sizeof(r));
-	r.h.nlmsg_len = NLMSG_LENGTH(sizeof(struct rtmsg));
-	r.h.nlmsg_type = RTM_NEWROUTE;
-	r.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
-	r.rt.rtm_family = AF_INET;
-	r.rt.rtm_table = RT_TABLE_MAIN;
-	r.rt.rtm_protocol = RTPROT_BOOT;
-	r.rt.rtm_scope = RT_SCOPE_LINK;
-	r.rt.rtm_type = RTN_UNICAST;
-	add_attr(&r, RTA_OIF, &lo, 4);
-	add_attr(&r, RTA_PREFSRC, &addr, 4);
-	return nl_talk(fd, &r, "add the sandbox's default route", err);
+	if (sandlot__rtnl_add_default_route(fd, lo, 0, SANDLOT_NETNS_ADDR) < 0)
+		return sandlot__error_errno(err, errno, "add the sandbox's default route");
+	return 0;
 }
 
 /* ---- listeners ------------------------------------------------------------------ */

@@ -314,9 +314,9 @@ def test_daemon_isolation_field(session_dirs, tmp_path_factory, vm_env):
             assert r.status == 400, r
             assert msg in r.json()["error"]["message"], r
         # (A network and ports work for vm sandboxes: test_vm_net.py.)
+        # (from_snapshot of a vm sandbox: test_vm_pause.py.)
         r = d.post("/v1/sandboxes", json_body={"isolation": "vm", "from_snapshot": "sb-" + "a" * 26})
-        assert r.status == 501 and r.error_code() == "not_supported", r
-        assert "not supported for vm sandboxes yet" in r.json()["error"]["message"], r
+        assert r.status == 404, r
         # ns is the default, and says so.
         r = d.post("/v1/sandboxes", json_body={})
         assert r.status == 201, r

@@ -11,18 +11,16 @@ httpd), as in test_vm.py.
 """
 import json
 import os
-import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import PLAIN_BIN_DIR, wait_until
+from conftest import wait_until
 import fakenet
 import hostscan
+from vmguest import VM_DIR, busybox_root, missing
 
-VM_DIR = Path(os.environ.get("SANDLOT_VM_DIR") or PLAIN_BIN_DIR.parent / "vm")
 BOOT = 120
 ALLOWED, BLOCKED = "198.51.100.10", "198.51.100.11"
 METADATA = "169.254.169.254"
@@ -32,13 +30,7 @@ APPLETS = ("sh", "cat", "echo", "wget", "nslookup", "nc", "httpd", "sleep", "mkd
 
 
 def _missing():
-    for f in ("vmlinux", "initramfs.cpio", "kernel-release"):
-        if not (VM_DIR / f).exists():
-            return f"{VM_DIR / f} was not built (make vm: it needs apt-get to download linux-image-cloud-amd64's kernel package)"
-    for tool in ("qemu-system-x86_64", "mkfs.erofs", "busybox"):
-        if not shutil.which(tool):
-            return f"{tool} is not installed (make test-deps)"
-    return fakenet.available()
+    return missing() or fakenet.available()
 
 
 pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
@@ -46,24 +38,7 @@ pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
 
 @pytest.fixture(scope="module")
 def vm_root(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("vmnetroot")
-    tree = tmp / "rootfs"
-    (tree / "usr/bin").mkdir(parents=True)
-    (tree / "etc").mkdir()
-    (tree / "var").mkdir()
-    shutil.copy(shutil.which("busybox"), tree / "usr/bin/busybox")
-    for applet in APPLETS:
-        (tree / "usr/bin" / applet).symlink_to("busybox")
-    (tree / "bin").symlink_to("usr/bin")
-    (tree / "var/tmp").symlink_to("../tmp")
-    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (tree / "etc/group").write_text("root:x:0:\n")
-    for name in ("hosts", "hostname", "resolv.conf", "nsswitch.conf"):
-        (tree / "etc" / name).write_text("")
-    image = tmp / "root.erofs"
-    subprocess.run(["mkfs.erofs", "-zlz4hc", str(image), str(tree)], check=True,
-                   stdout=subprocess.DEVNULL)
-    return image
+    return busybox_root(tmp_path_factory.mktemp("vmnetroot"), APPLETS)
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,6 @@ memory pause, a restart of the daemon and the resume.
 Under TCG every boot and restore costs seconds: the cases share what they
 can.
 """
-import shutil
-import subprocess
 import time
 
 import pytest
@@ -18,33 +16,16 @@ import pytest
 import hostscan
 from conftest import wait_until
 from test_vm import BOOT, vm_daemon, vm_env  # noqa: F401 (fixture)
-from vmguest import missing
+from vmguest import busybox_root, missing
 
-pytestmark = [pytest.mark.vm, pytest.mark.skipif(missing() is not None, reason=missing() or "")]
+pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 
 
 @pytest.fixture(scope="module")
 def vm_root(tmp_path_factory):
     """test_vm.py's busybox root, with the few more applets used here."""
-    tmp = tmp_path_factory.mktemp("vmroot-pause")
-    tree = tmp / "rootfs"
-    (tree / "usr/bin").mkdir(parents=True)
-    (tree / "etc").mkdir()
-    (tree / "var").mkdir()
-    shutil.copy(shutil.which("busybox"), tree / "usr/bin/busybox")
-    for applet in ("sh", "cat", "id", "echo", "ls", "sleep", "tr", "od", "date", "kill",
-                   "true", "head"):
-        (tree / "usr/bin" / applet).symlink_to("busybox")
-    (tree / "bin").symlink_to("usr/bin")
-    (tree / "var/tmp").symlink_to("../tmp")
-    (tree / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (tree / "etc/group").write_text("root:x:0:\n")
-    for name in ("hosts", "hostname", "resolv.conf", "nsswitch.conf"):
-        (tree / "etc" / name).write_text("")
-    image = tmp / "root.erofs"
-    subprocess.run(["mkfs.erofs", "-zlz4hc", str(image), str(tree)], check=True,
-                   stdout=subprocess.DEVNULL)
-    return image
+    return busybox_root(tmp_path_factory.mktemp("vmroot-pause"),
+                        ("tr", "od", "date"))
 
 
 def run(d, sid, command):
@@ -153,6 +134,81 @@ def test_ns_sandboxes_refuse_a_memory_pause(session_dirs, tmp_path_factory, vm_e
         assert r.status == 501 and r.error_code() == "not_supported", r
         assert "ns sandboxes pause their files only" in r.json()["error"]["message"], r
         assert d.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+        assert d.delete(f"/v1/sandboxes/{sid}").status in (200, 204)
+    finally:
+        assert d.stop() == 0, d.logs()
+
+
+def test_from_snapshot_of_a_paused_vm_sandbox(session_dirs, tmp_path_factory, vm_env):
+    d = vm_daemon(session_dirs, tmp_path_factory, vm_env)
+    try:
+        r = d.post("/v1/sandboxes", json_body={"isolation": "vm", "disk": "256M"}, timeout=BOOT)
+        assert r.status == 201, r
+        src = r.json()["id"]
+        run(d, src, "echo kept > /home/user/k")
+        boot_id = run(d, src, "cat /proc/sys/kernel/random/boot_id")
+        # Running: nothing to copy yet.
+        r = d.post("/v1/sandboxes", json_body={"isolation": "vm", "from_snapshot": src})
+        assert r.status == 409 and "is running; pause it first" in r.json()["error"]["message"], r
+        # E2B's pause keeps the memory unless told not to (its default).
+        r = d.post(f"/e2b/sandboxes/{src}/pause", json_body={"memory": "yes"})
+        assert r.status == 400 and '"memory" must be true or false' in r.json()["message"], r
+        r = d.post(f"/e2b/sandboxes/{src}/pause", json_body={}, timeout=BOOT)
+        assert r.status == 204, r
+        assert d.get(f"/v1/sandboxes/{src}").json()["state"] == "paused"
+        assert (kept_dir(d, src) / "state").exists()
+
+        # The copy boots afresh on a copy of the disk (a memory pause's
+        # running state is the source's alone), with the snapshot's size.
+        r = d.post("/v1/sandboxes", json_body={"isolation": "vm", "from_snapshot": src},
+                   timeout=BOOT)
+        assert r.status == 201, r
+        new = r.json()["id"]
+        assert new != src and r.json()["options"]["from_snapshot"] == src, r.json()
+        assert r.json()["options"]["disk"] == 256 << 20, r.json()
+        assert run(d, new, "cat /home/user/k").strip() == "kept"
+        run(d, new, "echo new > /home/user/k")
+        assert sorted(p.name for p in kept_dir(d, new).iterdir()) == ["disk.img", "lock"]
+        r = d.post(f"/e2b/sandboxes/{new}/pause", json_body={"memory": False}, timeout=BOOT)
+        assert r.status == 204, r
+        assert sorted(p.name for p in kept_dir(d, new).iterdir()) == ["disk.img", "lock"]
+
+        # Mistakes are named: another disk size, another isolation.
+        r = d.post("/v1/sandboxes", json_body={"isolation": "vm", "from_snapshot": src,
+                                               "disk": "512M"})
+        assert r.status == 400 and "has the disk size of the snapshot" in r.json()["error"]["message"], r
+        r = d.post("/v1/sandboxes", json_body={"isolation": "ns", "from_snapshot": src})
+        assert r.status == 400, r
+        assert f"sandbox {src} is a vm sandbox" in r.json()["error"]["message"], r
+        assert not [p for p in (d.data_dir / "vm" / "kept").iterdir()
+                    if p.name not in (src, new)]
+
+        # The source is untouched: it resumes its own memory and files.
+        r = d.post(f"/v1/sandboxes/{src}/resume", json_body={}, timeout=BOOT)
+        assert r.status == 200, r
+        assert run(d, src, "cat /proc/sys/kernel/random/boot_id") == boot_id
+        assert run(d, src, "cat /home/user/k").strip() == "kept"
+        for sid in (src, new):
+            assert d.delete(f"/v1/sandboxes/{sid}").status in (200, 204)
+            assert not kept_dir(d, sid).exists()
+            assert sid not in hostscan.qemu_guests().values()
+    finally:
+        assert d.stop() == 0, d.logs()
+
+
+def test_e2b_pause_of_an_ns_sandbox_keeps_its_files_only(session_dirs, tmp_path_factory, vm_env):
+    # E2B's SDKs send {"memory": true} by default: an ns sandbox pauses its
+    # files, as it always has there.
+    d = vm_daemon(session_dirs, tmp_path_factory, vm_env)
+    try:
+        sid = d.create()
+        r = d.post(f"/e2b/sandboxes/{sid}/pause", json_body={"memory": True})
+        assert r.status == 204, r
+        assert d.get(f"/v1/sandboxes/{sid}").json()["state"] == "paused"
+        # Its workspace is an ns one: a vm cannot start on a copy of it.
+        r = d.post("/v1/sandboxes", json_body={"isolation": "vm", "from_snapshot": sid})
+        assert r.status == 400, r
+        assert f"sandbox {sid} is an ns sandbox" in r.json()["error"]["message"], r
         assert d.delete(f"/v1/sandboxes/{sid}").status in (200, 204)
     finally:
         assert d.stop() == 0, d.logs()

@@ -56,12 +56,12 @@ APPLETS = ("sh", "cat", "id", "uname", "touch", "echo", "ls", "sleep", "dd", "gr
            "true", "false", "head", "kill", "mkdir", "rm", "env", "pwd", "sync")
 
 
-def busybox_root(tmp):
+def busybox_root(tmp, applets=()):
     """A small image root as `sandlot image build` leaves one (the /etc
     files sandlot binds over exist, /var/tmp links to /tmp), from the
-    host's static busybox, written as an erofs file in directory `tmp`;
-    returns its path.  A second call on the same `tmp` returns the same
-    file."""
+    host's static busybox, with APPLETS and `applets` as commands, written
+    as an erofs file in directory `tmp`; returns its path.  A second call
+    on the same `tmp` returns the same file."""
     tmp = Path(tmp)
     image = tmp / "root.erofs"
     if image.exists():
@@ -71,7 +71,7 @@ def busybox_root(tmp):
     (tree / "etc").mkdir()
     (tree / "var").mkdir()
     shutil.copy(shutil.which("busybox"), tree / "usr/bin/busybox")
-    for applet in APPLETS:
+    for applet in sorted(set(APPLETS) | set(applets)):
         (tree / "usr/bin" / applet).symlink_to("busybox")
     (tree / "bin").symlink_to("usr/bin")
     (tree / "var/tmp").symlink_to("../tmp")

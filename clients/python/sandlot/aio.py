@@ -484,8 +484,9 @@ class AsyncSandbox(_SandboxBase):
             if not missing_ok:
                 raise
 
-    async def pause(self):
-        return self._set(await self._call("POST", "/pause"))
+    async def pause(self, memory=False):
+        body = {"memory": True} if memory else {}
+        return self._set(await self._call("POST", "/pause", json_body=body))
 
     async def resume(self, ttl_seconds=None, from_archive=False):
         body = {} if ttl_seconds is None else {"ttl_seconds": ttl_seconds}

@@ -957,9 +957,14 @@ class Sandbox(_SandboxBase):
             if not missing_ok:
                 raise
 
-    def pause(self):
-        """Stop every process and free memory; files stay on disk."""
-        return self._set(self._call("POST", "/pause"))
+    def pause(self, memory=False):
+        """Stop every process and free memory; files stay on disk.  With
+        ``memory``, a vm sandbox keeps its running state too (processes,
+        interpreter state, /tmp), and its resume carries on from there; an
+        ns sandbox refuses it (501 not_supported: it pauses its files
+        only)."""
+        body = {"memory": True} if memory else {}
+        return self._set(self._call("POST", "/pause", json_body=body))
 
     def resume(self, ttl_seconds=None, from_archive=False):
         """Bring a paused sandbox back (same id, same files; no processes or

@@ -72,6 +72,18 @@ def test_aio_session(sandlotd, client):
     run(main())
 
 
+def test_aio_pause_memory_is_sent(sb):
+    # An ns sandbox pauses its files only: the memory pause is refused.
+    async def main():
+        s = AsyncClient(sb.client.host).sandbox(sb.id)
+        with pytest.raises(sandlot.APIError) as ei:
+            await s.pause(memory=True)
+        assert ei.value.status == 501 and ei.value.code == "not_supported", ei.value
+        assert (await s.pause()).state == "paused"
+        assert (await s.resume()).state == "running"
+    run(main())
+
+
 def test_aio_exec_stream_is_live_and_close_kills(sb):
     async def main():
         s = AsyncClient(sb.client.host).sandbox(sb.id)

@@ -452,6 +452,18 @@ def test_pause_resume_keeps_files(client):
         assert sb.refresh().state == "running"
 
 
+def test_pause_memory_is_sent(client):
+    # An ns sandbox pauses its files only: the daemon refuses the memory
+    # pause the argument asks for, and the sandbox runs on.
+    with client.create() as sb:
+        with pytest.raises(sandlot.APIError) as ei:
+            sb.pause(memory=True)
+        assert ei.value.status == 501 and ei.value.code == "not_supported", ei.value
+        assert "pause their files only" in ei.value.message, ei.value
+        assert sb.refresh().state == "running"
+        assert sb.pause(memory=False).state == "paused"
+
+
 # ---- ports -----------------------------------------------------------------------
 
 def _get(url, headers=None, timeout=10):

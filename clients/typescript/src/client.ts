@@ -175,9 +175,13 @@ export class Sandbox {
     await this.t.json({ method: "DELETE", path: this.path, signal: o.signal, long: true });
   }
 
-  /** Stops every process, frees the memory, keeps /home/user and /tmp on disk. */
-  async pause(o: SignalOption = {}): Promise<SandboxInfo> {
-    return (this.info = await this.t.json({ method: "POST", path: `${this.path}/pause`, signal: o.signal, long: true }));
+  /** Stops every process, frees the memory, keeps /home/user and /tmp on disk.
+   * With `memory: true`, a vm sandbox keeps its running state too (processes,
+   * interpreter state, /tmp) and its resume carries on from there; an ns
+   * sandbox refuses it (501 not_supported: it pauses its files only). */
+  async pause(o: SignalOption & { memory?: boolean } = {}): Promise<SandboxInfo> {
+    const json: Record<string, unknown> = o.memory ? { memory: true } : {};
+    return (this.info = await this.t.json({ method: "POST", path: `${this.path}/pause`, json, signal: o.signal, long: true }));
   }
 
   /** Brings a paused sandbox back: same id, same files, no processes.  With

@@ -316,6 +316,18 @@ describe("Sandlot client", { skip }, () => {
     }
   });
 
+  test("pause with memory is sent (an ns sandbox refuses it)", async () => {
+    const p = await c.create();
+    try {
+      await assert.rejects(p.pause({ memory: true }), (e: unknown) =>
+        e instanceof SandlotError && e.code === "not_supported" && e.status === 501 && /pause their files only/.test(e.message));
+      assert.equal((await p.refresh()).state, "running");
+      assert.equal((await p.pause({ memory: false })).state, "paused");
+    } finally {
+      await p.delete();
+    }
+  });
+
   test("bad and ended sandbox ids", async () => {
     await assert.rejects(c.get("sb-bad"), (e: unknown) =>
       e instanceof SandlotError && e.code === "not_found" && /invalid sandbox id "sb-bad"/.test(e.message));
