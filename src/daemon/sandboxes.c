@@ -686,14 +686,9 @@ fail:
 static int create_workspace(struct daemon *d, struct domain_create *c, char id[32],
 			    sandlot_error_t **err)
 {
-	if (c->opts.isolation == SANDLOT_ISOLATION_VM) {
-		/* A vm sandbox's kept workspace is a disk of its own (pause and
-		 * resume: vm-pause.h); a from_snapshot copy of one boots afresh
-		 * on the copied disk, as a files-only resume does. */
-		if (c->nports)
-			return sandlot__error(err, ENOTSUP, "exposing ports is not supported for vm "
-					      "sandboxes yet");
-	}
+	/* (A vm sandbox's kept workspace is a disk of its own, vm-pause.h; a
+	 * from_snapshot copy of one boots afresh on the copied disk, as a
+	 * files-only resume does.) */
 	if (!c->from_snapshot) {
 		workspace_assign(d, &c->opts, id);
 		return 0;

@@ -220,3 +220,19 @@ def test_ports_reach_a_server_on_the_guests_loopback(d, vm):
     assert "nothing is listening on port 8001" in r.json()["error"]["message"], r
     for port in (8000, 8001):
         assert d.delete(f"/v1/sandboxes/{sid}/ports/{port}").status in (200, 204)
+
+
+def test_ports_given_at_create(d):
+    r = d.post("/v1/sandboxes", json_body={"isolation": "vm", "memory": "256M", "ports": [8000]},
+               timeout=BOOT)
+    assert r.status == 201, r
+    sid = r.json()["id"]
+    try:
+        out = sh(d, sid, "mkdir -p www && echo made-with-its-port > www/index.html && "
+                         "httpd -p 127.0.0.1:8000 -h www && echo started")
+        assert out["exit_code"] == 0, out
+        r = d.get(f"/v1/sandboxes/{sid}/ports/8000/index.html")
+        assert r.status == 200 and r.body == b"made-with-its-port\n", r
+    finally:
+        assert d.delete(f"/v1/sandboxes/{sid}").status in (200, 204)
+    assert not [p for p, s in hostscan.qemu_guests().items() if s == sid]
