@@ -615,6 +615,19 @@ typedef struct sandlot_proc sandlot_proc_t;
 SANDLOT_API sandlot_proc_t *sandlot_exec(sandlot_t *sb, const sandlot_exec_spec_t *spec,
 					 const sandlot_exec_callbacks_t *cb, sandlot_error_t **err);
 
+/* Take over a command that is still running in a vm sandbox resumed from a
+ * pause with memory: pid is its pid in the sandbox (sandlot_proc_pid() of
+ * the handle that started it, before the pause).  The handle works as one
+ * from sandlot_exec() with stdin_pipe set; output the command wrote while
+ * no host was attached is lost.  Blocks until the sandbox's init answers
+ * (not from an exec callback).  Fails with ESRCH when no such command is
+ * running (it ended, is attached already, or the sandbox was not resumed
+ * with its memory: always in an ns sandbox), with EAGAIN while the command
+ * has not yet read all of its earlier input. */
+SANDLOT_API sandlot_proc_t *sandlot_exec_attach(sandlot_t *sb, pid_t pid,
+						const sandlot_exec_callbacks_t *cb,
+						sandlot_error_t **err);
+
 /* Feed stdin (blocks while the sandbox side has no room: flow control).
  * len == 0 is a no-op.  Fails with EPIPE once the process has exited. */
 SANDLOT_API int sandlot_proc_write_stdin(sandlot_proc_t *p, const void *data, size_t len,

@@ -74,6 +74,7 @@ int sl_msg_known(uint8_t type)
 	case SL_MSG_STDIN:
 	case SL_MSG_KILL:
 	case SL_MSG_CREDIT:
+	case SL_MSG_ATTACH:
 	case SL_MSG_FWRITE:
 	case SL_MSG_DATA:
 	case SL_MSG_FREAD:

@@ -41,6 +41,8 @@ enum sandlot_msg {
 	SL_MSG_STDIN = 0x15,
 	SL_MSG_KILL = 0x16,
 	SL_MSG_CREDIT = 0x17,
+	SL_MSG_ATTACH = 0x18,   /* host -> init (vm): PID: take over a command an earlier
+				 * host's DETACH left running (spec/protocol.md, Detaching) */
 	SL_MSG_FWRITE = 0x20,
 	SL_MSG_DATA = 0x21,
 	SL_MSG_FREAD = 0x22,

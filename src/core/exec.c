@@ -70,6 +70,7 @@ static void on_frame(struct sl_stream *s, const struct sl_frame_header *h, const
 				__atomic_store_n(&p->pid, (pid_t)pid, __ATOMIC_RELEASE);
 		}
 		p->started = 1;
+		pthread_cond_broadcast(&s->conn->cond); /* sandlot_exec_attach() */
 		break;
 	case SL_MSG_STDOUT:
 	case SL_MSG_STDERR: {
@@ -226,6 +227,60 @@ sandlot_proc_t *sandlot_exec(sandlot_t *sb, const sandlot_exec_spec_t *spec,
 		pthread_mutex_unlock(&sb->conn.lock);
 		free(p);
 		sandlot__unref(sb);
+		return NULL;
+	}
+	return p;
+}
+
+sandlot_proc_t *sandlot_exec_attach(sandlot_t *sb, pid_t pid, const sandlot_exec_callbacks_t *cb,
+				    sandlot_error_t **err)
+{
+	sandlot_exec_callbacks_t cb_buf = { 0 };
+	if (pid <= 0)
+		return sandlot__error(err, EINVAL, "attach: invalid pid %d", (int)pid), NULL;
+	if (cb && sandlot__exec_callbacks_copy(cb, &cb_buf, err) < 0)
+		return sandlot__error_wrap(err, "attach"), NULL;
+	struct sandlot_proc *p = calloc(1, sizeof(*p));
+	if (!p)
+		return sandlot__error(err, ENOMEM, "out of memory"), NULL;
+	p->sb = sb;
+	p->ex.size = sizeof(p->ex);
+	p->ex.exit_code = -1;
+	p->stdin_pipe = 1;
+	p->stdin_credit = SANDLOT_PROTO_WINDOW;
+	p->timer.fire = on_timeout;
+	p->start_ns = sandlot__now_ns();
+	/* No callbacks until init has said STARTED: a refusal is this call's
+	 * error, not an on_exit (nothing else can come before STARTED). */
+	if (sandlot__stream_register(&sb->conn, &p->s, on_frame, on_lost) < 0) {
+		free(p);
+		return sandlot__error(err, EPIPE, "attach: the sandbox is gone"), NULL;
+	}
+	sandlot__ref(sb);
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_ATTACH, 0, p->s.id);
+	sl_msg_put_u32(&m, SL_TAG_PID, (uint32_t)pid);
+	if (sandlot__conn_send(&sb->conn, &m, err) < 0) {
+		pthread_mutex_lock(&sb->conn.lock);
+		sandlot__stream_unregister_locked(&p->s);
+		pthread_mutex_unlock(&sb->conn.lock);
+		free(p);
+		sandlot__unref(sb);
+		return sandlot__error_wrap(err, "attach"), NULL;
+	}
+	struct sl_conn *c = &sb->conn;
+	pthread_mutex_lock(&c->lock);
+	while (!p->started && !p->done)
+		pthread_cond_wait(&c->cond, &c->lock);
+	int ok = p->started;
+	if (ok)
+		p->cb = cb_buf;
+	pthread_mutex_unlock(&c->lock);
+	if (!ok) {
+		int st = p->ex.start_error ? p->ex.start_error : EPIPE;
+		sandlot__error(err, st, "attach to pid %d: %s", (int)pid,
+			       p->ex.error[0] ? p->ex.error : "the sandbox is gone");
+		sandlot_proc_free(p);
 		return NULL;
 	}
 	return p;

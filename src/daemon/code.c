@@ -64,6 +64,8 @@ struct ctx {
 	int death_reported;         /* a cell's result said state_lost for this exit */
 	sandlot_exit_t ex;
 	int ready;
+	long pid;                   /* the host's pid in the sandbox (registry:
+				     * a vm sandbox's host may be re-attached) */
 	char *lb;                   /* stdout line buffer */
 	size_t lblen, lbcap;
 	char *part;                 /* "part" assembly */
@@ -458,7 +460,7 @@ static const char *valid_lang(const char *l)
 
 /* Start a fresh host for c (the old one, if any, has exited and is freed).
  * The caller owns the cell slot (c->busy).  0, or -1 with msg. */
-static int host_start(struct dsb *s, struct ctx *c, char *msg, size_t msglen)
+static int host_start(struct daemon *d, struct dsb *s, struct ctx *c, char *msg, size_t msglen)
 {
 	proc_release(c);
 	pthread_mutex_lock(&c->lock);
@@ -531,14 +533,87 @@ static int host_start(struct dsb *s, struct ctx *c, char *msg, size_t msglen)
 	size_t tl = c->errlen < sizeof(tail) - 1 ? c->errlen : sizeof(tail) - 1;
 	memcpy(tail, c->errtail + (c->errlen - tl), tl);
 	tail[tl] = 0;
-	pthread_mutex_unlock(&c->lock);
 	if (ok)
+		c->pid = (long)sandlot_proc_pid(p);
+	long pid = c->pid;
+	pthread_mutex_unlock(&c->lock);
+	if (ok) {
+		registry_save_context(d, c->sbid, c->id, c->lang, pid);
 		return 0;
+	}
 	ctx_kill(c, SIGKILL);
 	snprintf(msg, msglen, "the %s host %s: %s", c->lang,
 		 exited ? "exited before it was ready" : "did not become ready", tl ? tail : "");
 	daemon_log("code_host_failed", "sandbox=%s context=%s", c->sbid, c->id);
 	return -1;
+}
+
+/* Take over c's host where it still runs: a vm sandbox resumed from a pause
+ * with memory keeps its processes, and init hands a command an earlier
+ * connection left running to the next one that asks for its pid
+ * (sandlot_exec_attach()).  The caller owns the cell slot.  1 attached (the
+ * context's state is intact), 0 not (no such host: start a fresh one). */
+static int host_attach(struct dsb *s, struct ctx *c)
+{
+	pthread_mutex_lock(&c->lock);
+	long pid = c->pid;
+	pthread_mutex_unlock(&c->lock);
+	if (pid <= 0)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	sandlot_t *sb = s->state == DSB_RUNNING ? s->sb : NULL;
+	pthread_mutex_unlock(&s->lock);
+	if (!sb)
+		return 0;
+	proc_release(c);
+	pthread_mutex_lock(&c->lock);
+	free_msgs(c->head);
+	c->head = c->tail = NULL;
+	c->lblen = 0;
+	free(c->part);
+	c->part = NULL;
+	c->partlen = 0;
+	c->errlen = 0;
+	pthread_mutex_unlock(&c->lock);
+	sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
+					.on_output = on_output, .on_exit = on_exit_cb, .userdata = c };
+	sandlot_error_t *err = NULL;
+	sandlot_proc_t *p = sandlot_exec_attach(sb, (pid_t)pid, &cb, &err);
+	if (!p) {
+		daemon_log("code_host_not_attached", "sandbox=%s context=%s pid=%ld: %s", c->sbid,
+			   c->id, pid, err ? sandlot_error_message(err) : "?");
+		sandlot_error_free(err);
+		return 0;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->proc = p;
+	c->started = 1;
+	c->exited = 0;
+	c->death_reported = 0;
+	c->ready = 1;
+	memset(&c->ex, 0, sizeof(c->ex));
+	pthread_mutex_unlock(&c->lock);
+	daemon_log("code_host_attached", "sandbox=%s context=%s pid=%ld", c->sbid, c->id, pid);
+	return 1;
+}
+
+/* A context this sandlotd does not know but its registry does: one made by
+ * an earlier sandlotd, whose host may still run (host_attach()).  A new
+ * reference, or NULL. */
+static struct ctx *ctx_revive(struct daemon *d, const char *sbid, const char *id)
+{
+	char lang[16];
+	long pid = 0;
+	if (registry_load_context(d, sbid, id, lang, sizeof(lang), &pid) != 1 || !valid_lang(lang))
+		return NULL;
+	struct ctx *c = ctx_get_or_add(sbid, id, lang);
+	if (!c)
+		return NULL;
+	pthread_mutex_lock(&c->lock);
+	if (!c->started && c->pid == 0)
+		c->pid = pid;
+	pthread_mutex_unlock(&c->lock);
+	return c;
 }
 
 /* ---- cells ---------------------------------------------------------------- */
@@ -948,6 +1023,8 @@ static struct cell *cell_begin(struct daemon *d, struct dsb *s, const struct dom
 	char defid[48];
 	if (r->context) {
 		c = ctx_find(s->id, r->context);
+		if (!c)
+			c = ctx_revive(d, s->id, r->context);
 		if (!c) {
 			sandlot__error(err, ENOENT, "no context %.60s in sandbox %s", r->context, s->id);
 			return NULL;
@@ -959,7 +1036,11 @@ static struct cell *cell_begin(struct daemon *d, struct dsb *s, const struct dom
 		}
 	} else {
 		snprintf(defid, sizeof(defid), "default-%s", r->language);
-		c = ctx_get_or_add(s->id, defid, r->language);
+		c = ctx_find(s->id, defid);
+		if (!c)
+			c = ctx_revive(d, s->id, defid);
+		if (!c)
+			c = ctx_get_or_add(s->id, defid, r->language);
 		if (!c) {
 			sandlot__error(err, ENOMEM, "out of memory");
 			return NULL;
@@ -999,9 +1080,16 @@ static struct cell *cell_begin(struct daemon *d, struct dsb *s, const struct dom
 		 * so yet: this cell's does. */
 		pthread_mutex_lock(&c->lock);
 		k->state_lost = c->started && c->exited && !c->death_reported;
+		/* A host of an earlier sandlotd: lost unless re-attached. */
+		int earlier = !c->started && c->pid > 0;
 		pthread_mutex_unlock(&c->lock);
 		char msg[768];
-		if (host_start(s, c, msg, sizeof(msg)) < 0) {
+		int attached = host_attach(s, c);
+		if (attached)
+			k->state_lost = 0;
+		else if (earlier)
+			k->state_lost = 1;
+		if (!attached && host_start(d, s, c, msg, sizeof(msg)) < 0) {
 			cell_free(k);
 			sandlot__error(err, DOMAIN_EINTERP, "%s", msg);
 			return NULL;
@@ -1136,7 +1224,7 @@ json_t *domain_context_create(struct daemon *d, struct dsb *s, const char *lang,
 	c->busy = 1;
 	pthread_mutex_unlock(&c->lock);
 	char msg[768];
-	int rc = host_start(s, c, msg, sizeof(msg));
+	int rc = host_start(d, s, c, msg, sizeof(msg));
 	pthread_mutex_lock(&c->lock);
 	c->busy = 0;
 	pthread_mutex_unlock(&c->lock);
@@ -1180,10 +1268,12 @@ json_t *domain_context_list(struct daemon *d, struct dsb *s, sandlot_error_t **e
 
 int domain_context_delete(struct daemon *d, struct dsb *s, const char *id, sandlot_error_t **err)
 {
-	(void)d;
 	struct ctx *c = ctx_find(s->id, id);
 	if (!c)
+		c = ctx_revive(d, s->id, id);
+	if (!c)
 		return sandlot__error(err, ENOENT, "no context %.60s in sandbox %s", id, s->id);
+	registry_forget_context(d, s->id, id);
 	pthread_mutex_lock(&g_lock);
 	int was = !c->removed;
 	unlink_locked(c);
@@ -1369,7 +1459,7 @@ int code_ctx_create(struct daemon *d, struct dsb *s, const char *lang, char id[4
 	pthread_mutex_lock(&c->lock);
 	c->busy = 1;
 	pthread_mutex_unlock(&c->lock);
-	int rc = host_start(s, c, msg, msglen);
+	int rc = host_start(d, s, c, msg, msglen);
 	pthread_mutex_lock(&c->lock);
 	c->busy = 0;
 	pthread_mutex_unlock(&c->lock);
@@ -1398,7 +1488,8 @@ json_t *code_ctx_list(struct daemon *d, struct dsb *s)
 	return arr;
 }
 
-int code_ctx_restart(struct dsb *s, const char *id, int remove, char *msg, size_t msglen)
+int code_ctx_restart(struct daemon *d, struct dsb *s, const char *id, int remove, char *msg,
+		     size_t msglen)
 {
 	struct ctx *c = ctx_find(s->id, id);
 	if (!c) {
@@ -1406,6 +1497,7 @@ int code_ctx_restart(struct dsb *s, const char *id, int remove, char *msg, size_
 		return -ENOENT;
 	}
 	if (remove) {
+		registry_forget_context(d, s->id, id);
 		pthread_mutex_lock(&g_lock);
 		int was = !c->removed;
 		unlink_locked(c);
@@ -1437,7 +1529,7 @@ int code_ctx_restart(struct dsb *s, const char *id, int remove, char *msg, size_
 			pthread_cond_wait(&c->cond, &c->lock);
 		c->death_reported = 1; /* asked for: no cell reports it as lost */
 		pthread_mutex_unlock(&c->lock);
-		rc = host_start(s, c, msg, msglen) < 0 ? -EIO : 0;
+		rc = host_start(d, s, c, msg, msglen) < 0 ? -EIO : 0;
 		pthread_mutex_lock(&c->lock);
 		c->busy = 0;
 		pthread_mutex_unlock(&c->lock);

@@ -364,7 +364,8 @@ json_t *code_ctx_list(struct daemon *d, struct dsb *s);
 /* Kill the host of context id and start a fresh one (remove = 0), or
  * delete the context (remove = 1).  0, -ENOENT (no such context) or -EIO
  * (the new host failed), with msg. */
-int code_ctx_restart(struct dsb *s, const char *id, int remove, char *msg, size_t msglen);
+int code_ctx_restart(struct daemon *d, struct dsb *s, const char *id, int remove, char *msg,
+		     size_t msglen);
 
 /* ---- files.c ------------------------------------------------------------ */
 
@@ -387,6 +388,14 @@ int registry_add_changes(struct daemon *d, struct dsb *s, const struct dchange *
 int registry_drop_changes(struct daemon *d, const char *id, uint64_t below);
 /* Delete the sandbox and its changes from the registry. */
 int registry_forget(struct daemon *d, const char *id);
+/* Code contexts (code.c): the pid of a context's interpreter host, kept so
+ * that a restarted sandlotd can re-attach to it.  load: 1 found (lang and
+ * pid set), 0 not found, -1 database error. */
+int registry_save_context(struct daemon *d, const char *sbid, const char *id, const char *lang,
+			  long pid);
+int registry_forget_context(struct daemon *d, const char *sbid, const char *id);
+int registry_load_context(struct daemon *d, const char *sbid, const char *id, char *lang,
+			  size_t langsz, long *pid);
 /* Give the space of deleted rows back to the filesystem when enough has
  * accumulated (incremental vacuum, WAL truncated).  Cheap when there is
  * nothing to do: the reaper calls it every second. */

@@ -310,7 +310,7 @@ static int context_change(struct http_req *req, int remove)
 	if (!s)
 		return 0;
 	char msg[768];
-	int rc = code_ctx_restart(s, req->params[0], remove, msg, sizeof(msg));
+	int rc = code_ctx_restart(req->d, s, req->params[0], remove, msg, sizeof(msg));
 	dsb_put(req->d, s);
 	if (rc == -ENOENT)
 		return e2b_answer_error(req, E2B_PLAIN, "not_found", "%s", msg);

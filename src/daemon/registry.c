@@ -26,6 +26,11 @@
  *   changes(sandbox, cursor, kind, type, size, path, source, at_ms)
  *             PRIMARY KEY (sandbox, cursor)
  *   settings(key PRIMARY KEY, value)       reserved for daemon settings
+ *   contexts(sandbox, id, language, pid)   a code context's interpreter host
+ *             PRIMARY KEY (sandbox, id)    (its pid in the sandbox), so that
+ *             a restarted sandlotd can re-attach to it after a vm sandbox's
+ *             pause with memory (code.c); made by CREATE IF NOT EXISTS, so
+ *             older registries gain it without a version change
  *
  * Secrets.  The files are 0600 in a 0700 data directory owned by root
  * (fixed at start-up if they were made looser).  A sandbox's env is not in
@@ -84,7 +89,13 @@ static const char schema[] =
 	" source TEXT,"
 	" at_ms INTEGER NOT NULL,"
 	" PRIMARY KEY (sandbox, cursor)) WITHOUT ROWID;"
-	"CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT);";
+	"CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT);"
+	"CREATE TABLE IF NOT EXISTS contexts ("
+	" sandbox TEXT NOT NULL,"
+	" id TEXT NOT NULL,"
+	" language TEXT NOT NULL,"
+	" pid INTEGER NOT NULL,"
+	" PRIMARY KEY (sandbox, id)) WITHOUT ROWID;";
 
 /* From version 1 (before pause/resume): the kept-workspace columns. */
 static const char migrate_1_2[] =
@@ -592,9 +603,10 @@ int registry_forget(struct daemon *d, const char *id)
 	pthread_mutex_lock(&d->db_lock);
 	int rc = 0;
 	static const char *const sql[] = { "DELETE FROM changes WHERE sandbox = ?",
+					   "DELETE FROM contexts WHERE sandbox = ?",
 					   "DELETE FROM sandboxes WHERE id = ?" };
 	sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		sqlite3_stmt *st = NULL;
 		if (sqlite3_prepare_v2(d->db, sql[i], -1, &st, NULL) != SQLITE_OK) {
 			log_db_error(d, "forget");
@@ -765,5 +777,75 @@ int registry_load_changes(struct daemon *d, sandlot_error_t **err)
 	}
 	free(v);
 	sqlite3_finalize(st);
+	return rc;
+}
+
+/* ---- code contexts ----------------------------------------------------- */
+
+int registry_save_context(struct daemon *d, const char *sbid, const char *id, const char *lang,
+			  long pid)
+{
+	pthread_mutex_lock(&d->db_lock);
+	sqlite3_stmt *st = NULL;
+	int rc = -1;
+	if (sqlite3_prepare_v2(d->db,
+			       "INSERT OR REPLACE INTO contexts (sandbox, id, language, pid)"
+			       " VALUES (?, ?, ?, ?)", -1, &st, NULL) == SQLITE_OK) {
+		sqlite3_bind_text(st, 1, sbid, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_text(st, 2, id, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_text(st, 3, lang, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int64(st, 4, pid);
+		if (sqlite3_step(st) == SQLITE_DONE)
+			rc = 0;
+	}
+	if (rc < 0)
+		log_db_error(d, "save context");
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&d->db_lock);
+	return rc;
+}
+
+int registry_forget_context(struct daemon *d, const char *sbid, const char *id)
+{
+	pthread_mutex_lock(&d->db_lock);
+	sqlite3_stmt *st = NULL;
+	int rc = -1;
+	if (sqlite3_prepare_v2(d->db, "DELETE FROM contexts WHERE sandbox = ? AND id = ?", -1, &st,
+			       NULL) == SQLITE_OK) {
+		sqlite3_bind_text(st, 1, sbid, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_text(st, 2, id, -1, SQLITE_TRANSIENT);
+		if (sqlite3_step(st) == SQLITE_DONE)
+			rc = 0;
+	}
+	if (rc < 0)
+		log_db_error(d, "forget context");
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&d->db_lock);
+	return rc;
+}
+
+int registry_load_context(struct daemon *d, const char *sbid, const char *id, char *lang,
+			  size_t langsz, long *pid)
+{
+	pthread_mutex_lock(&d->db_lock);
+	sqlite3_stmt *st = NULL;
+	int rc = 0;
+	if (sqlite3_prepare_v2(d->db,
+			       "SELECT language, pid FROM contexts WHERE sandbox = ? AND id = ?", -1,
+			       &st, NULL) != SQLITE_OK) {
+		log_db_error(d, "load context");
+		rc = -1;
+	} else {
+		sqlite3_bind_text(st, 1, sbid, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_text(st, 2, id, -1, SQLITE_TRANSIENT);
+		if (sqlite3_step(st) == SQLITE_ROW) {
+			const unsigned char *l = sqlite3_column_text(st, 0);
+			snprintf(lang, langsz, "%s", l ? (const char *)l : "");
+			*pid = (long)sqlite3_column_int64(st, 1);
+			rc = 1;
+		}
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&d->db_lock);
 	return rc;
 }

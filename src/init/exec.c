@@ -1018,3 +1018,38 @@ void init__kill_all(struct loop *l)
 		nanosleep(&nap, NULL);
 	}
 }
+
+/* --- taking a command over after a DETACH ------------------------------- */
+
+void init__attach_request(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload)
+{
+	uint32_t pid = 0;
+	int rc = init__find_u32(h, payload, SL_TAG_PID, &pid);
+	if (rc <= 0 || pid == 0) {
+		init__send_error(l, h->stream, rc < 0 ? EPROTO : EINVAL, "ATTACH: bad PID");
+		return;
+	}
+	struct stream *s = NULL;
+	for (struct stream *t = l->streams; t; t = t->next)
+		if (t->ops == &exec_ops && t->id == 0 && exec_of(t)->pid == (pid_t)pid &&
+		    !exec_of(t)->reaped)
+			s = t;
+	if (!s) {
+		init__send_error(l, h->stream, ESRCH,
+				 "no running command with pid %u was left by an earlier host", pid);
+		return;
+	}
+	struct exec *e = exec_of(s);
+	if (e->inoff < e->inlen) {
+		/* The new host's STDIN window would not fit behind it. */
+		init__send_error(l, h->stream, EAGAIN,
+				 "pid %u has not read all of the earlier host's input yet", pid);
+		return;
+	}
+	s->id = h->stream;
+	s->credit = SANDLOT_PROTO_WINDOW;
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_STARTED, 0, s->id);
+	sl_msg_put_u32(&m, SL_TAG_PID, pid);
+	init__queue(l, &m);
+}

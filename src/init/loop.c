@@ -335,6 +335,8 @@ static request_fn request_handler(uint8_t type)
 	switch (type) {
 	case SL_MSG_PING:
 		return ping_request;
+	case SL_MSG_ATTACH:
+		return init__attach_request;
 	case SL_MSG_EXEC:
 		return init__exec_request;
 	case SL_MSG_FWRITE:
@@ -359,8 +361,9 @@ static request_fn request_handler(uint8_t type)
 /* DETACH (a VM's host before it saves the VM, spec/protocol.md): the
  * guest's files reach its disks, every stream's host side ends without a
  * frame (commands keep running: their streams get id 0, unlimited credit,
- * and their output is read and dropped), OK goes out last, and from then
- * on nothing is sent until the next host's CONFIG. */
+ * and their output is read and dropped until a later host's ATTACH takes
+ * one over: exec.c), OK goes out last, and from then on nothing is sent
+ * until the next host's CONFIG. */
 static void detach(struct loop *l, const struct sl_frame_header *h)
 {
 	if (!init__vm_mode) {

@@ -152,6 +152,9 @@ unsigned init__events_read(uint64_t out[INIT_EVENTS_N]);
  * *out, or -1 when there is no such line or its number is malformed. */
 int init__events_parse(const char *buf, size_t len, const char *key, uint64_t *out);
 
+/* ATTACH (spec/protocol.md, Detaching): a command left running by an
+ * earlier host's DETACH (its stream has id 0) becomes stream h->stream. */
+void init__attach_request(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload);
 void init__exec_request(struct loop *l, const struct sl_frame_header *h, const uint8_t *payload);
 /* SIGCHLD: reap every exited child (orphans included) and record the exit
  * of the ones we started. */

@@ -292,6 +292,13 @@ int fuzz_write_seeds(const char *dir)
 	seed_append(&b, &m);
 	rc |= seed_write(dir, "control-mix", &b);
 
+	sl_msg_begin(&m, SL_MSG_DETACH, 0, 2);
+	seed_append(&b, &m);
+	sl_msg_begin(&m, SL_MSG_ATTACH, 0, 3);
+	sl_msg_put_u32(&m, SL_TAG_PID, 84);
+	seed_append(&b, &m);
+	rc |= seed_write(dir, "detach-attach", &b);
+
 	/* Malformed: reserved bits, too long, unknown type, broken record,
 	 * string with NUL, integer of the wrong size. */
 	uint8_t h[SANDLOT_PROTO_HEADER];

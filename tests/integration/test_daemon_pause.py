@@ -393,6 +393,36 @@ def test_paused_sandbox_survives_a_daemon_restart(own_daemon, how):
     assert d.stop() == 0
 
 
+def test_code_contexts_are_lost_across_an_ns_pause_and_a_restart(own_daemon):
+    """An ns sandbox's pause ends its processes, interpreters included: after
+    a restart of sandlotd and the resume, the context's next cell runs on a
+    fresh interpreter and says that its state was lost."""
+    d = own_daemon().start()
+    sid = d.create(**SMALL)
+    r = d.post(f"/v1/sandboxes/{sid}/contexts", json_body={"language": "python"})
+    assert r.status == 201, r
+    cid = r.json()["id"]
+
+    def cell(src):
+        r = d.post(f"/v1/sandboxes/{sid}/code",
+                   json_body={"language": "python", "code": src, "context": cid}, timeout=60)
+        assert r.status == 200, r
+        return r.json()
+
+    assert cell("x = 41")["status"] == "ok"
+    pause(d, sid)
+    assert d.stop() == 0
+    d.start()
+    resume(d, sid)
+    r = cell("x + 1")
+    assert r["status"] == "error" and r["state_lost"] is True, r
+    assert "NameError" in r["error"]["name"], r
+    r = cell("x = 1; x + 1")
+    assert r["value"] == "2" and r["state_lost"] is False, r
+    assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+    assert d.stop() == 0
+
+
 def stopped(pid):
     """Whether process pid is stopped (state T in /proc/PID/stat)."""
     try:

@@ -212,3 +212,67 @@ def test_e2b_pause_of_an_ns_sandbox_keeps_its_files_only(session_dirs, tmp_path_
         assert d.delete(f"/v1/sandboxes/{sid}").status in (200, 204)
     finally:
         assert d.stop() == 0, d.logs()
+
+
+def test_code_context_survives_pause_daemon_restart_resume(session_dirs, tmp_path_factory,
+                                                           vm_guest_env):
+    """A Python context's variables live through pause {"memory": true}, a
+    restart of sandlotd and the resume: the new daemon re-attaches to the
+    interpreter still running in the guest (init's ATTACH)."""
+    d = vm_daemon(session_dirs, tmp_path_factory, vm_guest_env)
+    try:
+        r = d.post("/v1/sandboxes", json_body={"isolation": "vm", "memory": 512 << 20},
+                   timeout=BOOT)
+        assert r.status == 201, r
+        sid = r.json()["id"]
+        r = d.post(f"/v1/sandboxes/{sid}/contexts", json_body={"language": "python"},
+                   timeout=BOOT)
+        assert r.status in (200, 201), r
+        cid = r.json()["id"]
+
+        def cell(src, **kw):
+            r = d.post(f"/v1/sandboxes/{sid}/code",
+                       json_body={"language": "python", "code": src, **kw}, timeout=BOOT)
+            assert r.status == 200, r
+            return r.json()
+
+        assert cell("x = 41", context=cid)["status"] == "ok"
+        assert cell("import os; os.getpid()", context=cid)["status"] == "ok"
+        host_pid = cell("os.getpid()", context=cid)["value"]
+        assert cell("y = 'default'")["status"] == "ok"
+
+        r = d.post(f"/v1/sandboxes/{sid}/pause", json_body={"memory": True}, timeout=BOOT)
+        assert r.status == 200, r
+        assert d.stop() == 0, d.logs()
+        d.start()
+        r = d.post(f"/v1/sandboxes/{sid}/resume", json_body={}, timeout=BOOT)
+        assert r.status == 200, r
+
+        r = cell("x + 1", context=cid)
+        assert r["status"] == "ok" and r["value"] == "42" and r["state_lost"] is False, r
+        assert cell("os.getpid()", context=cid)["value"] == host_pid
+        # Output and further cells flow on the new connection.
+        r = cell("print('out', x); x = 7", context=cid)
+        assert r["status"] == "ok" and "out 41" in r["stdout"], r
+        assert cell("x", context=cid)["value"] == "7"
+        # The default context was re-attached the same way.
+        r = cell("y")
+        assert r["value"] == "'default'" and r["state_lost"] is False, r
+        # A pause and resume within one sandlotd re-attaches the same way.
+        r = d.post(f"/v1/sandboxes/{sid}/pause", json_body={"memory": True}, timeout=BOOT)
+        assert r.status == 200, r
+        r = d.post(f"/v1/sandboxes/{sid}/resume", json_body={}, timeout=BOOT)
+        assert r.status == 200, r
+        r = cell("x * 6", context=cid)
+        assert r["value"] == "42" and r["state_lost"] is False, r
+        # A deleted context is gone for good, in the registry too.
+        assert d.delete(f"/v1/sandboxes/{sid}/contexts/{cid}").status in (200, 204)
+        r = d.post(f"/v1/sandboxes/{sid}/code",
+                   json_body={"language": "python", "code": "1", "context": cid}, timeout=BOOT)
+        assert r.status == 404, r
+
+        r = d.delete(f"/v1/sandboxes/{sid}")
+        assert r.status in (200, 204), r
+        assert sid not in hostscan.qemu_guests().values()
+    finally:
+        assert d.stop() == 0, d.logs()

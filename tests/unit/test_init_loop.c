@@ -2380,11 +2380,94 @@ static void test_detach_reattach(void)
 	stop_init(&c);
 }
 
+static void send_attach(struct client *c, uint32_t id, uint32_t pid)
+{
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_ATTACH, 0, id);
+	if (pid)
+		sl_msg_put_u32(&m, SL_TAG_PID, pid);
+	send_msg(c, &m);
+}
+
+/* ATTACH (spec/protocol.md, "Detaching"): after a re-attach, the next host
+ * takes over a command the DETACH left running by its pid: STARTED on the
+ * new stream, then its stdin, output and exit as for EXEC.  Refused for no
+ * PID, a pid no earlier host left, a command taken over already or ended;
+ * outside a VM nothing is ever detached (ESRCH). */
+static void test_detach_attach(void)
+{
+	struct client c;
+	start_init(&c);
+	skip_hello(&c);
+	send_attach(&c, 3, 1);
+	CHECK_EQ_INT(expect_reply(&c, 3, NULL), ESRCH);
+	stop_init(&c);
+
+	init__vm_mode = 1;
+	start_init(&c);
+	skip_hello(&c);
+	/* An interpreter-like command: reads stdin, answers each line. */
+	send_exec(&c, 1, (const char *[]){ "sh", "-c", "while read l; do echo got $l; done", NULL },
+		  1, NULL);
+	struct frame f;
+	int pid = 0;
+	while (!pid) {
+		REQUIRE(next_frame(&c, &f) == 1);
+		if (f.stream == 1 && f.type == SL_MSG_STARTED)
+			pid = (int)rec_u32(&f, SL_TAG_PID, 0);
+		frame_free(&f);
+	}
+	send_empty(&c, SL_MSG_DETACH, 2);
+	for (;;) {
+		REQUIRE(next_frame(&c, &f) == 1);
+		int ok = f.stream == 2 && f.type == SL_MSG_OK;
+		frame_free(&f);
+		if (ok)
+			break;
+	}
+	/* Detached, ATTACH is not answered either. */
+	send_attach(&c, 3, (uint32_t)pid);
+	CHECK_EQ_INT(next_frame_ms(&c, &f, 300), 0);
+	send_config_with(&c, getuid(), NULL);
+	CHECK_EQ_INT(next_frame(&c, &f), 1);
+	CHECK(f.type == SL_MSG_HELLO);
+	frame_free(&f);
+	CHECK_EQ_INT(expect_reply(&c, 0, NULL), 0);
+
+	send_attach(&c, 4, 0);
+	CHECK_EQ_INT(expect_reply(&c, 4, NULL), EINVAL);
+	send_attach(&c, 4, (uint32_t)pid + 100000);
+	CHECK_EQ_INT(expect_reply(&c, 4, NULL), ESRCH);
+	send_attach(&c, 5, (uint32_t)pid);
+	REQUIRE(next_frame(&c, &f) == 1);
+	CHECK(f.stream == 5 && f.type == SL_MSG_STARTED);
+	CHECK_EQ_INT((int)rec_u32(&f, SL_TAG_PID, 0), pid);
+	frame_free(&f);
+	/* Taken over already. */
+	send_attach(&c, 6, (uint32_t)pid);
+	CHECK_EQ_INT(expect_reply(&c, 6, NULL), ESRCH);
+	struct sl_msg m;
+	sl_msg_begin(&m, SL_MSG_STDIN, SANDLOT_PROTO_FLAG_END, 5);
+	sl_msg_put_raw(&m, "a\nb\n", 4);
+	send_msg(&c, &m);
+	struct result r;
+	run_to_exit(&c, 5, &r);
+	CHECK_STR(r.out, "got a\ngot b\n");
+	CHECK(r.exited && r.code == 0);
+	result_free(&r);
+	/* Ended: nothing to take over. */
+	send_attach(&c, 7, (uint32_t)pid);
+	CHECK_EQ_INT(expect_reply(&c, 7, NULL), ESRCH);
+	send_empty(&c, SL_MSG_SHUTDOWN, 0);
+	stop_init(&c);
+}
+
 int main(void)
 {
 	tap_timeout_s = 60;
 	TAP_RUN(test_hello_ping);
 	TAP_RUN(test_detach_reattach);
+	TAP_RUN(test_detach_attach);
 	TAP_RUN(test_exec_echo);
 	TAP_RUN(test_exit_codes);
 	TAP_RUN(test_killed_signal);
