@@ -34,6 +34,10 @@ struct ns_state {
 	 * (backend op take_egress); else -1 / NULL. */
 	int egress_fds[SANDLOT_NETNS_NFDS];
 	struct sandlot_nft *egress_nft;
+	/* A spare namespace taken for it (netns.h): its mount point's name
+	 * until put back, else "". */
+	char spare_netns[SANDLOT_NETNS_SPARE_NAME];
+	const char *data_dir;       /* the sandbox's (for the spare), owned by it */
 };
 
 /* Remove cgroups and workspaces that a killed sandlot process left, and the
