@@ -197,9 +197,11 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 	/* While the cleanup lock is still held: whoever waits for the
 	 * helpers also waits for this. */
 	sandlot__ns_collect_stale(data_dir);
-	/* And a network namespace or two for the next runs (netns.h), now
-	 * that the caller has its result: off every critical path. */
+	/* A network namespace or two for the next runs (netns.h), now that
+	 * the caller has its result: off every critical path. */
 	sandlot__netns_spare_fill(data_dir, SANDLOT_NETNS_SPARE_MAX);
+	/* And cgroups with this one's limits (linux/cgroup.h, "spares"). */
+	sandlot__cgroup_pool_spare(data_dir, &ns->cg_lim, SANDLOT_CGROUP_SPARE_MAX);
 	_exit(0);
 }
 

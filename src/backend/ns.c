@@ -419,6 +419,7 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 		memcpy(sb->id, pooled, sizeof(pooled));
 		sandlot__ns_prepare_taken();
 	}
+	ns->cg_lim = lim;
 	ns->cg = sandlot__cgroup_create(sb->id, &lim, err);
 	if (!ns->cg)
 		goto fail;

@@ -38,6 +38,7 @@ struct ns_state {
 	 * until put back, else "". */
 	char spare_netns[SANDLOT_NETNS_SPARE_NAME];
 	const char *data_dir;       /* the sandbox's (for the spare), owned by it */
+	struct sandlot_cgroup_limits cg_lim; /* its cgroup's, for the next run's spare */
 };
 
 /* Remove cgroups and workspaces that a killed sandlot process left, and the

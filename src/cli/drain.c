@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "core/images.h"
+#include "linux/cgroup.h"
 #include "linux/netns.h"
 
 static const char drain_help[] =
@@ -16,12 +17,15 @@ static const char drain_help[] =
 	"\n"
 	"DESCRIPTION\n"
 	"    After a sandbox has ended, the cleanup of each sandlot run leaves up to\n"
-	"    two network namespaces ready for the next runs of the same data\n"
-	"    directory (bind mounts under /run/sandlot/netns-spare), so that those\n"
-	"    start faster.  sandlot drain removes them now, waiting for one being\n"
-	"    made, and prints how many it removed.  Runs still going on may leave\n"
-	"    new ones when they end.  They also go by themselves once their data\n"
-	"    directory is removed (the next run's cleanup sweeps them).\n"
+	"    two network namespaces (bind mounts under /run/sandlot/netns-spare) and\n"
+	"    two cgroups (prepared ones, /run/sandlot/cgroup-pool) ready for the next\n"
+	"    runs of the same data directory, so that those start faster.  sandlot\n"
+	"    drain removes them now (but prepared cgroups that a sandlotd of the\n"
+	"    data directory keeps: it drains those when it stops), waiting for a\n"
+	"    namespace being made, and prints how many it removed.  Runs still\n"
+	"    going on may leave new ones when they end.  They also go by themselves\n"
+	"    once their data directory is removed (the next run's cleanup sweeps\n"
+	"    them).\n"
 	"\n"
 	"ENVIRONMENT\n"
 	"    SANDLOT_DATA_DIR   the data directory (default /var/lib/sandlot).\n";
@@ -35,7 +39,8 @@ int cmd_drain(int argc, char **argv)
 		}
 		return cli_usage_error("drain", "unexpected argument \"%s\"", argv[i]);
 	}
-	unsigned n = sandlot__netns_spare_drain(sandlot__data_dir(NULL));
+	const char *dd = sandlot__data_dir(NULL);
+	unsigned n = sandlot__netns_spare_drain(dd) + sandlot__cgroup_pool_drain_spare(dd);
 	printf("%u\n", n);
 	return 0;
 }

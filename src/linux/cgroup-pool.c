@@ -392,6 +392,8 @@ static void remove_pool(const char *pool)
 		unlink(path);
 	if (sandlot__cg_pathf(path, "%s/preparer.lock", pool) == 0)
 		unlink(path);
+	if (sandlot__cg_pathf(path, "%s/spare", pool) == 0)
+		unlink(path);
 	rmdir(pool); /* fails, harmlessly, if anything else appeared */
 }
 
@@ -440,6 +442,60 @@ void sandlot__cgroup_pool_release(const char *data_dir, int fd)
 	close(fd);
 }
 
+/* Whether a pool without a preparer is the spares of `sandlot run`
+ * (sandlot__cgroup_pool_spare) for a data directory that exists, with no
+ * more than SANDLOT_CGROUP_SPARE_MAX free. */
+static bool spare_kept(const char *pool)
+{
+	char path[PATH_MAX];
+	if (sandlot__cg_pathf(path, "%s/spare", pool) < 0 || access(path, F_OK) < 0 ||
+	    sandlot__cg_pathf(path, "%s/data-dir", pool) < 0)
+		return false;
+	char *dd = sandlot__read_file(path, PATH_MAX);
+	if (!dd)
+		return false;
+	dd[strcspn(dd, "\n")] = '\0';
+	struct stat st;
+	bool kept = stat(dd, &st) == 0 && count_markers(pool, 0) <= SANDLOT_CGROUP_SPARE_MAX;
+	free(dd);
+	return kept;
+}
+
+unsigned sandlot__cgroup_pool_spare(const char *data_dir, const struct sandlot_cgroup_limits *lim,
+				    unsigned target)
+{
+	char pool[PATH_MAX], path[PATH_MAX];
+	if (pool_path(pool, data_dir) < 0 || sandlot__cg_pathf(path, "%s/spare", pool) < 0)
+		return 0;
+	if (target > SANDLOT_CGROUP_SPARE_MAX)
+		target = SANDLOT_CGROUP_SPARE_MAX;
+	/* The preparer's lock while it fills, so no reclaimer drains the
+	 * pool under it; "spare" before the lock goes, so none drains it
+	 * after. */
+	cleanup_close int fd = sandlot__cgroup_pool_hold(data_dir, NULL);
+	if (fd < 0)
+		return 0;
+	int f = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (f < 0)
+		return 0;
+	close(f);
+	return sandlot__cgroup_pool_fill(data_dir, lim, target);
+}
+
+unsigned sandlot__cgroup_pool_drain_spare(const char *data_dir)
+{
+	char pool[PATH_MAX], path[PATH_MAX];
+	if (pool_path(pool, data_dir) < 0 || sandlot__cg_pathf(path, "%s/preparer.lock", pool) < 0)
+		return 0;
+	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* A preparer holds it (sandlotd): the pool is its to drain. */
+	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0 || !still_linked(fd, path))
+		return 0;
+	unsigned n = drain_pool(pool);
+	remove_pool(pool);
+	return n;
+}
+
 unsigned sandlot__cgroup_pool_reclaim(void)
 {
 	/* The "none" mode has no pools (and no hierarchy to remove from). */
@@ -461,6 +517,10 @@ unsigned sandlot__cgroup_pool_reclaim(void)
 		/* No lock file: it is being made (or removed); look again next
 		 * time. */
 		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0 || !still_linked(fd, path))
+			continue;
+		/* Spares of `sandlot run` whose data directory is still there:
+		 * kept (bounded). */
+		if (spare_kept(pool))
 			continue;
 		n += drain_pool(pool);
 		remove_pool(pool);

@@ -319,11 +319,15 @@ def wait_cleanup(data_dir, timeout=60):
 
 def drain_spares(under):
     """`sandlot drain` for every data dir at or under `under` (or gone)
-    that has spare network namespaces (hostscan.spare_pools()); returns
-    {data dir: how many it removed}."""
+    that has spare network namespaces or cgroups of `sandlot run`
+    (hostscan.spare_pools(), cgroup pools marked "spare"); returns {data
+    dir: how many it removed}."""
     out = {}
     under = str(under).rstrip("/")
-    for pool, dd in hostscan.spare_pools().items():
+    dds = set(hostscan.spare_pools().values())
+    dds |= {dd for pool, dd in hostscan.cgroup_pools().items()
+            if os.path.exists(os.path.join(pool, "spare"))}
+    for dd in sorted(dds):
         if dd != under and not dd.startswith(under + "/") and os.path.exists(dd):
             continue
         env = {k: v for k, v in os.environ.items() if not k.startswith("SANDLOT_")}

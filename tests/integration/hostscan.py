@@ -223,9 +223,22 @@ def orphaned_prepared_cgroups(data_dir):
         if pool_dd != dd and not pool_dd.startswith(dd.rstrip("/") + "/"):
             continue
         names = prepared_cgroups(pool)
-        if names and not pool_has_preparer(pool):
+        if names and not pool_has_preparer(pool) and not spare_cgroups_kept(pool, pool_dd):
             out[pool] = names
     return out
+
+
+# The cleanup helper of a `sandlot run` keeps up to this many prepared
+# cgroups for the next runs of its data dir, in a pool marked "spare"
+# (src/linux/cgroup.h, "spares of sandlot run"), with no preparer.
+CGROUP_SPARE_MAX = 2
+
+
+def spare_cgroups_kept(pool, pool_dd):
+    """Whether a pool's free cgroups are the bounded spares of `sandlot run`
+    for a data dir that exists (what `sandlot drain` removes)."""
+    return (os.path.exists(os.path.join(pool, "spare")) and os.path.isdir(pool_dd)
+            and len(prepared_cgroups(pool)) <= CGROUP_SPARE_MAX)
 
 
 # Spare network namespaces of `sandlot run` (src/linux/netns.h, "spare

@@ -1,7 +1,8 @@
-"""Spare network namespaces (src/linux/netns.h, "spare namespaces"): the
-cleanup helper of a `sandlot run` leaves a bounded few for the next runs of
-its data dir, the next run's sandbox lives in one, `sandlot drain` removes
-them, a broken one is refused, and those of a removed data dir are swept."""
+"""Spare network namespaces (src/linux/netns.h, "spare namespaces") and
+cgroups (src/linux/cgroup.h, "spares of sandlot run"): the cleanup helper
+of a `sandlot run` leaves a bounded few for the next runs of its data dir,
+the next run's sandbox lives in them, `sandlot drain` removes them, a broken
+one is refused, and those of a removed data dir are swept."""
 import os
 import re
 import shutil
@@ -67,7 +68,10 @@ def test_drain_removes_them(session_dirs):
     wait_cleanup(sl.data_dir)
     n = len(free_inodes(sl))
     assert n >= 1
-    assert drain(sl) == n
+    cgroups = hostscan.prepared_cgroups(spare_cgroup_pool(sl.data_dir))
+    assert cgroups
+    assert drain(sl) == n + len(cgroups)
+    assert spare_cgroup_pool(sl.data_dir) is None
     pool = hostscan.spare_pool_of(sl.data_dir)
     assert not os.path.exists(pool)
     assert pool not in open("/proc/self/mountinfo").read()
@@ -115,6 +119,66 @@ def test_spares_of_a_removed_data_dir_are_swept(session_dirs):
         wait_cleanup(other.data_dir)
         assert not os.path.exists(pool)
         assert pool + "/" not in open("/proc/self/mountinfo").read()
+    finally:
+        wait_cleanup(other.data_dir)
+        drain(other)
+
+
+def spare_cgroup_pool(data_dir):
+    pools = [p for p, dd in hostscan.cgroup_pools().items() if dd == str(data_dir)]
+    assert len(pools) <= 1, pools
+    return pools[0] if pools else None
+
+
+def test_next_run_takes_a_spare_cgroup(session_dirs):
+    sl = Sandlot(session_dirs["base"] / "spares-cgroup")
+    try:
+        r = sl.run(["--json", "--storage", "tmpfs", "--", "true"])
+        assert r.rc == 0, r
+        wait_cleanup(sl.data_dir)
+        pool = spare_cgroup_pool(sl.data_dir)
+        assert pool and os.path.exists(os.path.join(pool, "spare")), pool
+        names = hostscan.prepared_cgroups(pool)
+        assert 1 <= len(names) <= hostscan.CGROUP_SPARE_MAX, names
+        # Kept (no preparer, but bounded and its data dir is there) ...
+        assert not hostscan.pool_has_preparer(pool)
+        assert hostscan.orphaned_prepared_cgroups(sl.data_dir) == {}
+        # ... and what the next run's sandbox is made of.
+        r = sl.run(["--json", "--storage", "tmpfs", "--", "true"])
+        assert r.rc == 0, r
+        assert r.json()["sandbox_id"] in names, (r.json()["sandbox_id"], names)
+        wait_cleanup(sl.data_dir)
+        # `sandlot drain` removes them, cgroups and pool.
+        left = hostscan.prepared_cgroups(pool)
+        assert left
+        drained = drain(sl)
+        assert drained >= len(left)
+        assert not os.path.exists(pool)
+        for name in left:
+            assert not any(cg.endswith("/" + name) for cg in hostscan.sandbox_cgroups()), name
+    finally:
+        wait_cleanup(sl.data_dir)
+        drain(sl)
+
+
+def test_spare_cgroups_of_a_removed_data_dir_are_drained(session_dirs):
+    gone = Sandlot(session_dirs["base"] / "spares-cg-gone")
+    assert gone.run(["--storage", "tmpfs", "--", "true"]).rc == 0
+    wait_cleanup(gone.data_dir)
+    pool = spare_cgroup_pool(gone.data_dir)
+    names = hostscan.prepared_cgroups(pool)
+    assert names
+    shutil.rmtree(gone.data_dir)
+    # Now an orphan, for the leftover checks and for the reclaim, which a
+    # run of a new data dir does at once.
+    assert hostscan.orphaned_prepared_cgroups(session_dirs["base"] / "spares-cg-gone")
+    other = Sandlot(session_dirs["base"] / "spares-cg-sweeper")
+    try:
+        assert other.run(["--storage", "tmpfs", "--", "true"]).rc == 0
+        wait_cleanup(other.data_dir)
+        assert not os.path.exists(pool)
+        for name in names:
+            assert not any(cg.endswith("/" + name) for cg in hostscan.sandbox_cgroups()), name
     finally:
         wait_cleanup(other.data_dir)
         drain(other)
