@@ -392,8 +392,6 @@ static void remove_pool(const char *pool)
 		unlink(path);
 	if (sandlot__cg_pathf(path, "%s/preparer.lock", pool) == 0)
 		unlink(path);
-	if (sandlot__cg_pathf(path, "%s/spare", pool) == 0)
-		unlink(path);
 	rmdir(pool); /* fails, harmlessly, if anything else appeared */
 }
 
@@ -442,14 +440,28 @@ void sandlot__cgroup_pool_release(const char *data_dir, int fd)
 	close(fd);
 }
 
+/* A pool of `sandlot run`'s spares says so in its preparer.lock: "spare"
+ * (in the lock file rather than a file of its own so that every sandlot
+ * that removes pools, older ones too, removes it with the lock). */
+#define SPARE_MARK "spare\n"
+
+static bool is_spare(const char *pool)
+{
+	char path[PATH_MAX], buf[sizeof(SPARE_MARK)];
+	if (sandlot__cg_pathf(path, "%s/preparer.lock", pool) < 0)
+		return false;
+	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+	return fd >= 0 && read(fd, buf, sizeof(buf)) == (ssize_t)strlen(SPARE_MARK) &&
+	       memcmp(buf, SPARE_MARK, strlen(SPARE_MARK)) == 0;
+}
+
 /* Whether a pool without a preparer is the spares of `sandlot run`
  * (sandlot__cgroup_pool_spare) for a data directory that exists, with no
  * more than SANDLOT_CGROUP_SPARE_MAX free. */
 static bool spare_kept(const char *pool)
 {
 	char path[PATH_MAX];
-	if (sandlot__cg_pathf(path, "%s/spare", pool) < 0 || access(path, F_OK) < 0 ||
-	    sandlot__cg_pathf(path, "%s/data-dir", pool) < 0)
+	if (!is_spare(pool) || sandlot__cg_pathf(path, "%s/data-dir", pool) < 0)
 		return false;
 	char *dd = sandlot__read_file(path, PATH_MAX);
 	if (!dd)
@@ -465,20 +477,25 @@ unsigned sandlot__cgroup_pool_spare(const char *data_dir, const struct sandlot_c
 				    unsigned target)
 {
 	char pool[PATH_MAX], path[PATH_MAX];
-	if (pool_path(pool, data_dir) < 0 || sandlot__cg_pathf(path, "%s/spare", pool) < 0)
+	if (pool_path(pool, data_dir) < 0 || sandlot__cg_pathf(path, "%s/preparer.lock", pool) < 0)
 		return 0;
 	if (target > SANDLOT_CGROUP_SPARE_MAX)
 		target = SANDLOT_CGROUP_SPARE_MAX;
 	/* The preparer's lock while it fills, so no reclaimer drains the
-	 * pool under it; "spare" before the lock goes, so none drains it
+	 * pool under it; marked before the lock goes, so none drains it
 	 * after. */
 	cleanup_close int fd = sandlot__cgroup_pool_hold(data_dir, NULL);
 	if (fd < 0)
 		return 0;
-	int f = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-	if (f < 0)
-		return 0;
-	close(f);
+	if (!is_spare(pool)) {
+		int w = open(path, O_WRONLY | O_CLOEXEC);
+		if (w < 0)
+			return 0;
+		ssize_t n = pwrite(w, SPARE_MARK, strlen(SPARE_MARK), 0);
+		close(w);
+		if (n != (ssize_t)strlen(SPARE_MARK))
+			return 0;
+	}
 	return sandlot__cgroup_pool_fill(data_dir, lim, target);
 }
 

@@ -238,9 +238,9 @@ unsigned sandlot__cgroup_pool_reclaim(void);
  * to prepare for the next one, so its cleanup helper (backend/ns-helper.c)
  * fills data_dir's pool after the teardown, to `target` (at most
  * SANDLOT_CGROUP_SPARE_MAX) with limits `lim`, holding the preparer's lock
- * only meanwhile, and marks the pool with a file "spare": a pool so marked
- * is not drained by the reclaim while its data directory exists and it
- * holds no more than SANDLOT_CGROUP_SPARE_MAX free cgroups.  They go with
+ * only meanwhile, and marks the pool: its preparer.lock says "spare".  A
+ * pool so marked is not drained by the reclaim while its data directory
+ * exists and it holds no more than SANDLOT_CGROUP_SPARE_MAX free cgroups.  They go with
  * `sandlot drain` (sandlot__cgroup_pool_drain_spare), with the data
  * directory (the reclaim), or with a sandlotd of the data directory that
  * takes the pool over and drains it when it stops.  Returns how many were

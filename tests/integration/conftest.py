@@ -326,7 +326,7 @@ def drain_spares(under):
     under = str(under).rstrip("/")
     dds = set(hostscan.spare_pools().values())
     dds |= {dd for pool, dd in hostscan.cgroup_pools().items()
-            if os.path.exists(os.path.join(pool, "spare"))}
+            if hostscan.is_spare_pool(pool)}
     for dd in sorted(dds):
         if dd != under and not dd.startswith(under + "/") and os.path.exists(dd):
             continue

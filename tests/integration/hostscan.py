@@ -229,15 +229,21 @@ def orphaned_prepared_cgroups(data_dir):
 
 
 # The cleanup helper of a `sandlot run` keeps up to this many prepared
-# cgroups for the next runs of its data dir, in a pool marked "spare"
+# cgroups for the next runs of its data dir, in a pool whose preparer.lock
+# says "spare"
 # (src/linux/cgroup.h, "spares of sandlot run"), with no preparer.
 CGROUP_SPARE_MAX = 2
+
+
+def is_spare_pool(pool):
+    """Whether a cgroup pool is the spares of `sandlot run`."""
+    return read(os.path.join(pool, "preparer.lock")) == "spare\n"
 
 
 def spare_cgroups_kept(pool, pool_dd):
     """Whether a pool's free cgroups are the bounded spares of `sandlot run`
     for a data dir that exists (what `sandlot drain` removes)."""
-    return (os.path.exists(os.path.join(pool, "spare")) and os.path.isdir(pool_dd)
+    return (is_spare_pool(pool) and os.path.isdir(pool_dd)
             and len(prepared_cgroups(pool)) <= CGROUP_SPARE_MAX)
 
 

@@ -138,6 +138,6 @@ def test_sandlot_run_prepares_a_bounded_few(sandlot):
         pool = pool_of(sandlot.data_dir)
         assert pool is not None
         assert 1 <= len(hostscan.prepared_cgroups(pool)) <= hostscan.CGROUP_SPARE_MAX, pool
-        assert os.path.exists(os.path.join(pool, "spare"))
+        assert hostscan.is_spare_pool(pool)
         assert not hostscan.pool_has_preparer(pool)
         assert hostscan.orphaned_prepared_cgroups(sandlot.data_dir) == {}

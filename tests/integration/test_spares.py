@@ -137,7 +137,7 @@ def test_next_run_takes_a_spare_cgroup(session_dirs):
         assert r.rc == 0, r
         wait_cleanup(sl.data_dir)
         pool = spare_cgroup_pool(sl.data_dir)
-        assert pool and os.path.exists(os.path.join(pool, "spare")), pool
+        assert pool and hostscan.is_spare_pool(pool), pool
         names = hostscan.prepared_cgroups(pool)
         assert 1 <= len(names) <= hostscan.CGROUP_SPARE_MAX, names
         # Kept (no preparer, but bounded and its data dir is there) ...
@@ -148,9 +148,10 @@ def test_next_run_takes_a_spare_cgroup(session_dirs):
         assert r.rc == 0, r
         assert r.json()["sandbox_id"] in names, (r.json()["sandbox_id"], names)
         wait_cleanup(sl.data_dir)
-        # `sandlot drain` removes them, cgroups and pool.
+        # `sandlot drain` removes them, cgroups and pool.  (On a host
+        # shared with an older sandlot, whose stale collector drains every
+        # pool without a preparer, there may be none left by now.)
         left = hostscan.prepared_cgroups(pool)
-        assert left
         drained = drain(sl)
         assert drained >= len(left)
         assert not os.path.exists(pool)
