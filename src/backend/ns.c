@@ -130,6 +130,7 @@ struct child_args {
 	int oom_fd, pids_fd;
 	const char *init_path;
 	int *tid; /* sys_clone_vfork(): set by the kernel, woken here */
+	int sync_wr; /* the parent's end: closed here at once */
 };
 
 static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struct child_args *a)
@@ -138,6 +139,10 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	/* The releasing thread waits for the pid the kernel stored. */
 	if (a->tid)
 		sys_futex_wake(a->tid);
+	/* Our copy of the parent's end of the sync socket goes first, so that
+	 * a parent that dies before the go leaves us an EOF, not a wait for
+	 * ever. */
+	sys_close(a->sync_wr);
 	/* Into the sandbox's cgroup before anything else (v1; on v2 the
 	 * child was born there). */
 	if (sandlot__cgroup_join_self(a->join) < 0)
@@ -612,6 +617,7 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 		.image_fd = ns->image_fd, .lock_fd = ns->storage.lock_fd, .devnull = devnull,
 		.oom_fd = oom_fd, .pids_fd = pids_fd,
 		.init_path = sb->init_path,
+		.sync_wr = sync_wr,
 	};
 
 	/* No CLONE_NEWNET: the child starts in the namespace this thread is
@@ -632,6 +638,10 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 	/* The child's release on a thread of its own, so that this one can
 	 * sleep in a vfork-style clone (release_job_start()). */
 	rel.sync_wr = sync_wr;
+	/* v1: the child joins by itself; v2: the releasing thread moves it
+	 * (clone3's CLONE_INTO_CGROUP takes no function to run).  Set before
+	 * the thread starts, which reads it. */
+	rel.added = join.ntasks > 0;
 	void *stack = MAP_FAILED;
 	int vfork = release_job_start(&rel);
 	if (vfork) {
@@ -653,9 +663,6 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 		goto fail;
 	}
 	if (vfork) {
-		/* v1: the child joins by itself; v2: the releasing thread moves
-		 * it (clone3's CLONE_INTO_CGROUP takes no function to run). */
-		rel.added = join.ntasks > 0;
 		ca.tid = &rel.tid;
 		pid = sys_clone_vfork(flags, child_entry, &ca, stack, CHILD_STACK, &rel.tid);
 		/* Back once the child exec'd init or exited (its errno writes
