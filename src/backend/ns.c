@@ -415,6 +415,20 @@ static int release_job_start(struct release *r)
 	const char *how = getenv("SANDLOT_CLONE");
 	if (how && strcmp(how, "fork") == 0)
 		return 0;
+#if defined(__SANITIZE_THREAD__)
+#define CLONE_FORK_ONLY 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CLONE_FORK_ONLY 1
+#endif
+#endif
+#ifdef CLONE_FORK_ONLY
+	/* ThreadSanitizer intercepts clone() as a fork: its child-side
+	 * bookkeeping, in memory this process shares with the child, then
+	 * marks the daemon itself as a multi-threaded fork's child, which may
+	 * start no thread.  Its builds clone fork-style. */
+	return 0;
+#endif
 	r->tid = 0;
 	sigset_t all, old;
 	sigfillset(&all);
