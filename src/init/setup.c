@@ -444,6 +444,18 @@ static int dev_mounts(void)
 	return 0;
 }
 
+/* Bind p onto itself, then read-only: mount_setattr() only adds flags, so
+ * unlike a remount it needs no statvfs() for the flags the kernel locked. */
+static int bind_readonly(const char *p)
+{
+	struct mount_attr attr = {
+		.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+	};
+	if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0)
+		return -1;
+	return sys_mount_setattr(AT_FDCWD, p, AT_RECURSIVE, &attr, sizeof(attr));
+}
+
 static int build_proc(void)
 {
 	/* Files that leak host kernel state or allow host-wide actions. */
@@ -456,28 +468,25 @@ static int build_proc(void)
 	static const char *const ro_paths[] = { "sys", "bus", "fs", "irq", "sysrq-trigger" };
 	char p[128];
 
+	/* Which of these a kernel has depends on its configuration: each is
+	 * mounted over straight away, and ENOENT means there is nothing to
+	 * hide (one call per path instead of an access() probe before it). */
 	if (mount("proc", NEWROOT "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		FAIL("mount /proc");
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(masked_files); i++) {
 		snprintf(p, sizeof(p), NEWROOT "/proc/%s", masked_files[i]);
-		if (access(p, F_OK) < 0)
-			continue;
-		if (mount(NEWROOT "/dev/null", p, NULL, MS_BIND, NULL) < 0)
+		if (mount(NEWROOT "/dev/null", p, NULL, MS_BIND, NULL) < 0 && errno != ENOENT)
 			FAIL("mask %s", p);
 	}
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(masked_dirs); i++) {
 		snprintf(p, sizeof(p), NEWROOT "/proc/%s", masked_dirs[i]);
-		if (access(p, F_OK) < 0)
-			continue;
 		if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-			  "size=0,mode=0555") < 0)
+			  "size=0,mode=0555") < 0 && errno != ENOENT)
 			FAIL("mask %s", p);
 	}
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(ro_paths); i++) {
 		snprintf(p, sizeof(p), NEWROOT "/proc/%s", ro_paths[i]);
-		if (access(p, F_OK) < 0)
-			continue;
-		if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0 || remount_ro(p, 0) < 0)
+		if (bind_readonly(p) < 0 && errno != ENOENT)
 			FAIL("make %s read-only", p);
 	}
 	return 0;
@@ -615,79 +624,113 @@ int init_setup_finish(const struct init_config *cfg)
 	return 0;
 }
 
-/* -- in the child, right before execve of a user command ------------------ */
+/* -- once in init, before the first command is forked -------------------- */
 
-static int set_rlimit(int res, uint64_t v)
+/* The rlimits commands get: CONFIG's, clamped to the hard limits init
+ * has (0: leave the inherited one). */
+static struct rlimit child_nofile, child_fsize;
+static int children_ready;
+
+/* Raising a hard limit needs CAP_SYS_RESOURCE in the host namespace,
+ * which we do not have; clamp to what the host allows. */
+static int clamp_rlimit(int res, uint64_t v, struct rlimit *out)
 {
 	struct rlimit cur;
 	if (getrlimit(res, &cur) < 0)
 		return -1;
 	rlim_t want = (rlim_t)v;
-	/* Raising a hard limit needs CAP_SYS_RESOURCE in the host namespace,
-	 * which we do not have; clamp to what the host allows. */
 	if (cur.rlim_max != RLIM_INFINITY && want > cur.rlim_max)
 		want = cur.rlim_max;
-	struct rlimit rl = { want, want };
-	return setrlimit(res, &rl);
+	*out = (struct rlimit){ want, want };
+	return 0;
 }
+
+int init_setup_children(const struct init_config *cfg)
+{
+	/* No command may ever hold a capability, and init runs nothing but
+	 * commands: the bounding set goes here once (a commit of new
+	 * credentials per capability) instead of in every command's child.
+	 * Init keeps its own effective capabilities (the bounding set only
+	 * limits what an execve grants).  Capability numbers are dense, so
+	 * the first EINVAL is the end of what this kernel knows. */
+	for (int cap = 0; cap <= 63; cap++) {
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+			continue;
+		if (errno == EINVAL)
+			break;
+		FAIL("drop capability %d from the bounding set", cap);
+	}
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+		FAIL("clear the ambient capabilities");
+	if ((cfg->nofile && clamp_rlimit(RLIMIT_NOFILE, cfg->nofile, &child_nofile) < 0) ||
+	    (cfg->fsize && clamp_rlimit(RLIMIT_FSIZE, cfg->fsize, &child_fsize) < 0))
+		FAIL("read the resource limits");
+	children_ready = 1;
+	return 0;
+}
+
+/* -- in the child, right before execve of a user command ------------------ */
 
 int init_drop_privileges(const struct init_config *cfg)
 {
 	/* Only raw syscalls below: this runs in a forked child of init. */
-	if (cfg->nofile && set_rlimit(RLIMIT_NOFILE, cfg->nofile) < 0)
+	if (!children_ready) {
+		/* init_setup_children() has not run (or failed): no command. */
+		errno = EPERM;
 		return -1;
-	if (cfg->fsize && set_rlimit(RLIMIT_FSIZE, cfg->fsize) < 0)
+	}
+	if (cfg->nofile && sys_setrlimit(RLIMIT_NOFILE, &child_nofile) < 0)
+		return -1;
+	if (cfg->fsize && sys_setrlimit(RLIMIT_FSIZE, &child_fsize) < 0)
 		return -1;
 	struct rlimit zero = { 0, 0 };
-	if (setrlimit(RLIMIT_CORE, &zero) < 0)
+	if (sys_setrlimit(RLIMIT_CORE, &zero) < 0)
 		return -1;
 
 	/* The host made init unkillable by the OOM killer where it could;
 	 * commands must not inherit that, and they should always be chosen
 	 * before init.  Raising the value needs no privilege; best effort. */
-	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	int fd = sys_openat(AT_FDCWD, "/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC, 0);
 	if (fd >= 0) {
-		if (write(fd, "300", 3) != 3) {
+		if (sys_write(fd, "300", 3) != 3) {
 			/* keep the inherited value */
 		}
-		close(fd);
+		sys_close(fd);
 	}
 
 	if (cfg->uid != 0) {
 		/* Root semantics off for good: no capabilities regained through
 		 * exec of anything, locked. Needs CAP_SETPCAP, so before setuid. */
-		if (prctl(PR_SET_SECUREBITS,
-			  SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-				  SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
-				  SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
-			  0, 0, 0) < 0)
+		if (sys_prctl(PR_SET_SECUREBITS,
+			      SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+				      SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+				      SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+			      0, 0, 0) < 0)
 			return -1;
 	}
-	for (int cap = 0; cap <= 63; cap++)
-		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-			return -1;
-	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+	/* The bounding and ambient sets are empty already (inherited from
+	 * init: init_setup_children()).  The raw set-id calls skip musl's
+	 * broadcast to other threads (signals blocked around each): this
+	 * child has none. */
+	if (sys_setgroups0() < 0)
 		return -1;
-
-	if (setgroups(0, NULL) < 0)
+	if (sys_setresgid(cfg->gid, cfg->gid, cfg->gid) < 0)
 		return -1;
-	if (setresgid(cfg->gid, cfg->gid, cfg->gid) < 0)
-		return -1;
-	if (setresuid(cfg->uid, cfg->uid, cfg->uid) < 0)
+	if (sys_setresuid(cfg->uid, cfg->uid, cfg->uid) < 0)
 		return -1;
 	/* With NO_SETUID_FIXUP set, nothing was cleared by setresuid: clear
 	 * effective, permitted and inheritable sets explicitly. */
 	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
 	struct __user_cap_data_struct data[2];
 	memset(data, 0, sizeof(data));
-	if (syscall(SYS_capset, &hdr, data) < 0)
+	if (sys_capset(&hdr, data) < 0)
 		return -1;
 
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+	if (sys_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return -1;
 	if (cfg->filter) {
 		struct sock_fprog prog = { cfg->filter_len, cfg->filter };
-		if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+		if (sys_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, (unsigned long)&prog, 0, 0) < 0)
 			return -1;
 	}
 	return 0;
