@@ -320,47 +320,62 @@ static int storage_mount(const struct init_config *cfg)
 	return m;
 }
 
-/* Set by storage_clone() when the storage is attached at STORAGE until
- * init_setup_finish() detaches it. */
-static int storage_attached;
-
-/* /home/user and /tmp: home/ and tmp/ of the storage, cloned out of its
- * detached mount, which stays detached (its descriptor is kept until init
- * exits).  Attaching the storage somewhere to bind from it would need an
- * unmount afterwards, and every unmount waits for an RCU grace period:
- * 0.4 ms of each sandbox's start-up, measured on the 2-CPU test host.
+/* /home/user and /tmp: home/ and tmp/ of the storage, as detached clones
+ * (fds[0], fds[1]) made before the root tree is attached, and placed into
+ * it by storage_place().  Binding them from an attached copy of the
+ * storage would need that copy unmounted afterwards, and every unmount
+ * waits for an RCU grace period: 0.1 ms or more of each sandbox's
+ * start-up on the 2-CPU test host.
  *
  * The kernel lets a process clone out of a detached mount only if the
  * mount was made by fsmount() or in the process's own mount namespace.
  * The tmpfs made here is; the host's workspace (a clone of its directory
  * in the storage pool, made in the host's namespace) is not, and open_tree
- * says EINVAL.  That one is attached at STORAGE instead, its parts bound
- * from there, and it is detached after HELLO (init_setup_finish()), where
- * the grace period overlaps the host's reading of HELLO. */
-static int storage_clone(const struct init_config *cfg)
+ * says EINVAL.  That one is attached at NEWROOT first, where the root tree
+ * then goes on top of it: the clones are taken from there, and the
+ * workspace's own mount stays a child of the old root, under the new one,
+ * so the one detach of the old root in init_setup_finish() takes it too. */
+static int storage_clones(const struct init_config *cfg, int fds[2])
 {
+	static const char *const parts[] = { "home", "tmp" };
 	int m = storage_mount(cfg);
 	if (m < 0)
 		FAIL("prepare the workspace storage");
-	static const char *const parts[][2] = { { "home", NEWROOT "/home/user" },
-						 { "tmp", NEWROOT "/tmp" } };
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(parts); i++) {
-		cleanup_close int sub = sys_open_tree(m, parts[i][0], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-		if (sub < 0 && errno == EINVAL && i == 0 && m == INIT_FD_STORAGE)
+		fds[i] = sys_open_tree(m, parts[i], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+		if (fds[i] < 0 && errno == EINVAL && i == 0 && m == INIT_FD_STORAGE)
 			break;
-		if (sub < 0 || sys_move_mount(sub, "", AT_FDCWD, parts[i][1], MOVE_MOUNT_F_EMPTY_PATH) < 0)
-			FAIL("attach %s", parts[i][1] + strlen(NEWROOT));
+		if (fds[i] < 0)
+			FAIL("clone the workspace's %s", parts[i]);
 		if (i == SANDLOT_ARRAY_SIZE(parts) - 1)
 			return 0;
 	}
-	if (sys_move_mount(INIT_FD_STORAGE, "", AT_FDCWD, STORAGE, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+	if (sys_move_mount(INIT_FD_STORAGE, "", AT_FDCWD, NEWROOT, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 		FAIL("attach workspace storage");
 	close(INIT_FD_STORAGE);
-	storage_attached = 1;
-	if (mount(STORAGE "/home", NEWROOT "/home/user", NULL, MS_BIND, NULL) < 0)
-		FAIL("bind /home/user");
-	if (mount(STORAGE "/tmp", NEWROOT "/tmp", NULL, MS_BIND, NULL) < 0)
-		FAIL("bind /tmp");
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(parts); i++) {
+		fds[i] = sys_open_tree(AT_FDCWD, i == 0 ? NEWROOT "/home" : NEWROOT "/tmp",
+				       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+		if (fds[i] < 0)
+			FAIL("clone the workspace's %s", parts[i]);
+	}
+	return 0;
+}
+
+/* The clones of storage_clones() at their places in the attached tree;
+ * closes them. */
+static int storage_place(int fds[2])
+{
+	static const char *const at[] = { NEWROOT "/home/user", NEWROOT "/tmp" };
+	for (size_t i = 0; i < 2; i++) {
+		int rc = sys_move_mount(fds[i], "", AT_FDCWD, at[i], MOVE_MOUNT_F_EMPTY_PATH);
+		int e = errno;
+		close(fds[i]);
+		fds[i] = -1;
+		errno = e;
+		if (rc < 0)
+			FAIL("attach %s", at[i] + strlen(NEWROOT));
+	}
 	return 0;
 }
 
@@ -388,13 +403,6 @@ static int storage_staged(const struct init_config *cfg)
 	if (umount2(STORAGE, MNT_DETACH) < 0)
 		FAIL("detach storage");
 	return 0;
-}
-
-static int build_storage(const struct init_config *cfg, int tree)
-{
-	/* With the host's prepared tree the kernel can clone detached trees:
-	 * the storage can be cloned from too. */
-	return tree ? storage_clone(cfg) : storage_staged(cfg);
 }
 
 static int build_dev(void)
@@ -576,13 +584,22 @@ int init_setup(struct init_config *cfg)
 	 * Else we build it here, mount by mount. */
 	int tree = fcntl(INIT_FD_ROOT, F_GETFD) >= 0;
 	if (tree) {
-		if (attach_root_tree(cfg) < 0)
+		/* With the host's prepared tree the kernel can clone detached
+		 * trees: the storage is cloned from, before the tree is
+		 * attached (storage_clones()). */
+		int ws[2] = { -1, -1 };
+		int rc = storage_clones(cfg, ws) < 0 || attach_root_tree(cfg) < 0 ||
+			 storage_place(ws) < 0 ? -1 : 0;
+		for (int i = 0; i < 2; i++)
+			if (ws[i] >= 0)
+				close(ws[i]);
+		if (rc < 0)
 			return -1;
-	} else if (build_root(cfg) < 0) {
+	} else if (build_root(cfg) < 0 || storage_staged(cfg) < 0) {
 		return -1;
 	}
 	/* Writable and special mounts go on top of the read-only tree. */
-	if (build_storage(cfg, tree) < 0 || (tree ? dev_mounts() : build_dev()) < 0 || build_proc() < 0)
+	if ((tree ? dev_mounts() : build_dev()) < 0 || build_proc() < 0)
 		return -1;
 
 	if (chdir(NEWROOT) < 0)
@@ -612,10 +629,8 @@ int init_setup_finish(const struct init_config *cfg)
 		return -1;
 	if (chdir("/") < 0)
 		return -1;
-	/* The workspace's staging mount (storage_clone()): /run once pivoted. */
-	if (storage_attached && umount2(STORAGE + strlen(NEWROOT), MNT_DETACH) < 0)
-		return -1;
-	storage_attached = 0;
+	/* (The workspace's own mount, where storage_clones() attached one,
+	 * went with the old root.) */
 	/* (The prepared tree's /dev is read-only already.) */
 	if (!built_tree && remount_ro("/dev", MS_NOSUID | MS_NOEXEC) < 0)
 		return -1;
