@@ -136,15 +136,17 @@ static void exec_search(char *const argv[], char *const envp[])
 
 /* A command starts with no signal blocked and every disposition at its
  * default.  execve resets handled signals by itself, and init handles none
- * (SIGCHLD comes through a signalfd); of the ignored ones only SIGPIPE is
- * left: init reset what the host left ignored when it started (prepare()
- * in loop.c).  One call, where each child used to reset all 64. */
+ * (SIGCHLD comes through a signalfd); of the ignored ones only init's own
+ * are left, SIGPIPE and SIGXFSZ: init reset what the host left ignored
+ * when it started (prepare() in loop.c).  Two calls, where each child used
+ * to reset all 64. */
 static void child_signals(void)
 {
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_DFL);
+	signal(SIGXFSZ, SIG_DFL);
 }
 
 static __attribute__((noreturn)) void child_fail(int status_fd, int stage)

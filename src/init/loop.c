@@ -655,8 +655,11 @@ static int prepare(struct loop *l)
 		if (sig != SIGKILL && sig != SIGSTOP)
 			signal(sig, SIG_DFL);
 	/* Writes to a pipe whose reader exited or to a host that went away
-	 * must fail with EPIPE, not kill PID 1. */
+	 * must fail with EPIPE, not kill PID 1; a file written past an
+	 * RLIMIT_FSIZE init runs under must fail with EFBIG.  (The two that
+	 * child_signals() undoes.) */
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGXFSZ, SIG_IGN);
 
 	sigset_t chld;
 	sigemptyset(&chld);

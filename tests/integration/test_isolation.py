@@ -42,10 +42,10 @@ def test_command_starts_with_default_signals_whatever_the_host_ignored(sandlot):
     """A command starts with no signal ignored or blocked, even when the
     process that ran `sandlot run` ignored some (an ignored signal survives
     execve: sh's `trap ''`, nohup): sandlot-init drops what it inherited
-    when it starts and keeps only SIGPIPE ignored for itself, which each
+    when it starts and keeps only SIGPIPE and SIGXFSZ ignored for itself, which each
     command's process undoes."""
     cmd = " ".join(shlex.quote(a) for a in sandlot.argv(["--", "cat", "/proc/self/status"]))
-    r = subprocess.run(["sh", "-c", f"trap '' HUP INT USR1 USR2 PIPE TERM ALRM; exec {cmd}"],
+    r = subprocess.run(["sh", "-c", f"trap '' HUP INT USR1 USR2 PIPE TERM ALRM XFSZ; exec {cmd}"],
                        env=sandlot.env, capture_output=True, text=True, timeout=60,
                        stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r
