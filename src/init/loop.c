@@ -64,6 +64,17 @@ void init__fail(struct loop *l, int status, const char *why)
 	}
 }
 
+/* Whatever the host left ignored (an execve keeps SIG_IGN) goes back to
+ * the default, once, before init forks any command's process: a command's
+ * child then has only what prepare() ignores to undo (child_signals() in
+ * exec.c).  After OK, off the host's wait. */
+static void reset_inherited_signals(void)
+{
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP && sig != SIGPIPE && sig != SIGXFSZ)
+			signal(sig, SIG_DFL);
+}
+
 /* --- outgoing queue ----------------------------------------------------- */
 
 void init__queue(struct loop *l, struct sl_msg *m)
@@ -648,12 +659,6 @@ static int prepare(struct loop *l)
 {
 	ensure_std_fds();
 	umask(022);
-	/* Whatever the host left ignored (an execve keeps SIG_IGN) goes back
-	 * to the default once here, so that a command's child has only what
-	 * init changes itself to undo (child_signals() in exec.c). */
-	for (int sig = 1; sig < NSIG; sig++)
-		if (sig != SIGKILL && sig != SIGSTOP)
-			signal(sig, SIG_DFL);
 	/* Writes to a pipe whose reader exited or to a host that went away
 	 * must fail with EPIPE, not kill PID 1; a file written past an
 	 * RLIMIT_FSIZE init runs under must fail with EFBIG.  (The two that
@@ -736,6 +741,7 @@ int init_serve(const struct init_config *cfg, struct sl_reader *rd)
 		 * which is read only after init_setup_finish() succeeded (on
 		 * failure init__kill_all() ends it). */
 		queue_flush(&l);
+		reset_inherited_signals();
 		int err = 0;
 		if (init_setup_children(cfg) < 0) {
 			const char *why = init_setup_error(&err);
