@@ -45,6 +45,7 @@
 struct sandlot_nft;
 
 struct sandlot;
+struct sandlot_pool_info;
 
 struct sandlot_backend_ops {
 	const char *name;
@@ -162,6 +163,26 @@ struct sandlot_backend_ops {
 	int (*workspace_list)(const char *data_dir, char ***names, sandlot_error_t **err);
 	/* Make all of them durable. */
 	int (*workspace_sync)(const char *data_dir, sandlot_error_t **err);
+
+	/* ---- the data directory's storage pool (sandlot_storage_*) and
+	 * workspaces as files (sandlot_workspace_import*, _export): the
+	 * backend that keeps its workspaces in a pool (ns) has these, and core
+	 * asks the first that has them; NULL: the backend keeps its workspaces
+	 * otherwise (vm: disk files, docs/vm.md), and calls that name such a
+	 * workspace fail with ENOTSUP naming the backend. ---- */
+	int (*storage_info)(const char *data_dir, struct sandlot_pool_info *out,
+			    sandlot_error_t **err);
+	int (*storage_grow)(const char *data_dir, uint64_t bytes, sandlot_error_t **err);
+	int (*storage_unmount)(const char *data_dir, sandlot_error_t **err);
+	/* A new kept workspace `name` from a workspace image of the former
+	 * layout (an ext4 file), from a tar read from fd (admitted at `bytes`),
+	 * and a kept one written out as such a tar. */
+	int (*workspace_import)(const char *data_dir, const char *name, const char *image,
+				double overcommit, sandlot_error_t **err);
+	int (*workspace_import_tar)(const char *data_dir, const char *name, uint64_t bytes, int fd,
+				    double overcommit, sandlot_error_t **err);
+	int (*workspace_export)(const char *data_dir, const char *name, int fd,
+				sandlot_error_t **err);
 };
 
 extern const struct sandlot_backend_ops sandlot__backend_ns;

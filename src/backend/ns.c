@@ -786,4 +786,10 @@ const struct sandlot_backend_ops sandlot__backend_ns = {
 	.workspace_remove = sandlot__workspace_remove,
 	.workspace_list = sandlot__workspace_list,
 	.workspace_sync = sandlot__workspace_sync,
+	.storage_info = sandlot__pool_info,
+	.storage_grow = sandlot__pool_grow,
+	.storage_unmount = sandlot__pool_unmount,
+	.workspace_import = sandlot__workspace_import,
+	.workspace_import_tar = sandlot__workspace_import_tar,
+	.workspace_export = sandlot__workspace_export,
 };

@@ -66,7 +66,7 @@ static int lock_kept(const char *dir, const char *name, sandlot_error_t **err)
  * temporary name, renamed into place (EEXIST: another process made it
  * meanwhile; the caller then takes that one). */
 static int kept_make(const char *data_dir, const char *name, const char *empty, uid_t owner,
-		     sandlot_error_t **err)
+		     int reserve, sandlot_error_t **err)
 {
 	char root[PATH_MAX], tmp[PATH_MAX + 128], dst[PATH_MAX], path[PATH_MAX + 160];
 	if (kept_root(data_dir, root, sizeof(root)) < 0 ||
@@ -86,7 +86,7 @@ static int kept_make(const char *data_dir, const char *name, const char *empty, 
 	}
 	close(fd);
 	snprintf(path, sizeof(path), "%s/disk.img", tmp);
-	if (sandlot__vm_sparse_copy(empty, path, owner, err) < 0)
+	if (sandlot__vm_sparse_copy(empty, path, owner, reserve, err) < 0)
 		goto fail;
 	if (rename(tmp, dst) < 0) {
 		int e = errno;
@@ -101,8 +101,15 @@ fail:
 	return -1;
 }
 
+int sandlot__vm_kept_exists(const char *data_dir, const char *name)
+{
+	char dir[PATH_MAX];
+	return kept_path(data_dir, name, NULL, dir, sizeof(dir)) == 0 && access(dir, F_OK) == 0;
+}
+
 int sandlot__vm_kept_take(const char *data_dir, const char *name, int resume, uint64_t bytes,
-			  const char *empty, uid_t owner, struct vm_kept *k, sandlot_error_t **err)
+			  const char *empty, uid_t owner, int reserve, struct vm_kept *k,
+			  sandlot_error_t **err)
 {
 	*k = (struct vm_kept)VM_KEPT_INIT;
 	char dir[PATH_MAX], path[PATH_MAX + 16];
@@ -112,7 +119,7 @@ int sandlot__vm_kept_take(const char *data_dir, const char *name, int resume, ui
 		if (resume)
 			return sandlot__error(err, ENOENT, "no kept workspace %s of a vm sandbox "
 					      "(nothing was paused under that name)", name);
-		if (kept_make(data_dir, name, empty, owner, err) < 0)
+		if (kept_make(data_dir, name, empty, owner, reserve, err) < 0)
 			return -1;
 	}
 	int fd = lock_kept(dir, name, err);
@@ -464,8 +471,8 @@ int sandlot__vm_workspace_sync(const char *data_dir, sandlot_error_t **err)
 int sandlot__vm_snapshot(const char *data_dir, const char *src, const char *dst,
 			 double overcommit, sandlot_error_t **err)
 {
-	(void)overcommit; /* vm disks are sparse files, not admitted to the storage pool */
 	char sdir[PATH_MAX], ddir[PATH_MAX], tmp[PATH_MAX + 128], root[PATH_MAX];
+	char a_disk[PATH_MAX + 16];
 	if (kept_path(data_dir, src, NULL, sdir, sizeof(sdir)) < 0 ||
 	    kept_path(data_dir, dst, NULL, ddir, sizeof(ddir)) < 0 ||
 	    kept_root(data_dir, root, sizeof(root)) < 0)
@@ -475,6 +482,15 @@ int sandlot__vm_snapshot(const char *data_dir, const char *src, const char *dst,
 	cleanup_close int lock = lock_kept(sdir, src, err);
 	if (lock < 0)
 		return -1;
+	/* The copy's disk is a new one: admitted and reserved like a
+	 * create's (vm.c); its saved memory, if any, is not reserved (QEMU
+	 * wrote it sparse, and a resume only reads it). */
+	struct stat dst_st;
+	snprintf(a_disk, sizeof(a_disk), "%s/disk.img", sdir);
+	if (stat(a_disk, &dst_st) < 0)
+		return sandlot__error_errno(err, errno, "kept workspace %s has no disk", src);
+	if (sandlot__vm_disk_admit(root, (uint64_t)dst_st.st_size, overcommit, err) < 0)
+		return sandlot__error_wrap(err, "copy kept workspace %s to %s", src, dst);
 	snprintf(tmp, sizeof(tmp), "%s/.new-%s-%d", root, dst, (int)getpid());
 	sandlot__vm_remove_dir(tmp);
 	if (mkdir(tmp, 0700) < 0)
@@ -498,7 +514,7 @@ int sandlot__vm_snapshot(const char *data_dir, const char *src, const char *dst,
 			sandlot__error_errno(err, errno, "kept workspace %s has no disk", src);
 			goto fail;
 		}
-		if (sandlot__vm_sparse_copy(a, b, st.st_uid, err) < 0)
+		if (sandlot__vm_sparse_copy(a, b, st.st_uid, i == 0 && overcommit <= 1, err) < 0)
 			goto fail;
 		if (fsync_path(b, O_RDONLY, err) < 0)
 			goto fail;

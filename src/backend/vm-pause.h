@@ -49,10 +49,11 @@ void sandlot__vm_monitor_close(struct vm_monitor *m);
 /* Take the kept workspace `name` for a sandbox whose disk is `bytes` and
  * whose QEMU runs as `owner`: with `resume` it must exist (ENOENT naming
  * it otherwise); without, it is made from `empty` (an empty ext4 of the
- * size) when it does not exist.  EBUSY while another sandbox has it.  On
+ * size; reserved as sandlot__vm_sparse_copy says) when it does not exist.  EBUSY while another sandbox has it.  On
  * failure k holds nothing. */
 int sandlot__vm_kept_take(const char *data_dir, const char *name, int resume, uint64_t bytes,
-			  const char *empty, uid_t owner, struct vm_kept *k, sandlot_error_t **err);
+			  const char *empty, uid_t owner, int reserve, struct vm_kept *k,
+			  sandlot_error_t **err);
 /* Let go of it (the files stay).  Idempotent. */
 void sandlot__vm_kept_release(struct vm_kept *k);
 
@@ -85,8 +86,15 @@ int sandlot__vm_workspace_remove(const char *data_dir, const char *name, sandlot
 int sandlot__vm_workspace_list(const char *data_dir, char ***names, sandlot_error_t **err);
 int sandlot__vm_workspace_sync(const char *data_dir, sandlot_error_t **err);
 
-/* vm.c's sparse copy of a file (holes stay holes), owned by `owner`. */
-int sandlot__vm_sparse_copy(const char *src, const char *dst, uid_t owner,
+/* vm.c's sparse copy of a file (holes stay holes), owned by `owner`; with
+ * reserve, every block of it then allocated (fallocate). */
+int sandlot__vm_sparse_copy(const char *src, const char *dst, uid_t owner, int reserve,
 			    sandlot_error_t **err);
+/* ENOSPC naming the numbers unless a new disk file of `file_bytes` fits in
+ * the room of dir's filesystem times overcommit (vm.c). */
+int sandlot__vm_disk_admit(const char *dir, uint64_t file_bytes, double overcommit,
+			   sandlot_error_t **err);
+/* Whether kept workspace `name` exists (its directory does). */
+int sandlot__vm_kept_exists(const char *data_dir, const char *name);
 
 #endif

@@ -66,6 +66,7 @@
 #include "common/util.h"
 #include "core/internal.h"
 #include "core/private.h"
+#include "linux/storage.h"
 #include "linux/cgroup.h"
 #include "linux/syscalls.h"
 #include "linux/userns.h"
@@ -271,8 +272,36 @@ static int empty_ext4(const char *vm_root, uint64_t bytes, char *out, size_t n,
 	return 0;
 }
 
+/* ---- reserving disks ---------------------------------------------------------------- */
+
+/* A vm disk is a file on the data filesystem, next to the storage pool, so
+ * it is admitted as the pool's growth is: against the room sandlot may take
+ * there (sandlot__host_room), times the overcommit ratio.  Checked before
+ * anything is written: an empty ext4 of a size that cannot be had is never
+ * made (mkfs writes its inode tables). */
+int sandlot__vm_disk_admit(const char *dir, uint64_t file_bytes, double overcommit,
+			   sandlot_error_t **err)
+{
+	uint64_t room, keep;
+	if (sandlot__host_room(dir, &room, &keep) < 0)
+		return sandlot__error_errno(err, errno, "statvfs %s", dir);
+	if (overcommit < 1)
+		overcommit = 1;
+	if ((double)file_bytes <= (double)room * overcommit)
+		return 0;
+	char a[32], b[32], c[32];
+	return sandlot__error(
+		err, ENOSPC,
+		"cannot reserve %s for a vm sandbox's disk: %s has %s free beyond the %s kept "
+		"for the host (overcommit ratio %g); use a smaller disk, free space there, or "
+		"allow overcommit (sandlotd --disk-overcommit, SANDLOT_DISK_OVERCOMMIT)",
+		sandlot__human_bytes(file_bytes, a), dir, sandlot__human_bytes(room, b),
+		sandlot__human_bytes(keep, c), overcommit);
+}
+
 /* Copy src to a new file dst, leaving its holes holes (vm-pause.h). */
-int sandlot__vm_sparse_copy(const char *src, const char *dst, uid_t owner, sandlot_error_t **err)
+int sandlot__vm_sparse_copy(const char *src, const char *dst, uid_t owner, int reserve,
+			    sandlot_error_t **err)
 {
 	cleanup_close int in = open(src, O_RDONLY | O_CLOEXEC);
 	if (in < 0)
@@ -310,6 +339,24 @@ int sandlot__vm_sparse_copy(const char *src, const char *dst, uid_t owner, sandl
 	}
 	if (fchown(outfd, owner, owner) < 0)
 		goto fail;
+	/* Every block of the disk allocated now (the copied ones stay as they
+	 * are): the guest's writes then never meet a full host, which QEMU
+	 * could only answer by stopping the VM, and a full host fails this
+	 * create instead of a neighbour's writes.  QEMU passes no discard
+	 * through (-drive discard=ignore, its default), so the guest cannot
+	 * punch the reservation back out. */
+	if (reserve && st.st_size > 0) {
+		int r;
+		while ((r = fallocate(outfd, 0, 0, st.st_size)) < 0 && errno == EINTR)
+			;
+		if (r < 0) {
+			int e = errno;
+			char a[32];
+			unlink(dst);
+			return sandlot__error_errno(err, e, "reserve %s for a vm sandbox's disk (%s)",
+						    sandlot__human_bytes((uint64_t)st.st_size, a), dst);
+		}
+	}
 	return 0;
 fail:;
 	int e = errno ? errno : EIO;
@@ -841,18 +888,25 @@ static int vm_boot(struct sandlot *sb, int resume, int making_template, sandlot_
 	 * sandbox's disk size by ext4's own metadata (vm.h; `fallocate -l
 	 * 1000M` failed on a disk of exactly 1 GiB). */
 	uint64_t disk_file = sandlot__vm_disk_file_bytes(sb->opts.disk_bytes);
+	/* A new disk is admitted and reserved (sandlot__vm_disk_admit); one
+	 * a kept workspace already has was when it was made. */
+	double overcommit = sandlot__overcommit(&sb->opts);
+	if ((!sb->opts.workspace || !sandlot__vm_kept_exists(sb->data_dir, sb->opts.workspace)) &&
+	    sandlot__vm_disk_admit(vm_root, disk_file, overcommit, err) < 0)
+		goto fail;
 	if (empty_ext4(vm_root, disk_file, empty, sizeof(empty), err) < 0)
 		goto fail;
 	if (sb->opts.workspace) {
 		/* A kept workspace (vm-pause.h): its disk, made or found. */
 		if (sandlot__vm_kept_take(sb->data_dir, sb->opts.workspace, resume,
-					  sb->opts.disk_bytes, empty, j->uid, &vm->kept, err) < 0)
+					  sb->opts.disk_bytes, empty, j->uid, overcommit <= 1,
+					  &vm->kept, err) < 0)
 			goto fail;
 		snprintf(j->work, sizeof(j->work), "%s", vm->kept.disk);
 		incoming = resume && vm->kept.has_state;
 	} else {
 		snprintf(j->work, sizeof(j->work), "%s/work.img", vm->dir);
-		if (sandlot__vm_sparse_copy(empty, j->work, j->uid, err) < 0)
+		if (sandlot__vm_sparse_copy(empty, j->work, j->uid, overcommit <= 1, err) < 0)
 			goto fail;
 	}
 	sandlot__trace("vm disk");

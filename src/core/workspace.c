@@ -1,11 +1,12 @@
-/* Kept workspaces and the storage pool: the public side of
- * src/linux/storage.c. */
+/* Kept workspaces and the storage pool: the public side of what each
+ * backend keeps (backend.h), asked through its table. */
 #include "internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "core/sized.h"
 #include "linux/storage.h"
 
@@ -97,6 +98,17 @@ static const struct sandlot_backend_ops *keeper_of(const char *data_dir, const c
 		*err = none;
 	else
 		sandlot_error_free(none);
+	return NULL;
+}
+
+/* The backend whose workspaces are in the data directory's storage pool
+ * (ns): the first with storage_info. */
+static const struct sandlot_backend_ops *pool_keeper(const char *what, sandlot_error_t **err)
+{
+	for (const struct sandlot_backend_ops *const *b = sandlot__backends; *b; b++)
+		if ((*b)->storage_info)
+			return *b;
+	sandlot__error(err, ENOTSUP, "%s: no backend keeps a storage pool", what);
 	return NULL;
 }
 
@@ -229,7 +241,11 @@ int sandlot_workspace_import(const sandlot_options_t *opts, const char *name, co
 		return -1;
 	if (!image || !*image)
 		return sandlot__error(err, EINVAL, "workspace import: empty image path");
-	return sandlot__workspace_import(dir_of(opts), name, image, sandlot__overcommit(opts), err);
+	/* An image of the former layout is the ns backend's (its pool's). */
+	const struct sandlot_backend_ops *ops = pool_keeper("workspace import", err);
+	if (!ops)
+		return -1;
+	return ops->workspace_import(dir_of(opts), name, image, sandlot__overcommit(opts), err);
 }
 
 /* Archives are of the storage pool's workspaces, which the ns backend
@@ -249,10 +265,10 @@ int sandlot_workspace_export(const sandlot_options_t *opts, const char *name, in
 	const struct sandlot_backend_ops *ops = keeper_of(dir_of(opts), name, &bytes, err);
 	if (!ops)
 		return -1;
-	if (strcmp(ops->name, "ns") != 0)
+	if (!ops->workspace_export)
 		return sandlot__error(err, ENOTSUP, "the %s backend cannot archive workspace %s",
 				      ops->name, name);
-	return sandlot__workspace_export(dir_of(opts), name, fd, err);
+	return ops->workspace_export(dir_of(opts), name, fd, err);
 }
 
 int sandlot_workspace_import_tar(const sandlot_options_t *opts, const char *name, uint64_t bytes,
@@ -272,8 +288,12 @@ int sandlot_workspace_import_tar(const sandlot_options_t *opts, const char *name
 		return sandlot__error(err, EEXIST, "workspace %s already exists", name);
 	}
 	sandlot_error_free(e);
-	return sandlot__workspace_import_tar(dir_of(opts), name, bytes, fd, sandlot__overcommit(opts),
-					     err);
+	/* Archives are of pool workspaces (sandlot_workspace_export). */
+	const struct sandlot_backend_ops *ops = pool_keeper("workspace import", err);
+	if (!ops)
+		return -1;
+	return ops->workspace_import_tar(dir_of(opts), name, bytes, fd, sandlot__overcommit(opts),
+					 err);
 }
 
 void sandlot_strv_free(char **v)
@@ -289,8 +309,9 @@ int sandlot_storage_info(const sandlot_options_t *opts, sandlot_storage_info_t *
 		return -1;
 	if (sandlot__out_check("sandlot_storage_info_t", out, sizeof(*out), err) < 0)
 		return -1;
+	const struct sandlot_backend_ops *ops = pool_keeper("storage info", err);
 	struct sandlot_pool_info pi;
-	if (sandlot__pool_info(dir_of(opts), &pi, err) < 0)
+	if (!ops || ops->storage_info(dir_of(opts), &pi, err) < 0)
 		return -1;
 	sandlot_storage_info_t full = {
 		.pool_bytes = pi.size, .usable_bytes = pi.usable, .reserved_bytes = pi.reserved,
@@ -304,7 +325,8 @@ int sandlot_storage_grow(const sandlot_options_t *opts, uint64_t bytes, sandlot_
 	sandlot_options_t o;
 	if (norm(&opts, &o, err) < 0)
 		return -1;
-	return sandlot__pool_grow(dir_of(opts), bytes, err);
+	const struct sandlot_backend_ops *ops = pool_keeper("storage grow", err);
+	return ops ? ops->storage_grow(dir_of(opts), bytes, err) : -1;
 }
 
 int sandlot_storage_unmount(const sandlot_options_t *opts, sandlot_error_t **err)
@@ -312,5 +334,6 @@ int sandlot_storage_unmount(const sandlot_options_t *opts, sandlot_error_t **err
 	sandlot_options_t o;
 	if (norm(&opts, &o, err) < 0)
 		return -1;
-	return sandlot__pool_unmount(dir_of(opts), err);
+	const struct sandlot_backend_ops *ops = pool_keeper("storage unmount", err);
+	return ops ? ops->storage_unmount(dir_of(opts), err) : -1;
 }

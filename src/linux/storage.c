@@ -58,7 +58,7 @@ static int join(char *out, size_t n, const char *a, const char *b)
 }
 
 /* "1.5G"-style, for messages. */
-static const char *human(uint64_t v, char buf[32])
+const char *sandlot__human_bytes(uint64_t v, char buf[32])
 {
 	static const char units[] = "BKMGTPE";
 	double d = (double)v;
@@ -72,6 +72,11 @@ static const char *human(uint64_t v, char buf[32])
 	else
 		snprintf(buf, 32, d < 10 ? "%.1f%c" : "%.0f%c", d, units[u]);
 	return buf;
+}
+
+static const char *human(uint64_t v, char buf[32])
+{
+	return sandlot__human_bytes(v, buf);
 }
 
 static uint64_t round_up(uint64_t v, uint64_t step)
@@ -342,17 +347,22 @@ static int lock_pool(const struct pool_paths *p, sandlot_error_t **err)
 	return fd;
 }
 
-/* Room on the data filesystem for the pool to grow into. */
-static int host_room(const struct pool_paths *p, uint64_t *room, uint64_t *keep)
+int sandlot__host_room(const char *dir, uint64_t *room, uint64_t *keep)
 {
 	struct statvfs sv;
-	if (statvfs(p->dir, &sv) < 0)
+	if (statvfs(dir, &sv) < 0)
 		return -1;
 	uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize;
 	uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
 	*keep = total / 100 > HOST_KEEP_MIN ? total / 100 : HOST_KEEP_MIN;
 	*room = avail > *keep ? avail - *keep : 0;
 	return 0;
+}
+
+/* Room on the data filesystem for the pool to grow into. */
+static int host_room(const struct pool_paths *p, uint64_t *room, uint64_t *keep)
+{
+	return sandlot__host_room(p->dir, room, keep);
 }
 
 /* A new pool file of `size`, fully allocated, with an empty btrfs on it,

@@ -156,6 +156,13 @@ int sandlot__pool_grow(const char *data_dir, uint64_t bytes, sandlot_error_t **e
  * still use it, detach it from the host's tree instead (their mounts keep it
  * until they end).  0 also when there was none mounted. */
 int sandlot__pool_unmount(const char *data_dir, sandlot_error_t **err);
+/* Free space on the filesystem of `dir` that sandlot may take: what is
+ * available beyond what it keeps free for the host itself (*keep: 1 % of
+ * the filesystem, at least 128 MiB).  The storage pool grows into it and vm
+ * disks are reserved in it.  -1 with errno (statvfs). */
+int sandlot__host_room(const char *dir, uint64_t *room, uint64_t *keep);
+/* `v` as "1.5G" for messages, in buf. */
+const char *sandlot__human_bytes(uint64_t v, char buf[32]);
 /* Remove ephemeral workspaces whose process was killed, and half-made
  * kept ones; recount the reservations.  Quiet; a no-op without a pool. */
 void sandlot__pool_sweep(const char *data_dir);

@@ -343,6 +343,34 @@ def test_python_client_unchanged_through_the_front_door(fleet):
     assert fleet.node(node_in(sid)).daemon.get(f"/v1/sandboxes/{sid}").json()["state"] == "deleted"
 
 
+def test_e2b_sdk_unchanged_through_the_front_door(fleet):
+    """E2B's own Python SDK (the version pinned in tests/e2b), pointed at the
+    edge as at E2B's cloud (run in the edge's network namespace): create,
+    commands, files both ways, kill."""
+    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    py = subprocess.run([os.path.join(repo, "scripts", "e2b-pyenv.sh")], capture_output=True,
+                        text=True, timeout=600, cwd=repo)
+    assert py.returncode == 0, py.stderr
+    script = (
+        "import sys\n"
+        "from e2b import Sandbox\n"
+        "url = sys.argv[1] + '/e2b'\n"
+        "s = Sandbox.create(timeout=120, api_key=sys.argv[2], api_url=url, sandbox_url=url)\n"
+        "r = s.commands.run('echo from-e2b-sdk; printf made-inside > /tmp/in.txt')\n"
+        "s.files.write('/tmp/up.txt', 'sent-by-sdk')\n"
+        "print(s.sandbox_id, r.stdout.strip(), s.files.read('/tmp/in.txt'),\n"
+        "      s.commands.run('cat /tmp/up.txt').stdout.strip())\n"
+        "s.kill()\n")
+    r = subprocess.run(["nsenter", f"--net=/run/netns/{fleet.edge_ns}", "--", py.stdout.strip(), "-c",
+                        script, "http://198.18.0.1:8080", fleet.token], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    sid, out, made, sent = r.stdout.split()
+    assert (out, made, sent) == ("from-e2b-sdk", "made-inside", "sent-by-sdk")
+    # It ran on the node its id names, and the SDK's kill reached it.
+    assert fleet.node(node_in(sid)).daemon.get(f"/v1/sandboxes/{sid}").json()["state"] == "deleted"
+
+
 # ---- node loss ----------------------------------------------------------------------
 
 def unavailable(r, node):

@@ -168,6 +168,41 @@ def test_killed_run_leaves_no_vm_behind(sandlot, vm_env):
     assert not os.path.lexists(f"/run/sandlot/vm/{sid}")
 
 
+def test_a_vm_disk_is_reserved_on_the_host(sandlot, vm_env):
+    """A vm disk is a file on the data filesystem: it is admitted against
+    the room there and its blocks are allocated up front, so a full host
+    fails a create, never a running guest's writes."""
+    sandlot.data_dir.mkdir(parents=True, exist_ok=True)
+    sv = os.statvfs(sandlot.data_dir)
+    too_big = (sv.f_bavail * sv.f_frsize * 2) // (1 << 30) + 1  # GiB, twice what is free
+    r = sandlot.run(["--isolation", "vm", "--disk", f"{too_big}G", "--", "true"], extra_env=vm_env,
+                    timeout=BOOT)
+    assert r.rc == 125, r
+    assert "cannot reserve" in r.stderr and "vm sandbox's disk" in r.stderr, r
+    assert "--disk-overcommit" in r.stderr, r
+    # Refused before anything was written: no empty disk of that size made.
+    made = [f for f in (sandlot.data_dir / "vm").glob("empty-*.ext4")
+            if f.stat().st_size >= too_big << 30]
+    assert not made, made
+    # A disk that fits is allocated, every block, while the guest runs.
+    p = sandlot.popen(["--isolation", "vm", "--disk", "64M", "--", "sh", "-c", "echo up; sleep 600"],
+                      extra_env=vm_env)
+    try:
+        assert p.stdout.readline() == b"up\n"
+        (sid,) = [s for q, s in hostscan.qemu_guests().items() if hostscan.is_descendant(q, p.pid)]
+        st = (sandlot.data_dir / "vm" / sid / "work.img").stat()
+        assert st.st_size > 64 << 20
+        assert st.st_blocks * 512 >= st.st_size, (st.st_blocks * 512, st.st_size)
+    finally:
+        p.terminate()  # the run ends its sandbox and cleans up
+        p.communicate(timeout=BOOT)
+    # Overcommit (an explicit operator ratio) admits more than the room
+    # and leaves the disk sparse: here, too much even so.
+    r = sandlot.run(["--isolation", "vm", "--disk", f"{too_big * 4}G", "--", "true"],
+                    extra_env={**vm_env, "SANDLOT_DISK_OVERCOMMIT": "2"}, timeout=BOOT)
+    assert r.rc == 125 and "overcommit ratio 2" in r.stderr, r
+
+
 # ---- sandlotd ---------------------------------------------------------------------------
 
 def vm_daemon(session_dirs, tmp_path_factory, vm_env, *extra):
