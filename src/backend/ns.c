@@ -107,6 +107,11 @@ static void ns_release(struct ns_state *ns)
 	memcpy(left.fds, ns->egress_fds, sizeof(left.fds));
 	sandlot__netns_ready_close(&left);
 	ns->netns_fd = -1;
+	/* The cleanup helper put it back when it started; without one
+	 * (it could not start), here. */
+	if (!ns->detached && ns->spare_netns[0])
+		sandlot__netns_spare_put(ns->data_dir, ns->spare_netns);
+	ns->spare_netns[0] = '\0';
 	ns->egress_nft = NULL;
 	for (int i = 0; i < SANDLOT_NETNS_NFDS; i++)
 		ns->egress_fds[i] = -1;
@@ -520,6 +525,7 @@ void sandlot__ns_collect_stale(const char *data_dir)
 		return;
 	futimens(fd, NULL);
 	sandlot__cgroup_pool_reclaim();
+	sandlot__netns_spare_sweep();
 	sandlot__cgroup_cleanup_stale("sb-", 30);
 	sandlot__pool_sweep(data_dir);
 }
@@ -541,6 +547,7 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 	ns->helper_fd = -1;
 	ns->cleanup_lock_fd = -1;
 	ns->status_fd = -1;
+	ns->data_dir = sb->data_dir;
 
 	cleanup_close int sync_rd = -1, sync_wr = -1, status_rd = -1, status_wr = -1;
 	cleanup_close int sock_host = -1, sock_child = -1, devnull = -1;
@@ -576,6 +583,7 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 		memcpy(sb->id, pooled, sizeof(pooled));
 		sandlot__ns_prepare_taken();
 	}
+	ns->cg_lim = lim;
 	ns->cg = sandlot__cgroup_create(sb->id, &lim, err);
 	if (!ns->cg)
 		goto fail;
@@ -642,12 +650,17 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 	/* A namespace made ahead (sandlot_prepare()) when there is one of the
 	 * kind, else a new one. */
 	struct sandlot_netns_ready ready;
-	int made_ahead = sandlot__netns_pool_take(sb->net_policy && sb->net_policy->mode != SANDLOT_NET_NONE, &ready) == 0;
+	int egress = sb->net_policy && sb->net_policy->mode != SANDLOT_NET_NONE;
+	int made_ahead = sandlot__netns_pool_take(egress, &ready) == 0;
 	if (made_ahead) {
 		sandlot__ns_prepare_taken();
 		ns->netns_fd = ready.ns_fd;
 		memcpy(ns->egress_fds, ready.fds, sizeof(ns->egress_fds));
 		ns->egress_nft = ready.nft;
+	} else if (!egress && sb->opts.cleanup_helper) {
+		/* One a previous run's cleanup helper left (netns.h). */
+		ns->netns_fd = sandlot__netns_spare_take(sb->data_dir, ns->spare_netns);
+		made_ahead = ns->netns_fd >= 0;
 	}
 	/* The child's release on a thread of its own, so that this one can
 	 * sleep in a vfork-style clone (release_job_start()). */
