@@ -6,12 +6,15 @@
  *      before clone, so the child needs no malloc;
  *   2. create the network namespace (as host root, so the sandbox's user
  *      namespace does not own it: src/linux/netns.h) and, from inside it,
- *      clone into new user, pid, mount, ipc and uts namespaces — sharing
- *      this process's memory until the child execs (sys_clone_vfork(): a
- *      fork of sandlotd would copy hundreds of mappings per sandbox);
+ *      clone into new user, pid, mount, ipc and uts namespaces — in a
+ *      large process (sandlotd) sharing its memory until the child execs
+ *      (sys_clone_vfork(): a fork of sandlotd would copy hundreds of
+ *      mappings per sandbox), in a small one (sandlot run) fork-style,
+ *      which costs it less (small_process());
  *   3. write the child's uid/gid maps, put it into the cgroup, make it
- *      immune to the OOM killer (commands are not), then release it — from
- *      a thread of its own while the cloning thread sleeps (release_child());
+ *      immune to the OOM killer (commands are not), then release it — after
+ *      a vfork-style clone from a thread of its own while the cloning thread
+ *      sleeps (release_child());
  *   4. core sends init its configuration (CONFIG, spec/protocol.md) and
  *      waits for the answer; ready reads the status pipe, where only the
  *      child's failures before exec are reported (exec closes it: empty
