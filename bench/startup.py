@@ -348,6 +348,10 @@ def main():
         if os.path.exists(lock):
             with open(lock) as f:
                 fcntl.flock(f, fcntl.LOCK_EX)
+        # And the network namespaces they left ready for the next run
+        # (sandlot drain; a baseline build without the verb just fails).
+        subprocess.run([str(SANDLOT), "drain"], env=dict(os.environ, SANDLOT_DATA_DIR=data_dir),
+                       capture_output=True)
         subprocess.run(["umount", os.path.join(data_dir, "storage", "mnt")], capture_output=True)
         shutil.rmtree(data_dir, ignore_errors=True)
 

@@ -172,6 +172,10 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 	close_all_but(keep, SANDLOT_ARRAY_SIZE(keep));
 	/* Closed with the rest (init has its own reference to the mount). */
 	ns->storage.mount_fd = -1;
+	/* The sandbox is in its spare network namespace now (the caller
+	 * cloned it there before forking us): its mount point can go. */
+	sandlot__netns_spare_put(data_dir, ns->spare_netns);
+	ns->spare_netns[0] = '\0';
 
 	char c;
 	ssize_t n;
@@ -193,6 +197,11 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 	/* While the cleanup lock is still held: whoever waits for the
 	 * helpers also waits for this. */
 	sandlot__ns_collect_stale(data_dir);
+	/* A network namespace or two for the next runs (netns.h), now that
+	 * the caller has its result: off every critical path. */
+	sandlot__netns_spare_fill(data_dir, SANDLOT_NETNS_SPARE_MAX);
+	/* And cgroups with this one's limits (linux/cgroup.h, "spares"). */
+	sandlot__cgroup_pool_spare(data_dir, &ns->cg_lim, SANDLOT_CGROUP_SPARE_MAX);
 	_exit(0);
 }
 

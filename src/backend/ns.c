@@ -6,9 +6,15 @@
  *      before clone, so the child needs no malloc;
  *   2. create the network namespace (as host root, so the sandbox's user
  *      namespace does not own it: src/linux/netns.h) and, from inside it,
- *      clone into new user, pid, mount, ipc and uts namespaces;
+ *      clone into new user, pid, mount, ipc and uts namespaces — in a
+ *      large process (sandlotd) sharing its memory until the child execs
+ *      (sys_clone_vfork(): a fork of sandlotd would copy hundreds of
+ *      mappings per sandbox), in a small one (sandlot run) fork-style,
+ *      which costs it less (small_process());
  *   3. write the child's uid/gid maps, put it into the cgroup, make it
- *      immune to the OOM killer (commands are not), then release it;
+ *      immune to the OOM killer (commands are not), then release it — after
+ *      a vfork-style clone from a thread of its own while the cloning thread
+ *      sleeps (release_child());
  *   4. core sends init its configuration (CONFIG, spec/protocol.md) and
  *      waits for the answer; ready reads the status pipe, where only the
  *      child's failures before exec are reported (exec closes it: empty
@@ -32,6 +38,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -103,6 +110,11 @@ static void ns_release(struct ns_state *ns)
 	memcpy(left.fds, ns->egress_fds, sizeof(left.fds));
 	sandlot__netns_ready_close(&left);
 	ns->netns_fd = -1;
+	/* The cleanup helper put it back when it started; without one
+	 * (it could not start), here. */
+	if (!ns->detached && ns->spare_netns[0])
+		sandlot__netns_spare_put(ns->data_dir, ns->spare_netns);
+	ns->spare_netns[0] = '\0';
 	ns->egress_nft = NULL;
 	for (int i = 0; i < SANDLOT_NETNS_NFDS; i++)
 		ns->egress_fds[i] = -1;
@@ -125,11 +137,20 @@ struct child_args {
 	int sync_rd, status_wr, sock, storage_fd, image_fd, lock_fd, devnull;
 	int oom_fd, pids_fd;
 	const char *init_path;
+	int *tid; /* sys_clone_vfork(): set by the kernel, woken here */
+	int sync_wr; /* the parent's end: closed here at once */
 };
 
 static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struct child_args *a)
 {
 	char c;
+	/* The releasing thread waits for the pid the kernel stored. */
+	if (a->tid)
+		sys_futex_wake(a->tid);
+	/* Our copy of the parent's end of the sync socket goes first, so that
+	 * a parent that dies before the go leaves us an EOF, not a wait for
+	 * ever. */
+	sys_close(a->sync_wr);
 	/* Into the sandbox's cgroup before anything else (v1; on v2 the
 	 * child was born there). */
 	if (sandlot__cgroup_join_self(a->join) < 0)
@@ -212,6 +233,11 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	char *const envp[] = { NULL };
 	sys_execve(a->init_path, argv, envp);
 	sys_child_fail(status_fd, "exec sandlot-init");
+}
+
+static SANDLOT_CLONE_CHILD int child_entry(void *arg)
+{
+	child_main(arg);
 }
 
 /* Preparing the root tree (ns-root.c) in a thread of its own, while this
@@ -297,6 +323,173 @@ static int send_go(int sock, int root_fd)
 	return n == 1 ? 0 : -1;
 }
 
+/* The clone child's stack (sys_clone_vfork): child_main needs a few KiB. */
+#define CHILD_STACK (64u << 10)
+
+/* What the parent does between the clone and the "go": the child's uid
+ * and gid maps, its workspace and image seen through its user namespace,
+ * its cgroup (unless it joined by itself: `added`), the OOM killer kept
+ * off it, and the prepared root tree, idmapped, sent with the go.  Runs on
+ * the creating thread after a fork-style clone, on a thread of its own
+ * during a vfork-style one (release_job_start()). */
+struct release {
+	struct ns_state *ns;
+	struct root_job *rj;
+	int root_job_started; /* rj's thread is still to be joined */
+	int added, sync_wr;
+	pid_t pid;
+	int rc;
+	sandlot_error_t *err;
+	/* vfork-style: */
+	pthread_t thread;
+	int tid; /* the child's pid (CLONE_PARENT_SETTID), -1: no child */
+};
+
+/* 0 with the child released, or -1 with r->err (not released: the caller
+ * makes sure the child ends).  Joins r->rj's thread either way. */
+static int release_child(struct release *r)
+{
+	struct ns_state *ns = r->ns;
+	pid_t pid = r->pid;
+	int rc = -1;
+	if (sandlot__userns_write_maps(pid, ns->slot.base, &r->err) < 0)
+		goto out;
+	sandlot__trace("uid map");
+	/* The workspace stores sandbox uids: show it through the new
+	 * namespace's mapping, before init attaches it. */
+	if (sandlot__storage_idmap(&ns->storage, pid, &r->err) < 0)
+		goto out;
+	sandlot__ns_image_idmap(ns->image_fd, pid);
+	if (!r->added && sandlot__cgroup_add_pid(ns->cg, pid, &r->err) < 0)
+		goto out;
+	sandlot__trace("cgroup add");
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
+	/* Keep the OOM killer off init: it needs CAP_SYS_RESOURCE, which some
+	 * hosts' root lacks; there commands still rank above init because
+	 * init_drop_privileges() raises their score. */
+	if (sandlot__write_file(path, "-1000", 0) < 0 && errno != EACCES && errno != EPERM) {
+		sandlot__error_errno(&r->err, errno, "protect sandbox init from the OOM killer");
+		goto out;
+	}
+	/* The prepared root, idmapped through the new user namespace, goes
+	 * with the "go"; without one, init builds the root itself. */
+	int root_rc = r->root_job_started ? root_job_join(r->rj) : r->rj->rc;
+	r->root_job_started = 0;
+	if (root_rc == 0) {
+		sandlot__ns_root_idmap(&r->rj->root, pid);
+		sandlot__trace("root tree");
+	}
+	if (send_go(r->sync_wr, r->rj->root.fd) < 0) {
+		sandlot__error_errno(&r->err, errno, "release the sandbox's init");
+		goto out;
+	}
+	rc = 0;
+out:
+	if (r->root_job_started)
+		root_job_join(r->rj);
+	r->root_job_started = 0;
+	return r->rc = rc;
+}
+
+static void *release_main(void *arg)
+{
+	struct release *r = arg;
+	sandlot__trace(NULL);
+	int t;
+	while ((t = __atomic_load_n(&r->tid, __ATOMIC_ACQUIRE)) == 0)
+		sys_futex_wait(&r->tid, 0);
+	if (t < 0) {
+		/* No child: only the root job to wait for. */
+		if (r->root_job_started)
+			root_job_join(r->rj);
+		r->root_job_started = 0;
+		return NULL;
+	}
+	r->pid = t;
+	/* Not released: the child reads EOF and exits, which wakes the
+	 * creating thread from its clone. */
+	if (release_child(r) < 0)
+		shutdown(r->sync_wr, SHUT_RDWR);
+	return NULL;
+}
+
+/* Start the thread that releases the child of a vfork-style clone.  1 when
+ * started (then clone with &r->tid, or release_job_cancel()), 0 when the
+ * caller releases the child itself after a fork-style clone. */
+/* Whether this process is small enough that copying its address space
+ * (a fork-style clone) costs less than handing the release to a thread:
+ * `sandlot run`'s few MiB fork in about 0.1 ms, where the thread's start and
+ * hand-offs cost about 0.45 ms (bench/startup.py, SANDLOT_CLONE=fork vs
+ * vfork); sandlotd's tens of MiB and hundreds of mappings cost about 1 ms to
+ * copy. */
+static int small_process(void)
+{
+	char buf[128];
+	cleanup_close int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	unsigned long size, resident;
+	if (sscanf(buf, "%lu %lu", &size, &resident) != 2)
+		return 0;
+	return resident * (unsigned long)sysconf(_SC_PAGESIZE) < (16ul << 20);
+}
+
+static int release_job_start(struct release *r)
+{
+	/* SANDLOT_CLONE=fork or vfork: that clone whatever the process's
+	 * size, to compare. */
+	const char *how = getenv("SANDLOT_CLONE");
+	if (how && strcmp(how, "fork") == 0)
+		return 0;
+	if (!(how && strcmp(how, "vfork") == 0) && small_process())
+		return 0;
+#if defined(__SANITIZE_THREAD__)
+#define CLONE_FORK_ONLY 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CLONE_FORK_ONLY 1
+#endif
+#endif
+#ifdef CLONE_FORK_ONLY
+	/* ThreadSanitizer intercepts clone() as a fork: its child-side
+	 * bookkeeping, in memory this process shares with the child, then
+	 * marks the daemon itself as a multi-threaded fork's child, which may
+	 * start no thread.  Its builds clone fork-style. */
+	return 0;
+#endif
+	r->tid = 0;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(&r->thread, NULL, release_main, r);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc == 0;
+}
+
+/* No clone after release_job_start(): end its thread. */
+static void release_job_cancel(struct release *r)
+{
+	__atomic_store_n(&r->tid, -1, __ATOMIC_RELEASE);
+	sys_futex_wake(&r->tid);
+	pthread_join(r->thread, NULL);
+}
+
+/* Hand e up to the caller's err (which may be NULL: then it goes). */
+static void pass_error(sandlot_error_t **err, sandlot_error_t *e)
+{
+	if (err) {
+		sandlot_error_free(*err);
+		*err = e;
+	} else {
+		sandlot_error_free(e);
+	}
+}
+
 /* Read the child's report: EOF with no data means init was exec'd (what
  * fails after that, init answers CONFIG with). */
 static int read_status(int fd, sandlot_error_t **err)
@@ -360,6 +553,7 @@ void sandlot__ns_collect_stale(const char *data_dir)
 		return;
 	futimens(fd, NULL);
 	sandlot__cgroup_pool_reclaim();
+	sandlot__netns_spare_sweep();
 	sandlot__cgroup_cleanup_stale("sb-", 30);
 	sandlot__pool_sweep(data_dir);
 }
@@ -381,6 +575,7 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 	ns->helper_fd = -1;
 	ns->cleanup_lock_fd = -1;
 	ns->status_fd = -1;
+	ns->data_dir = sb->data_dir;
 
 	cleanup_close int sync_rd = -1, sync_wr = -1, status_rd = -1, status_wr = -1;
 	cleanup_close int sock_host = -1, sock_child = -1, devnull = -1;
@@ -388,9 +583,13 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 	int fds[2];
 
 	struct root_job rj;
-	int root_job_started = 0;
+	struct release rel;
+	memset(&rel, 0, sizeof(rel));
+	rel.ns = ns;
+	rel.rj = &rj;
+	rel.sync_wr = -1;
 	sandlot__trace(NULL);
-	root_job_started = root_job_start(&rj, sb);
+	rel.root_job_started = root_job_start(&rj, sb);
 	/* With a helper, the helper collects, off the critical path. */
 	if (!sb->opts.cleanup_helper)
 		sandlot__ns_collect_stale(sb->data_dir);
@@ -412,6 +611,7 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 		memcpy(sb->id, pooled, sizeof(pooled));
 		sandlot__ns_prepare_taken();
 	}
+	ns->cg_lim = lim;
 	ns->cg = sandlot__cgroup_create(sb->id, &lim, err);
 	if (!ns->cg)
 		goto fail;
@@ -467,56 +667,112 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 		.image_fd = ns->image_fd, .lock_fd = ns->storage.lock_fd, .devnull = devnull,
 		.oom_fd = oom_fd, .pids_fd = pids_fd,
 		.init_path = sb->init_path,
+		.sync_wr = sync_wr,
 	};
 
 	/* No CLONE_NEWNET: the child starts in the namespace this thread is
 	 * in between netns_new and netns_leave, which the host owns. */
 	const unsigned long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC |
 				    CLONE_NEWUTS;
-	int added = 0, net_saved = -1;
 	pid_t pid = -1;
 	/* A namespace made ahead (sandlot_prepare()) when there is one of the
 	 * kind, else a new one. */
 	struct sandlot_netns_ready ready;
-	int made_ahead = sandlot__netns_pool_take(sb->net_policy && sb->net_policy->mode != SANDLOT_NET_NONE, &ready) == 0;
+	int egress = sb->net_policy && sb->net_policy->mode != SANDLOT_NET_NONE;
+	int made_ahead = sandlot__netns_pool_take(egress, &ready) == 0;
 	if (made_ahead) {
 		sandlot__ns_prepare_taken();
 		ns->netns_fd = ready.ns_fd;
 		memcpy(ns->egress_fds, ready.fds, sizeof(ns->egress_fds));
 		ns->egress_nft = ready.nft;
+	} else if (!egress && sb->opts.cleanup_helper) {
+		/* One a previous run's cleanup helper left (netns.h). */
+		ns->netns_fd = sandlot__netns_spare_take(sb->data_dir, ns->spare_netns);
+		made_ahead = ns->netns_fd >= 0;
 	}
+	/* The child's release on a thread of its own, so that this one can
+	 * sleep in a vfork-style clone (release_job_start()). */
+	rel.sync_wr = sync_wr;
+	/* v1: the child joins by itself; v2: the releasing thread moves it
+	 * (clone3's CLONE_INTO_CGROUP takes no function to run).  Set before
+	 * the thread starts, which reads it. */
+	rel.added = join.ntasks > 0;
+	void *stack = MAP_FAILED;
+	int vfork = release_job_start(&rel);
+	if (vfork) {
+		stack = mmap(NULL, CHILD_STACK, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+		if (stack == MAP_FAILED) {
+			release_job_cancel(&rel);
+			vfork = 0;
+		}
+	}
+	int net_saved = -1;
 	if (made_ahead ? sandlot__netns_enter(ns->netns_fd, &net_saved, err) < 0
 		       : sandlot__netns_new(&ns->netns_fd, &net_saved, err) < 0) {
+		if (vfork) {
+			release_job_cancel(&rel);
+			munmap(stack, CHILD_STACK);
+		}
 		sandlot__cgroup_join_close(&join);
 		goto fail;
 	}
-	if (join.dir_fd >= 0) {
-		pid = sys_clone3_fork(flags, join.dir_fd);
-		added = pid >= 0;
-		if (pid < 0 && errno != ENOSYS && errno != E2BIG && errno != EINVAL) {
-			sandlot__error_errno(err, errno, "clone sandbox namespaces into its cgroup");
-			sandlot__netns_leave(&net_saved);
-			sandlot__cgroup_join_close(&join);
+	if (vfork) {
+		ca.tid = &rel.tid;
+		pid = sys_clone_vfork(flags, child_entry, &ca, stack, CHILD_STACK, &rel.tid);
+		/* Back once the child exec'd init or exited (its errno writes
+		 * went to this thread's errno: only a failed clone's counts). */
+		int clone_errno = errno;
+		sandlot__netns_leave(&net_saved);
+		if (pid < 0)
+			release_job_cancel(&rel);
+		else
+			pthread_join(rel.thread, NULL);
+		munmap(stack, CHILD_STACK);
+		sandlot__cgroup_join_close(&join);
+		if (pid < 0) {
+			sandlot__error_errno(err, clone_errno, "clone sandbox namespaces");
+			goto fail;
+		}
+		ns->pid = pid;
+		if (rel.rc < 0) {
+			/* Not released: the child read EOF and exited. */
+			pass_error(err, steal_pointer(&rel.err));
+			goto fail;
+		}
+	} else {
+		if (join.dir_fd >= 0) {
+			pid = sys_clone3_fork(flags, join.dir_fd);
+			rel.added = pid >= 0;
+			if (pid < 0 && errno != ENOSYS && errno != E2BIG && errno != EINVAL) {
+				sandlot__error_errno(err, errno, "clone sandbox namespaces into its cgroup");
+				sandlot__netns_leave(&net_saved);
+				sandlot__cgroup_join_close(&join);
+				goto fail;
+			}
+		}
+		if (pid < 0) {
+			rel.added = join.ntasks > 0; /* the child joins by itself */
+			pid = sys_clone_fork(flags | SIGCHLD);
+		}
+		if (pid == 0)
+			child_main(&ca);
+		int clone_errno = errno;
+		sandlot__netns_leave(&net_saved);
+		sandlot__cgroup_join_close(&join);
+		if (pid < 0) {
+			sandlot__error_errno(err, clone_errno, "clone sandbox namespaces");
+			goto fail;
+		}
+		ns->pid = pid;
+		rel.pid = pid;
+		if (release_child(&rel) < 0) {
+			pass_error(err, steal_pointer(&rel.err));
 			goto fail;
 		}
 	}
-	if (pid < 0) {
-		added = join.ntasks > 0; /* the child joins by itself */
-		pid = sys_clone_fork(flags | SIGCHLD);
-	}
-	if (pid == 0)
-		child_main(&ca);
-	int clone_errno = errno;
-	sandlot__netns_leave(&net_saved);
-	if (pid < 0) {
-		sandlot__error_errno(err, clone_errno, "clone sandbox namespaces");
-		sandlot__cgroup_join_close(&join);
-		goto fail;
-	}
-	sandlot__cgroup_join_close(&join);
-	ns->pid = pid;
 	ns->pidfd = sys_pidfd_open(pid, 0);
-	sandlot__trace("clone");
+	sandlot__trace("clone, release");
 
 	close(sync_rd), sync_rd = -1;
 	close(status_wr), status_wr = -1;
@@ -525,35 +781,6 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 		close(oom_fd), oom_fd = -1;
 	if (pids_fd >= 0)
 		close(pids_fd), pids_fd = -1;
-	if (sandlot__userns_write_maps(pid, ns->slot.base, err) < 0)
-		goto fail;
-	sandlot__trace("uid map");
-	/* The workspace stores sandbox uids: show it through the new
-	 * namespace's mapping, before init attaches it. */
-	if (sandlot__storage_idmap(&ns->storage, pid, err) < 0)
-		goto fail;
-	sandlot__ns_image_idmap(ns->image_fd, pid);
-	if (!added && sandlot__cgroup_add_pid(ns->cg, pid, err) < 0)
-		goto fail;
-	sandlot__trace("cgroup add");
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
-	/* Keep the OOM killer off init: it needs CAP_SYS_RESOURCE, which some
-	 * hosts' root lacks; there commands still rank above init because
-	 * init_drop_privileges() raises their score. */
-	if (sandlot__write_file(path, "-1000", 0) < 0 && errno != EACCES && errno != EPERM) {
-		sandlot__error_errno(err, errno, "protect sandbox init from the OOM killer");
-		goto fail;
-	}
-	/* The prepared root, idmapped through the new user namespace, goes
-	 * with the "go"; without one, init builds the root itself. */
-	if ((root_job_started ? root_job_join(&rj) : rj.rc) == 0) {
-		sandlot__ns_root_idmap(&rj.root, pid);
-		sandlot__trace("root tree");
-	}
-	root_job_started = 0;
-	if (send_go(sync_wr, rj.root.fd) < 0)
-		goto fail_errno;
 	sandlot__ns_root_release(&rj.root);
 	close(sync_wr), sync_wr = -1;
 	/* Forked while init sets itself up (on another CPU, where there is
@@ -572,9 +799,10 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 fail_errno:
 	sandlot__error_errno(err, errno, "create sandbox");
 fail:
-	if (root_job_started)
+	if (rel.root_job_started)
 		root_job_join(&rj);
 	sandlot__ns_root_release(&rj.root);
+	sandlot_error_free(rel.err);
 	ns_release(ns);
 	free(ns);
 	return -1;

@@ -34,6 +34,11 @@ struct ns_state {
 	 * (backend op take_egress); else -1 / NULL. */
 	int egress_fds[SANDLOT_NETNS_NFDS];
 	struct sandlot_nft *egress_nft;
+	/* A spare namespace taken for it (netns.h): its mount point's name
+	 * until put back, else "". */
+	char spare_netns[SANDLOT_NETNS_SPARE_NAME];
+	const char *data_dir;       /* the sandbox's (for the spare), owned by it */
+	struct sandlot_cgroup_limits cg_lim; /* its cgroup's, for the next run's spare */
 };
 
 /* Remove cgroups and workspaces that a killed sandlot process left, and the

@@ -111,6 +111,7 @@ int cli_sandbox_option(const char *verb, int c, const char *arg, struct json_t *
 	"                           $SANDLOT_TOKEN, else the file $SANDLOT_TOKEN_FILE)\n"
 
 int cmd_run(int argc, char **argv);
+int cmd_drain(int argc, char **argv);
 int cmd_create(int argc, char **argv);
 int cmd_exec(int argc, char **argv);
 int cmd_cp(int argc, char **argv);

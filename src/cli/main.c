@@ -31,6 +31,7 @@ static const char main_help[] =
 	"COMMANDS\n"
 	"    run       Create a sandbox, run one command in it with live output,\n"
 	"              copy files in and out, destroy it.  Needs no daemon.\n"
+	"    drain     Remove what run keeps ready for the next run.\n"
 	"\n"
 	"    These talk to sandlotd, the daemon that keeps sandboxes alive between\n"
 	"    commands; -H/--host HOST and --token-file FILE may come before or\n"
@@ -132,6 +133,7 @@ static const struct {
 } verbs[] = {
 #ifdef SANDLOT_CLI_CLIENT
 	{ "run", NULL },
+	{ "drain", NULL },
 	{ "create", cmd_create },
 	{ "exec", cmd_exec },
 	{ "cp", cmd_cp },
@@ -147,6 +149,7 @@ static const struct {
 	{ "network", cmd_network },
 #else
 	{ "run", cmd_run },
+	{ "drain", cmd_drain },
 	{ "create", NULL },
 	{ "exec", NULL },
 	{ "cp", NULL },

@@ -134,6 +134,21 @@ static void exec_search(char *const argv[], char *const envp[])
 	errno = eacces ? EACCES : ENOENT;
 }
 
+/* A command starts with no signal blocked and every disposition at its
+ * default.  execve resets handled signals by itself, and init handles none
+ * (SIGCHLD comes through a signalfd); of the ignored ones only init's own
+ * are left, SIGPIPE and SIGXFSZ: init reset what the host left ignored
+ * when it started (prepare() in loop.c).  Two calls, where each child used
+ * to reset all 64. */
+static void child_signals(void)
+{
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGXFSZ, SIG_DFL);
+}
+
 static __attribute__((noreturn)) void child_fail(int status_fd, int stage)
 {
 	struct child_report r = { stage, errno };
@@ -148,11 +163,7 @@ static __attribute__((noreturn)) void child(const struct init_config *cfg, int f
 					    int fd_err, int fd_status, const char *cwd,
 					    char *const argv[], char *const envp[])
 {
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	for (int sig = 1; sig < NSIG; sig++)
-		signal(sig, SIG_DFL); /* SIGPIPE was ignored by init */
+	child_signals();
 
 	if (setsid() < 0)
 		child_fail(fd_status, STAGE_SETUP);
@@ -239,11 +250,7 @@ static char **unpack_strv(const char **p, const char *end)
 static __attribute__((noreturn)) void warm_child(const struct init_config *cfg, int fd_in, int fd_out,
 						 int fd_err, int fd_status, int fd_ctl)
 {
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	for (int sig = 1; sig < NSIG; sig++)
-		signal(sig, SIG_DFL);
+	child_signals();
 	if (setsid() < 0)
 		child_fail(fd_status, STAGE_SETUP);
 	if (dup2(fd_in, 0) < 0 || dup2(fd_out, 1) < 0 || dup2(fd_err, 2) < 0 ||

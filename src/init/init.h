@@ -170,10 +170,19 @@ int init__vm_host_away(int fd);
  * Returns the exit status for init.  (loop.c) */
 int init_serve(const struct init_config *cfg, struct sl_reader *rd);
 
+/* Once in init, before the first command's child is forked: empty the
+ * capability bounding and ambient sets (which every child inherits; init
+ * itself executes nothing) and work out the commands' rlimits.  0, or -1
+ * with the reason for init_setup_error(); no command may be started then.
+ * (setup.c) */
+int init_setup_children(const struct init_config *cfg);
+
 /* In a freshly forked child, about to run a user command: drop to the
- * sandbox user, clear every capability (bounding and ambient included),
- * set no_new_privs, rlimits and oom_score_adj, then load the seccomp filter.
- * Only async-signal-safe calls.  Returns 0 or -1 with errno set.  (setup.c) */
+ * sandbox user, clear the remaining capabilities (the bounding and ambient
+ * sets are empty since init_setup_children(); without it this fails with
+ * EPERM), set no_new_privs, rlimits and oom_score_adj, then load the
+ * seccomp filter.  Only raw syscalls.  Returns 0 or -1 with errno set.
+ * (setup.c) */
 int init_drop_privileges(const struct init_config *cfg);
 
 #endif

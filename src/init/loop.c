@@ -64,6 +64,17 @@ void init__fail(struct loop *l, int status, const char *why)
 	}
 }
 
+/* Whatever the host left ignored (an execve keeps SIG_IGN) goes back to
+ * the default, once, before init forks any command's process: a command's
+ * child then has only what prepare() ignores to undo (child_signals() in
+ * exec.c).  After OK, off the host's wait. */
+static void reset_inherited_signals(void)
+{
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP && sig != SIGPIPE && sig != SIGXFSZ)
+			signal(sig, SIG_DFL);
+}
+
 /* --- outgoing queue ----------------------------------------------------- */
 
 void init__queue(struct loop *l, struct sl_msg *m)
@@ -649,8 +660,11 @@ static int prepare(struct loop *l)
 	ensure_std_fds();
 	umask(022);
 	/* Writes to a pipe whose reader exited or to a host that went away
-	 * must fail with EPIPE, not kill PID 1. */
+	 * must fail with EPIPE, not kill PID 1; a file written past an
+	 * RLIMIT_FSIZE init runs under must fail with EFBIG.  (The two that
+	 * child_signals() undoes.) */
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGXFSZ, SIG_IGN);
 
 	sigset_t chld;
 	sigemptyset(&chld);
@@ -718,13 +732,29 @@ int init_serve(const struct init_config *cfg, struct sl_reader *rd)
 		/* OK out first (the host is waiting for it), then ready the
 		 * first command's process while the host does its own side
 		 * (uploads), and take the change-tracking baseline the host
-		 * would otherwise have to ask for. */
+		 * would otherwise have to ask for.  The first command's
+		 * process is forked before the old root is detached: it drops
+		 * its privileges and loads the seccomp filter on the other
+		 * CPU while init waits out the detach's RCU grace period.  It
+		 * shares init's mount namespace, so it loses the host's view
+		 * with init, and it runs nothing before its command comes,
+		 * which is read only after init_setup_finish() succeeded (on
+		 * failure init__kill_all() ends it). */
 		queue_flush(&l);
-		if (init_setup_finish(cfg) < 0) {
-			init__log("cannot finish the setup: %s", init__strerror(errno));
+		reset_inherited_signals();
+		int err = 0;
+		if (init_setup_children(cfg) < 0) {
+			const char *why = init_setup_error(&err);
+			init__log("cannot prepare the commands' credentials: %s", why);
 			l.status = 1;
 		} else {
 			init__warm_prepare(&l);
+			if (init_setup_finish(cfg) < 0) {
+				init__log("cannot finish the setup: %s", init__strerror(errno));
+				l.status = 1;
+			}
+		}
+		if (l.status == 0) {
 			init__scan_baseline(&l);
 			/* Requests that came with CONFIG (poll() will not
 			 * say they are there). */

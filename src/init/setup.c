@@ -320,47 +320,62 @@ static int storage_mount(const struct init_config *cfg)
 	return m;
 }
 
-/* Set by storage_clone() when the storage is attached at STORAGE until
- * init_setup_finish() detaches it. */
-static int storage_attached;
-
-/* /home/user and /tmp: home/ and tmp/ of the storage, cloned out of its
- * detached mount, which stays detached (its descriptor is kept until init
- * exits).  Attaching the storage somewhere to bind from it would need an
- * unmount afterwards, and every unmount waits for an RCU grace period:
- * 0.4 ms of each sandbox's start-up, measured on the 2-CPU test host.
+/* /home/user and /tmp: home/ and tmp/ of the storage, as detached clones
+ * (fds[0], fds[1]) made before the root tree is attached, and placed into
+ * it by storage_place().  Binding them from an attached copy of the
+ * storage would need that copy unmounted afterwards, and every unmount
+ * waits for an RCU grace period: 0.1 ms or more of each sandbox's
+ * start-up on the 2-CPU test host.
  *
  * The kernel lets a process clone out of a detached mount only if the
  * mount was made by fsmount() or in the process's own mount namespace.
  * The tmpfs made here is; the host's workspace (a clone of its directory
  * in the storage pool, made in the host's namespace) is not, and open_tree
- * says EINVAL.  That one is attached at STORAGE instead, its parts bound
- * from there, and it is detached after HELLO (init_setup_finish()), where
- * the grace period overlaps the host's reading of HELLO. */
-static int storage_clone(const struct init_config *cfg)
+ * says EINVAL.  That one is attached at NEWROOT first, where the root tree
+ * then goes on top of it: the clones are taken from there, and the
+ * workspace's own mount stays a child of the old root, under the new one,
+ * so the one detach of the old root in init_setup_finish() takes it too. */
+static int storage_clones(const struct init_config *cfg, int fds[2])
 {
+	static const char *const parts[] = { "home", "tmp" };
 	int m = storage_mount(cfg);
 	if (m < 0)
 		FAIL("prepare the workspace storage");
-	static const char *const parts[][2] = { { "home", NEWROOT "/home/user" },
-						 { "tmp", NEWROOT "/tmp" } };
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(parts); i++) {
-		cleanup_close int sub = sys_open_tree(m, parts[i][0], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-		if (sub < 0 && errno == EINVAL && i == 0 && m == INIT_FD_STORAGE)
+		fds[i] = sys_open_tree(m, parts[i], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+		if (fds[i] < 0 && errno == EINVAL && i == 0 && m == INIT_FD_STORAGE)
 			break;
-		if (sub < 0 || sys_move_mount(sub, "", AT_FDCWD, parts[i][1], MOVE_MOUNT_F_EMPTY_PATH) < 0)
-			FAIL("attach %s", parts[i][1] + strlen(NEWROOT));
+		if (fds[i] < 0)
+			FAIL("clone the workspace's %s", parts[i]);
 		if (i == SANDLOT_ARRAY_SIZE(parts) - 1)
 			return 0;
 	}
-	if (sys_move_mount(INIT_FD_STORAGE, "", AT_FDCWD, STORAGE, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+	if (sys_move_mount(INIT_FD_STORAGE, "", AT_FDCWD, NEWROOT, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 		FAIL("attach workspace storage");
 	close(INIT_FD_STORAGE);
-	storage_attached = 1;
-	if (mount(STORAGE "/home", NEWROOT "/home/user", NULL, MS_BIND, NULL) < 0)
-		FAIL("bind /home/user");
-	if (mount(STORAGE "/tmp", NEWROOT "/tmp", NULL, MS_BIND, NULL) < 0)
-		FAIL("bind /tmp");
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(parts); i++) {
+		fds[i] = sys_open_tree(AT_FDCWD, i == 0 ? NEWROOT "/home" : NEWROOT "/tmp",
+				       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+		if (fds[i] < 0)
+			FAIL("clone the workspace's %s", parts[i]);
+	}
+	return 0;
+}
+
+/* The clones of storage_clones() at their places in the attached tree;
+ * closes them. */
+static int storage_place(int fds[2])
+{
+	static const char *const at[] = { NEWROOT "/home/user", NEWROOT "/tmp" };
+	for (size_t i = 0; i < 2; i++) {
+		int rc = sys_move_mount(fds[i], "", AT_FDCWD, at[i], MOVE_MOUNT_F_EMPTY_PATH);
+		int e = errno;
+		close(fds[i]);
+		fds[i] = -1;
+		errno = e;
+		if (rc < 0)
+			FAIL("attach %s", at[i] + strlen(NEWROOT));
+	}
 	return 0;
 }
 
@@ -388,13 +403,6 @@ static int storage_staged(const struct init_config *cfg)
 	if (umount2(STORAGE, MNT_DETACH) < 0)
 		FAIL("detach storage");
 	return 0;
-}
-
-static int build_storage(const struct init_config *cfg, int tree)
-{
-	/* With the host's prepared tree the kernel can clone detached trees:
-	 * the storage can be cloned from too. */
-	return tree ? storage_clone(cfg) : storage_staged(cfg);
 }
 
 static int build_dev(void)
@@ -444,6 +452,18 @@ static int dev_mounts(void)
 	return 0;
 }
 
+/* Bind p onto itself, then read-only: mount_setattr() only adds flags, so
+ * unlike a remount it needs no statvfs() for the flags the kernel locked. */
+static int bind_readonly(const char *p)
+{
+	struct mount_attr attr = {
+		.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+	};
+	if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0)
+		return -1;
+	return sys_mount_setattr(AT_FDCWD, p, AT_RECURSIVE, &attr, sizeof(attr));
+}
+
 static int build_proc(void)
 {
 	/* Files that leak host kernel state or allow host-wide actions. */
@@ -456,28 +476,25 @@ static int build_proc(void)
 	static const char *const ro_paths[] = { "sys", "bus", "fs", "irq", "sysrq-trigger" };
 	char p[128];
 
+	/* Which of these a kernel has depends on its configuration: each is
+	 * mounted over straight away, and ENOENT means there is nothing to
+	 * hide (one call per path instead of an access() probe before it). */
 	if (mount("proc", NEWROOT "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		FAIL("mount /proc");
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(masked_files); i++) {
 		snprintf(p, sizeof(p), NEWROOT "/proc/%s", masked_files[i]);
-		if (access(p, F_OK) < 0)
-			continue;
-		if (mount(NEWROOT "/dev/null", p, NULL, MS_BIND, NULL) < 0)
+		if (mount(NEWROOT "/dev/null", p, NULL, MS_BIND, NULL) < 0 && errno != ENOENT)
 			FAIL("mask %s", p);
 	}
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(masked_dirs); i++) {
 		snprintf(p, sizeof(p), NEWROOT "/proc/%s", masked_dirs[i]);
-		if (access(p, F_OK) < 0)
-			continue;
 		if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-			  "size=0,mode=0555") < 0)
+			  "size=0,mode=0555") < 0 && errno != ENOENT)
 			FAIL("mask %s", p);
 	}
 	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(ro_paths); i++) {
 		snprintf(p, sizeof(p), NEWROOT "/proc/%s", ro_paths[i]);
-		if (access(p, F_OK) < 0)
-			continue;
-		if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0 || remount_ro(p, 0) < 0)
+		if (bind_readonly(p) < 0 && errno != ENOENT)
 			FAIL("make %s read-only", p);
 	}
 	return 0;
@@ -567,13 +584,22 @@ int init_setup(struct init_config *cfg)
 	 * Else we build it here, mount by mount. */
 	int tree = fcntl(INIT_FD_ROOT, F_GETFD) >= 0;
 	if (tree) {
-		if (attach_root_tree(cfg) < 0)
+		/* With the host's prepared tree the kernel can clone detached
+		 * trees: the storage is cloned from, before the tree is
+		 * attached (storage_clones()). */
+		int ws[2] = { -1, -1 };
+		int rc = storage_clones(cfg, ws) < 0 || attach_root_tree(cfg) < 0 ||
+			 storage_place(ws) < 0 ? -1 : 0;
+		for (int i = 0; i < 2; i++)
+			if (ws[i] >= 0)
+				close(ws[i]);
+		if (rc < 0)
 			return -1;
-	} else if (build_root(cfg) < 0) {
+	} else if (build_root(cfg) < 0 || storage_staged(cfg) < 0) {
 		return -1;
 	}
 	/* Writable and special mounts go on top of the read-only tree. */
-	if (build_storage(cfg, tree) < 0 || (tree ? dev_mounts() : build_dev()) < 0 || build_proc() < 0)
+	if ((tree ? dev_mounts() : build_dev()) < 0 || build_proc() < 0)
 		return -1;
 
 	if (chdir(NEWROOT) < 0)
@@ -603,10 +629,8 @@ int init_setup_finish(const struct init_config *cfg)
 		return -1;
 	if (chdir("/") < 0)
 		return -1;
-	/* The workspace's staging mount (storage_clone()): /run once pivoted. */
-	if (storage_attached && umount2(STORAGE + strlen(NEWROOT), MNT_DETACH) < 0)
-		return -1;
-	storage_attached = 0;
+	/* (The workspace's own mount, where storage_clones() attached one,
+	 * went with the old root.) */
 	/* (The prepared tree's /dev is read-only already.) */
 	if (!built_tree && remount_ro("/dev", MS_NOSUID | MS_NOEXEC) < 0)
 		return -1;
@@ -615,79 +639,113 @@ int init_setup_finish(const struct init_config *cfg)
 	return 0;
 }
 
-/* -- in the child, right before execve of a user command ------------------ */
+/* -- once in init, before the first command is forked -------------------- */
 
-static int set_rlimit(int res, uint64_t v)
+/* The rlimits commands get: CONFIG's, clamped to the hard limits init
+ * has (0: leave the inherited one). */
+static struct rlimit child_nofile, child_fsize;
+static int children_ready;
+
+/* Raising a hard limit needs CAP_SYS_RESOURCE in the host namespace,
+ * which we do not have; clamp to what the host allows. */
+static int clamp_rlimit(int res, uint64_t v, struct rlimit *out)
 {
 	struct rlimit cur;
 	if (getrlimit(res, &cur) < 0)
 		return -1;
 	rlim_t want = (rlim_t)v;
-	/* Raising a hard limit needs CAP_SYS_RESOURCE in the host namespace,
-	 * which we do not have; clamp to what the host allows. */
 	if (cur.rlim_max != RLIM_INFINITY && want > cur.rlim_max)
 		want = cur.rlim_max;
-	struct rlimit rl = { want, want };
-	return setrlimit(res, &rl);
+	*out = (struct rlimit){ want, want };
+	return 0;
 }
+
+int init_setup_children(const struct init_config *cfg)
+{
+	/* No command may ever hold a capability, and init runs nothing but
+	 * commands: the bounding set goes here once (a commit of new
+	 * credentials per capability) instead of in every command's child.
+	 * Init keeps its own effective capabilities (the bounding set only
+	 * limits what an execve grants).  Capability numbers are dense, so
+	 * the first EINVAL is the end of what this kernel knows. */
+	for (int cap = 0; cap <= 63; cap++) {
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+			continue;
+		if (errno == EINVAL)
+			break;
+		FAIL("drop capability %d from the bounding set", cap);
+	}
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+		FAIL("clear the ambient capabilities");
+	if ((cfg->nofile && clamp_rlimit(RLIMIT_NOFILE, cfg->nofile, &child_nofile) < 0) ||
+	    (cfg->fsize && clamp_rlimit(RLIMIT_FSIZE, cfg->fsize, &child_fsize) < 0))
+		FAIL("read the resource limits");
+	children_ready = 1;
+	return 0;
+}
+
+/* -- in the child, right before execve of a user command ------------------ */
 
 int init_drop_privileges(const struct init_config *cfg)
 {
 	/* Only raw syscalls below: this runs in a forked child of init. */
-	if (cfg->nofile && set_rlimit(RLIMIT_NOFILE, cfg->nofile) < 0)
+	if (!children_ready) {
+		/* init_setup_children() has not run (or failed): no command. */
+		errno = EPERM;
 		return -1;
-	if (cfg->fsize && set_rlimit(RLIMIT_FSIZE, cfg->fsize) < 0)
+	}
+	if (cfg->nofile && sys_setrlimit(RLIMIT_NOFILE, &child_nofile) < 0)
+		return -1;
+	if (cfg->fsize && sys_setrlimit(RLIMIT_FSIZE, &child_fsize) < 0)
 		return -1;
 	struct rlimit zero = { 0, 0 };
-	if (setrlimit(RLIMIT_CORE, &zero) < 0)
+	if (sys_setrlimit(RLIMIT_CORE, &zero) < 0)
 		return -1;
 
 	/* The host made init unkillable by the OOM killer where it could;
 	 * commands must not inherit that, and they should always be chosen
 	 * before init.  Raising the value needs no privilege; best effort. */
-	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	int fd = sys_openat(AT_FDCWD, "/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC, 0);
 	if (fd >= 0) {
-		if (write(fd, "300", 3) != 3) {
+		if (sys_write(fd, "300", 3) != 3) {
 			/* keep the inherited value */
 		}
-		close(fd);
+		sys_close(fd);
 	}
 
 	if (cfg->uid != 0) {
 		/* Root semantics off for good: no capabilities regained through
 		 * exec of anything, locked. Needs CAP_SETPCAP, so before setuid. */
-		if (prctl(PR_SET_SECUREBITS,
-			  SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-				  SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
-				  SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
-			  0, 0, 0) < 0)
+		if (sys_prctl(PR_SET_SECUREBITS,
+			      SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+				      SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+				      SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+			      0, 0, 0) < 0)
 			return -1;
 	}
-	for (int cap = 0; cap <= 63; cap++)
-		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-			return -1;
-	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+	/* The bounding and ambient sets are empty already (inherited from
+	 * init: init_setup_children()).  The raw set-id calls skip musl's
+	 * broadcast to other threads (signals blocked around each): this
+	 * child has none. */
+	if (sys_setgroups0() < 0)
 		return -1;
-
-	if (setgroups(0, NULL) < 0)
+	if (sys_setresgid(cfg->gid, cfg->gid, cfg->gid) < 0)
 		return -1;
-	if (setresgid(cfg->gid, cfg->gid, cfg->gid) < 0)
-		return -1;
-	if (setresuid(cfg->uid, cfg->uid, cfg->uid) < 0)
+	if (sys_setresuid(cfg->uid, cfg->uid, cfg->uid) < 0)
 		return -1;
 	/* With NO_SETUID_FIXUP set, nothing was cleared by setresuid: clear
 	 * effective, permitted and inheritable sets explicitly. */
 	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
 	struct __user_cap_data_struct data[2];
 	memset(data, 0, sizeof(data));
-	if (syscall(SYS_capset, &hdr, data) < 0)
+	if (sys_capset(&hdr, data) < 0)
 		return -1;
 
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+	if (sys_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return -1;
 	if (cfg->filter) {
 		struct sock_fprog prog = { cfg->filter_len, cfg->filter };
-		if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+		if (sys_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, (unsigned long)&prog, 0, 0) < 0)
 			return -1;
 	}
 	return 0;

@@ -440,6 +440,79 @@ void sandlot__cgroup_pool_release(const char *data_dir, int fd)
 	close(fd);
 }
 
+/* A pool of `sandlot run`'s spares says so in its preparer.lock: "spare"
+ * (in the lock file rather than a file of its own so that every sandlot
+ * that removes pools, older ones too, removes it with the lock). */
+#define SPARE_MARK "spare\n"
+
+static bool is_spare(const char *pool)
+{
+	char path[PATH_MAX], buf[sizeof(SPARE_MARK)];
+	if (sandlot__cg_pathf(path, "%s/preparer.lock", pool) < 0)
+		return false;
+	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+	return fd >= 0 && read(fd, buf, sizeof(buf)) == (ssize_t)strlen(SPARE_MARK) &&
+	       memcmp(buf, SPARE_MARK, strlen(SPARE_MARK)) == 0;
+}
+
+/* Whether a pool without a preparer is the spares of `sandlot run`
+ * (sandlot__cgroup_pool_spare) for a data directory that exists, with no
+ * more than SANDLOT_CGROUP_SPARE_MAX free. */
+static bool spare_kept(const char *pool)
+{
+	char path[PATH_MAX];
+	if (!is_spare(pool) || sandlot__cg_pathf(path, "%s/data-dir", pool) < 0)
+		return false;
+	char *dd = sandlot__read_file(path, PATH_MAX);
+	if (!dd)
+		return false;
+	dd[strcspn(dd, "\n")] = '\0';
+	struct stat st;
+	bool kept = stat(dd, &st) == 0 && count_markers(pool, 0) <= SANDLOT_CGROUP_SPARE_MAX;
+	free(dd);
+	return kept;
+}
+
+unsigned sandlot__cgroup_pool_spare(const char *data_dir, const struct sandlot_cgroup_limits *lim,
+				    unsigned target)
+{
+	char pool[PATH_MAX], path[PATH_MAX];
+	if (pool_path(pool, data_dir) < 0 || sandlot__cg_pathf(path, "%s/preparer.lock", pool) < 0)
+		return 0;
+	if (target > SANDLOT_CGROUP_SPARE_MAX)
+		target = SANDLOT_CGROUP_SPARE_MAX;
+	/* The preparer's lock while it fills, so no reclaimer drains the
+	 * pool under it; marked before the lock goes, so none drains it
+	 * after. */
+	cleanup_close int fd = sandlot__cgroup_pool_hold(data_dir, NULL);
+	if (fd < 0)
+		return 0;
+	if (!is_spare(pool)) {
+		int w = open(path, O_WRONLY | O_CLOEXEC);
+		if (w < 0)
+			return 0;
+		ssize_t n = pwrite(w, SPARE_MARK, strlen(SPARE_MARK), 0);
+		close(w);
+		if (n != (ssize_t)strlen(SPARE_MARK))
+			return 0;
+	}
+	return sandlot__cgroup_pool_fill(data_dir, lim, target);
+}
+
+unsigned sandlot__cgroup_pool_drain_spare(const char *data_dir)
+{
+	char pool[PATH_MAX], path[PATH_MAX];
+	if (pool_path(pool, data_dir) < 0 || sandlot__cg_pathf(path, "%s/preparer.lock", pool) < 0)
+		return 0;
+	cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* A preparer holds it (sandlotd): the pool is its to drain. */
+	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0 || !still_linked(fd, path))
+		return 0;
+	unsigned n = drain_pool(pool);
+	remove_pool(pool);
+	return n;
+}
+
 unsigned sandlot__cgroup_pool_reclaim(void)
 {
 	/* The "none" mode has no pools (and no hierarchy to remove from). */
@@ -461,6 +534,10 @@ unsigned sandlot__cgroup_pool_reclaim(void)
 		/* No lock file: it is being made (or removed); look again next
 		 * time. */
 		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0 || !still_linked(fd, path))
+			continue;
+		/* Spares of `sandlot run` whose data directory is still there:
+		 * kept (bounded). */
+		if (spare_kept(pool))
 			continue;
 		n += drain_pool(pool);
 		remove_pool(pool);

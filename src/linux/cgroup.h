@@ -234,6 +234,25 @@ void sandlot__cgroup_pool_release(const char *data_dir, int fd);
  * pool: for the stale collectors, off the critical path. */
 unsigned sandlot__cgroup_pool_reclaim(void);
 
+/* Spares of `sandlot run`.  A one-shot run has no process that outlives it
+ * to prepare for the next one, so its cleanup helper (backend/ns-helper.c)
+ * fills data_dir's pool after the teardown, to `target` (at most
+ * SANDLOT_CGROUP_SPARE_MAX) with limits `lim`, holding the preparer's lock
+ * only meanwhile, and marks the pool: its preparer.lock says "spare".  A
+ * pool so marked is not drained by the reclaim while its data directory
+ * exists and it holds no more than SANDLOT_CGROUP_SPARE_MAX free cgroups.  They go with
+ * `sandlot drain` (sandlot__cgroup_pool_drain_spare), with the data
+ * directory (the reclaim), or with a sandlotd of the data directory that
+ * takes the pool over and drains it when it stops.  Returns how many were
+ * made; never fails. */
+#define SANDLOT_CGROUP_SPARE_MAX 2
+unsigned sandlot__cgroup_pool_spare(const char *data_dir, const struct sandlot_cgroup_limits *lim,
+				    unsigned target);
+
+/* Drain data_dir's pool and remove it, unless a preparer (sandlotd) holds
+ * it; returns how many cgroups were removed. */
+unsigned sandlot__cgroup_pool_drain_spare(const char *data_dir);
+
 /* Whether `name` has a marker in any pool (a free prepared cgroup). */
 bool sandlot__cgroup_pool_has(const char *name);
 

@@ -109,4 +109,63 @@ int sandlot__netns_pool_take(int egress, struct sandlot_netns_ready *out);
 /* The sandbox's own address (on loopback, never seen outside it). */
 #define SANDLOT_NETNS_ADDR 0x0afffe01u /* 10.255.254.1 */
 
+/* ---- spare namespaces for the next `sandlot run` ----------------------------
+ *
+ * Making a network namespace is the dearest single step of a sandbox's
+ * start (about 0.75 ms of a 6 ms `sandlot run` on the 2-CPU test host: the
+ * kernel registers a loopback device, sysctls and per-namespace tables).
+ * sandlotd keeps some in the process (sandlot__netns_pool_*); a one-shot
+ * `sandlot run` has no process that lives until the next run, so the
+ * cleanup helper of each run (backend/ns-helper.c), after its teardown,
+ * leaves plain ones (loopback only, no egress) for the next runs of the
+ * same data directory, kept by bind mounts:
+ *
+ *   /run/sandlot/netns-spare/<hash of data dir>/   (SANDLOT_NETNS_SPARE_DIR
+ *       data-dir        the data directory they are for  overrides the base)
+ *       fill.lock       held (exclusive) by whoever fills or drains
+ *       <name>.ns       a bind mount of the namespace (nsfs)
+ *       <name>.free     the marker: whoever unlinks it owns <name>.ns
+ *
+ * At most SANDLOT_NETNS_SPARE_MAX free ones per data directory.  A taker
+ * opens the namespace and gives <name>.ns back (sandlot__netns_spare_put:
+ * unmount, unlink) once its sandbox holds the namespace; the namespace
+ * itself lives as long as its sandbox's processes.  Left-overs are
+ * reclaimed by sandlot__netns_spare_sweep() (the stale collector): taken
+ * ones whose taker died before putting them back, and every spare of a data
+ * directory that no longer exists.  Taking is safe against all of these:
+ * a spare unmounted under its taker is either open already (the namespace
+ * lives on) or refused (a bare file), and the taker makes its own.  `sandlot drain` drains a data
+ * directory's on purpose (sandlot__netns_spare_drain). */
+#define SANDLOT_NETNS_SPARE_MAX 2
+#define SANDLOT_NETNS_SPARE_NAME 32
+
+/* Take a free spare of data_dir: the namespace's descriptor, with its name
+ * in name[] (for sandlot__netns_spare_put), or -1 when there is none (or
+ * none usable).  Never fails otherwise: the caller makes its own. */
+int sandlot__netns_spare_take(const char *data_dir, char name[SANDLOT_NETNS_SPARE_NAME]);
+
+/* Unmount and remove a taken spare's mount point (name from _take; "": a
+ * no-op).  Best effort: what is left, the sweep removes. */
+void sandlot__netns_spare_put(const char *data_dir, const char *name);
+
+/* Make spares until data_dir has `target` free (capped at
+ * SANDLOT_NETNS_SPARE_MAX), unless another process is filling it now.
+ * Returns how many were made; never fails.  Moves the calling thread
+ * between namespaces: for a single-threaded helper, off the critical
+ * path. */
+unsigned sandlot__netns_spare_fill(const char *data_dir, unsigned target);
+
+/* Free spares of data_dir now. */
+unsigned sandlot__netns_spare_count(const char *data_dir);
+
+/* Remove every free spare of data_dir (waiting for a fill in progress) and,
+ * when none is taken, its directory; returns how many were removed. */
+unsigned sandlot__netns_spare_drain(const char *data_dir);
+
+/* For every data directory on the host: remove taken spares (whose taker
+ * died before putting them back; one that is still to put them back finds
+ * nothing to do), and drain all of a data directory that is gone.  Skips a
+ * pool being filled. */
+void sandlot__netns_spare_sweep(void);
+
 #endif

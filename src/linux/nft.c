@@ -17,8 +17,30 @@
 
 #include <nftables/libnftables.h>
 
+#include "common/lazylib.h"
 #include "common/util.h"
 #include "linux/syscalls.h"
+
+/* libnftables, loaded by the first sandbox with egress (lazylib.h): a
+ * program that never loads egress rules never maps it. */
+static struct {
+	__typeof__(nft_ctx_new) *ctx_new;
+	__typeof__(nft_ctx_free) *ctx_free;
+	__typeof__(nft_ctx_buffer_output) *ctx_buffer_output;
+	__typeof__(nft_ctx_buffer_error) *ctx_buffer_error;
+	__typeof__(nft_run_cmd_from_buffer) *run_cmd_from_buffer;
+	__typeof__(nft_ctx_get_error_buffer) *ctx_get_error_buffer;
+} nft;
+static const struct sandlot_lazysym nft_syms[] = {
+	{ "nft_ctx_new", (void **)&nft.ctx_new },
+	{ "nft_ctx_free", (void **)&nft.ctx_free },
+	{ "nft_ctx_buffer_output", (void **)&nft.ctx_buffer_output },
+	{ "nft_ctx_buffer_error", (void **)&nft.ctx_buffer_error },
+	{ "nft_run_cmd_from_buffer", (void **)&nft.run_cmd_from_buffer },
+	{ "nft_ctx_get_error_buffer", (void **)&nft.ctx_get_error_buffer },
+};
+static struct sandlot_lazylib nft_lib =
+	SANDLOT_LAZYLIB("libnftables.so.1", "load the egress nftables rules", nft_syms);
 
 /* One transaction: create-if-missing, delete, create.  Either the new
  * ruleset is in place or the old one still is. */
@@ -74,6 +96,9 @@ struct sandlot_nft {
  * would double the cost of creating a sandbox with a network. */
 static struct nft_ctx *ctx_new(int ns_fd, sandlot_error_t **err)
 {
+	/* Every other call below is on a context this made. */
+	if (sandlot__lazylib_load(&nft_lib, err) < 0)
+		return NULL;
 	/* The socket takes the lowest free number: refuse while that is too
 	 * close to the limit rather than abort in libnftables' select(). */
 	int probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -88,14 +113,14 @@ static struct nft_ctx *ctx_new(int ns_fd, sandlot_error_t **err)
 	int saved;
 	if (sandlot__netns_enter(ns_fd, &saved, err) < 0)
 		return NULL;
-	struct nft_ctx *ctx = nft_ctx_new(NFT_CTX_DEFAULT);
+	struct nft_ctx *ctx = nft.ctx_new(NFT_CTX_DEFAULT);
 	sandlot__netns_leave(&saved);
 	if (!ctx) {
 		sandlot__error(err, ENOMEM, "create an nftables context");
 		return NULL;
 	}
-	nft_ctx_buffer_output(ctx);
-	nft_ctx_buffer_error(ctx);
+	nft.ctx_buffer_output(ctx);
+	nft.ctx_buffer_error(ctx);
 	return ctx;
 }
 
@@ -107,9 +132,9 @@ static int ctx_load(struct nft_ctx *ctx, int fresh, int redirect, sandlot_error_
 		snprintf(text, sizeof(text), ruleset_redirect, replace, SANDLOT_NETNS_PROXY_PORT);
 	else
 		snprintf(text, sizeof(text), ruleset_drop, replace);
-	if (nft_run_cmd_from_buffer(ctx, text) == 0)
+	if (nft.run_cmd_from_buffer(ctx, text) == 0)
 		return 0;
-	const char *e = nft_ctx_get_error_buffer(ctx);
+	const char *e = nft.ctx_get_error_buffer(ctx);
 	char msg[300];
 	snprintf(msg, sizeof(msg), "%s", e && *e ? e : "unknown error");
 	for (char *p = msg; *p; p++)
@@ -171,7 +196,7 @@ __attribute__((noreturn)) static void helper_main(int sock, pid_t parent)
 		struct pollfd p = { .fd = sock, .events = POLLIN };
 		int r = poll(&p, 1, nfree ? 0 : -1);
 		if (r == 0) {
-			nft_ctx_free(frees[--nfree]);
+			nft.ctx_free(frees[--nfree]);
 			continue;
 		}
 		if (r < 0) {
@@ -208,7 +233,7 @@ __attribute__((noreturn)) static void helper_main(int sock, pid_t parent)
 		} else if (q.op == NFT_NEW && ns >= 0) {
 			struct nft_ctx *ctx = ctx_new(ns, &e);
 			if (ctx && ctx_load(ctx, 1, q.redirect, &e) < 0) {
-				nft_ctx_free(ctx);
+				nft.ctx_free(ctx);
 				ctx = NULL;
 			}
 			while (ctx && id < nctx && ctxs[id])
@@ -222,7 +247,7 @@ __attribute__((noreturn)) static void helper_main(int sock, pid_t parent)
 				if (fgrown)
 					frees = fgrown;
 				if (!grown || !fgrown) {
-					nft_ctx_free(ctx);
+					nft.ctx_free(ctx);
 					ctx = NULL;
 					sandlot__error(&e, ENOMEM, "nftables helper: out of memory");
 				} else {
@@ -343,7 +368,7 @@ int sandlot__nft_load(int ns_fd, int redirect, struct sandlot_nft **pnft, sandlo
 		n->ctx = ctx_new(ns_fd, err);
 		if (!n->ctx || ctx_load(n->ctx, 1, redirect, err) < 0) {
 			if (n->ctx)
-				nft_ctx_free(n->ctx);
+				nft.ctx_free(n->ctx);
 			free(n);
 			return -1;
 		}
@@ -357,7 +382,7 @@ void sandlot__nft_free(struct sandlot_nft *n)
 	if (!n)
 		return;
 	if (n->ctx) {
-		nft_ctx_free(n->ctx);
+		nft.ctx_free(n->ctx);
 	} else {
 		struct nft_req q = { .op = NFT_FREE, .id = n->id };
 		helper_call(&q, -1, NULL, NULL);

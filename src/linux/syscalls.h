@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <linux/futex.h>
 #include <linux/openat2.h>
 /* struct mount_attr, MOUNT_ATTR_* and MOVE_MOUNT_*: glibc (2.36+) has them
  * in <sys/mount.h>, musl (which sandlot-init may be built with) only in
@@ -224,6 +226,12 @@ static inline pid_t sys_clone_fork(unsigned long flags)
 #define SANDLOT_CLONE_CHILD __attribute__((no_sanitize("thread")))
 #endif
 #endif
+/* AddressSanitizer: the child of sys_clone_vfork() runs on a stack the
+ * parent unmaps after the exec; instrumented frames would leave their
+ * redzones poisoned in the shadow of memory the parent reuses. */
+#if !defined(SANDLOT_CLONE_CHILD) && defined(__SANITIZE_ADDRESS__)
+#define SANDLOT_CLONE_CHILD __attribute__((no_sanitize("address")))
+#endif
 #ifndef SANDLOT_CLONE_CHILD
 #define SANDLOT_CLONE_CHILD
 #endif
@@ -323,6 +331,40 @@ static inline pid_t sys_clone3_fork(uint64_t flags, int cgroup_fd)
 	errno = ENOSYS;
 	return -1;
 #endif
+}
+
+/* clone(2) sharing the caller's memory until the child execs or exits
+ * (CLONE_VM | CLONE_VFORK, as posix_spawn does): fn(arg) runs on `stack`
+ * (size bytes, the caller's to unmap once this returns) in the new
+ * namespaces given by flags, and the calling thread sleeps until the child
+ * has exec'd or exited.  Nothing of the parent's address space is copied,
+ * which in a large multi-threaded parent (sandlotd: hundreds of mappings,
+ * tens of MiB resident) is most of a fork's cost, and the parent takes no
+ * copy-on-write faults afterwards.  *tid gets the child's pid before the
+ * child runs (CLONE_PARENT_SETTID), for another thread to act on while
+ * this one sleeps.  The child shares the caller's memory and thread
+ * pointer: it must not allocate, take locks or return; its errno writes
+ * land in the sleeping caller's errno.  Returns the pid, or -1 with errno
+ * (then fn never ran). */
+static inline pid_t sys_clone_vfork(unsigned long flags, int (*fn)(void *), void *arg,
+				    void *stack, size_t size, pid_t *tid)
+{
+	return (pid_t)clone(fn, (char *)stack + size,
+			    (int)(flags | CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID | SIGCHLD),
+			    arg, tid);
+}
+
+/* Private futex wait and wake on *addr (a process's threads, and the child
+ * of sys_clone_vfork(), which shares their memory).  wait returns when
+ * *addr != val, on a wake, or on a signal; wake wakes every waiter. */
+static inline void sys_futex_wait(int *addr, int val)
+{
+	syscall(__NR_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static inline void sys_futex_wake(int *addr)
+{
+	syscall(__NR_futex, addr, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
 }
 
 /* What the vm backend's jail child (src/backend/vm.c) calls between clone

@@ -3,11 +3,58 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
 #include "common/util.h"
+
+/* The locked descriptor `fd` parked in a datagram socket's receive queue
+ * (sent to itself with SCM_RIGHTS, never received): the returned socket
+ * keeps the open file description, and so its lock, alive exactly as fd
+ * would — until its last copy is closed, or its holder dies — without a
+ * descriptor of the lock file in the process's table.  That matters in a
+ * process holding many slots (sandlotd: one per sandbox): every close of a
+ * descriptor of a file with POSIX or OFD locks walks the file's whole lock
+ * list (locks_remove_posix), and each new sandbox's child closes all the
+ * descriptors it inherited, so held lock-file descriptors made a create cost
+ * time in proportion to the square of the sandboxes alive.  Where the socket
+ * cannot be made, fd itself is returned. */
+static int park(int fd)
+{
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) < 0)
+		return fd;
+	char c = 0;
+	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cm;
+	memset(&cm, 0, sizeof(cm));
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf),
+	};
+	struct cmsghdr *ch = CMSG_FIRSTHDR(&mh);
+	ch->cmsg_level = SOL_SOCKET;
+	ch->cmsg_type = SCM_RIGHTS;
+	ch->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(ch), &fd, sizeof(int));
+	ssize_t n;
+	do
+		n = sendmsg(sp[0], &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	close(sp[0]);
+	if (n != 1) {
+		close(sp[1]);
+		return fd;
+	}
+	/* The queued datagram holds the description now. */
+	close(fd);
+	return sp[1];
+}
 
 int sandlot__uid_slot_acquire(const char *data_dir, struct sandlot_uid_slot *out,
 			      sandlot_error_t **err)
@@ -35,7 +82,7 @@ int sandlot__uid_slot_acquire(const char *data_dir, struct sandlot_uid_slot *out
 			.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = slot, .l_len = 1,
 		};
 		if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
-			out->lock_fd = steal_fd(&fd);
+			out->lock_fd = park(steal_fd(&fd));
 			out->slot = slot;
 			out->base = SANDLOT_UID_BASE + slot * SANDLOT_UID_RANGE;
 			return 0;

@@ -6,7 +6,8 @@
  * /run/sandlot/uid-slots.lock (one per host; <data_dir>/uid-slots.lock only
  * where /run/sandlot cannot be created), so concurrent `sandlot run`s and the daemon
  * never share a range, and a slot is released automatically when its holder
- * exits — even by SIGKILL.
+ * exits — even by SIGKILL.  The holder keeps the locked description through
+ * a socket rather than a descriptor of the lock file (userns.c, park()).
  */
 #ifndef SANDLOT_LINUX_USERNS_H
 #define SANDLOT_LINUX_USERNS_H
@@ -20,7 +21,7 @@
 #define SANDLOT_UID_SLOTS 4096u
 
 struct sandlot_uid_slot {
-	int lock_fd;     /* holds the lock; -1 when not held */
+	int lock_fd;     /* holds the lock (a socket, or the lock file); -1 when not held */
 	unsigned slot;
 	uid_t base;      /* host uid of sandbox uid 0 */
 };

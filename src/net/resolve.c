@@ -16,6 +16,36 @@
 #include <string.h>
 #include <sys/epoll.h>
 
+#include "common/lazylib.h"
+
+/* c-ares, loaded when the engine starts (lazylib.h): a program whose
+ * sandboxes never have egress never maps it.  Every call below happens
+ * after resolve_init() loaded it. */
+static struct {
+	__typeof__(ares_library_init) *library_init;
+	__typeof__(ares_strerror) *strerror;
+	__typeof__(ares_init_options) *init_options;
+	__typeof__(ares_set_servers_ports) *set_servers_ports;
+	__typeof__(ares_destroy) *destroy;
+	__typeof__(ares_freeaddrinfo) *freeaddrinfo;
+	__typeof__(ares_getaddrinfo) *getaddrinfo;
+	__typeof__(ares_process_fd) *process_fd;
+	__typeof__(ares_timeout) *timeout;
+} ares;
+static const struct sandlot_lazysym ares_syms[] = {
+	{ "ares_library_init", (void **)&ares.library_init },
+	{ "ares_strerror", (void **)&ares.strerror },
+	{ "ares_init_options", (void **)&ares.init_options },
+	{ "ares_set_servers_ports", (void **)&ares.set_servers_ports },
+	{ "ares_destroy", (void **)&ares.destroy },
+	{ "ares_freeaddrinfo", (void **)&ares.freeaddrinfo },
+	{ "ares_getaddrinfo", (void **)&ares.getaddrinfo },
+	{ "ares_process_fd", (void **)&ares.process_fd },
+	{ "ares_timeout", (void **)&ares.timeout },
+};
+static struct sandlot_lazylib ares_lib =
+	SANDLOT_LAZYLIB("libcares.so.2", "start the egress resolver", ares_syms);
+
 #define CACHE_BUCKETS 1024
 #define CACHE_MAX 4096
 #define NEGATIVE_TTL_MS 5000
@@ -76,9 +106,11 @@ static void sock_state(void *data, ares_socket_t fd, int readable, int writable)
 
 int resolve_init(sandlot_error_t **err)
 {
-	int r = ares_library_init(ARES_LIB_INIT_ALL);
+	if (sandlot__lazylib_load(&ares_lib, err) < 0)
+		return -1;
+	int r = ares.library_init(ARES_LIB_INIT_ALL);
 	if (r != ARES_SUCCESS)
-		return sandlot__error(err, EIO, "initialise c-ares: %s", ares_strerror(r));
+		return sandlot__error(err, EIO, "initialise c-ares: %s", ares.strerror(r));
 	struct ares_options o;
 	memset(&o, 0, sizeof(o));
 	o.flags = ARES_FLAG_NOSEARCH;
@@ -90,9 +122,9 @@ int resolve_init(sandlot_error_t **err)
 	o.sock_state_cb = sock_state;
 	int mask = ARES_OPT_FLAGS | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES | ARES_OPT_DOMAINS |
 		   ARES_OPT_LOOKUPS | ARES_OPT_SOCK_STATE_CB;
-	r = ares_init_options(&channel, &o, mask);
+	r = ares.init_options(&channel, &o, mask);
 	if (r != ARES_SUCCESS)
-		return sandlot__error(err, EIO, "initialise the resolver: %s", ares_strerror(r));
+		return sandlot__error(err, EIO, "initialise the resolver: %s", ares.strerror(r));
 	if (sl_cfg.nservers) {
 		struct ares_addr_port_node nodes[8];
 		for (int i = 0; i < sl_cfg.nservers; i++) {
@@ -102,10 +134,10 @@ int resolve_init(sandlot_error_t **err)
 			nodes[i].addr.addr4.s_addr = sl_cfg.servers[i];
 			nodes[i].udp_port = nodes[i].tcp_port = sl_cfg.ports[i];
 		}
-		r = ares_set_servers_ports(channel, nodes);
+		r = ares.set_servers_ports(channel, nodes);
 		if (r != ARES_SUCCESS) {
-			ares_destroy(channel);
-			return sandlot__error(err, EIO, "set the resolvers: %s", ares_strerror(r));
+			ares.destroy(channel);
+			return sandlot__error(err, EIO, "set the resolvers: %s", ares.strerror(r));
 		}
 	}
 	return 0;
@@ -192,7 +224,7 @@ static void on_answer(void *arg, int status, int timeouts, struct ares_addrinfo 
 		c->expires_ms = now + FAILURE_TTL_MS;
 	}
 	if (res)
-		ares_freeaddrinfo(res);
+		ares.freeaddrinfo(res);
 	notify(c);
 }
 
@@ -231,7 +263,7 @@ void resolve(const char *name, struct sl_waiter *w)
 	c->pending = 1;
 	struct ares_addrinfo_hints hints = { .ai_family = AF_INET };
 	/* May answer at once (on_answer runs before this returns). */
-	ares_getaddrinfo(channel, c->name, NULL, &hints, on_answer, c);
+	ares.getaddrinfo(channel, c->name, NULL, &hints, on_answer, c);
 }
 
 void resolve_cancel(struct sl_waiter *w)
@@ -251,14 +283,14 @@ void resolve_cancel(struct sl_waiter *w)
 
 void resolve_process(int fd, uint32_t events)
 {
-	ares_process_fd(channel, (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) ? fd : ARES_SOCKET_BAD,
+	ares.process_fd(channel, (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) ? fd : ARES_SOCKET_BAD,
 			(events & EPOLLOUT) ? fd : ARES_SOCKET_BAD);
 }
 
 int resolve_timeout_ms(void)
 {
 	struct timeval max = { 60, 0 }, tv;
-	struct timeval *t = ares_timeout(channel, &max, &tv);
+	struct timeval *t = ares.timeout(channel, &max, &tv);
 	if (!t || (t->tv_sec == 60 && t->tv_usec == 0))
 		return -1;
 	return (int)(t->tv_sec * 1000 + (t->tv_usec + 999) / 1000);
@@ -267,5 +299,5 @@ int resolve_timeout_ms(void)
 void resolve_tick(void)
 {
 	/* Lets c-ares act on expired timeouts (no socket is ready). */
-	ares_process_fd(channel, ARES_SOCKET_BAD, ARES_SOCKET_BAD);
+	ares.process_fd(channel, ARES_SOCKET_BAD, ARES_SOCKET_BAD);
 }

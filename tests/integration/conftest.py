@@ -317,6 +317,28 @@ def wait_cleanup(data_dir, timeout=60):
     os.close(fd)
 
 
+def drain_spares(under):
+    """`sandlot drain` for every data dir at or under `under` (or gone)
+    that has spare network namespaces or cgroups of `sandlot run`
+    (hostscan.spare_pools(), cgroup pools marked "spare"); returns {data
+    dir: how many it removed}."""
+    out = {}
+    under = str(under).rstrip("/")
+    dds = set(hostscan.spare_pools().values())
+    dds |= {dd for pool, dd in hostscan.cgroup_pools().items()
+            if hostscan.is_spare_pool(pool)}
+    for dd in sorted(dds):
+        if dd != under and not dd.startswith(under + "/") and os.path.exists(dd):
+            continue
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SANDLOT_")}
+        env["SANDLOT_DATA_DIR"] = dd
+        r = subprocess.run([str(SANDLOT), "drain"], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, (dd, r.stdout, r.stderr)
+        out[dd] = int(r.stdout)
+    return out
+
+
 def wait_until(cond, timeout, interval=0.05):
     """Poll cond() until it returns a truthy value or timeout passes; returns
     the last value."""
@@ -459,6 +481,9 @@ def session_dirs():
     hostscan.unmount_pools(base)
     hostscan.owner().stop()
     shutil.rmtree(base, ignore_errors=True)
+    # Spare network namespaces of the session's data dirs (test_zz checks
+    # them), and of data dirs since removed (tests' temporary ones).
+    drain_spares(base)
 
 
 @pytest.fixture

@@ -223,9 +223,92 @@ def orphaned_prepared_cgroups(data_dir):
         if pool_dd != dd and not pool_dd.startswith(dd.rstrip("/") + "/"):
             continue
         names = prepared_cgroups(pool)
-        if names and not pool_has_preparer(pool):
+        if names and not pool_has_preparer(pool) and not spare_cgroups_kept(pool, pool_dd):
             out[pool] = names
     return out
+
+
+# The cleanup helper of a `sandlot run` keeps up to this many prepared
+# cgroups for the next runs of its data dir, in a pool whose preparer.lock
+# says "spare"
+# (src/linux/cgroup.h, "spares of sandlot run"), with no preparer.
+CGROUP_SPARE_MAX = 2
+
+
+def is_spare_pool(pool):
+    """Whether a cgroup pool is the spares of `sandlot run`."""
+    return read(os.path.join(pool, "preparer.lock")) == "spare\n"
+
+
+def spare_cgroups_kept(pool, pool_dd):
+    """Whether a pool's free cgroups are the bounded spares of `sandlot run`
+    for a data dir that exists (what `sandlot drain` removes)."""
+    return (is_spare_pool(pool) and os.path.isdir(pool_dd)
+            and len(prepared_cgroups(pool)) <= CGROUP_SPARE_MAX)
+
+
+# Spare network namespaces of `sandlot run` (src/linux/netns.h, "spare
+# namespaces"): a directory per data dir, named after a hash of it, holding
+# "data-dir", "fill.lock", and per spare a bind mount "<name>.ns" of the
+# namespace and, while it is free, a marker "<name>.free".
+NETNS_SPARE_BASE = "/run/sandlot/netns-spare"
+NETNS_SPARE_MAX = 2
+SPARE_NAME = re.compile(r"^([a-z2-7]{1,31})\.(ns|free)$")
+
+
+def spare_pools():
+    """{pool directory: its data dir} for every spare pool on the host."""
+    out = {}
+    for pool in glob.glob(os.path.join(NETNS_SPARE_BASE, "*")):
+        dd = read(os.path.join(pool, "data-dir"))
+        if dd is not None:
+            out[pool] = dd.rstrip("\n")
+    return out
+
+
+def spare_pool_of(data_dir):
+    """The spare pool directory of data_dir (FNV-1a 64 of its path)."""
+    h = 0xcbf29ce484222325
+    for b in str(data_dir).encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return os.path.join(NETNS_SPARE_BASE, f"{h:016x}")
+
+
+def spares(pool):
+    """(free, mounted): names with a marker, names whose .ns is a mount."""
+    try:
+        names = os.listdir(pool)
+    except OSError:
+        return set(), set()
+    free = {m.group(1) for m in map(SPARE_NAME.match, names) if m and m.group(2) == "free"}
+    mine = os.path.realpath(pool) + "/"
+    mounted = set()
+    for ln in (read("/proc/self/mountinfo") or "").splitlines():
+        mp = ln.split()[4]
+        if mp.startswith(mine) and mp.endswith(".ns"):
+            mounted.add(mp[len(mine):-3])
+    return free, mounted
+
+
+def spare_problems(data_dir):
+    """What is wrong with the spares of data dirs at or under data_dir, once
+    their runs' cleanup helpers are done: more than the bound free, a
+    marker without its mount, or a mount without its marker (taken and
+    never put back)."""
+    dd = str(data_dir)
+    problems = []
+    for pool, pool_dd in spare_pools().items():
+        if pool_dd != dd and not pool_dd.startswith(dd.rstrip("/") + "/"):
+            continue
+        free, mounted = spares(pool)
+        if len(free) > NETNS_SPARE_MAX:
+            problems.append(f"{len(free)} spare network namespaces in {pool} (at most "
+                            f"{NETNS_SPARE_MAX})")
+        for n in sorted(free - mounted):
+            problems.append(f"spare network namespace {pool}/{n} free but not mounted")
+        for n in sorted(mounted - free):
+            problems.append(f"spare network namespace {pool}/{n} taken and never put back")
+    return problems
 
 
 def sandbox_cgroups():
@@ -628,7 +711,9 @@ def leftovers(before, data_dir, me=None):
       live process;
     - a new mount of our data directory, or of a loop device backed by a
       file in it, in our mount namespace (but a storage pool's own);
-    - a new named network namespace named after one of our sandboxes.
+    - a new named network namespace named after one of our sandboxes;
+    - spare network namespaces of our data dir (or one under it) beyond
+      the bound, or taken and never put back (spare_problems()).
     """
     me = me or os.getpid()
     own = owner()
@@ -672,4 +757,5 @@ def leftovers(before, data_dir, me=None):
     for pool, names in sorted(orphaned_prepared_cgroups(dd).items()):
         problems.append(f"prepared cgroups left in {pool} with no process keeping them: "
                         f"{' '.join(sorted(names))}")
+    problems += spare_problems(dd)
     return problems

@@ -138,6 +138,35 @@ def test_buffered_argv(sb):
     assert "error" not in r
 
 
+def test_first_and_later_commands_get_the_same_credentials(sandlotd):
+    """The first command's process is readied while the sandbox still
+    finishes its set-up, the later ones while the previous command runs:
+    every one of them starts unprivileged, filtered, with default signal
+    dispositions and the sandbox's limits, and the first sees only the
+    sandbox's root (the host's was detached before it ran)."""
+    sid = sandlotd.create()
+    script = ("grep -E '^(Cap|SigIgn|SigBlk|NoNewPrivs|Seccomp:)' /proc/self/status; "
+              "ulimit -n; cat /proc/self/oom_score_adj; id -u; "
+              "awk '$5 == \"/\"' /proc/self/mountinfo | wc -l")
+    first = sandlotd.exec(sid, command=script)
+    assert first["exit_code"] == 0, first
+    for _ in range(3):
+        r = sandlotd.exec(sid, command=script)
+        assert r["exit_code"] == 0, r
+        assert r["stdout"] == first["stdout"], (first, r)
+    lines = first["stdout"].splitlines()
+    st = dict(ln.split(":", 1) for ln in lines if ":" in ln)
+    st = {k: v.strip() for k, v in st.items()}
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert st[cap] == "0000000000000000", (cap, first)
+    assert st["SigIgn"] == st["SigBlk"] == "0000000000000000", first
+    assert st["NoNewPrivs"] == "1" and st["Seccomp"] == "2", first
+    rest = [ln for ln in lines if ":" not in ln]
+    assert int(rest[0]) > 0 and rest[1] == "300" and rest[2] == "1000", first
+    # One mount at /: the sandbox's root, nothing of the host's stacked.
+    assert rest[3] == "1", first
+
+
 def test_buffered_command_exit_code_and_stderr(sb):
     d, sid = sb
     r = d.exec(sid, command="echo out; echo err >&2; exit 3")

@@ -1,6 +1,8 @@
 """The isolation posture, checked from inside the sandbox and from the host."""
 import json
 import os
+import shlex
+import subprocess
 import time
 import uuid
 
@@ -30,6 +32,27 @@ def test_no_capabilities_no_new_privs_seccomp(sandlot):
         assert st[cap] == "0000000000000000", (cap, st[cap])
     assert st["NoNewPrivs"] == "1"
     assert st["Seccomp"] == "2"
+
+
+def status_of(text):
+    return {k: v.strip() for k, v in (ln.split(":", 1) for ln in text.splitlines() if ":" in ln)}
+
+
+def test_command_starts_with_default_signals_whatever_the_host_ignored(sandlot):
+    """A command starts with no signal ignored or blocked, even when the
+    process that ran `sandlot run` ignored some (an ignored signal survives
+    execve: sh's `trap ''`, nohup): sandlot-init drops what it inherited
+    when it starts and keeps only SIGPIPE and SIGXFSZ ignored for itself, which each
+    command's process undoes."""
+    cmd = " ".join(shlex.quote(a) for a in sandlot.argv(["--", "cat", "/proc/self/status"]))
+    r = subprocess.run(["sh", "-c", f"trap '' HUP INT USR1 USR2 PIPE TERM ALRM XFSZ; exec {cmd}"],
+                       env=sandlot.env, capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r
+    st = status_of(r.stdout)
+    assert st["SigIgn"] == "0000000000000000", st
+    assert st["SigBlk"] == "0000000000000000", st
+    assert st["CapBnd"] == "0000000000000000", st
 
 
 def test_uid_inside_is_1000(sandlot):

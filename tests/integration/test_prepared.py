@@ -2,7 +2,8 @@
 "Prepared resources"): sandlotd keeps a set per data dir, a sandbox takes
 one, and none outlives the daemon — drained when it stops, taken over by
 the next daemon of the data dir or reclaimed by a stale collector when it
-was killed.  `sandlot run` prepares none of its own."""
+was killed.  `sandlot run`'s cleanup helper keeps a bounded few for the
+next runs (the pool marked "spare"; test_spares.py)."""
 import glob
 import os
 import time
@@ -125,11 +126,18 @@ def test_killed_daemon_cgroups_are_reclaimed_by_a_collector(own_daemon, sandlot)
     assert pool_of(d.data_dir) is None, "the reclaimed pool's directory is still there"
 
 
-def test_sandlot_run_prepares_nothing(sandlot):
-    """A run leaves no prepared cgroup behind for its data dir."""
-    for _ in range(2):
+def test_sandlot_run_prepares_a_bounded_few(sandlot):
+    """A run's cleanup helper leaves at most CGROUP_SPARE_MAX prepared
+    cgroups for its data dir (test_spares.py has the rest), in a pool
+    marked "spare" that no process holds and no leftover check calls an
+    orphan; a run takes them as sandlotd's."""
+    for _ in range(3):
         r = sandlot.run(["--", "true"])
         assert r.rc == 0, r
-    wait_cleanup(sandlot.data_dir)
-    pool = pool_of(sandlot.data_dir)
-    assert pool is None or hostscan.prepared_cgroups(pool) == set(), pool
+        wait_cleanup(sandlot.data_dir)
+        pool = pool_of(sandlot.data_dir)
+        assert pool is not None
+        assert 1 <= len(hostscan.prepared_cgroups(pool)) <= hostscan.CGROUP_SPARE_MAX, pool
+        assert hostscan.is_spare_pool(pool)
+        assert not hostscan.pool_has_preparer(pool)
+        assert hostscan.orphaned_prepared_cgroups(sandlot.data_dir) == {}

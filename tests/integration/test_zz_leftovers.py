@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import session_baseline, wait_cleanup, wait_until
+from conftest import drain_spares, session_baseline, wait_cleanup, wait_until
 import hostscan
 
 
@@ -48,14 +48,25 @@ def test_nothing_left_behind(session_dirs, sandlot):
     for cg in hostscan.sandbox_cgroups() - before["cgroups"]:
         if own.is_ours(hostscan.sandbox_id(cg)):
             problems.append(f"cgroup left: {cg} (procs {hostscan.cgroup_procs(cg)})")
+    drain_spares(data_dir)
     # No prepared cgroup kept for our data dirs once every daemon of the
-    # session has stopped (hostscan.leftovers() names only those whose
+    # session has stopped and `sandlot drain` removed the runs' spares (hostscan.leftovers() names only those whose
     # preparer is gone).
     for pool, pool_dd in hostscan.cgroup_pools().items():
         if pool_dd == str(data_dir) or pool_dd.startswith(str(data_dir) + "/"):
             for name in sorted(hostscan.prepared_cgroups(pool)):
                 problems.append(f"prepared cgroup left: {name} in {pool}")
     problems += hostscan.pool_problems(data_dir)
+    # The spare network namespaces and cgroups runs keep for the next ones
+    # (bounded, checked by leftovers() above) go with `sandlot drain`.
+    for pool, pool_dd in hostscan.spare_pools().items():
+        if pool_dd == str(data_dir) or pool_dd.startswith(str(data_dir) + "/"):
+            problems.append(f"spare network namespaces left after sandlot drain: {pool}")
+    for ln in open("/proc/self/mountinfo"):
+        if hostscan.NETNS_SPARE_BASE in ln and any(
+                ln.split()[4].startswith(hostscan.spare_pool_of(d) + "/")
+                for d in [data_dir]):
+            problems.append(f"spare mount left after sandlot drain: {ln.strip()}")
     # The pools themselves go when unmounted: then no loop device, no mount.
     hostscan.unmount_pools(data_dir)
 

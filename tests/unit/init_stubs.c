@@ -22,6 +22,11 @@ int init_setup_finish(const struct init_config *cfg)
 	return 0;
 }
 
+int init_setup_children(const struct init_config *cfg)
+{
+	return 0;
+}
+
 int init_drop_privileges(const struct init_config *cfg)
 {
 	if (getgid() != cfg->gid && setgid(cfg->gid) < 0)

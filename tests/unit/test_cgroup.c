@@ -681,6 +681,49 @@ static void scenario_exists(void)
 	destroy_checked(cg);
 }
 
+/* sandlot__cgroup_remove_named(), which sandlotd runs after every sandbox
+ * it ends: an empty leftover goes from every hierarchy; one that holds a
+ * process stays, reported, until it is asked to kill and the process is
+ * gone. */
+static void scenario_remove_named(void)
+{
+	sandlot_cgroup_t *live = must_create("named-live", NULL);
+	struct kid k;
+	spawn(&k, kid_sleep);
+	add(live, k.pid);
+	start(&k);
+	CHECK_EQ_INT(report(&k), k.pid);
+
+	char paths[8][PATH_MAX], empty[8][PATH_MAX];
+	int n = all_paths(live, paths);
+	char ename[128], lname[128];
+	snprintf(ename, sizeof(ename), "%s", name_for("named-empty"));
+	snprintf(lname, sizeof(lname), "%s", name_for("named-live"));
+	for (int i = 0; i < n; i++) {
+		char *slash = strrchr(paths[i], '/');
+		snprintf(empty[i], PATH_MAX, "%.*s/%s", (int)(slash - paths[i]), paths[i], ename);
+		if (mkdir(empty[i], 0755) < 0 && errno != EEXIST)
+			CHECK(!"mkdir leftover");
+	}
+	CHECK_EQ_INT(sandlot__cgroup_remove_named(ename, 0), 0);
+	for (int i = 0; i < n; i++) {
+		CHECK(dir_gone(empty[i]));
+		CHECK(!dir_gone(paths[i]));
+	}
+	/* Live: left alone in every hierarchy. */
+	CHECK_EQ_INT(sandlot__cgroup_remove_named(lname, 0), 1);
+	for (int i = 0; i < n; i++)
+		CHECK(!dir_gone(paths[i]));
+	sandlot__cgroup_remove_named(lname, 1);
+	CHECK_EQ_INT(wait_signal(k.pid), SIGKILL);
+	CHECK_EQ_INT(sandlot__cgroup_remove_named(lname, 0), 0);
+	for (int i = 0; i < n; i++)
+		CHECK(dir_gone(paths[i]));
+	/* Nothing of that name: nothing to do. */
+	CHECK_EQ_INT(sandlot__cgroup_remove_named(ename, 0), 0);
+	sandlot__cgroup_close(live);
+}
+
 static void scenario_cleanup_stale(void)
 {
 	/* One leftover holding a live process and one empty leftover (made by
@@ -1022,6 +1065,7 @@ static void test_v1_kill_forkstorm(void) { use_v1(); scenario_forkstorm(); }
 static void test_v1_destroy_live(void) { use_v1(); scenario_destroy_live(); }
 static void test_v1_exists(void) { use_v1(); scenario_exists(); }
 static void test_v1_cleanup_stale(void) { use_v1(); scenario_cleanup_stale(); }
+static void test_v1_remove_named(void) { use_v1(); scenario_remove_named(); }
 static void test_v1_bad_names(void) { use_v1(); scenario_bad_names(); }
 static void test_v1_pool(void) { use_v1(); scenario_pool(1); }
 static void test_v1_pool_race(void) { use_v1(); scenario_pool_race(); }
@@ -1115,6 +1159,7 @@ static void test_v2_kill_forkstorm(void) { use_v2(); need_v2_controllers(); scen
 static void test_v2_destroy_live(void) { use_v2(); scenario_destroy_live(); }
 static void test_v2_exists(void) { use_v2(); scenario_exists(); }
 static void test_v2_cleanup_stale(void) { use_v2(); scenario_cleanup_stale(); }
+static void test_v2_remove_named(void) { use_v2(); scenario_remove_named(); }
 /* Without the controllers here (a hybrid host), the pool still works with
  * no limits; with them, the limits are checked too. */
 static void test_v2_pool(void) { use_v2(); scenario_pool(v2_missing_controller() == NULL); }
@@ -1301,6 +1346,7 @@ int main(void)
 	TAP_RUN(test_v1_destroy_live);
 	TAP_RUN(test_v1_exists);
 	TAP_RUN(test_v1_cleanup_stale);
+	TAP_RUN(test_v1_remove_named);
 	TAP_RUN(test_v1_bad_names);
 	TAP_RUN(test_v1_missing_hierarchy);
 	TAP_RUN(test_v1_pool);
@@ -1316,6 +1362,7 @@ int main(void)
 	TAP_RUN(test_v2_destroy_live);
 	TAP_RUN(test_v2_exists);
 	TAP_RUN(test_v2_cleanup_stale);
+	TAP_RUN(test_v2_remove_named);
 	TAP_RUN(test_v2_not_cgroup2);
 	TAP_RUN(test_v2_pool);
 	TAP_RUN(test_v2_pool_race);

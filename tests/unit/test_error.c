@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/lazylib.h"
 #include "tap.h"
 
 static int fails_with(sandlot_error_t **err)
@@ -103,6 +104,55 @@ static void test_long_message(void)
 	sandlot_error_free(err);
 }
 
+/* lazylib.h: a library loaded on first use, its symbols filled all at
+ * once; a missing library or symbol is an error naming it and what needed
+ * it, the same on every call, with no slot filled. */
+static size_t (*lz_strlen)(const char *);
+static const struct sandlot_lazysym libc_syms[] = { { "strlen", (void **)&lz_strlen } };
+static struct sandlot_lazylib libc_lib = SANDLOT_LAZYLIB("libc.so.6", "count", libc_syms);
+
+static void *lz_slot;
+static const struct sandlot_lazysym bad_syms[] = { { "strlen", &lz_slot },
+						   { "sandlot_no_such_symbol", &lz_slot } };
+static struct sandlot_lazylib badsym_lib = SANDLOT_LAZYLIB("libc.so.6", "do it", bad_syms);
+static struct sandlot_lazylib nolib_lib =
+	SANDLOT_LAZYLIB("libsandlot-no-such-library.so.9", "load the rules", bad_syms);
+
+static void test_lazylib_loads_once(void)
+{
+	sandlot_error_t *err = NULL;
+	CHECK_EQ_INT(sandlot__lazylib_load(&libc_lib, &err), 0);
+	CHECK(err == NULL);
+	CHECK(lz_strlen != NULL);
+	CHECK_EQ_INT(lz_strlen("four"), 4);
+	size_t (*first)(const char *) = lz_strlen;
+	CHECK_EQ_INT(sandlot__lazylib_load(&libc_lib, &err), 0);
+	CHECK(lz_strlen == first);
+}
+
+static void test_lazylib_missing_library(void)
+{
+	for (int i = 0; i < 2; i++) {
+		sandlot_error_t *err = NULL;
+		CHECK_EQ_INT(sandlot__lazylib_load(&nolib_lib, &err), -1);
+		CHECK_EQ_INT(sandlot_error_status(err), ENOTSUP);
+		const char *m = sandlot_error_message(err);
+		CHECK(strncmp(m, "load the rules: needs libsandlot-no-such-library.so.9", 53) == 0);
+		sandlot_error_free(err);
+	}
+	CHECK(lz_slot == NULL);
+}
+
+static void test_lazylib_missing_symbol(void)
+{
+	sandlot_error_t *err = NULL;
+	CHECK_EQ_INT(sandlot__lazylib_load(&badsym_lib, &err), -1);
+	CHECK(strstr(sandlot_error_message(err), "has no sandlot_no_such_symbol") != NULL);
+	sandlot_error_free(err);
+	/* strlen was found, but nothing is filled unless everything is. */
+	CHECK(lz_slot == NULL);
+}
+
 int main(void)
 {
 	TAP_RUN(test_status_and_message);
@@ -114,5 +164,8 @@ int main(void)
 	TAP_RUN(test_errno_variant);
 	TAP_RUN(test_accessors_on_null);
 	TAP_RUN(test_long_message);
+	TAP_RUN(test_lazylib_loads_once);
+	TAP_RUN(test_lazylib_missing_library);
+	TAP_RUN(test_lazylib_missing_symbol);
 	return tap_done();
 }

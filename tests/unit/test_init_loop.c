@@ -115,7 +115,9 @@ static void start_init_opts(struct client *c, const struct init_opts *o)
 			  open_as(o->pids_events, INIT_FD_PIDS_EVENTS) < 0))
 			_exit(97);
 		if (o && o->fsize) {
-			/* Writing past the limit must fail with EFBIG, not kill. */
+			/* Writing past the limit must fail with EFBIG, not kill:
+			 * init ignores SIGXFSZ itself (this disposition is reset
+			 * when it starts, like any it inherits). */
 			signal(SIGXFSZ, SIG_IGN);
 			struct rlimit rl = { o->fsize, o->fsize };
 			setrlimit(RLIMIT_FSIZE, &rl);
