@@ -575,10 +575,24 @@ def sandlotd(session_dirs, tmp_path_factory, isolation, isolation_env):
     if isolation == "vm":
         fds = daemon_fd_baseline(d)
     yield d
-    if isolation == "vm" and d.proc is not None and d.proc.poll() is None:
-        no_fd_left(d, fds)
-    rc = d.stop()
+    # The daemon stops even when the descriptor check fails: one left
+    # running would keep its sandboxes (and their links in /run/sandlot/vm,
+    # its prepared cgroups) past the removal of its data dir.
+    try:
+        if isolation == "vm" and d.proc is not None and d.proc.poll() is None:
+            no_fd_left(d, fds)
+    finally:
+        rc = d.stop()
     assert rc == 0, f"sandlotd exited with {rc} on SIGTERM:\n{d.logs()}"
+
+
+def sandbox_host_pids(d):
+    """The host processes that carry daemon `d`'s sandboxes, children of
+    the daemon: an ns sandbox's sandlot-init, a vm sandbox's QEMU (whose
+    guest, init included, dies with it).  Killing one is how a test makes
+    a sandbox die under the daemon, for either backend."""
+    mine = hostscan.init_pids() | set(hostscan.qemu_guests())
+    return sorted(p for p in mine if hostscan.ppid(p) == d.proc.pid)
 
 
 def vm_fds(d):

@@ -344,8 +344,15 @@ def loop_backing_files():
 POOL_FILES = {"pool.img", "pool.lock", "mnt"}
 
 
+# What the kernel adds to a loop device's backing file once that file is
+# removed (reclaim_daemon_dirs removes a stopped daemon's pool image).
+DELETED = " (deleted)"
+
+
 def is_pool_image(path):
-    return path.endswith("/storage/pool.img")
+    """A storage pool's image, also once removed while its loop device
+    lives on."""
+    return path.removesuffix(DELETED).endswith("/storage/pool.img")
 
 
 def is_pool_mount(line):
@@ -713,8 +720,15 @@ def leftovers(before, data_dir, me=None):
     problems = []
     dd = str(data_dir)
     for dev, bf in sorted(loop_backing_files().items()):
-        if bf.startswith(dd) and not is_pool_image(bf):
+        if not bf.startswith(dd):
+            continue
+        if not is_pool_image(bf):
             problems.append(f"loop device {dev} still backed by {bf}")
+        elif bf.endswith(DELETED) and not loop_holders(dev):
+            # A removed pool's device goes with the last mount of it: one
+            # that a namespace made (by anyone) while the pool was mounted
+            # still holds it, and the final check waits for those.
+            problems.append(f"loop device {dev} of a removed storage pool, mounted nowhere: {bf}")
     problems += pool_problems(dd)
     for p in sorted(init_pids() - before["inits"]):
         parent = ppid(p)

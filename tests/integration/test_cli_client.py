@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import SANDLOT, kill_group, read_line_with_deadline, wait_until
+from conftest import SANDLOT, kill_group, read_line_with_deadline, sandbox_host_pids, wait_until
 
 # Behaviour both backends must have: each test runs with isolation ns and vm
 # (conftest.py, `backends`).
@@ -492,12 +492,12 @@ def test_cp_stdin_and_stdout(cli, sb):
 
 
 def kill_sandbox_init(sandlotd):
-    """The sandlot-init of the daemon's only sandbox dies (SIGKILL): every
-    transfer from that sandbox fails from then on."""
-    import hostscan
-    inits = [p for p in hostscan.init_pids() if hostscan.ppid(p) == sandlotd.proc.pid]
-    assert len(inits) == 1, inits
-    os.kill(inits[0], signal.SIGKILL)
+    """The daemon's only sandbox dies (SIGKILL of its sandlot-init, or of a
+    vm sandbox's QEMU): every transfer from that sandbox fails from then
+    on."""
+    pids = sandbox_host_pids(sandlotd)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
 
 
 def test_cp_tree_cut_mid_download_fails_and_leaves_no_partial_file(cli, sandlotd, sb, tmp_path):
@@ -516,13 +516,19 @@ def test_cp_tree_cut_mid_download_fails_and_leaves_no_partial_file(cli, sandlotd
                     return True
         return False
     # The big file is being written: stop the CLI there, kill the sandbox,
-    # let the CLI go on to find the rest of the archive missing.
-    assert wait_until(writing_b, 60, interval=0.002)
-    os.killpg(p.pid, signal.SIGSTOP)
-    assert p.poll() is None, "the download finished before it could be cut"
-    kill_sandbox_init(sandlotd)
-    os.killpg(p.pid, signal.SIGCONT)
-    out, err = p.communicate(timeout=60)
+    # let the CLI go on to find the rest of the archive missing.  (A CLI
+    # left stopped would hold its download, and so the sandbox, open.)
+    try:
+        assert wait_until(writing_b, 60, interval=0.002)
+        os.killpg(p.pid, signal.SIGSTOP)
+        assert p.poll() is None, "the download finished before it could be cut"
+        kill_sandbox_init(sandlotd)
+        os.killpg(p.pid, signal.SIGCONT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            kill_group(p)
+            p.communicate()
     res = f"rc={p.returncode} stderr={err.decode(errors='replace')}"
     assert p.returncode != 0, res
     assert "cut short" in err.decode(), res
@@ -535,10 +541,15 @@ def test_cp_tree_to_stdout_cut_mid_download_fails(cli, sandlotd, sb):
     r = sh(cli, sb, "mkdir out && head -c 64M /dev/urandom > out/b.bin")
     assert r.rc == 0, r
     p = cli.popen(["cp", f"{sb}:out", "-"])
-    got = p.stdout.read(2 << 20)
-    assert len(got) == 2 << 20
-    kill_sandbox_init(sandlotd)
-    rest, err = p.communicate(timeout=60)
+    try:
+        got = p.stdout.read(2 << 20)
+        assert len(got) == 2 << 20
+        kill_sandbox_init(sandlotd)
+        rest, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            kill_group(p)
+            p.communicate()
     assert len(got) + len(rest) < 60 << 20
     assert p.returncode != 0, (p.returncode, err)
     assert "cut short" in err.decode(), err
