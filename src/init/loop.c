@@ -17,12 +17,14 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -70,9 +72,22 @@ void init__fail(struct loop *l, int status, const char *why)
  * exec.c).  After OK, off the host's wait. */
 static void reset_inherited_signals(void)
 {
-	for (int sig = 1; sig < NSIG; sig++)
-		if (sig != SIGKILL && sig != SIGSTOP && sig != SIGPIPE && sig != SIGXFSZ)
-			signal(sig, SIG_DFL);
+	/* The kernel's sigaction, not libc's: musl refuses signals 32 to 34
+	 * (its own), which a host may have left ignored all the same.  Only
+	 * ignored ones are touched (a handler cannot be inherited). */
+	struct {
+		void (*handler)(int);
+		unsigned long flags;
+		void (*restorer)(void);
+		uint64_t mask;
+	} act, dfl = { .handler = SIG_DFL };
+	for (int sig = 1; sig <= 64; sig++) {
+		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGPIPE || sig == SIGXFSZ)
+			continue;
+		if (syscall(SYS_rt_sigaction, sig, NULL, &act, sizeof(act.mask)) == 0 &&
+		    act.handler == SIG_IGN)
+			syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(dfl.mask));
+	}
 }
 
 /* --- outgoing queue ----------------------------------------------------- */
