@@ -75,10 +75,15 @@ leave:
 	return NULL;
 }
 
-/* q->lock held.  Start a thread if every one is busy and there is room. */
+/* q->lock held, the job queued.  Start a thread if the queue holds more
+ * jobs than there are idle threads to take them, and there is room.  (Not
+ * "if none is idle": a thread just signalled counts as idle until it runs,
+ * so two submits in a row would both leave their jobs to it, and with
+ * jobs that wait long, as a stdin feed does, the second one waited for the
+ * first to end.) */
 static void maybe_spawn(struct pool *q)
 {
-	if (q->waiting > 0 || q->threads >= WORKQ_MAX_THREADS)
+	if (q->queued <= q->waiting || q->threads >= WORKQ_MAX_THREADS)
 		return;
 	pthread_attr_t a;
 	pthread_t t;
