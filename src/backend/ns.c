@@ -414,9 +414,6 @@ static void *release_main(void *arg)
 	return NULL;
 }
 
-/* Start the thread that releases the child of a vfork-style clone.  1 when
- * started (then clone with &r->tid, or release_job_cancel()), 0 when the
- * caller releases the child itself after a fork-style clone. */
 /* Whether this process is small enough that copying its address space
  * (a fork-style clone) costs less than handing the release to a thread:
  * `sandlot run`'s few MiB fork in about 0.1 ms, where the thread's start and
@@ -439,6 +436,9 @@ static int small_process(void)
 	return resident * (unsigned long)sysconf(_SC_PAGESIZE) < (16ul << 20);
 }
 
+/* Start the thread that releases the child of a vfork-style clone.  1 when
+ * started (then clone with &r->tid, or release_job_cancel()), 0 when the
+ * caller releases the child itself after a fork-style clone. */
 static int release_job_start(struct release *r)
 {
 	/* SANDLOT_CLONE=fork or vfork: that clone whatever the process's

@@ -69,6 +69,17 @@ static int split(const char *d, const char *suffix, char name[SANDLOT_NETNS_SPAR
 	return 1;
 }
 
+/* A listing of the open pool (its own descriptor: pool stays open), or
+ * NULL. */
+static DIR *list_pool(int pool)
+{
+	int dfd = dup(pool);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d && dfd >= 0)
+		close(dfd);
+	return d;
+}
+
 /* Unmount and unlink <name>.ns in pool.  The mount is detached lazily: a
  * sandbox being set up may still have a copy of it in its new mount
  * namespace (it goes with init's old root). */
@@ -87,13 +98,9 @@ int sandlot__netns_spare_take(const char *data_dir, char name[SANDLOT_NETNS_SPAR
 	cleanup_close int pool = open_pool(data_dir);
 	if (pool < 0)
 		return -1;
-	int dfd = dup(pool);
-	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-	if (!d) {
-		if (dfd >= 0)
-			close(dfd);
+	cleanup_closedir DIR *d = list_pool(pool);
+	if (!d)
 		return -1;
-	}
 	int fd = -1;
 	struct dirent *de;
 	char e[64];
@@ -115,7 +122,6 @@ int sandlot__netns_spare_take(const char *data_dir, char name[SANDLOT_NETNS_SPAR
 			name[0] = '\0';
 		}
 	}
-	closedir(d);
 	if (fd < 0)
 		name[0] = '\0';
 	return fd;
@@ -133,19 +139,12 @@ void sandlot__netns_spare_put(const char *data_dir, const char *name)
 /* Free (marker) count of an open pool. */
 static unsigned count_at(int pool)
 {
-	int dfd = dup(pool);
-	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-	if (!d) {
-		if (dfd >= 0)
-			close(dfd);
-		return 0;
-	}
+	cleanup_closedir DIR *d = list_pool(pool);
 	unsigned n = 0;
 	char name[SANDLOT_NETNS_SPARE_NAME];
 	struct dirent *de;
-	while ((de = readdir(d)))
+	while (d && (de = readdir(d)))
 		n += split(de->d_name, ".free", name);
-	closedir(d);
 	return n;
 }
 
@@ -238,17 +237,11 @@ unsigned sandlot__netns_spare_fill(const char *data_dir, unsigned target)
  * holds fill.lock, so nothing is half made.  How many were removed. */
 static unsigned drain_at(int pool, int all)
 {
-	int dfd = dup(pool);
-	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-	if (!d) {
-		if (dfd >= 0)
-			close(dfd);
-		return 0;
-	}
+	cleanup_closedir DIR *d = list_pool(pool);
 	unsigned n = 0;
 	char name[SANDLOT_NETNS_SPARE_NAME], e[64];
 	struct dirent *de;
-	while ((de = readdir(d))) {
+	while (d && (de = readdir(d))) {
 		if (!split(de->d_name, ".ns", name))
 			continue;
 		if (faccessat(pool, entry(e, name, ".free"), F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
@@ -259,7 +252,6 @@ static unsigned drain_at(int pool, int all)
 		put_at(pool, name);
 		n++;
 	}
-	closedir(d);
 	return n;
 }
 
@@ -280,15 +272,11 @@ static unsigned drain_path(const char *path, int all, int wait)
 	if (all) {
 		/* Gone only if no spare is left in it (one made since). */
 		char name[SANDLOT_NETNS_SPARE_NAME];
-		int dfd = dup(pool), busy = 0;
-		DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+		int busy = 0;
+		cleanup_closedir DIR *d = list_pool(pool);
 		struct dirent *de;
 		while (d && (de = readdir(d)))
 			busy |= split(de->d_name, ".ns", name);
-		if (d)
-			closedir(d);
-		else if (dfd >= 0)
-			close(dfd);
 		if (!busy) {
 			unlinkat(pool, "data-dir", 0);
 			unlinkat(pool, "fill.lock", 0);
