@@ -299,28 +299,7 @@ static int root_job_join(struct root_job *j)
 /* Release the child: one byte, with the root tree (root_fd >= 0). */
 static int send_go(int sock, int root_fd)
 {
-	char c = 'g';
-	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} cm;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (root_fd >= 0) {
-		memset(&cm, 0, sizeof(cm));
-		mh.msg_control = cm.buf;
-		mh.msg_controllen = sizeof(cm.buf);
-		struct cmsghdr *ch = CMSG_FIRSTHDR(&mh);
-		ch->cmsg_level = SOL_SOCKET;
-		ch->cmsg_type = SCM_RIGHTS;
-		ch->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(ch), &root_fd, sizeof(int));
-	}
-	ssize_t n;
-	do
-		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	return n == 1 ? 0 : -1;
+	return sandlot__send_with_fd(sock, "g", 1, root_fd) == 1 ? 0 : -1;
 }
 
 /* The clone child's stack (sys_clone_vfork): child_main needs a few KiB. */

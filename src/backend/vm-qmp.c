@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/util.h"
 
 /* Events remembered for sandlot__qmp_wait_event(): beyond this many the
  * oldest go (QEMU sends some nobody waits for: STOP, RESUME, passes). */
@@ -149,28 +150,9 @@ static int send_all(struct sandlot_qmp *q, const char *text, size_t len, int fd,
 {
 	size_t off = 0;
 	while (off < len) {
-		struct iovec iov = { .iov_base = (char *)text + off, .iov_len = len - off };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-		union {
-			char buf[CMSG_SPACE(sizeof(int))];
-			struct cmsghdr align;
-		} u;
-		if (fd >= 0 && off == 0) {
-			memset(&u, 0, sizeof(u));
-			mh.msg_control = u.buf;
-			mh.msg_controllen = sizeof(u.buf);
-			struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-			c->cmsg_level = SOL_SOCKET;
-			c->cmsg_type = SCM_RIGHTS;
-			c->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(c), &fd, sizeof(int));
-		}
-		ssize_t k = sendmsg(q->fd, &mh, MSG_NOSIGNAL);
-		if (k < 0 && errno == EINTR)
-			continue;
+		ssize_t k = sandlot__send_with_fd(q->fd, text + off, len - off, off == 0 ? fd : -1);
 		if (k < 0)
-			return sandlot__error_errno(err, errno == EPIPE ? EPIPE : errno,
-						    "write to QEMU's monitor");
+			return sandlot__error_errno(err, errno, "write to QEMU's monitor");
 		off += (size_t)k;
 	}
 	return 0;

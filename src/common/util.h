@@ -43,6 +43,10 @@ char *sandlot__find_beside_self(const char *const *rel, const char *const *sys,
 uint64_t sandlot__now_ms(void);
 uint64_t sandlot__now_ns(void);
 
+/* sendmsg() of buf[len] with `fd` (when >= 0) passed as SCM_RIGHTS, retried
+ * on EINTR, without SIGPIPE.  What sendmsg() returns. */
+ssize_t sandlot__send_with_fd(int sock, const void *buf, size_t len, int fd);
+
 /* With SANDLOT_TRACE set, print to stderr the time since the previous
  * call, labelled `phase` (NULL just resets the clock).  For benchmarks. */
 void sandlot__trace(const char *phase);

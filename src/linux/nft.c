@@ -302,27 +302,8 @@ int sandlot__nft_helper_start(sandlot_error_t **err)
 /* One request (and its answer, but for NFT_FREE) at a time. */
 static int helper_call(const struct nft_req *q, int ns_fd, struct nft_rep *a, sandlot_error_t **err)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} c;
-	memset(&c, 0, sizeof(c));
-	struct iovec iov = { .iov_base = (void *)q, .iov_len = sizeof(*q) };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (ns_fd >= 0) {
-		m.msg_control = c.buf;
-		m.msg_controllen = sizeof(c.buf);
-		struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-		h->cmsg_level = SOL_SOCKET;
-		h->cmsg_type = SCM_RIGHTS;
-		h->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(h), &ns_fd, sizeof(int));
-	}
 	pthread_mutex_lock(&helper_lock);
-	ssize_t n;
-	do
-		n = sendmsg(helper_fd, &m, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
+	ssize_t n = sandlot__send_with_fd(helper_fd, q, sizeof(*q), ns_fd);
 	if (n == (ssize_t)sizeof(*q) && q->op != NFT_FREE) {
 		do
 			n = recv(helper_fd, a, sizeof(*a), 0);

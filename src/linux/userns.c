@@ -27,25 +27,7 @@ static int park(int fd)
 	int sp[2];
 	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) < 0)
 		return fd;
-	char c = 0;
-	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} cm;
-	memset(&cm, 0, sizeof(cm));
-	struct msghdr mh = {
-		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf),
-	};
-	struct cmsghdr *ch = CMSG_FIRSTHDR(&mh);
-	ch->cmsg_level = SOL_SOCKET;
-	ch->cmsg_type = SCM_RIGHTS;
-	ch->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(ch), &fd, sizeof(int));
-	ssize_t n;
-	do
-		n = sendmsg(sp[0], &mh, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
+	ssize_t n = sandlot__send_with_fd(sp[0], "", 1, fd);
 	close(sp[0]);
 	if (n != 1) {
 		close(sp[1]);
