@@ -352,7 +352,10 @@ describe('MCP over Streamable HTTP: session limits and idle expiry', { skip: ski
     const after = await post(d, { jsonrpc: '2.0', id: 3, method: 'ping' }, { 'Mcp-Session-Id': id });
     assert.equal(after.status, 404);
     await c.client.close();
-    assert.match(fs.readFileSync(d.logPath, 'utf8'), /event=mcp_session session=mcp-\w+ ended=idle sandbox=sb-/);
+    // The session's line is written once its sandbox is deleted, which the
+    // listing above can see first.
+    await waitFor(async () => /event=mcp_session session=mcp-\w+ ended=idle sandbox=sb-/.test(fs.readFileSync(d.logPath, 'utf8')),
+      5000, 'the idle session\'s log line');
   });
 
   test('a call that runs longer than the idle timeout is not cut', async () => {
