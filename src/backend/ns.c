@@ -416,10 +416,14 @@ static void *release_main(void *arg)
 
 /* Whether this process is small enough that copying its address space
  * (a fork-style clone) costs less than handing the release to a thread:
- * `sandlot run`'s few MiB fork in about 0.1 ms, where the thread's start and
- * hand-offs cost about 0.45 ms (bench/startup.py, SANDLOT_CLONE=fork vs
- * vfork); sandlotd's tens of MiB and hundreds of mappings cost about 1 ms to
- * copy. */
+ * `sandlot run`'s 3 MiB resident fork in about 0.1 ms, where the thread's
+ * start and hand-offs cost about 0.45 ms (bench/startup.py, SANDLOT_CLONE=fork
+ * vs vfork).  sandlotd is 12.5 to 14 MiB resident with a few sandboxes and
+ * hundreds of mappings: its fork, the copy-on-write faults of its threads
+ * after it and the copy's teardown at the child's exec made a sequential
+ * create 0.6 to 0.9 ms slower than the vfork-style clone (bench/daemon_exec.py,
+ * SANDLOT_CLONE=fork vs vfork, 150 creates each); hence a bound well between
+ * the two. */
 static int small_process(void)
 {
 	char buf[128];
@@ -433,7 +437,7 @@ static int small_process(void)
 	unsigned long size, resident;
 	if (sscanf(buf, "%lu %lu", &size, &resident) != 2)
 		return 0;
-	return resident * (unsigned long)sysconf(_SC_PAGESIZE) < (16ul << 20);
+	return resident * (unsigned long)sysconf(_SC_PAGESIZE) < (8ul << 20);
 }
 
 /* Start the thread that releases the child of a vfork-style clone.  1 when
