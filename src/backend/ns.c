@@ -341,6 +341,7 @@ struct release {
 	int rc;
 	sandlot_error_t *err;
 	/* vfork-style: */
+	int thread_started; /* release_child() runs on `thread` */
 	pthread_t thread;
 	int tid; /* the child's pid (CLONE_PARENT_SETTID), -1: no child */
 };
@@ -352,9 +353,13 @@ static int release_child(struct release *r)
 	struct ns_state *ns = r->ns;
 	pid_t pid = r->pid;
 	int rc = -1;
+	/* (SANDLOT_TRACE: on the releasing thread these phases are named
+	 * "release: ..." and timed from the child's start, apart from the
+	 * creating thread's, which go on meanwhile.) */
+	int own = r->thread_started;
 	if (sandlot__userns_write_maps(pid, ns->slot.base, &r->err) < 0)
 		goto out;
-	sandlot__trace("uid map");
+	sandlot__trace(own ? "release: uid map" : "uid map");
 	/* The workspace stores sandbox uids: show it through the new
 	 * namespace's mapping, before init attaches it. */
 	if (sandlot__storage_idmap(&ns->storage, pid, &r->err) < 0)
@@ -362,7 +367,7 @@ static int release_child(struct release *r)
 	sandlot__ns_image_idmap(ns->image_fd, pid);
 	if (!r->added && sandlot__cgroup_add_pid(ns->cg, pid, &r->err) < 0)
 		goto out;
-	sandlot__trace("cgroup add");
+	sandlot__trace(own ? "release: cgroup add" : "cgroup add");
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
 	/* Keep the OOM killer off init: it needs CAP_SYS_RESOURCE, which some
@@ -378,7 +383,7 @@ static int release_child(struct release *r)
 	r->root_job_started = 0;
 	if (root_rc == 0) {
 		sandlot__ns_root_idmap(&r->rj->root, pid);
-		sandlot__trace("root tree");
+		sandlot__trace(own ? "release: root tree" : "root tree");
 	}
 	if (send_go(r->sync_wr, r->rj->root.fd) < 0) {
 		sandlot__error_errno(&r->err, errno, "release the sandbox's init");
@@ -395,10 +400,10 @@ out:
 static void *release_main(void *arg)
 {
 	struct release *r = arg;
-	sandlot__trace(NULL);
 	int t;
 	while ((t = __atomic_load_n(&r->tid, __ATOMIC_ACQUIRE)) == 0)
 		sys_futex_wait(&r->tid, 0);
+	sandlot__trace(NULL);
 	if (t < 0) {
 		/* No child: only the root job to wait for. */
 		if (r->root_job_started)
@@ -470,8 +475,11 @@ static int release_job_start(struct release *r)
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r->thread_started = 1;
 	int rc = pthread_create(&r->thread, NULL, release_main, r);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0)
+		r->thread_started = 0;
 	return rc == 0;
 }
 
@@ -708,6 +716,7 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 		if (stack == MAP_FAILED) {
 			release_job_cancel(&rel);
+			rel.thread_started = 0;
 			vfork = 0;
 		}
 	}
@@ -727,6 +736,7 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 		/* Back once the child exec'd init or exited (its errno writes
 		 * went to this thread's errno: only a failed clone's counts). */
 		int clone_errno = errno;
+		sandlot__trace("clone to exec");
 		sandlot__netns_leave(&net_saved);
 		if (pid < 0)
 			release_job_cancel(&rel);
