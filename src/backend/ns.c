@@ -320,6 +320,7 @@ struct release {
 	int rc;
 	sandlot_error_t *err;
 	/* vfork-style: */
+	int thread_started; /* release_child() runs on `thread` */
 	pthread_t thread;
 	int tid; /* the child's pid (CLONE_PARENT_SETTID), -1: no child */
 };
@@ -331,9 +332,13 @@ static int release_child(struct release *r)
 	struct ns_state *ns = r->ns;
 	pid_t pid = r->pid;
 	int rc = -1;
+	/* (SANDLOT_TRACE: on the releasing thread these phases are named
+	 * "release: ..." and timed from the child's start, apart from the
+	 * creating thread's, which go on meanwhile.) */
+	int own = r->thread_started;
 	if (sandlot__userns_write_maps(pid, ns->slot.base, &r->err) < 0)
 		goto out;
-	sandlot__trace("uid map");
+	sandlot__trace(own ? "release: uid map" : "uid map");
 	/* The workspace stores sandbox uids: show it through the new
 	 * namespace's mapping, before init attaches it. */
 	if (sandlot__storage_idmap(&ns->storage, pid, &r->err) < 0)
@@ -341,7 +346,7 @@ static int release_child(struct release *r)
 	sandlot__ns_image_idmap(ns->image_fd, pid);
 	if (!r->added && sandlot__cgroup_add_pid(ns->cg, pid, &r->err) < 0)
 		goto out;
-	sandlot__trace("cgroup add");
+	sandlot__trace(own ? "release: cgroup add" : "cgroup add");
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
 	/* Keep the OOM killer off init: it needs CAP_SYS_RESOURCE, which some
@@ -357,7 +362,7 @@ static int release_child(struct release *r)
 	r->root_job_started = 0;
 	if (root_rc == 0) {
 		sandlot__ns_root_idmap(&r->rj->root, pid);
-		sandlot__trace("root tree");
+		sandlot__trace(own ? "release: root tree" : "root tree");
 	}
 	if (send_go(r->sync_wr, r->rj->root.fd) < 0) {
 		sandlot__error_errno(&r->err, errno, "release the sandbox's init");
@@ -374,10 +379,10 @@ out:
 static void *release_main(void *arg)
 {
 	struct release *r = arg;
-	sandlot__trace(NULL);
 	int t;
 	while ((t = __atomic_load_n(&r->tid, __ATOMIC_ACQUIRE)) == 0)
 		sys_futex_wait(&r->tid, 0);
+	sandlot__trace(NULL);
 	if (t < 0) {
 		/* No child: only the root job to wait for. */
 		if (r->root_job_started)
@@ -395,10 +400,14 @@ static void *release_main(void *arg)
 
 /* Whether this process is small enough that copying its address space
  * (a fork-style clone) costs less than handing the release to a thread:
- * `sandlot run`'s few MiB fork in about 0.1 ms, where the thread's start and
- * hand-offs cost about 0.45 ms (bench/startup.py, SANDLOT_CLONE=fork vs
- * vfork); sandlotd's tens of MiB and hundreds of mappings cost about 1 ms to
- * copy. */
+ * `sandlot run`'s 3 MiB resident fork in about 0.1 ms, where the thread's
+ * start and hand-offs cost about 0.45 ms (bench/startup.py, SANDLOT_CLONE=fork
+ * vs vfork).  sandlotd is 12.5 to 14 MiB resident with a few sandboxes and
+ * hundreds of mappings: its fork, the copy-on-write faults of its threads
+ * after it and the copy's teardown at the child's exec made a sequential
+ * create 0.6 to 0.9 ms slower than the vfork-style clone (bench/daemon_exec.py,
+ * SANDLOT_CLONE=fork vs vfork, 150 creates each); hence a bound well between
+ * the two. */
 static int small_process(void)
 {
 	char buf[128];
@@ -412,7 +421,7 @@ static int small_process(void)
 	unsigned long size, resident;
 	if (sscanf(buf, "%lu %lu", &size, &resident) != 2)
 		return 0;
-	return resident * (unsigned long)sysconf(_SC_PAGESIZE) < (16ul << 20);
+	return resident * (unsigned long)sysconf(_SC_PAGESIZE) < (8ul << 20);
 }
 
 /* Start the thread that releases the child of a vfork-style clone.  1 when
@@ -445,8 +454,11 @@ static int release_job_start(struct release *r)
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r->thread_started = 1;
 	int rc = pthread_create(&r->thread, NULL, release_main, r);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0)
+		r->thread_started = 0;
 	return rc == 0;
 }
 
@@ -683,6 +695,7 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 		if (stack == MAP_FAILED) {
 			release_job_cancel(&rel);
+			rel.thread_started = 0;
 			vfork = 0;
 		}
 	}
@@ -702,6 +715,7 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 		/* Back once the child exec'd init or exited (its errno writes
 		 * went to this thread's errno: only a failed clone's counts). */
 		int clone_errno = errno;
+		sandlot__trace("clone to exec");
 		sandlot__netns_leave(&net_saved);
 		if (pid < 0)
 			release_job_cancel(&rel);

@@ -170,6 +170,7 @@ struct daemon {
 	size_t nsbs, capsbs;
 	sqlite3 *db;
 	pthread_mutex_t db_lock;
+	struct sqlite3_stmt *db_save; /* registry_save()'s statement, made once (registry.c) */
 	unsigned char seal_key[32]; /* registry.c: <data-dir>/registry.key */
 	struct daemon_metrics m;    /* updated with __atomic builtins */
 	volatile int stopping;

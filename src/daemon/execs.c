@@ -93,6 +93,7 @@ struct chunk {
 struct waiter {
 	struct waiter *next;
 	int fd;                    /* eventfd, or -1 (then the waiter polls) */
+	int output;                /* woken by output too, not only by the end */
 };
 
 struct dexec {
@@ -254,23 +255,27 @@ static struct dexec *exec_new(struct daemon *d, struct dsb *s, enum mode mode)
 }
 
 /* Wake every waiter.  e->lock held. */
-static void notify_locked(struct dexec *e)
+/* Wake the waiters: every one, or with `output` (news that is only more
+ * output) those that read it.  e->lock held. */
+static void notify_locked(struct dexec *e, int output)
 {
 	uint64_t one = 1;
 	for (struct waiter *w = e->waiters; w; w = w->next)
-		if (w->fd >= 0 && write(w->fd, &one, sizeof(one)) < 0) {
+		if (w->fd >= 0 && (!output || w->output) && write(w->fd, &one, sizeof(one)) < 0) {
 			/* EAGAIN: the counter is saturated, a wake-up is pending */
 		}
 	pthread_cond_broadcast(&e->cond);
 }
 
-/* A wake-up channel for one reader.  Never fails: without an eventfd the
- * waiter polls (fd -1, short timeouts). */
-static struct waiter *waiter_add(struct dexec *e)
+/* A wake-up channel for one reader: at the end of the command, and with
+ * `output` at each piece of output too.  NULL only when out of memory;
+ * without an eventfd the waiter polls (fd -1, short timeouts). */
+static struct waiter *waiter_add(struct dexec *e, int output)
 {
 	struct waiter *w = calloc(1, sizeof(*w));
 	if (!w)
 		return NULL;
+	w->output = output;
 	w->fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	pthread_mutex_lock(&e->lock);
 	w->next = e->waiters;
@@ -358,7 +363,7 @@ static int on_output(void *ud, sandlot_stream_t stream, const void *data, size_t
 				e->truncated = 1;
 		}
 	}
-	notify_locked(e);
+	notify_locked(e, 1);
 	pthread_mutex_unlock(&e->lock);
 	return pause;
 }
@@ -371,7 +376,7 @@ static void on_exit_cb(void *ud, const sandlot_exit_t *ex)
 		e->pid = sandlot_proc_pid(e->proc);
 	e->ex = *ex;
 	e->exited = 1;
-	notify_locked(e);
+	notify_locked(e, 0);
 	pthread_mutex_unlock(&e->lock);
 }
 
@@ -631,7 +636,7 @@ static void finish_exec(struct dexec *e)
 	e->finished = 1;
 	int busy = e->busy_held;
 	e->busy_held = 0;
-	notify_locked(e);
+	notify_locked(e, 0);
 	pthread_mutex_unlock(&e->lock);
 	/* The command and its proc are gone: the sandbox may now be idle (or
 	 * destroyed), even if a slow client is still reading the stream. */
@@ -1365,7 +1370,7 @@ static int stream_answer(struct http_req *req, struct dsb *s, struct dexec *e, i
 	st->s = s;
 	st->e = e;
 	st->owner = owner;
-	st->w = waiter_add(e);
+	st->w = waiter_add(e, 1);
 	exec_ref(e);
 	dsb_hold(s);
 	http_stream(req, 200, "application/x-ndjson", stream_read, stream_free, st);
@@ -1446,8 +1451,11 @@ static int exec_begin(struct daemon *d, struct dsb *s, struct domain_exec_req *r
 	e->base64 = r->base64;
 	e->limit = r->limit;
 	e->command = json_incref(r->command);
-	/* Registered before the start so that no wake-up is missed. */
-	struct waiter *w = mode == MODE_BUFFERED ? waiter_add(e) : NULL;
+	/* Registered before the start so that no wake-up is missed.  Only the
+	 * end wakes it: a buffered answer has nothing to do with output as it
+	 * comes, and each wake-up is a round through the parking thread and a
+	 * worker (two per exec of a command that prints a line). */
+	struct waiter *w = mode == MODE_BUFFERED ? waiter_add(e, 0) : NULL;
 	/* Streamed and background execs outlive this request's busy count:
 	 * they hold one of their own until finish_exec. */
 	if (mode != MODE_BUFFERED) {
