@@ -30,6 +30,7 @@ all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 	@mkdir -p $(BUILD)/bin
 	@cp -f $(BUILD)/src/cli/sandlot $(BUILD)/src/cli/sandlot-client $(BUILD)/src/init/sandlot-init $(BUILD)/src/daemon/sandlotd $(BUILD)/src/gateway/sandlot-gateway $(BUILD)/bin/
+	@if [ -f $(BUILD)/src/cli/sandlot-glibc ]; then cp -f $(BUILD)/src/cli/sandlot-glibc $(BUILD)/bin/; else rm -f $(BUILD)/bin/sandlot-glibc; fi
 
 $(BUILD)/build.ninja:
 	$(MESON) setup $(BUILD)
