@@ -46,7 +46,7 @@ def static_pie_link(cc, flags, out, inputs):
                               text=True, check=True).stdout.strip()
 
     return [real, "-nostdlib", "-static-pie", "-Wl,--no-dynamic-linker", "-Wl,-z,relro,-z,now",
-            *[f for f in flags if f.startswith("-g") or f.startswith("-O")], "-o", out,
+            *[f for f in flags if f.startswith(("-g", "-O", "-Wl,"))], "-o", out,
             f"{libdir}/rcrt1.o", f"{libdir}/crti.o", gcc_file("crtbeginS.o"), *inputs,
             "-L", libdir, "-lc", gcc_file("libgcc.a"), gcc_file("crtendS.o"), f"{libdir}/crtn.o"]
 
