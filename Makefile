@@ -6,7 +6,8 @@ ASAN_BUILD ?= build-asan
 PYTEST ?= /usr/bin/python3 -m pytest
 
 # nettle-dev: SHA-256 of image trees; debootstrap: sandlot image build; musl-tools:
-# the C library of the static sandlot-init (faster to start, src/init/meson.build);
+# the C library of the static sandlot-init and sandlot (faster to start, src/init/meson.build,
+# src/cli/meson.build);
 # libhttp-parser-dev: the answers of servers behind the port proxy;
 # libnftables-dev, libc-ares-dev: the egress engine (docs/network.md)
 # btrfs-progs: mkfs.btrfs for the storage pool; e2fsprogs: workspaces of the former layout (tests)
@@ -30,6 +31,7 @@ all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 	@mkdir -p $(BUILD)/bin
 	@cp -f $(BUILD)/src/cli/sandlot $(BUILD)/src/cli/sandlot-client $(BUILD)/src/init/sandlot-init $(BUILD)/src/daemon/sandlotd $(BUILD)/src/gateway/sandlot-gateway $(BUILD)/bin/
+	@if [ -f $(BUILD)/src/cli/sandlot-glibc ]; then cp -f $(BUILD)/src/cli/sandlot-glibc $(BUILD)/bin/; else rm -f $(BUILD)/bin/sandlot-glibc; fi
 
 $(BUILD)/build.ninja:
 	$(MESON) setup $(BUILD)

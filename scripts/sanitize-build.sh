@@ -57,5 +57,10 @@ else
 	mkdir -p "$dir/bin"
 	cp -f "$dir/src/daemon/sandlotd" "$BUILD/bin/sandlot" "$BUILD/bin/sandlot-client" \
 		"$BUILD/bin/sandlot-init" "$dir/bin/"
+	# The static sandlot's glibc twin, which it runs for network runs
+	# (src/cli/meson.build), where the plain build has one.
+	if [ -x "$BUILD/bin/sandlot-glibc" ]; then
+		cp -f "$BUILD/bin/sandlot-glibc" "$dir/bin/"
+	fi
 fi
 echo "$dir/bin"

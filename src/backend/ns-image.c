@@ -16,6 +16,7 @@
 #include "ns.h"
 #include "common/cleanup.h"
 #include "core/images.h"
+#include "linux/syscalls.h"
 
 int sandlot__ns_image_mount(const char *data_dir, const char *digest, sandlot_error_t **err)
 {
@@ -27,13 +28,13 @@ int sandlot__ns_image_mount(const char *data_dir, const char *digest, sandlot_er
 	 * the sandbox's init attaches it in its own namespace, so the data
 	 * directory (mode 0700, unreachable for sandbox uids) is never walked
 	 * from inside, and nothing is mounted on the host. */
-	int fd = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+	int fd = sys_open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
 	if (fd < 0)
 		return sandlot__error_errno(err, errno, "clone image root %s", path);
 	struct mount_attr attr = {
 		.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
 	};
-	if (mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0) {
+	if (sys_mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0) {
 		int e = errno;
 		close(fd);
 		return sandlot__error_errno(err, e, "make image root %s read-only", path);
@@ -51,7 +52,7 @@ void sandlot__ns_image_idmap(int fd, pid_t pid)
 	if (ns < 0)
 		return;
 	struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)ns };
-	if (mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0) {
+	if (sys_mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0) {
 		/* EINVAL/EOPNOTSUPP: the filesystem cannot be idmapped.  Owners
 		 * then show as the overflow uid; permissions still apply. */
 	}

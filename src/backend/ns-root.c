@@ -58,6 +58,7 @@
 #include "common/cleanup.h"
 #include "common/etcfiles.h"
 #include "common/util.h"
+#include "linux/syscalls.h"
 
 static const char *const dev_nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
 
@@ -146,15 +147,15 @@ static int add_idmap(struct template *t, const char *path)
 static int new_tmpfs(const char *size, const char *mode, unsigned attrs, int *fs_out,
 		     sandlot_error_t **err)
 {
-	cleanup_close int fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
+	cleanup_close int fs = sys_fsopen("tmpfs", FSOPEN_CLOEXEC);
 	if (fs < 0)
 		return sandlot__error_errno(err, errno, "fsopen tmpfs");
-	if (fsconfig(fs, FSCONFIG_SET_STRING, "size", size, 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_SET_STRING, "mode", mode, 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", "4096", 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+	if (sys_fsconfig(fs, FSCONFIG_SET_STRING, "size", size, 0) < 0 ||
+	    sys_fsconfig(fs, FSCONFIG_SET_STRING, "mode", mode, 0) < 0 ||
+	    sys_fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", "4096", 0) < 0 ||
+	    sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
 		return sandlot__error_errno(err, errno, "create tmpfs");
-	int m = fsmount(fs, FSMOUNT_CLOEXEC, attrs);
+	int m = sys_fsmount(fs, FSMOUNT_CLOEXEC, attrs);
 	if (m < 0)
 		return sandlot__error_errno(err, errno, "fsmount tmpfs");
 	if (fs_out)
@@ -165,9 +166,9 @@ static int new_tmpfs(const char *size, const char *mode, unsigned attrs, int *fs
 /* Make the superblock of the mount `m` read-only for good. */
 static int seal_superblock(int m, sandlot_error_t **err)
 {
-	cleanup_close int fs = fspick(m, "", FSPICK_EMPTY_PATH | FSPICK_CLOEXEC);
-	if (fs < 0 || fsconfig(fs, FSCONFIG_SET_FLAG, "ro", NULL, 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0) < 0)
+	cleanup_close int fs = sys_fspick(m, "", FSPICK_EMPTY_PATH | FSPICK_CLOEXEC);
+	if (fs < 0 || sys_fsconfig(fs, FSCONFIG_SET_FLAG, "ro", NULL, 0) < 0 ||
+	    sys_fsconfig(fs, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0) < 0)
 		return sandlot__error_errno(err, errno, "make the template tmpfs read-only");
 	return 0;
 }
@@ -190,11 +191,11 @@ static int bind_into(int root, const char *dst, const char *src, int recursive, 
 	} else if (touch_exact(root, dst, 0644) < 0) {
 		return sandlot__error_errno(err, errno, "mount point /%s", dst);
 	}
-	cleanup_close int m = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
+	cleanup_close int m = sys_open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
 					(recursive ? AT_RECURSIVE : 0));
 	if (m < 0)
 		return sandlot__error_errno(err, errno, "clone %s", src);
-	if (move_mount(m, "", root, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+	if (sys_move_mount(m, "", root, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 		return sandlot__error_errno(err, errno, "bind %s at /%s", src, dst);
 	return 0;
 }
@@ -302,8 +303,8 @@ static int image_root(struct template *t, int root, const char *rootfs, struct s
 		const char *name = sandlot__etc_generated[i];
 		char dst[64];
 		snprintf(dst, sizeof(dst), "etc/%s", name);
-		cleanup_close int m = open_tree(gen, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-		if (m < 0 || move_mount(m, "", root, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		cleanup_close int m = sys_open_tree(gen, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+		if (m < 0 || sys_move_mount(m, "", root, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 			return sandlot__error_errno(err, errno,
 						    "bind /etc/%s over the image's (is the image complete?)",
 						    name);
@@ -350,9 +351,9 @@ static int dev_binds(int root, sandlot_error_t **err)
 		char src[32], dst[32];
 		snprintf(src, sizeof(src), "/dev/%s", dev_nodes[i]);
 		snprintf(dst, sizeof(dst), "dev/%s", dev_nodes[i]);
-		cleanup_close int m = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-		if (m < 0 || mount_setattr(m, "", AT_EMPTY_PATH, &ro, sizeof(ro)) < 0 ||
-		    move_mount(m, "", root, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		cleanup_close int m = sys_open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+		if (m < 0 || sys_mount_setattr(m, "", AT_EMPTY_PATH, &ro, sizeof(ro)) < 0 ||
+		    sys_move_mount(m, "", root, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 			return sandlot__error_errno(err, errno, "bind %s", src);
 	}
 	return 0;
@@ -385,14 +386,14 @@ static int build(struct template *t, const struct ns_root_key *k, sandlot_error_
 	struct mount_attr ro = {
 		.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
 	};
-	if (mount_setattr(root, "", AT_EMPTY_PATH | AT_RECURSIVE, &ro, sizeof(ro)) < 0)
+	if (sys_mount_setattr(root, "", AT_EMPTY_PATH | AT_RECURSIVE, &ro, sizeof(ro)) < 0)
 		return sandlot__error_errno(err, errno, "make the template read-only");
 	if (dev_binds(root, err) < 0 || seal_superblock(root, err) < 0)
 		return -1;
 	/* Private, all of it: a clone of a host mount would otherwise join
 	 * its peer group and receive the host's mount events. */
 	struct mount_attr priv = { .propagation = MS_PRIVATE };
-	if (mount_setattr(root, "", AT_EMPTY_PATH | AT_RECURSIVE, &priv, sizeof(priv)) < 0)
+	if (sys_mount_setattr(root, "", AT_EMPTY_PATH | AT_RECURSIVE, &priv, sizeof(priv)) < 0)
 		return sandlot__error_errno(err, errno, "make the template private");
 	t->fd = steal_fd(&root);
 	return 0;
@@ -468,7 +469,7 @@ int sandlot__ns_root_clone(const struct ns_root_key *k, struct ns_root *out, int
 		}
 	}
 	t->used = ++use_clock;
-	out->fd = open_tree(t->fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE |
+	out->fd = sys_open_tree(t->fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE |
 				   AT_EMPTY_PATH);
 	int e = errno;
 	for (size_t i = 0; out->fd >= 0 && i < t->nidmap; i++)
@@ -495,18 +496,18 @@ void sandlot__ns_root_idmap(struct ns_root *r, pid_t pid)
 		if (!*p) {
 			/* The root tmpfs: its own mount only (the host's binds on
 			 * it stay as they are). */
-			mount_setattr(r->fd, "", AT_EMPTY_PATH, &attr, sizeof(attr));
+			sys_mount_setattr(r->fd, "", AT_EMPTY_PATH, &attr, sizeof(attr));
 			continue;
 		}
 		/* The kernel idmaps only the top of a detached tree: clone the
 		 * subtree (a tree of its own), idmap that whole, and mount it
 		 * over the original in the clone. */
-		cleanup_close int sub = open_tree(r->fd, p, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
+		cleanup_close int sub = sys_open_tree(r->fd, p, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
 						  AT_RECURSIVE);
 		if (sub < 0 ||
-		    mount_setattr(sub, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
+		    sys_mount_setattr(sub, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
 			continue; /* cannot be idmapped here: owners show as nobody */
-		move_mount(sub, "", r->fd, p, MOVE_MOUNT_F_EMPTY_PATH);
+		sys_move_mount(sub, "", r->fd, p, MOVE_MOUNT_F_EMPTY_PATH);
 	}
 }
 

@@ -30,6 +30,14 @@ int cli_read_all(const char *verb, int fd, const char *what, size_t max, char **
  * defaults for the verb's own options. */
 extern const char *cli_host, *cli_token_file;
 
+#ifdef SANDLOT_CLI_STATIC
+/* The static (musl) `sandlot` cannot load shared libraries: run
+ * `sandlot-glibc`, the same program linked against glibc, with our whole
+ * command line in our place (src/cli/meson.build).  Returns only after a
+ * failure, with EXIT_SANDLOT after saying why. */
+int cli_run_dynamic(void);
+#endif
+
 /* Options of every verb that talks to sandlotd (client.h). */
 enum { OPT_HOST = 1000, OPT_TOKEN_FILE };
 #define CLI_CLIENT_OPTIONS                                              \

@@ -114,12 +114,19 @@ int cli_usage_error(const char *verb, const char *fmt, ...)
 
 int cli_option_error(const char *verb, int c, char **argv)
 {
+	/* The option as typed is argv[optind - 1] (one before when getopt took
+	 * a "--" as its value), except that musl's getopt (the static
+	 * `sandlot`) leaves optind one further than glibc's after a short
+	 * option missing its value at the end of the command line: there
+	 * argv[optind - 1] is the NULL after the last argument. */
+	int i = optind - 1 - (c == ':' && optarg && !strcmp(optarg, "--"));
+	if (i > 1 && !argv[i])
+		i--;
 	if (c == ':')
-		return cli_usage_error(verb, "option %s needs a value",
-				       argv[optind - 1 - (optarg && !strcmp(optarg, "--"))]);
-	if (optopt && optopt < 256 && argv[optind - 1][1] != '-')
+		return cli_usage_error(verb, "option %s needs a value", argv[i]);
+	if (optopt && optopt < 256 && argv[i][1] != '-')
 		return cli_usage_error(verb, "unknown option -%c", optopt);
-	return cli_usage_error(verb, "unknown option %s", argv[optind - 1]);
+	return cli_usage_error(verb, "unknown option %s", argv[i]);
 }
 
 /* `sandlot` itself holds `run` (libsandlot only, so it starts fast); the
@@ -200,14 +207,15 @@ static int global_options(int argc, char **argv)
 	return i - 1;
 }
 
-/* Run the other half of the CLI (see verbs[]) with our arguments. */
-static int delegate(int argc, char **argv)
+/* The whole command line, global options included: what a program run in
+ * our place gets. */
+static char **cli_argv;
+
+/* Exec `other`, found next to this program (or where an install puts it),
+ * with our arguments.  Returns only after a failure, with EXIT_SANDLOT
+ * after saying why. */
+static int exec_beside(const char *other, char **argv)
 {
-#ifdef SANDLOT_CLI_CLIENT
-	const char *other = "sandlot";
-#else
-	const char *other = "sandlot-client";
-#endif
 	char self[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n > 0) {
@@ -226,15 +234,30 @@ static int delegate(int argc, char **argv)
 			}
 		}
 	}
-	(void)argc;
 	cli_err("cannot run %s (it belongs next to this program): %s", other, strerror(errno ? errno : ENOENT));
 	return EXIT_SANDLOT;
 }
 
+/* Run the other half of the CLI (see verbs[]) with our arguments. */
+static int delegate(void)
+{
+#ifdef SANDLOT_CLI_CLIENT
+	return exec_beside("sandlot", cli_argv);
+#else
+	return exec_beside("sandlot-client", cli_argv);
+#endif
+}
+
+#ifdef SANDLOT_CLI_STATIC
+int cli_run_dynamic(void)
+{
+	return exec_beside("sandlot-glibc", cli_argv);
+}
+#endif
+
 int main(int argc, char **argv)
 {
-	int argv0_argc = argc;
-	char **argv0_argv = argv;
+	cli_argv = argv;
 	int shift = global_options(argc, argv);
 	if (shift < 0)
 		return EXIT_USAGE;
@@ -258,7 +281,7 @@ int main(int argc, char **argv)
 			continue;
 		if (verbs[i].fn)
 			return verbs[i].fn(argc - 1, argv + 1);
-		return delegate(argv0_argc, argv0_argv);
+		return delegate();
 	}
 	return cli_usage_error(NULL, "unknown command \"%s\"", verb);
 }

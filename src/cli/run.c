@@ -572,8 +572,7 @@ int cmd_run(int argc, char **argv)
 			rc = 0;
 			goto out;
 		case ':':
-			rc = cli_usage_error("run", "option %s needs a value",
-					     argv[optind - 1 - (optarg && !strcmp(optarg, "--"))]);
+			rc = cli_option_error("run", c, argv);
 			goto out;
 		case OPT_PIP:
 			pip[npip++] = optarg;
@@ -590,10 +589,7 @@ int cmd_run(int argc, char **argv)
 			break;
 		case '?':
 		default:
-			if (optopt && optopt < 256 && argv[optind - 1][1] != '-')
-				rc = cli_usage_error("run", "unknown option -%c", optopt);
-			else
-				rc = cli_usage_error("run", "unknown option %s", argv[optind - 1]);
+			rc = cli_option_error("run", '?', argv);
 			goto out;
 		}
 	}
@@ -610,6 +606,17 @@ int cmd_run(int argc, char **argv)
 	rc = EXIT_SANDLOT;
 	if (cli_net_policy(net, &opts, &net_allow, &net_deny) < 0)
 		goto out;
+#ifdef SANDLOT_CLI_STATIC
+	/* What loads libnftables or c-ares (the egress engine: a network
+	 * policy, a package install) cannot run in this static program; a vm
+	 * goes there too (its boot takes seconds, not a millisecond less).
+	 * Before anything is read from stdin: the other program reads it. */
+	if (opts.network != SANDLOT_NET_NONE || npip || nnpm ||
+	    opts.isolation == SANDLOT_ISOLATION_VM) {
+		rc = cli_run_dynamic();
+		goto out;
+	}
+#endif
 	if (lang) {
 		rc = lang_command(lang, &code, &code_len, &code_buf, argc, argv, &optind, interactive,
 				  &up[nup], &nup, &code_fd, code_remote, &cmd);

@@ -561,6 +561,13 @@ void sandlot__cgroup_event_fds(sandlot_cgroup_t *cg, int *oom_fd, int *pids_fd)
 	}
 }
 
+/* GLOB_ONLYDIR is a glibc extension, and only a hint there; musl (the
+ * static `sandlot`, src/cli/meson.build) has no such flag.  Nothing but a
+ * cgroup's directory can match the patterns below anyway. */
+#ifndef GLOB_ONLYDIR
+#define GLOB_ONLYDIR 0
+#endif
+
 /* Every directory of the cgroup named `name` (v1: one per hierarchy; v2:
  * one), as a glob over the roots this process uses. */
 static int named_dirs(const char *name, glob_t *g)

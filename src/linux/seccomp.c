@@ -728,16 +728,15 @@ static int program_fd = -1;
 
 /* The compiled program depends only on the policy text and libseccomp;
  * compiling costs milliseconds, so it is kept in <cache_dir> under a name
- * derived from both (FNV-1a 64 of the text and the library version). */
+ * derived from both (FNV-1a 64 of the text and then of the library version:
+ * the text's part was hashed at build time, src/linux/meson.build). */
 static void cache_path(const char *cache_dir, char *out, size_t len)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
+	uint64_t h = sandlot__seccomp_policy_fnv;
 	const struct scmp_version *v = seccomp_version();
 	char ver[64];
 	snprintf(ver, sizeof(ver), "|%u.%u.%u|%zu", v ? v->major : 0, v ? v->minor : 0,
 		 v ? v->micro : 0, sizeof(struct sock_filter));
-	for (const char *p = sandlot__seccomp_policy_text; *p; p++)
-		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
 	for (const char *p = ver; *p; p++)
 		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
 	snprintf(out, len, "%s/seccomp-%016llx.bpf", cache_dir, (unsigned long long)h);

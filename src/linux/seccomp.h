@@ -27,6 +27,9 @@
 
 /* NUL-terminated text of spec/seccomp-policy.txt (generated source). */
 extern const char sandlot__seccomp_policy_text[];
+/* The FNV-1a 64 hash of that text (offset basis 0xcbf29ce484222325, prime
+ * 0x100000001b3, a byte at a time), computed when it is generated. */
+extern const unsigned long long sandlot__seccomp_policy_fnv;
 
 /* Build (once per process, cached, thread-safe) the BPF program for the
  * policy compiled into the binary and return a sealed memfd holding the raw

@@ -26,6 +26,7 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "linux/syscalls.h"
 
 extern char **environ;
 
@@ -487,17 +488,17 @@ static int pool_mount_locked(const struct pool_paths *p, int create, sandlot_err
 		lfd = attach_loop(img, LO_FLAGS_AUTOCLEAR, dev, sizeof(dev), err);
 	if (lfd < 0)
 		return sandlot__error_wrap(err, "storage pool %s", p->img);
-	cleanup_close int fs = fsopen("btrfs", FSOPEN_CLOEXEC);
+	cleanup_close int fs = sys_fsopen("btrfs", FSOPEN_CLOEXEC);
 	if (fs < 0)
 		return sandlot__error_errno(err, errno, "fsopen btrfs (the storage pool needs btrfs)");
 	/* nodiscard: btrfs would otherwise hand freed blocks back to the loop
 	 * device, which punches them out of the pool file, making it sparse:
 	 * exactly what the pool is not allowed to be. */
-	if (fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_SET_FLAG, "nodiscard", NULL, 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+	if (sys_fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+	    sys_fsconfig(fs, FSCONFIG_SET_FLAG, "nodiscard", NULL, 0) < 0 ||
+	    sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
 		return sandlot__error_errno(err, errno, "mount storage pool %s from %s", p->img, dev);
-	cleanup_close int m = fsmount(fs, FSMOUNT_CLOEXEC,
+	cleanup_close int m = sys_fsmount(fs, FSMOUNT_CLOEXEC,
 				      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
 	if (m < 0)
 		return sandlot__error_errno(err, errno, "fsmount storage pool %s", p->img);
@@ -511,7 +512,7 @@ static int pool_mount_locked(const struct pool_paths *p, int create, sandlot_err
 		return -1;
 	if (mkdir(p->mnt, 0700) < 0 && errno != EEXIST)
 		return sandlot__error_errno(err, errno, "create %s", p->mnt);
-	if (move_mount(m, "", AT_FDCWD, p->mnt, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+	if (sys_move_mount(m, "", AT_FDCWD, p->mnt, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 		return sandlot__error_errno(err, errno, "mount the storage pool on %s", p->mnt);
 	return steal_fd(&r);
 }
@@ -769,11 +770,11 @@ fail:
  * own mount is noexec), still nosuid and nodev. */
 static int clone_mount(int wfd, sandlot_error_t **err)
 {
-	cleanup_close int m = open_tree(wfd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+	cleanup_close int m = sys_open_tree(wfd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
 	if (m < 0)
 		return sandlot__error_errno(err, errno, "clone the workspace mount");
 	struct mount_attr attr = { .attr_clr = MOUNT_ATTR_NOEXEC };
-	if (mount_setattr(m, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+	if (sys_mount_setattr(m, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
 		return sandlot__error_errno(err, errno, "set the workspace mount's flags");
 	return steal_fd(&m);
 }
@@ -825,7 +826,7 @@ static int storage_pool(const char *data_dir, const char *id, uint64_t bytes, co
 		w = new_workspace_locked(&p, root, dir, tmp, bytes, ratio, &lock, err);
 		if (w < 0)
 			return -1;
-		if (keep && renameat2(dir, tmp, dir, name, RENAME_NOREPLACE) < 0) {
+		if (keep && sys_renameat2(dir, tmp, dir, name, RENAME_NOREPLACE) < 0) {
 			int e = errno;
 			close(lock), lock = -1;
 			subvol_delete(dir, tmp);
@@ -896,7 +897,7 @@ int sandlot__storage_idmap(struct sandlot_storage *s, pid_t pid, sandlot_error_t
 	/* The sandbox's namespace maps sandbox uid u to host uid base + u:
 	 * exactly the translation from the workspace's owners to the host's. */
 	struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)ns };
-	if (mount_setattr(s->mount_fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+	if (sys_mount_setattr(s->mount_fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
 		return sandlot__error_errno(err, errno,
 					    "idmap the workspace mount (workspaces need idmapped "
 					    "btrfs mounts, Linux 5.15 or later)");
@@ -990,7 +991,7 @@ int sandlot__workspace_copy(const char *data_dir, const char *src, const char *d
 	cleanup_close int nw = openat(dir, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	int rc = nw < 0 ? sandlot__error_errno(err, errno, "open workspace %s", tmp)
 			: set_quota(nw, bytes, err);
-	if (rc == 0 && renameat2(dir, tmp, dir, dst, RENAME_NOREPLACE) < 0)
+	if (rc == 0 && sys_renameat2(dir, tmp, dir, dst, RENAME_NOREPLACE) < 0)
 		rc = sandlot__error_errno(err, errno, "create workspace %s", dst);
 	if (rc < 0) {
 		subvol_delete(dir, tmp);
@@ -1125,12 +1126,12 @@ int sandlot__workspace_import(const char *data_dir, const char *name, const char
 					    sizeof(dev), err);
 	if (lfd < 0)
 		return sandlot__error_wrap(err, "workspace image %s", image);
-	cleanup_close int fs = fsopen("ext4", FSOPEN_CLOEXEC);
-	if (fs < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_SET_FLAG, "ro", NULL, 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+	cleanup_close int fs = sys_fsopen("ext4", FSOPEN_CLOEXEC);
+	if (fs < 0 || sys_fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+	    sys_fsconfig(fs, FSCONFIG_SET_FLAG, "ro", NULL, 0) < 0 ||
+	    sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
 		return sandlot__error_errno(err, errno, "mount workspace image %s", image);
-	cleanup_close int m = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+	cleanup_close int m = sys_fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
 							       MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
 	if (m < 0)
 		return sandlot__error_errno(err, errno, "mount workspace image %s", image);
@@ -1185,7 +1186,7 @@ int sandlot__workspace_import(const char *data_dir, const char *name, const char
 	}
 	if (rc == 0 && set_quota(w, bytes, err) < 0)
 		rc = -1;
-	if (rc == 0 && renameat2(dir, tmp, dir, name, RENAME_NOREPLACE) < 0)
+	if (rc == 0 && sys_renameat2(dir, tmp, dir, name, RENAME_NOREPLACE) < 0)
 		rc = sandlot__error_errno(err, errno, "create workspace %s", name);
 	if (rc < 0) {
 		close(lock), lock = -1;
@@ -1284,7 +1285,7 @@ int sandlot__workspace_import_tar(const char *data_dir, const char *name, uint64
 				    why[0] ? ": " : "", why);
 	if (rc == 0 && fsync(w) < 0)
 		rc = sandlot__error_errno(err, errno, "sync workspace %s", name);
-	if (rc == 0 && renameat2(dir, tmp, dir, name, RENAME_NOREPLACE) < 0)
+	if (rc == 0 && sys_renameat2(dir, tmp, dir, name, RENAME_NOREPLACE) < 0)
 		rc = sandlot__error_errno(err, errno, "create workspace %s", name);
 	if (rc < 0) {
 		close(lock), lock = -1;

@@ -109,6 +109,31 @@ static inline int sys_fsmount(int fd, unsigned flags, unsigned attrs)
 #endif
 }
 
+/* renameat2: glibc has a wrapper, musl 1.2.3 has none. */
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+static inline int sys_renameat2(int olddfd, const char *oldpath, int newdfd, const char *newpath,
+				unsigned flags)
+{
+#ifdef __NR_renameat2
+	return (int)syscall(__NR_renameat2, olddfd, oldpath, newdfd, newpath, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+static inline int sys_fspick(int dfd, const char *path, unsigned flags)
+{
+#ifdef __NR_fspick
+	return (int)syscall(__NR_fspick, dfd, path, flags);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
 /* Load a kernel module from an open file (sandlot-init in a VM guest:
  * src/init/vm.c). */
 static inline int sys_finit_module(int fd, const char *params, int flags)

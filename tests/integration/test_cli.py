@@ -660,3 +660,42 @@ def test_parallel_runs_are_independent(sandlot, tmp_path):
         for p in procs:
             stop(p)
     assert len(ids) == 6
+
+
+# ---- the static sandlot and its glibc twin ---------------------------------
+# Where the build made `sandlot` a static musl program it also made
+# `sandlot-glibc` beside it (src/cli/meson.build): the runs that load shared
+# libraries (the egress engine's libnftables and c-ares) go there.
+
+def static_cli_or_skip():
+    twin = SANDLOT.parent / "sandlot-glibc"
+    if not twin.exists():
+        pytest.skip("this build's sandlot is linked against glibc itself (no musl-gcc, or "
+                    "-Dcli_libc=glibc, or a sanitizer build): it has no twin to hand runs to")
+    return twin
+
+
+@pytest.mark.ns_only(reason="a vm run is handed to sandlot-glibc whatever its network")
+def test_static_sandlot_runs_plain_commands_alone_and_hands_network_runs_over(sandlot, tmp_path):
+    """Without sandlot-glibc beside it, the static sandlot still runs a
+    command with no network, and refuses one with a network policy with a
+    clear error, not a half-made sandbox; with it, the policy run works and
+    gets the code the static sandlot left unread on stdin."""
+    twin = static_cli_or_skip()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sandlot").write_bytes(SANDLOT.read_bytes())
+    (bindir / "sandlot").chmod(0o755)
+    alone = str(bindir / "sandlot")
+    # (The build's init: the sandbox's root could not reach one in tmp_path.)
+    init = {"SANDLOT_INIT": str(SANDLOT.parent / "sandlot-init")}
+    r = sandlot.run([], extra_env=init, raw_argv=[alone, "run", "--", "sh", "-c", "echo plain"])
+    assert (r.rc, r.out) == (0, b"plain\n"), r
+    r = sandlot.run([], extra_env=init, raw_argv=[alone, "run", "--net", "open", "--", "true"])
+    assert r.rc == 125, r
+    assert b"sandlot-glibc" in r.err, r
+    (bindir / "sandlot-glibc").write_bytes(twin.read_bytes())
+    (bindir / "sandlot-glibc").chmod(0o755)
+    r = sandlot.run([], input=b"print(6 * 7)\n", extra_env=init,
+                    raw_argv=[alone, "run", "--net", "open", "--lang", "python", "-"])
+    assert (r.rc, r.out) == (0, b"42\n"), r

@@ -976,6 +976,16 @@ static void test_program_cache(void)
 	CHECK(system(cmd) == 0);
 }
 
+/* The hash the cache's name starts from, made when the policy text was
+ * generated, is that text's FNV-1a 64. */
+static void test_policy_hash_is_the_texts(void)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (const char *p = sandlot__seccomp_policy_text; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+	CHECK(h == sandlot__seccomp_policy_fnv);
+}
+
 int main(void)
 {
 	tap_timeout_s = 60; /* the program cases start real interpreters */
@@ -983,6 +993,7 @@ int main(void)
 	TAP_RUN(test_program_fd_is_sealed);
 	TAP_RUN(test_program_fd_thread_safe);
 	TAP_RUN(test_program_cache);
+	TAP_RUN(test_policy_hash_is_the_texts);
 	TAP_RUN(test_bad_policies_are_refused);
 	TAP_RUN(test_good_policy_syntax);
 	TAP_RUN(test_compiled_semantics);
