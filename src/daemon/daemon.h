@@ -471,6 +471,13 @@ void workspace_remove(struct daemon *d, const char *id);
  * disk (paused, expired with its files kept) or remove it (deleted,
  * failed, lost). */
 void workspace_destroyed(struct daemon *d, struct dsb *s);
+/* Removals of workspaces that workspace_destroyed() found still in use
+ * (for a moment after their sandbox, by children cloned meanwhile): try
+ * them again (the reaper, once a second; sandboxes_free() until done or a
+ * deadline).  Returns how many are still pending.  workspace_retry_free():
+ * forget the list (at the very end). */
+size_t workspace_retry_removals(struct daemon *d);
+void workspace_retry_free(void);
 /* Make the pool's files durable (syncfs), as after a pause. */
 void workspace_flush(struct daemon *d, const char *id);
 /* Reaper, once a second per sandbox: the kept workspace of an ended

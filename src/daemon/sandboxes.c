@@ -1109,6 +1109,7 @@ static void reap_once(struct daemon *d)
 		workspace_reap(d, s, now);
 	}
 	leftovers_retry_run();
+	workspace_retry_removals(d);
 	registry_reclaim(d);
 	/* Forget ended sandboxes after an hour, and the oldest beyond MAX_ENDED
 	 * (out of memory for the order: at the next round). */
@@ -1347,8 +1348,10 @@ void sandboxes_free(struct daemon *d)
 	free(v);
 	/* Last chance for cgroups the kernel was slow to let go of. */
 	uint64_t deadline = sandlot__now_ms() + 3000;
-	while (leftovers_retry_run() > 0 && sandlot__now_ms() < deadline)
+	while ((leftovers_retry_run() > 0) + (workspace_retry_removals(d) > 0) &&
+	       sandlot__now_ms() < deadline)
 		usleep(50000);
+	workspace_retry_free();
 	free(cg_retries);
 	cg_retries = NULL;
 	ncg_retries = capcg_retries = 0;

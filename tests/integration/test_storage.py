@@ -431,3 +431,31 @@ def test_the_ledger_adds_up_after_concurrent_creates_and_deletes(own_daemon):
     assert d.delete(f"/v1/sandboxes/{keep}").status == 204
     assert wait_until(lambda: int(ledger.read_text()) == 0, 10), ledger.read_text()
     assert d.stop() == 0
+
+
+def test_workspaces_of_sandboxes_deleted_during_creates_are_removed(own_daemon):
+    """A deleted sandbox's workspace lock can be held for a moment by the
+    children that concurrent creations clone from sandlotd (they start with
+    a copy of every descriptor of the daemon): its removal waits for them
+    (workspaces.c) instead of leaving the workspace, and its disk
+    reservation, behind."""
+    import concurrent.futures as cf
+    d = own_daemon().start()
+    ledger = Path(d.data_dir) / "storage" / "mnt" / "reserved"
+
+    def churn(_):
+        for _ in range(10):
+            sid = d.create(**SMALL, disk="16M")
+            assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+        return True
+
+    with cf.ThreadPoolExecutor(12) as ex:
+        assert all(ex.map(churn, range(12)))
+    kept = ledger.parent / "kept"
+    assert wait_until(lambda: not os.listdir(kept) and int(ledger.read_text()) == 0, 15), \
+        (len(os.listdir(kept)), ledger.read_text())
+    log = d.log_text()
+    assert "workspace_remove_failed" not in log, \
+        [ln for ln in log.splitlines() if "workspace_remove_failed" in ln][:3]
+    assert log.count("event=workspace_removed") == 120
+    assert d.stop() == 0
