@@ -37,12 +37,14 @@
  * been killed, an ended sandbox is gone from the API's view: what is left
  * is waiting for its processes to die and freeing what they held (cgroup,
  * workspace, uid range, network namespace), a few milliseconds of work
- * that nobody waits for.  So dsb_end() hands that part to the teardown
+ * that nobody needs to wait for.  So while sandlotd is busy (creations or
+ * other teardowns in progress) dsb_end() hands that part to the teardown
  * threads (at most TEARDOWN_THREADS) and returns: a DELETE answers 204
  * without it, and under a burst of creates and deletes it no longer
- * competes with every create for the CPU.  The queue is bounded
- * (TEARDOWN_BACKLOG): past that, and while sandlotd stops, the caller
- * tears down itself, as before.  A creation that fails for want of what a
+ * competes with every create for the CPU.  An otherwise idle sandlotd
+ * tears down in the caller, as before: a DELETE then answers with the host
+ * already clean.  The queue is bounded (TEARDOWN_BACKLOG): past that, and
+ * while sandlotd stops, the caller tears down itself too.  A creation that fails for want of what a
  * pending teardown still holds (a uid range, disk reservations) waits for
  * the queue and tries once more (dsb_teardowns_wait); sandboxes_shutdown()
  * waits for every queued teardown (dsb_teardowns_drain), so nothing
@@ -186,11 +188,18 @@ static void *teardown_main(void *arg)
 }
 
 /* Queue s's stop_finish() for a teardown thread: 1, or 0 when the caller
- * must do it (the queue is closed or full, or no thread can run it). */
+ * must do it: sandlotd is otherwise idle (no creation and no other
+ * teardown in progress: then finishing it here costs the caller a
+ * millisecond or two, and the host is clean when the answer goes), the
+ * queue is closed or full, or no thread can run it. */
 static int teardown_submit(struct daemon *d, struct dsb *s)
 {
+	pthread_mutex_lock(&d->lock);
+	unsigned creating = d->ncreating;
+	pthread_mutex_unlock(&d->lock);
 	pthread_mutex_lock(&td.lock);
-	if (td.closed || td.queued >= TEARDOWN_BACKLOG) {
+	if (td.closed || td.queued >= TEARDOWN_BACKLOG ||
+	    (creating == 0 && td.queued + td.active == 0)) {
 		pthread_mutex_unlock(&td.lock);
 		return 0;
 	}

@@ -130,7 +130,7 @@ void workspace_remove(struct daemon *d, const char *id)
  * next start of sandlotd, and 25 creates then failed for want of disk.  So
  * a busy removal is tried again for REMOVE_TRY_MS, then by the reaper once
  * a second for REMOVE_RETRY_MS (and at shutdown, sandboxes_free()). */
-#define REMOVE_TRY_MS 50
+#define REMOVE_TRY_MS 10 /* not longer: it holds up a teardown thread */
 #define REMOVE_RETRY_MS 60000
 struct rm_retry {
 	char id[32];
