@@ -44,13 +44,13 @@
  * competes with every create for the CPU.  An otherwise idle sandlotd
  * tears down in the caller, as before: a DELETE then answers with the host
  * already clean.  The queue is bounded (TEARDOWN_BACKLOG): past that, and
- * while sandlotd stops, the caller tears down itself too.  A creation that fails for want of what a
- * pending teardown still holds (a uid range, disk reservations) waits for
- * the queue and tries once more (dsb_teardowns_wait); sandboxes_shutdown()
- * waits for every queued teardown (dsb_teardowns_drain), so nothing
- * outlives the daemon's stop.  A teardown thread never waits for
- * borrowers: a sandbox still busy is left to the reaper (destroy_pending),
- * which its last borrower wakes.
+ * while sandlotd stops, the caller tears down itself too.  A creation that
+ * fails for want of what a pending teardown still holds (a uid range, disk
+ * reservations) waits for the queue and tries once more
+ * (dsb_teardowns_wait); sandboxes_shutdown() waits for every queued
+ * teardown (dsb_teardowns_drain), so nothing outlives the daemon's stop.
+ * A teardown thread never waits for borrowers: a sandbox still busy is left
+ * to the reaper (destroy_pending), which its last borrower wakes.
  */
 #include <errno.h>
 #include <signal.h>
