@@ -113,6 +113,7 @@ struct dsb {
 	/* sandboxes.c private */
 	pthread_cond_t cond;        /* busy dropped to 0 */
 	int destroy_pending;        /* ended, but borrowers still used sb */
+	struct dsb *teardown_next;  /* lifecycle.c's teardown queue */
 	int in_table;
 	/* kept workspace (workspaces.c), under s->lock */
 	int has_workspace;          /* its storage is the kept workspace named by its id */
@@ -267,13 +268,26 @@ json_t *dsb_to_json(struct dsb *s);
 
 /* ---- lifecycle.c: the state machine (and domain.h's lifecycle calls) ------- */
 
-/* End a sandbox (destroy it, record state and reason, persist).  A no-op
+/* End a sandbox (record state and reason, persist, destroy it).  A no-op
  * if it has ended already.  Kills its init first, so every call still in
- * progress on it fails quickly (EPIPE), waits (up to a few seconds) for
- * those calls to dsb_put(), then destroys it; if some borrower is still
- * busy then, the destroy happens on the reaper thread once it lets go.
- * So do not call it while holding a busy reference of s yourself. */
+ * progress on it fails quickly (EPIPE); the rest — waiting for those calls
+ * to dsb_put(), destroying it, removing its workspace — is queued for a
+ * teardown thread, which leaves the destroy to the reaper while a borrower
+ * still holds it.  When the queue is full or closed (sandlotd stops) the
+ * caller does that part itself, waiting up to a few seconds for the
+ * borrowers.  So do not call it while holding a busy reference of s
+ * yourself. */
 void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *reason);
+
+/* The teardowns dsb_end() queued.  dsb_teardowns_wait(): wait up to
+ * timeout_ms until none is queued or running; 1 if there was one to wait
+ * for.  dsb_teardowns_pending(): how many are queued or running now.
+ * dsb_teardowns_drain(): queue no more (dsb_end() then tears down itself),
+ * finish those queued, and stop the threads — sandboxes_shutdown()'s last
+ * step. */
+int dsb_teardowns_wait(unsigned timeout_ms);
+unsigned dsb_teardowns_pending(void);
+void dsb_teardowns_drain(void);
 
 /* Wait (s->lock held) until no pause or resume — and with `copies`, no
  * from_snapshot copy of its workspace — is in progress.  0, or -1 after
@@ -327,8 +341,9 @@ int daemon_query_flag(struct http_req *req, const char *name);
  * clean up what they left (cgroups, storage images). */
 void sandboxes_recover(struct daemon *d);
 void reaper_start(struct daemon *d);
-/* Shutdown: stop the reaper, then end every running sandbox ("deleted",
- * reason "sandlotd stopped"), several at a time. */
+/* Shutdown: stop the reaper, finish the queued teardowns, then end every
+ * running sandbox ("deleted", reason "sandlotd stopped"), several at a
+ * time, each torn down before this returns. */
 void sandboxes_shutdown(struct daemon *d);
 /* After the HTTP servers stopped: destroy what is left, free the table. */
 void sandboxes_free(struct daemon *d);
@@ -457,6 +472,13 @@ void workspace_remove(struct daemon *d, const char *id);
  * disk (paused, expired with its files kept) or remove it (deleted,
  * failed, lost). */
 void workspace_destroyed(struct daemon *d, struct dsb *s);
+/* Removals of workspaces that workspace_destroyed() found still in use
+ * (for a moment after their sandbox, by children cloned meanwhile): try
+ * them again (the reaper, once a second; sandboxes_free() until done or a
+ * deadline).  Returns how many are still pending.  workspace_retry_free():
+ * forget the list (at the very end). */
+size_t workspace_retry_removals(struct daemon *d);
+void workspace_retry_free(void);
 /* Make the pool's files durable (syncfs), as after a pause. */
 void workspace_flush(struct daemon *d, const char *id);
 /* Reaper, once a second per sandbox: the kept workspace of an ended

@@ -32,6 +32,25 @@
  * on it fails promptly with EPIPE — and destroys the handle only once busy
  * has dropped to 0 (dsb_stop); if that takes longer than END_WAIT_MS, the
  * destroy is left to the reaper thread (sandboxes.c).
+ *
+ * Teardown in the background.  Once its state has changed and its init has
+ * been killed, an ended sandbox is gone from the API's view: what is left
+ * is waiting for its processes to die and freeing what they held (cgroup,
+ * workspace, uid range, network namespace), a few milliseconds of work
+ * that nobody needs to wait for.  So while sandlotd is busy (creations or
+ * other teardowns in progress) dsb_end() hands that part to the teardown
+ * threads (at most TEARDOWN_THREADS) and returns: a DELETE answers 204
+ * without it, and under a burst of creates and deletes it no longer
+ * competes with every create for the CPU.  An otherwise idle sandlotd
+ * tears down in the caller, as before: a DELETE then answers with the host
+ * already clean.  The queue is bounded (TEARDOWN_BACKLOG): past that, and
+ * while sandlotd stops, the caller tears down itself too.  A creation that
+ * fails for want of what a pending teardown still holds (a uid range, disk
+ * reservations) waits for the queue and tries once more
+ * (dsb_teardowns_wait); sandboxes_shutdown() waits for every queued
+ * teardown (dsb_teardowns_drain), so nothing outlives the daemon's stop.
+ * A teardown thread never waits for borrowers: a sandbox still busy is left
+ * to the reaper (destroy_pending), which its last borrower wakes.
  */
 #include <errno.h>
 #include <signal.h>
@@ -53,6 +72,8 @@
 #pragma weak execs_release
 
 #define END_WAIT_MS 5000
+#define TEARDOWN_THREADS 2
+#define TEARDOWN_BACKLOG 1024
 #define SETTLE_WAIT_MS 30000 /* longest wait for a pause or resume in progress */
 
 /* ---- errors and lookups ------------------------------------------------------ */
@@ -118,6 +139,140 @@ sandlot_t *domain_sandbox_handle(struct dsb *s, sandlot_error_t **err)
 
 /* ---- ending ------------------------------------------------------------------ */
 
+static void stop_begin(struct dsb *s, sandlot_t *stop);
+static void stop_finish(struct daemon *d, struct dsb *s, unsigned wait_ms);
+
+/* The teardown queue: ended sandboxes whose stop_finish() is still to run,
+ * oldest first, linked through s->teardown_next (each holds a reference),
+ * served by up to TEARDOWN_THREADS threads made on demand.  `closed` once
+ * dsb_teardowns_drain() has begun: nothing more is queued. */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t work, idle;
+	struct dsb *head, *tail;
+	unsigned queued, active, nthreads;
+	int closed;
+	pthread_t threads[TEARDOWN_THREADS];
+} td = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.work = PTHREAD_COND_INITIALIZER,
+	.idle = PTHREAD_COND_INITIALIZER,
+};
+
+static void *teardown_main(void *arg)
+{
+	struct daemon *d = arg;
+	pthread_mutex_lock(&td.lock);
+	for (;;) {
+		while (!td.head && !td.closed)
+			pthread_cond_wait(&td.work, &td.lock);
+		struct dsb *s = td.head;
+		if (!s)
+			break; /* closed, and nothing left */
+		td.head = s->teardown_next;
+		if (!td.head)
+			td.tail = NULL;
+		s->teardown_next = NULL;
+		td.queued--;
+		td.active++;
+		pthread_mutex_unlock(&td.lock);
+		stop_finish(d, s, 0);
+		dsb_release(d, s);
+		pthread_mutex_lock(&td.lock);
+		td.active--;
+		if (!td.head && !td.active)
+			pthread_cond_broadcast(&td.idle);
+	}
+	pthread_mutex_unlock(&td.lock);
+	return NULL;
+}
+
+/* Queue s's stop_finish() for a teardown thread: 1, or 0 when the caller
+ * must do it: sandlotd is otherwise idle (no creation and no other
+ * teardown in progress: then finishing it here costs the caller a
+ * millisecond or two, and the host is clean when the answer goes), the
+ * queue is closed or full, or no thread can run it. */
+static int teardown_submit(struct daemon *d, struct dsb *s)
+{
+	pthread_mutex_lock(&d->lock);
+	unsigned creating = d->ncreating;
+	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_lock(&td.lock);
+	if (td.closed || td.queued >= TEARDOWN_BACKLOG ||
+	    (creating == 0 && td.queued + td.active == 0)) {
+		pthread_mutex_unlock(&td.lock);
+		return 0;
+	}
+	/* A thread more while the queue holds more than the busy ones can
+	 * take: one teardown waiting for a slow kill does not hold up the
+	 * next. */
+	if (td.nthreads < TEARDOWN_THREADS && td.queued + td.active >= td.nthreads) {
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		if (pthread_create(&td.threads[td.nthreads], NULL, teardown_main, d) == 0)
+			td.nthreads++;
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	if (td.nthreads == 0) {
+		pthread_mutex_unlock(&td.lock);
+		return 0;
+	}
+	dsb_hold(s);
+	s->teardown_next = NULL;
+	if (td.tail)
+		td.tail->teardown_next = s;
+	else
+		td.head = s;
+	td.tail = s;
+	td.queued++;
+	pthread_cond_signal(&td.work);
+	pthread_mutex_unlock(&td.lock);
+	return 1;
+}
+
+int dsb_teardowns_wait(unsigned timeout_ms)
+{
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&td.lock);
+	int waited = td.head || td.active;
+	while (td.head || td.active)
+		if (pthread_cond_timedwait(&td.idle, &td.lock, &dl) == ETIMEDOUT)
+			break;
+	pthread_mutex_unlock(&td.lock);
+	return waited;
+}
+
+unsigned dsb_teardowns_pending(void)
+{
+	pthread_mutex_lock(&td.lock);
+	unsigned n = td.queued + td.active;
+	pthread_mutex_unlock(&td.lock);
+	return n;
+}
+
+void dsb_teardowns_drain(void)
+{
+	pthread_mutex_lock(&td.lock);
+	td.closed = 1;
+	pthread_cond_broadcast(&td.work);
+	unsigned n = td.nthreads;
+	pthread_mutex_unlock(&td.lock);
+	/* The threads leave once the queue is empty. */
+	for (unsigned i = 0; i < n; i++)
+		pthread_join(td.threads[i], NULL);
+	pthread_mutex_lock(&td.lock);
+	td.nthreads = 0;
+	pthread_mutex_unlock(&td.lock);
+}
+
 static const char *end_event(enum dsb_state st)
 {
 	switch (st) {
@@ -156,34 +311,56 @@ void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *
 	daemon_log_quote(why);
 	daemon_log(end_event(state), "%ssandbox=%s reason=\"%s\" lived_ms=%lld",
 		   state == DSB_FAILED ? "level=warn " : "", s->id, why, (long long)lived);
-	dsb_stop(d, s, sb);
+	stop_begin(s, sb);
+	if (!teardown_submit(d, s))
+		stop_finish(d, s, END_WAIT_MS);
 	/* Ended for good: its changes log goes now, not when it is forgotten
 	 * an hour later (its memory, its share of the budget, its rows). */
 	dsb_changes_release(d, s);
 }
 
-void dsb_stop(struct daemon *d, struct dsb *s, sandlot_t *stop)
+/* dsb_stop()'s first half: its exec streams and ports closed, its init
+ * killed.  Borrowers may still be in calls on it: they end as killed. */
+static void stop_begin(struct dsb *s, sandlot_t *stop)
 {
 	ports_close(s);
 	if (execs_release)
 		execs_release(s);
-	/* Borrowers may still be in calls on it: they end as killed. */
 	if (stop)
 		sandlot__stop(stop);
+}
 
+void dsb_stop(struct daemon *d, struct dsb *s, sandlot_t *stop)
+{
+	stop_begin(s, stop);
+	stop_finish(d, s, END_WAIT_MS);
+}
+
+/* dsb_stop()'s second half: wait up to wait_ms for the borrowers to let
+ * go, then destroy the handle and free what it held (dsb_destroyed); if a
+ * borrower still holds it then, leave the destroy to the reaper. */
+static void stop_finish(struct daemon *d, struct dsb *s, unsigned wait_ms)
+{
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += END_WAIT_MS / 1000;
+	dl.tv_sec += wait_ms / 1000;
+	dl.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
 	pthread_mutex_lock(&s->lock);
-	while (s->busy > 0) {
+	while (s->busy > 0 && wait_ms > 0) {
 		if (pthread_cond_timedwait(&s->cond, &s->lock, &dl) == ETIMEDOUT)
 			break;
 	}
 	if (s->busy > 0) {
+		/* Its last dsb_put() wakes the reaper (busy_down_locked). */
 		s->destroy_pending = 1;
 		int busy = s->busy;
 		pthread_mutex_unlock(&s->lock);
-		daemon_log("destroy_deferred", "level=warn sandbox=%s busy=%d", s->id, busy);
+		if (wait_ms > 0)
+			daemon_log("destroy_deferred", "level=warn sandbox=%s busy=%d", s->id, busy);
 		return;
 	}
 	sandlot_t *sb = s->sb;

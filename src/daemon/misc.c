@@ -157,6 +157,10 @@ static int metrics(struct http_req *req)
 	for (int s = 0; s < DSB_NSTATES; s++)
 		bprintf(&b, "sandlot_sandboxes{state=\"%s\"} %u\n",
 			dsb_state_name((enum dsb_state)s), counts[s]);
+	bprintf(&b, "# HELP sandlot_teardowns_pending Ended sandboxes whose processes, cgroup and "
+		    "workspace are still being freed in the background.\n"
+		    "# TYPE sandlot_teardowns_pending gauge\nsandlot_teardowns_pending %u\n",
+		dsb_teardowns_pending());
 	counter(&b, "sandlot_sandboxes_created_total", "Sandboxes created.",
 		LOAD(m->sandboxes_created));
 	counter(&b, "sandlot_sandboxes_ended_total",

@@ -58,6 +58,7 @@
 #define MAX_META_VALUE 1024
 #define MAX_LABELS 16
 #define SHUTDOWN_WORKERS 16
+#define TEARDOWN_WAIT_MS 10000 /* longest wait of a create for pending teardowns */
 
 static struct daemon *g_daemon;   /* for dsb_busy/dsb_put wake-ups */
 /* Set once by sandboxes_shutdown(); the reaper reads it between sandboxes,
@@ -791,14 +792,24 @@ static struct dsb *create_admitted(struct daemon *d, struct domain_create *c,
 		out->pool = sb ? "hit" : "miss";
 	char wid[32] = "";
 	sandlot_error_t *e = NULL;
-	if (!sb) {
+	for (int attempt = 0; !sb && attempt < 2; attempt++) {
 		if (create_workspace(d, c, wid, err) < 0) {
 			creating_done(d, 0);
 			return NULL;
 		}
 		sb = sandlot_create(&c->opts, &e);
-		if (!sb)
-			workspace_remove(d, wid);
+		if (sb)
+			break;
+		workspace_remove(d, wid);
+		/* Short of what ended sandboxes still hold until their teardown
+		 * (lifecycle.c) is done — a uid range (EAGAIN), disk reserved in
+		 * the storage pool (ENOSPC): wait for it, once. */
+		int st = sandlot_error_status(e);
+		if (attempt > 0 || (st != EAGAIN && st != ENOSPC) ||
+		    !dsb_teardowns_wait(TEARDOWN_WAIT_MS))
+			break;
+		sandlot_error_free(e);
+		e = NULL;
 	}
 	double ms = (double)(sandlot__now_ns() - t0) / 1e6;
 	if (!sb) {
@@ -1098,6 +1109,7 @@ static void reap_once(struct daemon *d)
 		workspace_reap(d, s, now);
 	}
 	leftovers_retry_run();
+	workspace_retry_removals(d);
 	registry_reclaim(d);
 	/* Forget ended sandboxes after an hour, and the oldest beyond MAX_ENDED
 	 * (out of memory for the order: at the next round). */
@@ -1279,6 +1291,9 @@ void sandboxes_shutdown(struct daemon *d)
 		pthread_join(d->reaper, NULL);
 		d->reaper_started = 0;
 	}
+	/* The teardowns queued so far finish; the queue is closed, so the
+	 * ends below tear down before they return. */
+	dsb_teardowns_drain();
 	size_t n;
 	struct dsb **v = snapshot(d, &n);
 	if (!v)
@@ -1333,8 +1348,10 @@ void sandboxes_free(struct daemon *d)
 	free(v);
 	/* Last chance for cgroups the kernel was slow to let go of. */
 	uint64_t deadline = sandlot__now_ms() + 3000;
-	while (leftovers_retry_run() > 0 && sandlot__now_ms() < deadline)
+	while ((leftovers_retry_run() > 0) + (workspace_retry_removals(d) > 0) &&
+	       sandlot__now_ms() < deadline)
 		usleep(50000);
+	workspace_retry_free();
 	free(cg_retries);
 	cg_retries = NULL;
 	ncg_retries = capcg_retries = 0;

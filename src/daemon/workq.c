@@ -25,6 +25,7 @@ struct pool {
 	pthread_cond_t idle;        /* busy and queue went to 0, or a thread left */
 	struct workq_job *head, *tail;
 	unsigned queued, threads, waiting, busy;
+	unsigned starting;          /* counted in threads, not yet in worker_main */
 	int stopping;
 };
 
@@ -42,6 +43,7 @@ static void *worker_main(void *arg)
 {
 	struct pool *q = arg;
 	pthread_mutex_lock(&q->lock);
+	q->starting--;
 	for (;;) {
 		while (!q->head && !q->stopping) {
 			q->waiting++;
@@ -75,29 +77,50 @@ leave:
 	return NULL;
 }
 
-/* q->lock held, the job queued.  Start a thread if the queue holds more
- * jobs than there are idle threads to take them, and there is room.  (Not
+/* q->lock held, the job queued.  1 when a thread is to be started: the
+ * queue holds more jobs than there are idle or starting threads to take
+ * them, and there is room; its place is counted (threads, starting), and
+ * the caller starts it with spawn() once it has let go of q->lock.  (Not
  * "if none is idle": a thread just signalled counts as idle until it runs,
  * so two submits in a row would both leave their jobs to it, and with
  * jobs that wait long, as a stdin feed does, the second one waited for the
  * first to end.) */
-static void maybe_spawn(struct pool *q)
+static int spawn_wanted(struct pool *q)
 {
-	if (q->queued <= q->waiting || q->threads >= WORKQ_MAX_THREADS)
-		return;
+	if (q->queued <= q->waiting + q->starting || q->threads >= WORKQ_MAX_THREADS)
+		return 0;
+	q->threads++;
+	q->starting++;
+	return 1;
+}
+
+/* Start the thread spawn_wanted() counted, without q->lock: pthread_create()
+ * maps a stack and clones under glibc's own process-wide lock, and under a
+ * burst of requests (200 at once: a thread each) every submit and every
+ * worker ending a job waited for that behind q->lock. */
+static void spawn(struct pool *q)
+{
 	pthread_attr_t a;
 	pthread_t t;
 	pthread_attr_init(&a);
 	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&a, WORKER_STACK);
-	if (pthread_create(&t, &a, worker_main, q) == 0) {
-		q->threads++;
-		pthread_setname_np(t, q->name);
-	} else if (q->threads == 0) {
-		daemon_log("workers", "level=error msg=\"cannot start a worker thread: %s\"",
-			   strerror(errno));
-	}
+	int rc = pthread_create(&t, &a, worker_main, q);
 	pthread_attr_destroy(&a);
+	if (rc == 0) {
+		pthread_setname_np(t, q->name);
+		return;
+	}
+	pthread_mutex_lock(&q->lock);
+	q->threads--;
+	q->starting--;
+	unsigned left = q->threads;
+	pthread_cond_broadcast(&q->idle);
+	pthread_mutex_unlock(&q->lock);
+	/* The job waits in the queue for a thread that ends its own. */
+	if (left == 0)
+		daemon_log("workers", "level=error msg=\"cannot start a worker thread: %s\"",
+			   strerror(rc));
 }
 
 void workq_submit_to(int which, struct workq_job *job, void (*run)(struct workq_job *job))
@@ -112,9 +135,11 @@ void workq_submit_to(int which, struct workq_job *job, void (*run)(struct workq_
 		q->head = job;
 	q->tail = job;
 	q->queued++;
-	maybe_spawn(q);
+	int more = spawn_wanted(q);
 	pthread_cond_signal(&q->work);
 	pthread_mutex_unlock(&q->lock);
+	if (more)
+		spawn(q);
 }
 
 void workq_submit(struct workq_job *job, void (*run)(struct workq_job *job))

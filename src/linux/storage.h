@@ -6,7 +6,9 @@
  *
  *   <data-dir>/storage/pool.img   the pool: a btrfs filesystem in a file that
  *                                 is fully allocated (fallocate, never sparse)
- *   <data-dir>/storage/pool.lock  serialises mounting, growing, admitting
+ *   <data-dir>/storage/pool.lock  taken shared to make or remove a workspace,
+ *                                 exclusively to mount, grow or sweep the pool;
+ *                                 its byte 0 (an OFD lock) guards `reserved`
  *   <data-dir>/storage/mnt/       where the pool is mounted (once, on a loop
  *                                 device that clears itself when unmounted;
  *                                 nosuid, nodev, noexec, under the root-only

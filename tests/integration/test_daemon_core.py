@@ -193,9 +193,11 @@ def test_create_get_list_delete(sandlotd):
     r = d.delete(f"/v1/sandboxes/{sid}")
     assert r.status == 204, r
     assert r.body == b""
-    # processes and cgroup are gone at once
+    # processes and cgroup are gone at once (an idle daemon tears down
+    # before it answers; a busy one in the background: lifecycle.c)
     assert not inits_of(d.proc.pid)
     assert not sandbox_cgroups(sid)
+    assert "sandlot_teardowns_pending 0\n" in d.get("/metrics").body.decode()
     ended = state(d, sid)
     assert ended["state"] == "deleted" and ended["end_reason"] == "deleted"
     assert ended["ended_at"] is not None
@@ -208,6 +210,35 @@ def test_create_get_list_delete(sandlotd):
     assert err["state"] == "deleted" and err["end_reason"] == "deleted"
     assert_error(d.post(f"/v1/sandboxes/{sid}/keepalive"), 410, "sandbox_ended")
     assert_error(d.get(f"/v1/sandboxes/{sid}/changes"), 410, "sandbox_ended")
+
+
+def test_a_stop_finishes_the_teardowns_of_deleted_sandboxes(own_daemon):
+    """DELETE answers before the sandbox's teardown is done (lifecycle.c):
+    a stop right after a burst of deletes still frees everything of every
+    sandbox — processes, cgroups, workspaces — before sandlotd exits."""
+    import concurrent.futures as cf
+    d = own_daemon().start()
+    with cf.ThreadPoolExecutor(8) as ex:
+        ids = list(ex.map(lambda _: d.create(**SMALL), range(24)))
+    kept = Path(d.data_dir) / "storage" / "mnt" / "kept"
+    assert all((kept / sid).is_dir() for sid in ids)
+    assert "workspace_removed" not in d.log_text()
+    with cf.ThreadPoolExecutor(8) as ex:
+        codes = list(ex.map(lambda i: d.delete(f"/v1/sandboxes/{i}").status, ids))
+    assert codes == [204] * len(ids)
+    # Every one ended for the API at once...
+    listed = d.get("/v1/sandboxes?state=deleted").json()["sandboxes"]
+    assert {s["id"] for s in listed} == set(ids)
+    pid = d.proc.pid
+    assert d.stop() == 0
+    # ...and nothing of any is left once the stop has returned (the pool
+    # is unmounted by then: the log says which workspaces were removed).
+    assert not inits_of(pid)
+    assert not [c for c in hostscan.sandbox_cgroups() if c.rsplit("/", 1)[-1] in ids]
+    log = d.log_text()
+    removed = set(re.findall(r"event=workspace_removed sandbox=(\S+)", log))
+    assert removed == set(ids), set(ids) - removed
+    assert "destroy_deferred" not in log
 
 
 def test_create_defaults_and_empty_body(sandlotd):

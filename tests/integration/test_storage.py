@@ -406,3 +406,56 @@ def test_the_pool_grows_on_demand_and_by_storage_size(own_daemon):
     bad = own_daemon(["--disk-overcommit", "0.5"])
     with pytest.raises(RuntimeError, match="exited with 2"):
         bad.start()
+
+
+# ---- many at once -----------------------------------------------------------------
+
+def test_the_ledger_adds_up_after_concurrent_creates_and_deletes(own_daemon):
+    """Workspaces are made and removed many at once (the pool lock is
+    shared; only the ledger's read-modify-write is exclusive): after 48
+    concurrent creates `reserved` holds every quota, and after their
+    concurrent deletes only the one still running's."""
+    import concurrent.futures as cf
+    d = own_daemon().start()
+    keep = d.create(**SMALL, disk="40M")
+    ledger = Path(d.data_dir) / "storage" / "mnt" / "reserved"
+    with cf.ThreadPoolExecutor(16) as ex:
+        ids = list(ex.map(lambda _: d.create(**SMALL, disk="16M"), range(48)))
+    assert int(ledger.read_text()) == (40 << 20) + 48 * (16 << 20)
+    with cf.ThreadPoolExecutor(16) as ex:
+        codes = list(ex.map(lambda i: d.delete(f"/v1/sandboxes/{i}").status, ids))
+    assert codes == [204] * len(ids)
+    # (the workspaces go with the teardowns, moments after the answers)
+    assert wait_until(lambda: int(ledger.read_text()) == 40 << 20, 10), ledger.read_text()
+    assert sorted(os.listdir(ledger.parent / "kept")) == [keep]
+    assert d.delete(f"/v1/sandboxes/{keep}").status == 204
+    assert wait_until(lambda: int(ledger.read_text()) == 0, 10), ledger.read_text()
+    assert d.stop() == 0
+
+
+def test_workspaces_of_sandboxes_deleted_during_creates_are_removed(own_daemon):
+    """A deleted sandbox's workspace lock can be held for a moment by the
+    children that concurrent creations clone from sandlotd (they start with
+    a copy of every descriptor of the daemon): its removal waits for them
+    (workspaces.c) instead of leaving the workspace, and its disk
+    reservation, behind."""
+    import concurrent.futures as cf
+    d = own_daemon().start()
+    ledger = Path(d.data_dir) / "storage" / "mnt" / "reserved"
+
+    def churn(_):
+        for _ in range(10):
+            sid = d.create(**SMALL, disk="16M")
+            assert d.delete(f"/v1/sandboxes/{sid}").status == 204
+        return True
+
+    with cf.ThreadPoolExecutor(12) as ex:
+        assert all(ex.map(churn, range(12)))
+    kept = ledger.parent / "kept"
+    assert wait_until(lambda: not os.listdir(kept) and int(ledger.read_text()) == 0, 15), \
+        (len(os.listdir(kept)), ledger.read_text())
+    log = d.log_text()
+    assert "workspace_remove_failed" not in log, \
+        [ln for ln in log.splitlines() if "workspace_remove_failed" in ln][:3]
+    assert log.count("event=workspace_removed") == 120
+    assert d.stop() == 0
