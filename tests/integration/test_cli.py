@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from conftest import wait_cleanup, SANDLOT, stop, read_line_with_deadline, wait_until
+from conftest import wait_cleanup, REPO, SANDLOT, stop, read_line_with_deadline, wait_until
 import hostscan
 
 # Behaviour both backends must have: each test runs with isolation ns and vm
@@ -668,11 +668,15 @@ def test_parallel_runs_are_independent(sandlot, tmp_path):
 # libraries (the egress engine's libnftables and c-ares) go there.
 
 def static_cli_or_skip():
-    twin = SANDLOT.parent / "sandlot-glibc"
-    if not twin.exists():
-        pytest.skip("this build's sandlot is linked against glibc itself (no musl-gcc, or "
-                    "-Dcli_libc=glibc, or a sanitizer build): it has no twin to hand runs to")
-    return twin
+    """The static sandlot to test: the one under test, or where that is a
+    glibc build (the sanitizer builds CI runs these tests with), this
+    checkout's plain build/bin.  Returns the directory holding it and its
+    twin."""
+    for d in (SANDLOT.parent, REPO / "build" / "bin"):
+        if (d / "sandlot-glibc").exists() and (d / "sandlot").exists():
+            return d
+    pytest.skip("no build here has a static sandlot (no musl-gcc, or -Dcli_libc=glibc): "
+                "it has no twin to hand runs to")
 
 
 @pytest.mark.ns_only(reason="a vm run is handed to sandlot-glibc whatever its network")
@@ -681,14 +685,15 @@ def test_static_sandlot_runs_plain_commands_alone_and_hands_network_runs_over(sa
     command with no network, and refuses one with a network policy with a
     clear error, not a half-made sandbox; with it, the policy run works and
     gets the code the static sandlot left unread on stdin."""
-    twin = static_cli_or_skip()
+    built = static_cli_or_skip()
+    twin = built / "sandlot-glibc"
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "sandlot").write_bytes(SANDLOT.read_bytes())
+    (bindir / "sandlot").write_bytes((built / "sandlot").read_bytes())
     (bindir / "sandlot").chmod(0o755)
     alone = str(bindir / "sandlot")
     # (The build's init: the sandbox's root could not reach one in tmp_path.)
-    init = {"SANDLOT_INIT": str(SANDLOT.parent / "sandlot-init")}
+    init = {"SANDLOT_INIT": str(built / "sandlot-init")}
     r = sandlot.run([], extra_env=init, raw_argv=[alone, "run", "--", "sh", "-c", "echo plain"])
     assert (r.rc, r.out) == (0, b"plain\n"), r
     r = sandlot.run([], extra_env=init, raw_argv=[alone, "run", "--net", "open", "--", "true"])
