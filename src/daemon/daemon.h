@@ -315,6 +315,10 @@ void dsb_count_states(struct daemon *d, unsigned counts[DSB_NSTATES]);
  * the host (the kernel was slow to let go of its cgroup), retry removing it
  * in the background (the reaper, and sandboxes_free() at the end). */
 void leftovers_check_after_destroy(const char *id);
+/* The kept workspace of sandbox `id` was still in use when removed
+ * (workspace_destroyed()): retry its removal there too
+ * (workspace_try_remove()).  0, or -1 out of memory. */
+int leftovers_retry_workspace(const char *id);
 
 /* Without busy marking: a reference to sandbox `id` (release with
  * dsb_release), or NULL if the id is malformed or unknown. */
@@ -472,13 +476,10 @@ void workspace_remove(struct daemon *d, const char *id);
  * disk (paused, expired with its files kept) or remove it (deleted,
  * failed, lost). */
 void workspace_destroyed(struct daemon *d, struct dsb *s);
-/* Removals of workspaces that workspace_destroyed() found still in use
- * (for a moment after their sandbox, by children cloned meanwhile): try
- * them again (the reaper, once a second; sandboxes_free() until done or a
- * deadline).  Returns how many are still pending.  workspace_retry_free():
- * forget the list (at the very end). */
-size_t workspace_retry_removals(struct daemon *d);
-void workspace_retry_free(void);
+/* Remove the kept workspace `id`: 0 when it is gone (or was not there),
+ * 1 when it is in use (EBUSY; logged only with log_busy), -1 on any other
+ * failure (logged). */
+int workspace_try_remove(struct daemon *d, const char *id, int log_busy);
 /* Make the pool's files durable (syncfs), as after a pause. */
 void workspace_flush(struct daemon *d, const char *id);
 /* Reaper, once a second per sandbox: the kept workspace of an ended

@@ -301,19 +301,48 @@ json_t *dsb_to_json(struct dsb *s)
 
 /* ---- ending ------------------------------------------------------------------ */
 
-/* libsandlot removes a sandbox's cgroups when destroying it, retrying for
- * about a second while the kernel finishes with the killed processes; on a
- * loaded host that is sometimes not enough.  Such leftovers are retried here
- * (by the reaper, every second, for a minute; and at shutdown), through
- * sandlot__remove_leftovers(). */
-#define CG_RETRY_MS 60000
-struct cg_retry {
+/* What a destroyed sandbox can leave on the host for a moment, retried here
+ * (by the reaper, every second, for a minute; and at shutdown):
+ * - its cgroups: libsandlot removes them when destroying it, retrying for
+ *   about a second while the kernel finishes with the killed processes; on
+ *   a loaded host that is sometimes not enough (sandlot__remove_leftovers());
+ * - its kept workspace, still locked by a child that another creation
+ *   cloned meanwhile (workspaces.c, workspace_destroyed()). */
+#define LEFTOVER_RETRY_MS 60000
+enum { LEFT_CGROUP = 1, LEFT_WORKSPACE = 2 };
+struct leftover {
 	char id[32];
 	int64_t until_ms;
+	int what; /* LEFT_CGROUP or LEFT_WORKSPACE */
 };
-static pthread_mutex_t cg_retry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct cg_retry *cg_retries;
-static size_t ncg_retries, capcg_retries;
+static pthread_mutex_t leftover_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct leftover *leftovers;
+static size_t nleftovers, capleftovers;
+
+/* Append l (leftover_lock held): 0, or -1 out of memory. */
+static int leftover_add_locked(const struct leftover *l)
+{
+	if (nleftovers == capleftovers) {
+		size_t cap = capleftovers ? capleftovers * 2 : 16;
+		struct leftover *n = realloc(leftovers, cap * sizeof(*n));
+		if (!n)
+			return -1;
+		leftovers = n;
+		capleftovers = cap;
+	}
+	leftovers[nleftovers++] = *l;
+	return 0;
+}
+
+static int leftover_add(const char *id, int what)
+{
+	struct leftover l = { .until_ms = daemon_now_ms() + LEFTOVER_RETRY_MS, .what = what };
+	snprintf(l.id, sizeof(l.id), "%s", id);
+	pthread_mutex_lock(&leftover_lock);
+	int rc = leftover_add_locked(&l);
+	pthread_mutex_unlock(&leftover_lock);
+	return rc;
+}
 
 /* sandlot__remove_leftovers() without kill: > 0 while something remains
  * (an id that is not a sandbox id has nothing to remove). */
@@ -324,45 +353,52 @@ static int leftovers_remain(const char *id, int kill)
 
 void leftovers_check_after_destroy(const char *id)
 {
-	if (!leftovers_remain(id, 0))
-		return;
-	pthread_mutex_lock(&cg_retry_lock);
-	if (ncg_retries == capcg_retries) {
-		size_t cap = capcg_retries ? capcg_retries * 2 : 16;
-		struct cg_retry *n = realloc(cg_retries, cap * sizeof(*n));
-		if (n) {
-			cg_retries = n;
-			capcg_retries = cap;
-		}
-	}
-	if (ncg_retries < capcg_retries) {
-		snprintf(cg_retries[ncg_retries].id, sizeof(cg_retries[0].id), "%s", id);
-		cg_retries[ncg_retries].until_ms = daemon_now_ms() + CG_RETRY_MS;
-		ncg_retries++;
-	}
-	pthread_mutex_unlock(&cg_retry_lock);
+	if (leftovers_remain(id, 0))
+		leftover_add(id, LEFT_CGROUP);
 }
 
-/* Retry the pending removals; returns how many are still pending. */
-static size_t leftovers_retry_run(void)
+int leftovers_retry_workspace(const char *id)
 {
-	pthread_mutex_lock(&cg_retry_lock);
+	return leftover_add(id, LEFT_WORKSPACE);
+}
+
+/* Retry the pending removals; returns how many are still pending.  Outside
+ * the lock (a workspace's removal takes the storage pool's locks); those
+ * still there go back, after any added meanwhile.  Past its time, one is
+ * logged and left to the next start's recovery. */
+static size_t leftovers_retry_run(struct daemon *d)
+{
+	pthread_mutex_lock(&leftover_lock);
+	struct leftover *v = leftovers;
+	size_t n = nleftovers;
+	leftovers = NULL;
+	nleftovers = capleftovers = 0;
+	pthread_mutex_unlock(&leftover_lock);
 	int64_t now = daemon_now_ms();
-	size_t k = 0;
-	for (size_t i = 0; i < ncg_retries; i++) {
-		struct cg_retry *c = &cg_retries[i];
-		if (!leftovers_remain(c->id, 0))
-			continue;
-		if (now > c->until_ms) {
-			daemon_log("cgroup_left", "level=warn sandbox=%s msg=\"could not remove its cgroup\"",
-				   c->id);
-			continue;
+	for (size_t i = 0; i < n; i++) {
+		int late = now > v[i].until_ms, remains;
+		if (v[i].what == LEFT_WORKSPACE) {
+			remains = workspace_try_remove(d, v[i].id, late) == 1;
+		} else {
+			remains = leftovers_remain(v[i].id, 0);
+			if (remains && late)
+				daemon_log("cgroup_left", "level=warn sandbox=%s msg=\"could not remove "
+					   "its cgroup\"", v[i].id);
 		}
-		cg_retries[k++] = *c;
+		if (!remains || late)
+			continue;
+		pthread_mutex_lock(&leftover_lock);
+		int kept = leftover_add_locked(&v[i]) == 0;
+		pthread_mutex_unlock(&leftover_lock);
+		if (!kept && v[i].what == LEFT_WORKSPACE)
+			daemon_log("workspace_remove_failed", "level=warn sandbox=%s error=\"out of "
+				   "memory for a retry\"", v[i].id);
 	}
-	ncg_retries = k;
-	pthread_mutex_unlock(&cg_retry_lock);
-	return k;
+	free(v);
+	pthread_mutex_lock(&leftover_lock);
+	size_t left = nleftovers;
+	pthread_mutex_unlock(&leftover_lock);
+	return left;
 }
 
 void dsb_count_states(struct daemon *d, unsigned counts[DSB_NSTATES])
@@ -1108,8 +1144,7 @@ static void reap_once(struct daemon *d)
 		dsb_reap_paused(d, s, now);
 		workspace_reap(d, s, now);
 	}
-	leftovers_retry_run();
-	workspace_retry_removals(d);
+	leftovers_retry_run(d);
 	registry_reclaim(d);
 	/* Forget ended sandboxes after an hour, and the oldest beyond MAX_ENDED
 	 * (out of memory for the order: at the next round). */
@@ -1346,13 +1381,18 @@ void sandboxes_free(struct daemon *d)
 		dsb_release(d, s);
 	}
 	free(v);
-	/* Last chance for cgroups the kernel was slow to let go of. */
+	/* Last chance for cgroups the kernel was slow to let go of, and
+	 * workspaces still locked. */
 	uint64_t deadline = sandlot__now_ms() + 3000;
-	while ((leftovers_retry_run() > 0) + (workspace_retry_removals(d) > 0) &&
-	       sandlot__now_ms() < deadline)
+	while (leftovers_retry_run(d) > 0 && sandlot__now_ms() < deadline)
 		usleep(50000);
-	workspace_retry_free();
-	free(cg_retries);
-	cg_retries = NULL;
-	ncg_retries = capcg_retries = 0;
+	pthread_mutex_lock(&leftover_lock);
+	for (size_t i = 0; i < nleftovers; i++)
+		if (leftovers[i].what == LEFT_WORKSPACE)
+			daemon_log("workspace_remove_failed", "level=warn sandbox=%s error=\"still in "
+				   "use at the stop: the next start removes it\"", leftovers[i].id);
+	free(leftovers);
+	leftovers = NULL;
+	nleftovers = capleftovers = 0;
+	pthread_mutex_unlock(&leftover_lock);
 }

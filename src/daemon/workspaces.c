@@ -92,10 +92,7 @@ void workspace_assign(struct daemon *d, sandlot_options_t *opts, char id[32])
 	opts->disk_overcommit = d->cfg.disk_overcommit;
 }
 
-/* Remove the kept workspace `id`: 0 when it is gone (or was not there),
- * 1 when it is in use (EBUSY; logged only with log_busy), -1 on any other
- * failure (logged). */
-static int try_remove(struct daemon *d, const char *id, int log_busy)
+int workspace_try_remove(struct daemon *d, const char *id, int log_busy)
 {
 	sandlot_options_t o;
 	lib_opts(d, &o);
@@ -116,7 +113,7 @@ static int try_remove(struct daemon *d, const char *id, int log_busy)
 void workspace_remove(struct daemon *d, const char *id)
 {
 	if (id && *id)
-		try_remove(d, id, 1);
+		workspace_try_remove(d, id, 1);
 }
 
 /* Removing the workspace of a sandbox that has just been destroyed.  Its
@@ -129,87 +126,16 @@ void workspace_remove(struct daemon *d, const char *id)
  * that way; each left its workspace, with its disk reserved, until the
  * next start of sandlotd, and 25 creates then failed for want of disk.  So
  * a busy removal is tried again for REMOVE_TRY_MS, then by the reaper once
- * a second for REMOVE_RETRY_MS (and at shutdown, sandboxes_free()). */
+ * a second for a minute, and at shutdown (leftovers_retry_workspace()). */
 #define REMOVE_TRY_MS 10 /* not longer: it holds up a teardown thread */
-#define REMOVE_RETRY_MS 60000
-struct rm_retry {
-	char id[32];
-	int64_t until_ms;
-};
-static pthread_mutex_t rm_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rm_retry *rm_retries;
-static size_t nrm_retries, caprm_retries;
-
-/* Append r to the retry list (rm_lock held): 0, or -1 out of memory. */
-static int queue_retry_locked(const struct rm_retry *r)
-{
-	if (nrm_retries == caprm_retries) {
-		size_t cap = caprm_retries ? caprm_retries * 2 : 16;
-		struct rm_retry *n = realloc(rm_retries, cap * sizeof(*n));
-		if (!n)
-			return -1;
-		rm_retries = n;
-		caprm_retries = cap;
-	}
-	rm_retries[nrm_retries++] = *r;
-	return 0;
-}
-
 static void remove_settled(struct daemon *d, const char *id)
 {
 	uint64_t deadline = sandlot__now_ms() + REMOVE_TRY_MS;
 	int rc;
-	while ((rc = try_remove(d, id, 0)) == 1 && sandlot__now_ms() < deadline)
+	while ((rc = workspace_try_remove(d, id, 0)) == 1 && sandlot__now_ms() < deadline)
 		usleep(5000);
-	if (rc != 1)
-		return;
-	struct rm_retry r = { .until_ms = daemon_now_ms() + REMOVE_RETRY_MS };
-	snprintf(r.id, sizeof(r.id), "%s", id);
-	pthread_mutex_lock(&rm_lock);
-	int queued = queue_retry_locked(&r) == 0;
-	pthread_mutex_unlock(&rm_lock);
-	if (!queued) /* out of memory: say so, as before */
-		try_remove(d, id, 1);
-}
-
-size_t workspace_retry_removals(struct daemon *d)
-{
-	pthread_mutex_lock(&rm_lock);
-	struct rm_retry *v = rm_retries;
-	size_t n = nrm_retries;
-	rm_retries = NULL;
-	nrm_retries = caprm_retries = 0;
-	pthread_mutex_unlock(&rm_lock);
-	/* Outside the lock (each try takes the storage pool's locks); those
-	 * still busy go back, after any queued meanwhile.  Past its time, a
-	 * busy one is logged and left to the next start's recovery. */
-	int64_t now = daemon_now_ms();
-	pthread_mutex_lock(&rm_lock);
-	for (size_t i = 0; i < n; i++) {
-		pthread_mutex_unlock(&rm_lock);
-		int late = now > v[i].until_ms;
-		int busy = try_remove(d, v[i].id, late) == 1;
-		pthread_mutex_lock(&rm_lock);
-		if (busy && !late && queue_retry_locked(&v[i]) < 0)
-			daemon_log("workspace_remove_failed", "level=warn sandbox=%s error=\"out of "
-				   "memory for a retry\"", v[i].id);
-	}
-	size_t left = nrm_retries;
-	pthread_mutex_unlock(&rm_lock);
-	free(v);
-	return left;
-}
-
-void workspace_retry_free(void)
-{
-	pthread_mutex_lock(&rm_lock);
-	for (size_t i = 0; i < nrm_retries; i++)
-		daemon_log("workspace_remove_failed", "level=warn sandbox=%s error=\"still in use at "
-			   "the stop: the next start removes it\"", rm_retries[i].id);
-	free(rm_retries);
-	rm_retries = NULL;
-	nrm_retries = caprm_retries = 0;
-	pthread_mutex_unlock(&rm_lock);
+	if (rc == 1 && leftovers_retry_workspace(id) < 0) /* out of memory: say so */
+		workspace_try_remove(d, id, 1);
 }
 
 /* The workspace is complete once its sandbox is gone; make it durable, so
