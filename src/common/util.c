@@ -128,6 +128,17 @@ uint64_t sandlot__now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+void sandlot__deadline_in(struct timespec *ts, clockid_t clock, uint64_t ms)
+{
+	clock_gettime(clock, ts);
+	ts->tv_sec += (time_t)(ms / 1000);
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
 uint64_t sandlot__now_ms(void)
 {
 	return sandlot__now_ns() / 1000000u;

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "error.h"
 
@@ -38,6 +39,10 @@ const char *sandlot__entry_name_problem(const void *name, size_t len);
  * with errno ENOENT when none does (ENOMEM when out of memory). */
 char *sandlot__find_beside_self(const char *const *rel, const char *const *sys,
 				const char *probe, int mode);
+
+/* *ts = clock's time now plus ms milliseconds: a deadline for
+ * pthread_cond_timedwait() on a condition of that clock. */
+void sandlot__deadline_in(struct timespec *ts, clockid_t clock, uint64_t ms);
 
 /* Monotonic clock in ms / ns. */
 uint64_t sandlot__now_ms(void);

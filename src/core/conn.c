@@ -445,13 +445,7 @@ int sandlot__conn_configure(struct sl_conn *c, const struct sandlot_init_config 
 int sandlot__conn_wait_ready(struct sl_conn *c, uint64_t timeout_ms, sandlot_error_t **err)
 {
 	struct timespec dl;
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += (time_t)(timeout_ms / 1000);
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	sandlot__deadline_in(&dl, CLOCK_MONOTONIC, timeout_ms);
 	pthread_mutex_lock(&c->lock);
 	int rc = 0;
 	/* HELLO comes first, then the answer to CONFIG: an ERROR ends the

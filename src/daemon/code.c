@@ -518,13 +518,7 @@ static int host_start(struct daemon *d, struct dsb *s, struct ctx *c, char *msg,
 		if (left <= 0)
 			break;
 		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += left / 1000;
-		ts.tv_nsec += (left % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		sandlot__deadline_in(&ts, CLOCK_MONOTONIC, left);
 		pthread_cond_timedwait(&c->cond, &c->lock, &ts);
 	}
 	int ok = c->ready;

@@ -39,6 +39,7 @@
 #include "daemon/e2b_envd.h"
 #include "common/base64.h"
 #include "common/cleanup.h"
+#include "common/util.h"
 
 #define QUEUE_HIGH (1u << 20)
 #define QUEUE_LOW (256u << 10)
@@ -219,12 +220,7 @@ static void *watcher(void *ud)
 			break;
 		}
 		struct timespec dl;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_nsec += (long)step * 1000000L;
-		if (dl.tv_nsec >= 1000000000L) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000L;
-		}
+		sandlot__deadline_in(&dl, CLOCK_REALTIME, (uint64_t)step);
 		pthread_cond_timedwait(&p->cond, &p->lock, &dl);
 		step = step * 2 > PID_POLL_MAX_MS ? PID_POLL_MAX_MS : step * 2;
 	}

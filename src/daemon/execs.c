@@ -782,13 +782,7 @@ void execs_release(struct dsb *s)
 	 * sandbox's init, and that thread holds the sandbox busy until it has
 	 * freed the proc, so the handle is never destroyed under it. */
 	struct timespec dl;
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += KILL_WAIT_MS / 1000;
-	dl.tv_nsec += (long)(KILL_WAIT_MS % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	sandlot__deadline_in(&dl, CLOCK_MONOTONIC, KILL_WAIT_MS);
 	for (struct dexec *e = list; e; e = e->next) {
 		pthread_mutex_lock(&e->lock);
 		int rc = 0;
@@ -1676,13 +1670,7 @@ json_t *domain_exec_wait(struct daemon *d, struct dsb *s, const char *id, uint64
 	if (!e)
 		return NULL;
 	struct timespec dl;
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += (time_t)(timeout_ms / 1000);
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	sandlot__deadline_in(&dl, CLOCK_MONOTONIC, timeout_ms);
 	int rc = 0;
 	pthread_mutex_lock(&e->lock);
 	while (!e->finished && rc != ETIMEDOUT)

@@ -1789,15 +1789,9 @@ void http_stop(struct http_server *s, unsigned timeout_ms)
 		uint64_t now = sandlot__now_ms();
 		if (now >= deadline)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
 		uint64_t left = deadline - now;
-		ts.tv_sec += (time_t)(left / 1000);
-		ts.tv_nsec += (long)(left % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		struct timespec ts;
+		sandlot__deadline_in(&ts, CLOCK_REALTIME, left);
 		pthread_cond_timedwait(&s->idle, &s->lock, &ts);
 	}
 	pthread_mutex_unlock(&s->lock);

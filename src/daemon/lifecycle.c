@@ -234,13 +234,7 @@ static int teardown_submit(struct daemon *d, struct dsb *s)
 int dsb_teardowns_wait(unsigned timeout_ms)
 {
 	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	sandlot__deadline_in(&dl, CLOCK_REALTIME, timeout_ms);
 	pthread_mutex_lock(&td.lock);
 	int waited = td.head || td.active;
 	while (td.head || td.active)
@@ -342,13 +336,7 @@ void dsb_stop(struct daemon *d, struct dsb *s, sandlot_t *stop)
 static void stop_finish(struct daemon *d, struct dsb *s, unsigned wait_ms)
 {
 	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += wait_ms / 1000;
-	dl.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	sandlot__deadline_in(&dl, CLOCK_REALTIME, wait_ms);
 	pthread_mutex_lock(&s->lock);
 	while (s->busy > 0 && wait_ms > 0) {
 		if (pthread_cond_timedwait(&s->cond, &s->lock, &dl) == ETIMEDOUT)

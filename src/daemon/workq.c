@@ -417,15 +417,9 @@ static int timed_wait(pthread_cond_t *c, pthread_mutex_t *m, uint64_t deadline)
 	uint64_t now = sandlot__now_ms();
 	if (now >= deadline)
 		return -1;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
 	uint64_t left = deadline - now;
-	ts.tv_sec += (time_t)(left / 1000);
-	ts.tv_nsec += (long)(left % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
+	struct timespec ts;
+	sandlot__deadline_in(&ts, CLOCK_REALTIME, left);
 	pthread_cond_timedwait(c, m, &ts);
 	return 0;
 }
