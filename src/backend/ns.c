@@ -257,7 +257,9 @@ static void *root_job_main(void *arg)
 	struct root_job *j = arg;
 	/* A host where it cannot be done just gets the old way: init builds
 	 * the root. */
+	sandlot__trace(NULL);
 	j->rc = sandlot__ns_root_clone(&j->key, &j->root, 1, NULL);
+	sandlot__trace("root: built");
 	return NULL;
 }
 
