@@ -308,8 +308,14 @@ static __attribute__((noreturn)) void warm_child(const struct init_config *cfg, 
  * the command ends first (see spawn()). */
 #define WARM_DELAY_MS 5
 
+/* The host said the command running now is the sandbox's last (EXEC's
+ * LAST): no spare process after it.  An EXEC without LAST clears it. */
+static int warm_off;
+
 void init__warm_later(struct loop *l, int delay_ms)
 {
+	if (warm_off)
+		return;
 	int64_t at = init__now_ms() + delay_ms;
 	if (at < 1)
 		at = 1;
@@ -848,7 +854,7 @@ void init__exec_request(struct loop *l, const struct sl_frame_header *h, const u
 	struct strv argv = { 0 }, envp = { 0 };
 	cleanup_free char *cwd = NULL;
 	cleanup_free char *abs_cwd = NULL;
-	uint8_t stdin_pipe = 0;
+	uint8_t stdin_pipe = 0, last = 0;
 	struct sl_rec_iter it;
 	struct sl_rec r;
 	int rc, err = 0;
@@ -883,6 +889,13 @@ void init__exec_request(struct loop *l, const struct sl_frame_header *h, const u
 				goto out;
 			}
 			break;
+		case SL_TAG_LAST:
+			if (sl_rec_u8(&r, &last) < 0 || last > 1) {
+				err = EINVAL;
+				what = "LAST";
+				goto out;
+			}
+			break;
 		default:
 			break;
 		}
@@ -904,6 +917,9 @@ void init__exec_request(struct loop *l, const struct sl_frame_header *h, const u
 		goto out;
 	}
 	char *no_env[] = { NULL };
+	warm_off = last;
+	if (last)
+		l->warm_at_ms = 0;
 	spawn(l, h->stream, argv.v, envp.v ? envp.v : no_env, abs_cwd, stdin_pipe);
 out:
 	if (err)
