@@ -590,6 +590,26 @@ static int detach_start(void)
 	return 0;
 }
 
+/* init_setup_early() made the cgroup namespace already. */
+static int cgroupns_done;
+
+int init_setup_early(const struct init_config *cfg)
+{
+	(void)cfg;
+	if (init__vm_mode) {
+		errno = ENOTSUP;
+		return -1;
+	}
+	/* The host put us into the sandbox's cgroup before we started; from now
+	 * on that cgroup is our root — for the warm child forked next too. */
+	if (unshare(CLONE_NEWCGROUP) < 0)
+		return -1; /* init_setup() tries again, and says why */
+	cgroupns_done = 1;
+	/* Where pivot_root() moves it: a process whose root and working
+	 * directory are the old root gets both moved to the new one. */
+	return chdir("/");
+}
+
 int init_setup(struct init_config *cfg)
 {
 	if (init__vm_mode) {
@@ -600,10 +620,12 @@ int init_setup(struct init_config *cfg)
 			errno = e;
 			FAIL("%s", why);
 		}
+	} else {
+		init_start_early(cfg); /* the first warm child, while we build */
 	}
 	/* The host put us into the sandbox's cgroup before we started; from now
 	 * on that cgroup is our root. */
-	if (unshare(CLONE_NEWCGROUP) < 0)
+	if (!cgroupns_done && unshare(CLONE_NEWCGROUP) < 0)
 		FAIL("cgroup namespace");
 	if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
 		FAIL("sethostname");
