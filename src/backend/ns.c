@@ -44,6 +44,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <linux/close_range.h>
+
 #include "backend.h"
 #include "ns.h"
 #include "common/cleanup.h"
@@ -139,7 +141,26 @@ struct child_args {
 	const char *init_path;
 	int *tid; /* sys_clone_vfork(): set by the kernel, woken here */
 	int sync_wr; /* the parent's end: closed here at once */
+	/* Cloned with CLONE_FILES (sharing the parent's descriptor table):
+	 * one more than the highest descriptor above, which the child keeps
+	 * in a table of its own; 0: cloned with a copy of the table. */
+	unsigned files_end;
 };
+
+/* The end of the descriptors child_main() uses (child_args.files_end). */
+static unsigned child_fds_end(const struct child_args *a)
+{
+	int fds[] = { a->sync_rd,   a->status_wr, a->sock,	  a->storage_fd, a->image_fd,
+		      a->lock_fd,   a->devnull,	  a->oom_fd,	  a->pids_fd };
+	int top = -1;
+	for (size_t i = 0; i < SANDLOT_ARRAY_SIZE(fds); i++)
+		if (fds[i] > top)
+			top = fds[i];
+	for (int i = 0; i < a->join->ntasks; i++)
+		if (a->join->tasks_fd[i] > top)
+			top = a->join->tasks_fd[i];
+	return (unsigned)top + 1;
+}
 
 static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struct child_args *a)
 {
@@ -147,6 +168,20 @@ static SANDLOT_CLONE_CHILD __attribute__((noreturn)) void child_main(const struc
 	/* The releasing thread waits for the pid the kernel stored. */
 	if (a->tid)
 		sys_futex_wake(a->tid);
+	/* Sharing sandlotd's descriptor table (CLONE_FILES): a table of our
+	 * own before anything else, with only the descriptors below files_end
+	 * in it.  Copying the whole table instead (a clone without CLONE_FILES)
+	 * took a reference on each of the thousands a daemon holds for its
+	 * live sandboxes, each then dropped again by the close_range() below:
+	 * at 1,000 live sandboxes about 0.8 ms of CPU per create, growing with
+	 * the number (perf; sandlot__fd_park() keeps the daemon's long-lived
+	 * descriptors above the ones a create uses).  A kernel without
+	 * CLOSE_RANGE_UNSHARE (before 5.9) copies the whole table.  Until this
+	 * is done nothing here may close or replace a descriptor: it would be
+	 * the daemon's. */
+	if (a->files_end && sys_close_range(a->files_end, ~0U, CLOSE_RANGE_UNSHARE) < 0 &&
+	    sys_unshare(CLONE_FILES) < 0)
+		sys_child_fail(a->status_wr, "unshare the descriptor table");
 	/* Our copy of the parent's end of the sync socket goes first, so that
 	 * a parent that dies before the go leaves us an EOF, not a wait for
 	 * ever. */
@@ -564,6 +599,22 @@ void sandlot__ns_collect_stale(const char *data_dir)
 	sandlot__pool_sweep(data_dir);
 }
 
+/* sandlot__fd_park() what a live sandbox holds until its end: its init's
+ * pidfd and protocol socket (*conn), its network namespace and listeners,
+ * its uid range's and workspace's locks (five descriptors per sandbox
+ * without a network policy). */
+static void park_fds(struct ns_state *ns, int *conn)
+{
+	sandlot__fd_park(conn);
+	sandlot__fd_park(&ns->pidfd);
+	sandlot__fd_park(&ns->netns_fd);
+	for (int i = 0; i < SANDLOT_NETNS_NFDS; i++)
+		sandlot__fd_park(&ns->egress_fds[i]);
+	sandlot__fd_park(&ns->slot.lock_fd);
+	sandlot__fd_park(&ns->storage.lock_fd);
+	sandlot__fd_park(&ns->cleanup_lock_fd);
+}
+
 /* start, or with `resume` resume: the same, on a kept workspace that must
  * exist (what a pause kept is its files). */
 static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
@@ -727,7 +778,9 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 	}
 	if (vfork) {
 		ca.tid = &rel.tid;
-		pid = sys_clone_vfork(flags, child_entry, &ca, stack, CHILD_STACK, &rel.tid);
+		ca.files_end = child_fds_end(&ca);
+		pid = sys_clone_vfork(flags | CLONE_FILES, child_entry, &ca, stack, CHILD_STACK,
+				      &rel.tid);
 		/* Back once the child exec'd init or exited (its errno writes
 		 * went to this thread's errno: only a failed clone's counts). */
 		int clone_errno = errno;
@@ -803,6 +856,10 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 	ns->status_fd = steal_fd(&status_rd);
 	sb->conn_fd = steal_fd(&sock_host);
 	sb->backend = ns;
+	/* In a large process (sandlotd) what the sandbox holds for its life
+	 * goes high, out of the way of the next sandbox's clone (child_main()). */
+	if (vfork)
+		park_fds(ns, &sb->conn_fd);
 	return 0;
 
 fail_errno:

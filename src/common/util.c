@@ -169,6 +169,17 @@ ssize_t sandlot__send_with_fd(int sock, const void *buf, size_t len, int fd)
 	return n;
 }
 
+void sandlot__fd_park(int *fd)
+{
+	if (*fd < 0 || *fd >= SANDLOT_FD_PARK_MIN)
+		return;
+	int high = fcntl(*fd, F_DUPFD_CLOEXEC, SANDLOT_FD_PARK_MIN);
+	if (high < 0)
+		return;
+	close(*fd);
+	*fd = high;
+}
+
 static int trace_on;
 static void trace_init(void)
 {

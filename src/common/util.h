@@ -52,6 +52,21 @@ uint64_t sandlot__now_ns(void);
  * on EINTR, without SIGPIPE.  What sendmsg() returns. */
 ssize_t sandlot__send_with_fd(int sock, const void *buf, size_t len, int fd);
 
+/* Descriptors a process keeps for a long time (one set per live sandbox in
+ * sandlotd) are moved to numbers from here up, so that the numbers below
+ * stay few and dense: the ones new descriptors take (the lowest free),
+ * which a clone child keeps with close_range(CLOSE_RANGE_UNSHARE) without
+ * copying the rest of the table (src/backend/ns.c), and which libnftables'
+ * select() needs below FD_SETSIZE (src/linux/nft.c). */
+#define SANDLOT_FD_PARK_MIN 1024
+
+/* Move *fd (>= 0) to the lowest free number >= SANDLOT_FD_PARK_MIN,
+ * close-on-exec, and close the old number: the open file (its locks, its
+ * status flags) is the same.  Where that fails (RLIMIT_NOFILE at or below
+ * the bound, no free number) *fd stays as it was: parking only saves time,
+ * it is never needed.  A negative *fd or one parked already is left. */
+void sandlot__fd_park(int *fd);
+
 /* With SANDLOT_TRACE set, print to stderr the time since the previous
  * call, labelled `phase` (NULL just resets the clock).  For benchmarks. */
 void sandlot__trace(const char *phase);

@@ -398,16 +398,18 @@ static char *read_token(const char *path)
 	return tok;
 }
 
-/* Every sandbox holds a few descriptors in the daemon (its protocol
- * socket, its init's pidfd, its uid-range lock, its workspace lock) and
- * every connection one more: take the soft limit up to the hard one, and
- * both up to what the limits need (root may raise the hard limit, up to
- * fs.nr_open).  If that fails the connection limit shrinks to fit, with a
+/* Every sandbox holds 5 descriptors in the daemon (its protocol socket,
+ * its init's pidfd, its network namespace, its uid-range and workspace
+ * locks; numbered 1024 and up where the limit has room, see
+ * sandlot__fd_park()) and every connection one more: take the soft limit
+ * up to the hard one, and both up to what the limits need (root may raise
+ * the hard limit, up to fs.nr_open).  If that fails the connection limit shrinks to fit, with a
  * warning.  Returns the soft limit in force. */
+#define FDS_PER_SANDBOX 5ull
 static unsigned long long raise_nofile(struct http_config *hc, unsigned max_sandboxes)
 {
 	unsigned long long need = (unsigned long long)hc->max_connections +
-				  4ull * max_sandboxes + 1024;
+				  FDS_PER_SANDBOX * max_sandboxes + 1024;
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
 		return 0;
@@ -422,8 +424,8 @@ static unsigned long long raise_nofile(struct http_config *hc, unsigned max_sand
 		getrlimit(RLIMIT_NOFILE, &rl);
 	}
 	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
-		unsigned long long room = rl.rlim_cur > 4ull * max_sandboxes + 1024 + 16
-			? rl.rlim_cur - 4ull * max_sandboxes - 1024 : 16;
+		unsigned long long room = rl.rlim_cur > FDS_PER_SANDBOX * max_sandboxes + 1024 + 16
+			? rl.rlim_cur - FDS_PER_SANDBOX * max_sandboxes - 1024 : 16;
 		fprintf(stderr, "sandlotd: warning: RLIMIT_NOFILE is %llu, too low for %u connections "
 			"and %u sandboxes: at most %llu connections\n",
 			(unsigned long long)rl.rlim_cur, hc->max_connections, max_sandboxes, room);

@@ -379,6 +379,13 @@ static inline pid_t sys_clone_vfork(unsigned long flags, int (*fn)(void *), void
 			    arg, tid);
 }
 
+/* unshare(2) for a clone child (SANDLOT_CLONE_CHILD: no interposed
+ * wrapper). */
+static inline int sys_unshare(unsigned long flags)
+{
+	return (int)syscall(__NR_unshare, flags);
+}
+
 /* Private futex wait and wake on *addr (a process's threads, and the child
  * of sys_clone_vfork(), which shares their memory).  wait returns when
  * *addr != val, on a wake, or on a signal; wake wakes every waiter. */

@@ -826,6 +826,58 @@ def test_sigterm_with_a_request_in_flight(own_daemon):
         assert out["r"].status in (200, 410, 503), out["r"]
 
 
+# ---- descriptors ------------------------------------------------------------------------------
+
+def fd_objects(pid):
+    """{fd number: (st_dev, st_ino, link)} of a process's descriptors that
+    name an object of their own (sockets, pipes, files, namespaces), not
+    anon inodes (pidfds, eventfds... share one inode) or devices."""
+    out = {}
+    for f in os.listdir(f"/proc/{pid}/fd"):
+        p = f"/proc/{pid}/fd/{f}"
+        try:
+            st, link = os.stat(p), os.readlink(p)
+        except OSError:
+            continue  # closed meanwhile
+        if link.startswith("anon_inode:") or stat.S_ISCHR(st.st_mode):
+            continue
+        out[int(f)] = (st.st_dev, st.st_ino, link)
+    return out
+
+
+def test_new_init_holds_nothing_of_the_daemon_and_low_descriptors_stay_few(own_daemon):
+    """The clone child keeps only the low part of the daemon's descriptor
+    table (CLONE_FILES + close_range(CLOSE_RANGE_UNSHARE)): a new sandbox's
+    init must still get none of the daemon's descriptors (other sandboxes'
+    sockets, locks, namespaces; the listening socket) but its own workspace
+    lock, and the daemon must keep working.  What live sandboxes hold is
+    parked at 1024 and up, so the descriptors below 1024 do not grow with
+    their number (each create's child copies those)."""
+    d = own_daemon().start()
+    pid = d.proc.pid
+    # Warm up what the daemon makes once or keeps in stock.
+    first = d.create(**SMALL)
+    assert d.delete(f"/v1/sandboxes/{first}").status == 204
+    low_before = sum(1 for f in fd_objects(pid) if f < 1024)
+    ids = [d.create(**SMALL) for _ in range(20)]
+    low_after = sum(1 for f in fd_objects(pid) if f < 1024)
+    assert low_after - low_before < 10, (low_before, low_after)
+    before = inits_of(pid)
+    sid = d.create(**SMALL)
+    (init,) = inits_of(pid) - before
+    daemon = {(dev, ino): link for dev, ino, link in fd_objects(pid).values()}
+    shared = [(fd, link) for fd, (dev, ino, link) in fd_objects(init).items()
+              if (dev, ino) in daemon and not link.endswith(f"/{sid}/.lock")]
+    assert not shared, f"init {init} holds descriptors of the daemon: {shared}"
+    # Everything still works, for the new sandbox and the older ones.
+    for i in (sid, ids[0], ids[-1]):
+        r = d.post(f"/v1/sandboxes/{i}/exec", json_body={"argv": ["echo", "ok"]})
+        assert r.status == 200 and r.json()["stdout"] == "ok\n", r
+    for i in ids + [sid]:
+        assert d.delete(f"/v1/sandboxes/{i}").status == 204
+    assert d.stop() == 0
+
+
 # ---- scale ------------------------------------------------------------------------------------
 
 def test_1000_sandboxes(own_daemon):
