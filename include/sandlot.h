@@ -606,6 +606,9 @@ typedef struct sandlot_exec_spec {
 	const char *cwd;           /* default /home/user; relative = under /home/user */
 	int stdin_pipe;            /* 1: stdin fed by sandlot_proc_write_stdin(); 0: /dev/null */
 	uint64_t timeout_ms;       /* 0 = none; on expiry the process group is killed */
+	int last;                  /* 1: the sandbox's last command (a one-shot run): init readies
+				    * no spare process for a next one after it; a later exec
+				    * still works, its process forked on demand */
 } sandlot_exec_spec_t;
 
 typedef struct sandlot_proc sandlot_proc_t;

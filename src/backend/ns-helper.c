@@ -43,6 +43,9 @@
  * then deals with what is left. */
 #define HELPER_KILL_WAIT_MS 10000
 
+/* Root templates the helper takes over from the caller (see helper_main). */
+#define SANDLOT_HELPER_MAX_ROOTS 8
+
 int sandlot__ns_cleanup_lock(const char *data_dir, sandlot_error_t **err)
 {
 	char path[4200];
@@ -67,7 +70,7 @@ int sandlot__ns_cleanup_lock(const char *data_dir, sandlot_error_t **err)
  * ignored). */
 static void close_all_but(const int *keep, size_t n)
 {
-	int sorted[8];
+	int sorted[16];
 	size_t k = 0;
 	for (size_t i = 0; i < n && k < SANDLOT_ARRAY_SIZE(sorted); i++)
 		if (keep[i] >= 0)
@@ -134,7 +137,8 @@ out:
 }
 
 static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifeline,
-						   const char *id, const char *data_dir)
+						   const char *id, const char *data_dir,
+						   const int *roots, size_t nroots)
 {
 	/* Out of the caller's session and process group: a terminal's ^C or
 	 * a kill of the caller's group must not stop the cleanup. */
@@ -167,9 +171,15 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 	/* Not the built image's in-use lock: the image is free once the
 	 * caller has let go of the sandbox (its dying processes cannot use it
 	 * any more), so `sandlot image rm` right after a run is not refused. */
-	const int keep[] = { lifeline, ns->pidfd, ns->slot.lock_fd, ns->cleanup_lock_fd,
-			     ns->storage.lock_fd };
-	close_all_but(keep, SANDLOT_ARRAY_SIZE(keep));
+	/* And the caller's root templates: the last close of one unmounts its
+	 * ~50 mounts and waits for an RCU grace period, which would otherwise
+	 * be part of the caller's exit — after the command's status is out,
+	 * but before whoever waits for the caller (a shell) sees it. */
+	int keep[5 + SANDLOT_HELPER_MAX_ROOTS] = { lifeline, ns->pidfd, ns->slot.lock_fd,
+						   ns->cleanup_lock_fd, ns->storage.lock_fd };
+	for (size_t i = 0; i < nroots; i++)
+		keep[5 + i] = roots[i] > 2 ? roots[i] : -1;
+	close_all_but(keep, 5 + nroots);
 	/* Closed with the rest (init has its own reference to the mount). */
 	ns->storage.mount_fd = -1;
 	/* The sandbox is in its spare network namespace now (the caller
@@ -208,6 +218,8 @@ static __attribute__((noreturn)) void helper_main(struct ns_state *ns, int lifel
 int sandlot__ns_helper_start(struct ns_state *ns, const char *id, const char *data_dir,
 			     sandlot_error_t **err)
 {
+	int roots[SANDLOT_HELPER_MAX_ROOTS];
+	size_t nroots = sandlot__ns_root_templates(roots, SANDLOT_ARRAY_SIZE(roots));
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return sandlot__error_errno(err, errno, "cleanup helper pipe");
@@ -220,7 +232,7 @@ int sandlot__ns_helper_start(struct ns_state *ns, const char *id, const char *da
 	}
 	if (pid == 0) {
 		close(p[1]);
-		helper_main(ns, p[0], id, data_dir);
+		helper_main(ns, p[0], id, data_dir, roots, nroots);
 	}
 	close(p[0]);
 	ns->helper_pid = pid;

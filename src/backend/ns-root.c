@@ -511,6 +511,17 @@ void sandlot__ns_root_idmap(struct ns_root *r, pid_t pid)
 	}
 }
 
+size_t sandlot__ns_root_templates(int *fds, size_t max)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&templates_lock);
+	for (size_t i = 0; i < MAX_TEMPLATES && n < max; i++)
+		if (templates[i].key[0] && templates[i].fd >= 0)
+			fds[n++] = templates[i].fd;
+	pthread_mutex_unlock(&templates_lock);
+	return n;
+}
+
 void sandlot__ns_root_release(struct ns_root *r)
 {
 	if (r->fd >= 0)

@@ -292,7 +292,9 @@ static void *root_job_main(void *arg)
 	struct root_job *j = arg;
 	/* A host where it cannot be done just gets the old way: init builds
 	 * the root. */
+	sandlot__trace(NULL);
 	j->rc = sandlot__ns_root_clone(&j->key, &j->root, 1, NULL);
+	sandlot__trace("root: built");
 	return NULL;
 }
 
@@ -745,6 +747,7 @@ static int start_sandbox(struct sandlot *sb, int resume, sandlot_error_t **err)
 		ns->netns_fd = sandlot__netns_spare_take(sb->data_dir, ns->spare_netns);
 		made_ahead = ns->netns_fd >= 0;
 	}
+	sandlot__trace(made_ahead ? "netns (spare)" : "netns (none)");
 	/* The child's release on a thread of its own, so that this one can
 	 * sleep in a vfork-style clone (release_job_start()). */
 	rel.sync_wr = sync_wr;

@@ -91,6 +91,12 @@ void sandlot__ns_root_idmap(struct ns_root *r, pid_t pid);
 /* Close the clone (after handing it to init) and free. */
 void sandlot__ns_root_release(struct ns_root *r);
 
+/* This process's templates (at most max of their fds into fds[]): a
+ * process that is about to exit hands them to one that lives on, so that
+ * unmounting them (an RCU grace period) is not part of its exit.  The
+ * count. */
+size_t sandlot__ns_root_templates(int *fds, size_t max);
+
 /* ---- prepared resources (ns-prepare.c) ---- */
 
 /* sandlot_prepare() and sandlot_new_id() (effective options). */

@@ -748,6 +748,8 @@ int cmd_run(int argc, char **argv)
 		.cwd = workdir,
 		.stdin_pipe = interactive,
 		.timeout_ms = timeout_ms,
+		/* Nothing runs after it: init readies no spare process. */
+		.last = 1,
 	};
 	sandlot_exec_callbacks_t cb = { .size = sizeof(cb),
 					.on_output = on_output, .on_exit = on_exit_cb, .userdata = &st };

@@ -103,6 +103,7 @@ enum sandlot_tag {
 	SL_TAG_NET_GATEWAY = 43, /* u32: the default route's gateway */
 	SL_TAG_NET_DNS = 44,     /* u32: the resolver /etc/resolv.conf names */
 	SL_TAG_NET_RELAY = 45,   /* u32: TCP port of init's port relay */
+	SL_TAG_LAST = 46,        /* u8: EXEC: 1 = the sandbox's last command (no spare process after it) */
 };
 
 /* A decoded frame header. */

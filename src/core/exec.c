@@ -213,6 +213,8 @@ sandlot_proc_t *sandlot_exec(sandlot_t *sb, const sandlot_exec_spec_t *spec,
 	if (spec->cwd)
 		sl_msg_put_str(&m, SL_TAG_CWD, spec->cwd);
 	sl_msg_put_u8(&m, SL_TAG_STDIN, spec->stdin_pipe ? 1 : 0);
+	if (spec->last)
+		sl_msg_put_u8(&m, SL_TAG_LAST, 1);
 	sandlot__strv_free(env);
 
 	p->start_ns = sandlot__now_ns();

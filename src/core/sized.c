@@ -87,7 +87,7 @@ LAYOUT(options_layout, sandlot_options_t, "sandlot_options_init()",
 LAYOUT(exec_spec_layout, sandlot_exec_spec_t, NULL,
        SL_FIELD(sandlot_exec_spec_t, argv), SL_FIELD(sandlot_exec_spec_t, env),
        SL_FIELD(sandlot_exec_spec_t, cwd), SL_FIELD(sandlot_exec_spec_t, stdin_pipe),
-       SL_FIELD(sandlot_exec_spec_t, timeout_ms));
+       SL_FIELD(sandlot_exec_spec_t, timeout_ms), SL_FIELD(sandlot_exec_spec_t, last));
 
 LAYOUT(exec_callbacks_layout, sandlot_exec_callbacks_t, NULL,
        SL_FIELD(sandlot_exec_callbacks_t, on_output), SL_FIELD(sandlot_exec_callbacks_t, on_exit),

@@ -308,8 +308,14 @@ static __attribute__((noreturn)) void warm_child(const struct init_config *cfg, 
  * the command ends first (see spawn()). */
 #define WARM_DELAY_MS 5
 
+/* The host said the command running now is the sandbox's last (EXEC's
+ * LAST): no spare process after it.  An EXEC without LAST clears it. */
+static int warm_off;
+
 void init__warm_later(struct loop *l, int delay_ms)
 {
+	if (warm_off)
+		return;
 	int64_t at = init__now_ms() + delay_ms;
 	if (at < 1)
 		at = 1;
@@ -339,28 +345,49 @@ static void warm_discard(void)
 	warm.pid = 0;
 }
 
-/* Fork the next warm child if none is ready.  Best effort: without one,
- * spawn() forks on demand. */
-void init__warm_prepare(struct loop *l)
+/* A pipe whose ends are both at `low` or above (0: wherever). */
+static int pipe_from(int p[2], int low)
 {
-	if (warm.pid > 0 || l->cfg->no_warm)
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	for (int i = 0; low > 0 && i < 2; i++) {
+		if (p[i] >= low)
+			continue;
+		int fd = fcntl(p[i], F_DUPFD_CLOEXEC, low);
+		if (fd < 0) {
+			int e = errno;
+			close(p[0]), close(p[1]);
+			errno = e;
+			return -1;
+		}
+		close(p[i]);
+		p[i] = fd;
+	}
+	return 0;
+}
+
+/* Fork a warm child if none is ready, its pipes at `low` or above.  Best
+ * effort: without one, spawn() forks on demand. */
+static void warm_fork(const struct init_config *cfg, int low)
+{
+	if (warm.pid > 0 || cfg->no_warm)
 		return;
 	int in[2], out[2], err[2], st[2], ctl[2];
-	if (pipe2(in, O_CLOEXEC) < 0)
+	if (pipe_from(in, low) < 0)
 		return;
-	if (pipe2(out, O_CLOEXEC) < 0)
+	if (pipe_from(out, low) < 0)
 		goto close_in;
-	if (pipe2(err, O_CLOEXEC) < 0)
+	if (pipe_from(err, low) < 0)
 		goto close_out;
-	if (pipe2(st, O_CLOEXEC) < 0)
+	if (pipe_from(st, low) < 0)
 		goto close_err;
-	if (pipe2(ctl, O_CLOEXEC) < 0)
+	if (pipe_from(ctl, low) < 0)
 		goto close_st;
-	if (give_pipes(l->cfg, in[0], out[1], err[1]) < 0)
+	if (give_pipes(cfg, in[0], out[1], err[1]) < 0)
 		goto close_ctl;
 	pid_t pid = fork();
 	if (pid == 0)
-		warm_child(l->cfg, in[0], out[1], err[1], st[1], ctl[0]);
+		warm_child(cfg, in[0], out[1], err[1], st[1], ctl[0]);
 	if (pid < 0) {
 		warm_blocked = errno == EAGAIN;
 		goto close_ctl;
@@ -383,6 +410,19 @@ close_out:
 	close(out[0]), close(out[1]);
 close_in:
 	close(in[0]), close(in[1]);
+}
+
+void init__warm_prepare(struct loop *l)
+{
+	warm_fork(l->cfg, 0);
+}
+
+/* Before the set-up, descriptors up to INIT_FD_LAST are the host's hand-over
+ * (or free where the host passed nothing, and probed as such): the pipes go
+ * above them. */
+void init__warm_early(const struct init_config *cfg)
+{
+	warm_fork(cfg, INIT_FD_LAST + 1);
 }
 
 /* The warm child died before it was used (killed by a command): forget it. */
@@ -848,7 +888,7 @@ void init__exec_request(struct loop *l, const struct sl_frame_header *h, const u
 	struct strv argv = { 0 }, envp = { 0 };
 	cleanup_free char *cwd = NULL;
 	cleanup_free char *abs_cwd = NULL;
-	uint8_t stdin_pipe = 0;
+	uint8_t stdin_pipe = 0, last = 0;
 	struct sl_rec_iter it;
 	struct sl_rec r;
 	int rc, err = 0;
@@ -883,6 +923,13 @@ void init__exec_request(struct loop *l, const struct sl_frame_header *h, const u
 				goto out;
 			}
 			break;
+		case SL_TAG_LAST:
+			if (sl_rec_u8(&r, &last) < 0 || last > 1) {
+				err = EINVAL;
+				what = "LAST";
+				goto out;
+			}
+			break;
 		default:
 			break;
 		}
@@ -904,6 +951,9 @@ void init__exec_request(struct loop *l, const struct sl_frame_header *h, const u
 		goto out;
 	}
 	char *no_env[] = { NULL };
+	warm_off = last;
+	if (last)
+		l->warm_at_ms = 0;
 	spawn(l, h->stream, argv.v, envp.v ? envp.v : no_env, abs_cwd, stdin_pipe);
 out:
 	if (err)

@@ -115,6 +115,26 @@ int init_start(struct init_config *cfg, struct sl_reader *rd);
  * queue exists.  (config.c) */
 int init_write_frame(int fd, struct sl_msg *m);
 
+/* Before init_setup(), in an ns sandbox: the cgroup namespace, and the
+ * working directory at the root, so that a child forked now (the first
+ * warm child) is in the sandbox's cgroup namespace and is moved into the
+ * new root with init by pivot_root().  0, or -1 (in a VM, or it failed:
+ * init_setup() then does it and reports a failure).  (setup.c) */
+int init_setup_early(const struct init_config *cfg);
+
+/* The part of the start that can come before the set-up (called first by
+ * init_setup() in an ns sandbox): reset what the host left ignored, the
+ * commands' credentials and, where init_setup_early() succeeds, the first
+ * command's warm child, which then drops its privileges and compiles its
+ * seccomp filter on another CPU while init builds the root.  It runs
+ * nothing before init has read an EXEC, which it does only after the
+ * host's view of the filesystem is gone (init_setup_finish()).  Best
+ * effort: what fails here is done, or reported, later.  (loop.c) */
+void init_start_early(const struct init_config *cfg);
+
+/* The first warm child, forked before the set-up (exec.c). */
+void init__warm_early(const struct init_config *cfg);
+
 /* Build the sandbox root, pivot into it.  Returns 0, or -1 with the reason
  * for init_setup_error().  (setup.c) */
 int init_setup(struct init_config *cfg);

@@ -670,6 +670,23 @@ static void ensure_std_fds(void)
 	}
 }
 
+/* Done by init_start_early() already. */
+static int signals_reset, children_ready_early;
+
+void init_start_early(const struct init_config *cfg)
+{
+	/* Before any descriptor is made, and the umask the commands get (the
+	 * warm child's is theirs). */
+	ensure_std_fds();
+	umask(022);
+	reset_inherited_signals();
+	signals_reset = 1;
+	if (init_setup_early(cfg) < 0 || init_setup_children(cfg) < 0)
+		return;
+	children_ready_early = 1;
+	init__warm_early(cfg);
+}
+
 static int prepare(struct loop *l)
 {
 	ensure_std_fds();
@@ -747,18 +764,21 @@ int init_serve(const struct init_config *cfg, struct sl_reader *rd)
 		/* OK out first (the host is waiting for it), then ready the
 		 * first command's process while the host does its own side
 		 * (uploads), and take the change-tracking baseline the host
-		 * would otherwise have to ask for.  The first command's
-		 * process is forked before the old root is detached: it drops
-		 * its privileges and loads the seccomp filter on the other
-		 * CPU while init waits out the detach's RCU grace period.  It
-		 * shares init's mount namespace, so it loses the host's view
-		 * with init, and it runs nothing before its command comes,
-		 * which is read only after init_setup_finish() succeeded (on
-		 * failure init__kill_all() ends it). */
+		 * would otherwise have to ask for.  In an ns sandbox the first
+		 * command's process was forked before the set-up already
+		 * (init_start_early()), else it is forked here, before the old
+		 * root is detached: it drops its privileges and loads the
+		 * seccomp filter on the other CPU while init builds the root or
+		 * waits out the detach's RCU grace period.  It shares init's
+		 * mount namespace, so it loses the host's view with init, and
+		 * it runs nothing before its command comes, which is read only
+		 * after init_setup_finish() succeeded (on failure
+		 * init__kill_all() ends it). */
 		queue_flush(&l);
-		reset_inherited_signals();
+		if (!signals_reset)
+			reset_inherited_signals();
 		int err = 0;
-		if (init_setup_children(cfg) < 0) {
+		if (!children_ready_early && init_setup_children(cfg) < 0) {
 			const char *why = init_setup_error(&err);
 			init__log("cannot prepare the commands' credentials: %s", why);
 			l.status = 1;

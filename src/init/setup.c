@@ -34,6 +34,7 @@
 #include <linux/seccomp.h>
 #include <linux/securebits.h>
 #include <net/if.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -557,6 +558,58 @@ static int attach_root_tree(const struct init_config *cfg)
 /* Set by init_setup() for init_setup_finish(). */
 static int pivoted, built_tree;
 
+/* Detaching the old root waits for an RCU grace period (0.1 to 0.3 ms),
+ * which was the longest step between init's OK and the first command.
+ * A thread of init does it, started right after pivot_root: the wait then
+ * overlaps the OK's trip to the host and back, the commands' credentials
+ * and the first warm child's fork.  It shares init's working directory
+ * (the new root, "."), so nothing in init changes directory until
+ * init_setup_finish() has joined it, and init_setup_finish() runs before
+ * any command (see loop.c). */
+static pthread_t detach_thread;
+static int detach_started, detach_errno;
+
+static void *detach_main(void *arg)
+{
+	(void)arg;
+	detach_errno = umount2(".", MNT_DETACH) < 0 ? errno : 0;
+	return NULL;
+}
+
+static int detach_start(void)
+{
+	pthread_attr_t a;
+	if (pthread_attr_init(&a) != 0)
+		return -1;
+	pthread_attr_setstacksize(&a, 64 << 10);
+	int rc = pthread_create(&detach_thread, &a, detach_main, NULL);
+	pthread_attr_destroy(&a);
+	if (rc != 0)
+		return -1;
+	detach_started = 1;
+	return 0;
+}
+
+/* init_setup_early() made the cgroup namespace already. */
+static int cgroupns_done;
+
+int init_setup_early(const struct init_config *cfg)
+{
+	(void)cfg;
+	if (init__vm_mode) {
+		errno = ENOTSUP;
+		return -1;
+	}
+	/* The host put us into the sandbox's cgroup before we started; from now
+	 * on that cgroup is our root — for the warm child forked next too. */
+	if (unshare(CLONE_NEWCGROUP) < 0)
+		return -1; /* init_setup() tries again, and says why */
+	cgroupns_done = 1;
+	/* Where pivot_root() moves it: a process whose root and working
+	 * directory are the old root gets both moved to the new one. */
+	return chdir("/");
+}
+
 int init_setup(struct init_config *cfg)
 {
 	if (init__vm_mode) {
@@ -567,10 +620,12 @@ int init_setup(struct init_config *cfg)
 			errno = e;
 			FAIL("%s", why);
 		}
+	} else {
+		init_start_early(cfg); /* the first warm child, while we build */
 	}
 	/* The host put us into the sandbox's cgroup before we started; from now
 	 * on that cgroup is our root. */
-	if (unshare(CLONE_NEWCGROUP) < 0)
+	if (!cgroupns_done && unshare(CLONE_NEWCGROUP) < 0)
 		FAIL("cgroup namespace");
 	if (sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
 		FAIL("sethostname");
@@ -611,8 +666,11 @@ int init_setup(struct init_config *cfg)
 		FAIL("PR_SET_DUMPABLE");
 	built_tree = tree;
 	pivoted = 1;
-	/* The old root is stacked on the new one until init_setup_finish()
-	 * detaches it, after HELLO. */
+	/* The old root is stacked on the new one until the detaching thread
+	 * has taken it off (joined by init_setup_finish(); where no thread can
+	 * be started, init_setup_finish() detaches it itself). */
+	if (detach_start() < 0)
+		detach_started = 0;
 	return 0;
 }
 
@@ -621,12 +679,18 @@ int init_setup_finish(const struct init_config *cfg)
 	if (!pivoted)
 		return 0;
 	pivoted = 0;
-	/* Detaching waits for an RCU grace period (0.1-0.2 ms): done while the
-	 * host reads HELLO and sends its first request, which is only read
-	 * after this — nothing runs in the sandbox before the host's view is
-	 * gone from it. */
-	if (umount2(".", MNT_DETACH) < 0)
+	/* The host's first request is only read after this: nothing runs in
+	 * the sandbox before the host's view is gone from it. */
+	if (detach_started) {
+		detach_started = 0;
+		pthread_join(detach_thread, NULL);
+		if (detach_errno) {
+			errno = detach_errno;
+			return -1;
+		}
+	} else if (umount2(".", MNT_DETACH) < 0) {
 		return -1;
+	}
 	if (chdir("/") < 0)
 		return -1;
 	/* (The workspace's own mount, where storage_clones() attached one,

@@ -2014,6 +2014,41 @@ static void test_exec_kill(void)
 	sandlot_destroy(sb);
 }
 
+/* An exec marked `last` (a one-shot run) leaves no spare process behind
+ * it: the sandbox runs init and the command, then init alone; the next
+ * exec still works (forked on demand) and brings the spare back. */
+static void test_exec_last(void)
+{
+	sandlot_t *sb = new_sandbox();
+	uint32_t idle = idle_pids(sb); /* init and the spare */
+	CHECK_EQ_INT(idle, 2);
+	struct run r;
+	const char *slp[] = { "sh", "-c", "echo started; sleep 0.3", NULL };
+	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = slp, .last = 1 };
+	run_init(&r);
+	sandlot_proc_t *p = start(sb, &s, &r);
+	CHECK(wait_output(&r, "started", 5000));
+	/* Well past the delay after which a spare would be forked (5 ms). */
+	sleep_ms(100);
+	CHECK_EQ_INT(pids_now(sb), 3); /* init, sh and its sleep: no spare */
+	finish_proc(p, &r);
+	CHECK_EQ_INT(r.ex.exit_code, 0);
+	run_fini(&r);
+	sleep_ms(100);
+	CHECK_EQ_INT(pids_now(sb), 1); /* init alone */
+
+	const char *echo[] = { "echo", "again", NULL };
+	s = (sandlot_exec_spec_t){ .size = sizeof(s), .argv = echo };
+	run_init(&r);
+	p = start(sb, &s, &r);
+	finish_proc(p, &r);
+	CHECK_EQ_INT(r.ex.exit_code, 0);
+	CHECK(wait_output(&r, "again", 1000));
+	run_fini(&r);
+	CHECK_EQ_INT(wait_pids(sb, 2), 2); /* the spare is back */
+	sandlot_destroy(sb);
+}
+
 /* Resumes output from its own thread whenever on_output paused it. */
 struct resumer {
 	struct run *r;
@@ -3446,13 +3481,15 @@ static void test_usage(void)
 	CHECK_EQ_INT(u.pids_limit_hits, 0);
 
 	sh_ok(sb, "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done");
+	/* Settled (init and its spare): right after the create, init may
+	 * still run a thread of its set-up. */
+	uint32_t idle = idle_pids(sb);
 	struct run r;
 	run_init(&r);
 	const char *argv[] = { "sh", "-c", "sleep 30 & echo ready; wait", NULL };
 	sandlot_exec_spec_t s = { .size = sizeof(s), .argv = argv };
 	sandlot_proc_t *p = start(sb, &s, &r);
 	CHECK(wait_output(&r, "ready", 5000));
-	uint32_t idle = u.pids;
 	wait_pids_at_least(sb, idle + 2);
 	MUST(sandlot_usage(sb, &u, NULL));
 	CHECK(u.pids >= idle + 2);
@@ -3808,6 +3845,7 @@ int main(void)
 	RUN(test_exec_timeout);
 	RUN(test_exec_stdin_roundtrip);
 	RUN(test_exec_stdin_errors);
+	RUN(test_exec_last);
 	RUN(test_exec_kill);
 	RUN(test_exec_pause_resume);
 	RUN(test_exec_pause_holds_output);
