@@ -123,7 +123,12 @@ struct dsb *domain_sandbox_get(struct daemon *d, const char *id, sandlot_error_t
 	}
 	s->busy++;
 	s->last_active_ms = daemon_now_ms();
+	int setting_up = s->setting_up;
 	pthread_mutex_unlock(&s->lock);
+	if (setting_up && dsb_setup_wait(d, s, err) < 0) {
+		dsb_release(d, s); /* (its busy reference went with the failure) */
+		return NULL;
+	}
 	return s;
 }
 
@@ -135,6 +140,33 @@ sandlot_t *domain_sandbox_handle(struct dsb *s, sandlot_error_t **err)
 		error_ended_locked(s, err);
 	pthread_mutex_unlock(&s->lock);
 	return sb;
+}
+
+/* ---- set-up --------------------------------------------------------------------- */
+
+int dsb_setup_wait(struct daemon *d, struct dsb *s, sandlot_error_t **err)
+{
+	pthread_mutex_lock(&s->lock);
+	sandlot_t *sb = s->setting_up && s->state == DSB_RUNNING ? s->sb : NULL;
+	pthread_mutex_unlock(&s->lock);
+	if (!sb)
+		return 0;
+	sandlot_error_t *e = NULL;
+	if (sandlot_wait_ready(sb, &e) == 0) {
+		pthread_mutex_lock(&s->lock);
+		if (s->sb == sb)
+			s->setting_up = 0;
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	/* setting_up stays: a request that comes before the state has changed
+	 * below gets the same (remembered) answer and ends up here too. */
+	char reason[600];
+	snprintf(reason, sizeof(reason), "failed: %s", sandlot_error_message(e));
+	sandlot_error_free(e);
+	dsb_busy(s, -1);
+	dsb_end(d, s, DSB_FAILED, reason); /* a no-op if it ended meanwhile */
+	return domain_error_ended(s, err);
 }
 
 /* ---- ending ------------------------------------------------------------------ */
@@ -383,6 +415,11 @@ int dsb_settle_locked(struct dsb *s, int copies)
  * already), -1 with err. */
 static int do_pause(struct daemon *d, struct dsb *s, unsigned flags, sandlot_error_t **err)
 {
+	/* Not in the middle of its set-up: init pauses only once it serves. */
+	dsb_busy(s, +1);
+	if (dsb_setup_wait(d, s, err) < 0)
+		return -1;
+	dsb_busy(s, -1);
 	pthread_mutex_lock(&s->lock);
 	if (dsb_settle_locked(s, 0) < 0) {
 		pthread_mutex_unlock(&s->lock);
@@ -633,6 +670,7 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandl
 	if (sb && !stopping) {
 		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
 		s->sb = sb;
+		s->setting_up = 0; /* resumed: ready when sandlot_resume() returned */
 		s->state = DSB_RUNNING;
 		s->paused_ms = 0;
 		s->workspace_kept = 0;
