@@ -169,6 +169,122 @@ int dsb_setup_wait(struct daemon *d, struct dsb *s, sandlot_error_t **err)
 	return domain_error_ended(s, err);
 }
 
+/* The set-up sweep (dsb_setup_sweep_add): oldest first, linked through
+ * s->setup_next, each holding a reference.  Not sooner than
+ * SETUP_SWEEP_MS: a create is usually followed by a request at once, and
+ * that request's wait is the one on the critical path (the sweep would
+ * only compete with it for the CPU). */
+#define SETUP_SWEEP_MS 20
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct dsb *head, *tail;
+	struct daemon *d;
+	int started, closed;
+	pthread_t thread;
+} sweep = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.cond = PTHREAD_COND_INITIALIZER,
+};
+
+/* Wait for the set-up of s, if nobody did and it still runs. */
+static void sweep_one(struct daemon *d, struct dsb *s)
+{
+	pthread_mutex_lock(&s->lock);
+	int wait = s->setting_up && s->state == DSB_RUNNING && s->sb;
+	if (wait)
+		s->busy++; /* not an API call: last_active_ms stays */
+	pthread_mutex_unlock(&s->lock);
+	if (wait && dsb_setup_wait(d, s, NULL) == 0)
+		dsb_busy(s, -1);
+}
+
+static void *sweep_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&sweep.lock);
+	while (!sweep.closed) {
+		struct dsb *s = sweep.head;
+		if (!s) {
+			pthread_cond_wait(&sweep.cond, &sweep.lock);
+			continue;
+		}
+		uint64_t now = sandlot__now_ms();
+		if (now < s->setup_due_ms) {
+			struct timespec dl;
+			sandlot__deadline_in(&dl, CLOCK_REALTIME, (unsigned)(s->setup_due_ms - now));
+			pthread_cond_timedwait(&sweep.cond, &sweep.lock, &dl);
+			continue;
+		}
+		sweep.head = s->setup_next;
+		if (!sweep.head)
+			sweep.tail = NULL;
+		s->setup_next = NULL;
+		pthread_mutex_unlock(&sweep.lock);
+		sweep_one(sweep.d, s);
+		dsb_release(sweep.d, s);
+		pthread_mutex_lock(&sweep.lock);
+	}
+	pthread_mutex_unlock(&sweep.lock);
+	return NULL;
+}
+
+void dsb_setup_sweep_add(struct daemon *d, struct dsb *s)
+{
+	pthread_mutex_lock(&sweep.lock);
+	if (sweep.closed) {
+		pthread_mutex_unlock(&sweep.lock);
+		return;
+	}
+	if (!sweep.started) {
+		sweep.d = d;
+		pthread_attr_t a;
+		pthread_attr_init(&a);
+		pthread_attr_setstacksize(&a, 256 << 10);
+		sweep.started = pthread_create(&sweep.thread, &a, sweep_main, NULL) == 0;
+		pthread_attr_destroy(&a);
+		if (!sweep.started) {
+			/* The first request (or the reaper, should init die)
+			 * still learns the outcome; only the handles stay
+			 * longer. */
+			pthread_mutex_unlock(&sweep.lock);
+			return;
+		}
+	}
+	dsb_hold(s);
+	s->setup_due_ms = sandlot__now_ms() + SETUP_SWEEP_MS;
+	s->setup_next = NULL;
+	if (sweep.tail)
+		sweep.tail->setup_next = s;
+	else
+		sweep.head = s;
+	sweep.tail = s;
+	if (sweep.head == s)
+		pthread_cond_signal(&sweep.cond);
+	pthread_mutex_unlock(&sweep.lock);
+}
+
+void dsb_setup_sweep_stop(void)
+{
+	pthread_mutex_lock(&sweep.lock);
+	sweep.closed = 1;
+	pthread_cond_broadcast(&sweep.cond);
+	int started = sweep.started;
+	sweep.started = 0;
+	pthread_mutex_unlock(&sweep.lock);
+	if (started)
+		pthread_join(sweep.thread, NULL);
+	/* Nothing is added once closed: the rest is ours. */
+	struct dsb *s = sweep.head;
+	sweep.head = sweep.tail = NULL;
+	while (s) {
+		struct dsb *next = s->setup_next;
+		s->setup_next = NULL;
+		dsb_release(sweep.d, s);
+		s = next;
+	}
+}
+
 /* ---- ending ------------------------------------------------------------------ */
 
 static void stop_begin(struct dsb *s, sandlot_t *stop);

@@ -960,6 +960,8 @@ static struct dsb *create_admitted(struct daemon *d, struct domain_create *c,
 	__atomic_add_fetch(&d->m.sandboxes_created, 1, __ATOMIC_RELAXED);
 	daemon_log("created", "sandbox=%s ms=%.1f init_pid=%d ttl=%u idle=%u%s%s", s->id, ms,
 		   init_pid, ttl, idle, pooled ? " pool=" : "", pooled ? pooled : "");
+	if (nowait && !stopping)
+		dsb_setup_sweep_add(d, s);
 	if (stopping) {
 		/* Shutdown began while we created it: it must not outlive us. */
 		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
@@ -1356,6 +1358,7 @@ void sandboxes_shutdown(struct daemon *d)
 		pthread_join(d->reaper, NULL);
 		d->reaper_started = 0;
 	}
+	dsb_setup_sweep_stop();
 	/* The teardowns queued so far finish; the queue is closed, so the
 	 * ends below tear down before they return. */
 	dsb_teardowns_drain();

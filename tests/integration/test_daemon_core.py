@@ -825,8 +825,8 @@ def test_a_setup_that_fails_after_the_create_answered(own_daemon, failing_init):
 
 
 def test_a_setup_that_fails_unasked_is_recorded_with_its_error(own_daemon, failing_init):
-    """Nobody uses the sandbox: the reaper finds its init gone and records
-    the set-up's error, not just "init exited"."""
+    """Nobody uses the sandbox: the set-up sweep (20 ms after the create)
+    or the reaper records the set-up's error, not just "init exited"."""
     d = own_daemon(env={"SANDLOT_INIT": failing_init}).start()
     sid = d.create(**SMALL)
     assert wait_state(d, sid, "failed", 10), state(d, sid)
