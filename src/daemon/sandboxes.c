@@ -904,9 +904,10 @@ static struct dsb *create_admitted(struct daemon *d, struct domain_create *c,
 	s->ttl_seconds = c->ttl;
 	s->idle_timeout_seconds = c->idle;
 	s->expires_ms = c->ttl ? now + (int64_t)c->ttl * 1000 : 0;
-	/* Every cold create has a kept workspace; a pooled one if the pool
-	 * made it so. */
-	s->has_workspace = workspace_exists(d, s->id);
+	/* Every cold create has a kept workspace (sandlot_create() made it,
+	 * wid names it: no need to look); a pooled one if the pool made it
+	 * so. */
+	s->has_workspace = wid[0] ? 1 : workspace_exists(d, s->id);
 	s->auto_resume = c->auto_resume;
 	s->paused_retention_seconds = c->retention;
 	json_object_set_new(c->norm, "network", network_json(sb));
