@@ -89,6 +89,11 @@ struct dsb {
 	pthread_mutex_t lock;
 	enum dsb_state state;
 	sandlot_t *sb;              /* NULL once ended */
+	/* sb was made with start_nowait and its set-up's outcome is not known
+	 * yet: every use of it waits for that first (dsb_setup_wait). */
+	int setting_up;
+	struct dsb *setup_next;     /* lifecycle.c's set-up sweep queue */
+	uint64_t setup_due_ms;      /* monotonic: when the sweep looks at it */
 	int64_t created_ms;         /* wall clock, ms since the epoch */
 	int64_t ended_ms;
 	int64_t expires_ms;         /* absolute TTL deadline, 0 = none */
@@ -278,6 +283,27 @@ json_t *dsb_to_json(struct dsb *s);
  * borrowers.  So do not call it while holding a busy reference of s
  * yourself. */
 void dsb_end(struct daemon *d, struct dsb *s, enum dsb_state state, const char *reason);
+
+/* The outcome of the set-up of s->sb when s->setting_up (a create that
+ * answered before it, domain_create): waits for it the first time (a
+ * fraction of a millisecond after the create's answer), at once after.
+ * 0 when it is set up (or s is not running: the caller's own check says
+ * so); -1 when its set-up failed: s has then ended as failed, the
+ * set-up's error its end reason, and err is the ended sandbox's error
+ * (DOMAIN_EENDED: 410 sandbox_ended) with that reason.  The caller holds
+ * one busy reference of s (dsb_busy), so that s->sb stays; -1 has given
+ * it back (the failed sandbox is torn down once nobody holds it). */
+int dsb_setup_wait(struct daemon *d, struct dsb *s, sandlot_error_t **err);
+
+/* A sandbox answered before its set-up finished (domain_create): unless a
+ * request has waited for the set-up by then, a background thread does so
+ * SETUP_SWEEP_MS later, so that a sandbox nobody uses yet lets go of what
+ * its set-up needed (a status pipe, storage and image handles: a few
+ * descriptors each) and a failed set-up is recorded at once.  s is held
+ * (dsb_hold) until then.  dsb_setup_sweep_stop(): the queue is dropped and
+ * the thread stopped (sandboxes_shutdown(), before it ends the sandboxes). */
+void dsb_setup_sweep_add(struct daemon *d, struct dsb *s);
+void dsb_setup_sweep_stop(void);
 
 /* The teardowns dsb_end() queued.  dsb_teardowns_wait(): wait up to
  * timeout_ms until none is queued or running; 1 if there was one to wait

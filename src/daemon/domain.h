@@ -79,6 +79,7 @@ struct domain_create {
 	json_t *norm;            /* normalised options, for the record */
 	json_t *metadata;
 	int auto_resume, disk_given;
+	int wait_ready;          /* answer only once the sandbox has set itself up */
 	uint32_t retention;      /* paused_retention_seconds */
 	const char *from_snapshot; /* a sandbox id */
 	uint16_t ports[PORTS_MAX];

@@ -123,7 +123,12 @@ struct dsb *domain_sandbox_get(struct daemon *d, const char *id, sandlot_error_t
 	}
 	s->busy++;
 	s->last_active_ms = daemon_now_ms();
+	int setting_up = s->setting_up;
 	pthread_mutex_unlock(&s->lock);
+	if (setting_up && dsb_setup_wait(d, s, err) < 0) {
+		dsb_release(d, s); /* (its busy reference went with the failure) */
+		return NULL;
+	}
 	return s;
 }
 
@@ -135,6 +140,149 @@ sandlot_t *domain_sandbox_handle(struct dsb *s, sandlot_error_t **err)
 		error_ended_locked(s, err);
 	pthread_mutex_unlock(&s->lock);
 	return sb;
+}
+
+/* ---- set-up --------------------------------------------------------------------- */
+
+int dsb_setup_wait(struct daemon *d, struct dsb *s, sandlot_error_t **err)
+{
+	pthread_mutex_lock(&s->lock);
+	sandlot_t *sb = s->setting_up && s->state == DSB_RUNNING ? s->sb : NULL;
+	pthread_mutex_unlock(&s->lock);
+	if (!sb)
+		return 0;
+	sandlot_error_t *e = NULL;
+	if (sandlot_wait_ready(sb, &e) == 0) {
+		pthread_mutex_lock(&s->lock);
+		if (s->sb == sb)
+			s->setting_up = 0;
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	/* setting_up stays: a request that comes before the state has changed
+	 * below gets the same (remembered) answer and ends up here too. */
+	char reason[600];
+	snprintf(reason, sizeof(reason), "failed: %s", sandlot_error_message(e));
+	sandlot_error_free(e);
+	dsb_busy(s, -1);
+	dsb_end(d, s, DSB_FAILED, reason); /* a no-op if it ended meanwhile */
+	return domain_error_ended(s, err);
+}
+
+/* The set-up sweep (dsb_setup_sweep_add): oldest first, linked through
+ * s->setup_next, each holding a reference.  Not sooner than
+ * SETUP_SWEEP_MS: a create is usually followed by a request at once, and
+ * that request's wait is the one on the critical path (the sweep would
+ * only compete with it for the CPU). */
+#define SETUP_SWEEP_MS 20
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct dsb *head, *tail;
+	struct daemon *d;
+	int started, closed;
+	pthread_t thread;
+} sweep = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.cond = PTHREAD_COND_INITIALIZER,
+};
+
+/* Wait for the set-up of s, if nobody did and it still runs. */
+static void sweep_one(struct daemon *d, struct dsb *s)
+{
+	pthread_mutex_lock(&s->lock);
+	int wait = s->setting_up && s->state == DSB_RUNNING && s->sb;
+	if (wait)
+		s->busy++; /* not an API call: last_active_ms stays */
+	pthread_mutex_unlock(&s->lock);
+	if (wait && dsb_setup_wait(d, s, NULL) == 0)
+		dsb_busy(s, -1);
+}
+
+static void *sweep_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&sweep.lock);
+	while (!sweep.closed) {
+		struct dsb *s = sweep.head;
+		if (!s) {
+			pthread_cond_wait(&sweep.cond, &sweep.lock);
+			continue;
+		}
+		uint64_t now = sandlot__now_ms();
+		if (now < s->setup_due_ms) {
+			struct timespec dl;
+			sandlot__deadline_in(&dl, CLOCK_REALTIME, (unsigned)(s->setup_due_ms - now));
+			pthread_cond_timedwait(&sweep.cond, &sweep.lock, &dl);
+			continue;
+		}
+		sweep.head = s->setup_next;
+		if (!sweep.head)
+			sweep.tail = NULL;
+		s->setup_next = NULL;
+		pthread_mutex_unlock(&sweep.lock);
+		sweep_one(sweep.d, s);
+		dsb_release(sweep.d, s);
+		pthread_mutex_lock(&sweep.lock);
+	}
+	pthread_mutex_unlock(&sweep.lock);
+	return NULL;
+}
+
+void dsb_setup_sweep_add(struct daemon *d, struct dsb *s)
+{
+	pthread_mutex_lock(&sweep.lock);
+	if (sweep.closed) {
+		pthread_mutex_unlock(&sweep.lock);
+		return;
+	}
+	if (!sweep.started) {
+		sweep.d = d;
+		pthread_attr_t a;
+		pthread_attr_init(&a);
+		pthread_attr_setstacksize(&a, 256 << 10);
+		sweep.started = pthread_create(&sweep.thread, &a, sweep_main, NULL) == 0;
+		pthread_attr_destroy(&a);
+		if (!sweep.started) {
+			/* The first request (or the reaper, should init die)
+			 * still learns the outcome; only the handles stay
+			 * longer. */
+			pthread_mutex_unlock(&sweep.lock);
+			return;
+		}
+	}
+	dsb_hold(s);
+	s->setup_due_ms = sandlot__now_ms() + SETUP_SWEEP_MS;
+	s->setup_next = NULL;
+	if (sweep.tail)
+		sweep.tail->setup_next = s;
+	else
+		sweep.head = s;
+	sweep.tail = s;
+	if (sweep.head == s)
+		pthread_cond_signal(&sweep.cond);
+	pthread_mutex_unlock(&sweep.lock);
+}
+
+void dsb_setup_sweep_stop(void)
+{
+	pthread_mutex_lock(&sweep.lock);
+	sweep.closed = 1;
+	pthread_cond_broadcast(&sweep.cond);
+	int started = sweep.started;
+	sweep.started = 0;
+	pthread_mutex_unlock(&sweep.lock);
+	if (started)
+		pthread_join(sweep.thread, NULL);
+	/* Nothing is added once closed: the rest is ours. */
+	struct dsb *s = sweep.head;
+	sweep.head = sweep.tail = NULL;
+	while (s) {
+		struct dsb *next = s->setup_next;
+		s->setup_next = NULL;
+		dsb_release(sweep.d, s);
+		s = next;
+	}
 }
 
 /* ---- ending ------------------------------------------------------------------ */
@@ -383,6 +531,11 @@ int dsb_settle_locked(struct dsb *s, int copies)
  * already), -1 with err. */
 static int do_pause(struct daemon *d, struct dsb *s, unsigned flags, sandlot_error_t **err)
 {
+	/* Not in the middle of its set-up: init pauses only once it serves. */
+	dsb_busy(s, +1);
+	if (dsb_setup_wait(d, s, err) < 0)
+		return -1;
+	dsb_busy(s, -1);
 	pthread_mutex_lock(&s->lock);
 	if (dsb_settle_locked(s, 0) < 0) {
 		pthread_mutex_unlock(&s->lock);
@@ -633,6 +786,7 @@ static int do_resume(struct daemon *d, struct dsb *s, const uint32_t *ttl, sandl
 	if (sb && !stopping) {
 		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
 		s->sb = sb;
+		s->setting_up = 0; /* resumed: ready when sandlot_resume() returned */
 		s->state = DSB_RUNNING;
 		s->paused_ms = 0;
 		s->workspace_kept = 0;

@@ -647,6 +647,13 @@ int domain_create_parse(struct daemon *d, json_t *body, struct domain_create *c,
 				goto fail;
 			}
 			c->auto_resume = json_is_true(v);
+		} else if (strcmp(key, "wait_ready") == 0) {
+			if (!json_is_boolean(v)) {
+				bad(err, "field \"wait_ready\" must be a boolean, not %s",
+				    json_type_name(v));
+				goto fail;
+			}
+			c->wait_ready = json_is_true(v);
 		} else if (strcmp(key, "from_snapshot") == 0) {
 			if (!plain_string(v))
 				goto wrong_type_string;
@@ -690,7 +697,7 @@ int domain_create_parse(struct daemon *d, json_t *body, struct domain_create *c,
 		} else {
 			bad(err, "unknown field \"%.64s\" (known: image, isolation, memory, cpus, pids, disk, env, "
 			    "network, packages, ports, ttl_seconds, idle_timeout_seconds, metadata, "
-			    "auto_resume, paused_retention_seconds, from_snapshot)", key);
+			    "auto_resume, paused_retention_seconds, from_snapshot, wait_ready)", key);
 			goto fail;
 		}
 		continue;
@@ -828,6 +835,17 @@ static struct dsb *create_admitted(struct daemon *d, struct domain_create *c,
 		out->pool = sb ? "hit" : "miss";
 	char wid[32] = "";
 	sandlot_error_t *e = NULL;
+	/* Answered as soon as the sandbox is started, while its init still
+	 * sets itself up (start_nowait: about a third of a cold create): the
+	 * caller's first request is on its way meanwhile and waits for the
+	 * set-up's outcome, which it is told if the set-up failed
+	 * (dsb_setup_wait).  Not when the create uses the sandbox itself
+	 * (packages), nor when the caller asked to wait ("wait_ready"), nor
+	 * for a vm sandbox, whose boot takes longer than any request should
+	 * wait unasked. */
+	int nowait = !sb && !c->packages.any && !c->wait_ready &&
+		     c->opts.isolation != SANDLOT_ISOLATION_VM;
+	c->opts.start_nowait = nowait;
 	for (int attempt = 0; !sb && attempt < 2; attempt++) {
 		if (create_workspace(d, c, wid, err) < 0) {
 			creating_done(d, 0);
@@ -880,14 +898,16 @@ static struct dsb *create_admitted(struct daemon *d, struct domain_create *c,
 	}
 	int64_t now = daemon_now_ms();
 	s->sb = sb;
+	s->setting_up = nowait;
 	s->created_ms = now;
 	s->last_active_ms = now;
 	s->ttl_seconds = c->ttl;
 	s->idle_timeout_seconds = c->idle;
 	s->expires_ms = c->ttl ? now + (int64_t)c->ttl * 1000 : 0;
-	/* Every cold create has a kept workspace; a pooled one if the pool
-	 * made it so. */
-	s->has_workspace = workspace_exists(d, s->id);
+	/* Every cold create has a kept workspace (sandlot_create() made it,
+	 * wid names it: no need to look); a pooled one if the pool made it
+	 * so. */
+	s->has_workspace = wid[0] ? 1 : workspace_exists(d, s->id);
 	s->auto_resume = c->auto_resume;
 	s->paused_retention_seconds = c->retention;
 	json_object_set_new(c->norm, "network", network_json(sb));
@@ -941,6 +961,8 @@ static struct dsb *create_admitted(struct daemon *d, struct domain_create *c,
 	__atomic_add_fetch(&d->m.sandboxes_created, 1, __ATOMIC_RELAXED);
 	daemon_log("created", "sandbox=%s ms=%.1f init_pid=%d ttl=%u idle=%u%s%s", s->id, ms,
 		   init_pid, ttl, idle, pooled ? " pool=" : "", pooled ? pooled : "");
+	if (nowait && !stopping)
+		dsb_setup_sweep_add(d, s);
 	if (stopping) {
 		/* Shutdown began while we created it: it must not outlive us. */
 		__atomic_add_fetch(&d->nrunning, 1, __ATOMIC_SEQ_CST);
@@ -1103,7 +1125,7 @@ static void reap_once(struct daemon *d)
 		enum dsb_state end_as = DSB_RUNNING;
 		const char *reason = NULL;
 		sandlot_t *destroy = NULL;
-		int drop_log = 0;
+		int drop_log = 0, setup_check = 0;
 		pthread_mutex_lock(&s->lock);
 		if (s->state == DSB_RUNNING) {
 			if (s->expires_ms && now >= s->expires_ms) {
@@ -1115,6 +1137,11 @@ static void reap_once(struct daemon *d)
 				/* Running: only dsb_stop() (after a state change
 				 * under s->lock, which we hold) destroys s->sb. */
 				end_as = DSB_FAILED, reason = "failed: the sandbox's init exited unexpectedly";
+				/* Before anyone asked whether it set itself up:
+				 * the set-up's error, if that is what ended it, is
+				 * the reason (dsb_setup_wait, which needs s busy). */
+				setup_check = s->setting_up;
+				s->busy += setup_check;
 			}
 		} else if (!dsb_state_live(s->state)) {
 			if (workspace_forgettable_locked(s))
@@ -1130,6 +1157,12 @@ static void reap_once(struct daemon *d)
 		pthread_mutex_unlock(&s->lock);
 		if (drop_log)
 			dsb_changes_release(d, s);
+		if (setup_check) {
+			if (dsb_setup_wait(d, s, NULL) < 0)
+				end_as = DSB_RUNNING; /* ended, with the set-up's error */
+			else
+				dsb_busy(s, -1);
+		}
 		if (end_as != DSB_RUNNING)
 			dsb_end(d, s, end_as, reason);
 		if (destroy) {
@@ -1326,6 +1359,7 @@ void sandboxes_shutdown(struct daemon *d)
 		pthread_join(d->reaper, NULL);
 		d->reaper_started = 0;
 	}
+	dsb_setup_sweep_stop();
 	/* The teardowns queued so far finish; the queue is closed, so the
 	 * ends below tear down before they return. */
 	dsb_teardowns_drain();

@@ -179,10 +179,12 @@ def test_hits_are_fast_and_the_pool_refills(pool_daemon):
     # A hit is a pop and a registry row: milliseconds, where a cold create
     # (options the pool cannot serve) takes tens of them.  Compared with
     # cold creates of the same daemon, in the same run, so that the check
-    # holds under a sanitizer and on a loaded machine alike.
+    # holds under a sanitizer and on a loaded machine alike; cold creates
+    # that wait for the set-up ("wait_ready"), as a pooled sandbox has
+    # done it (a cold create otherwise answers before its set-up).
     cold = []
     for _ in range(3):
-        sbx, hdr, dt = create(d, memory="128M")
+        sbx, hdr, dt = create(d, memory="128M", wait_ready=True)
         assert hdr == "miss", hdr
         cold.append(dt)
     assert statistics.median(times) < statistics.median(cold) / 2, (times, cold)
