@@ -85,6 +85,10 @@ export interface CreateSandboxOptions {
   auto_resume?: boolean;
   paused_retention_seconds?: number;
   from_snapshot?: string;
+  /** Answer only once the sandbox has set itself up (a set-up failure then fails the create);
+   *  by default the create answers as soon as the sandbox is started, and its first request
+   *  waits for the set-up (docs/daemon.md). */
+  wait_ready?: boolean;
 }
 
 export interface SandboxInfo {
