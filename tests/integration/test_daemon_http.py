@@ -250,11 +250,16 @@ def test_pending_connections_cost_no_thread(own_daemon, tmp_path):
     # sandbox, one per connection), and a host's hard limit of 20,000 (the
     # test host's, which root may not raise there) holds 10,500
     # connections but not 2,000 sandboxes besides; sandlotd would shrink
-    # the connection limit to fit (with a warning).
+    # the connection limit to fit (with a warning).  And a header deadline
+    # past the wait below: 10,000 connects overflow the listen backlog
+    # (1,024), so the last ones are accepted only after the kernel's
+    # SYN-ACK retries (1, 2, 4, 8 s...), by which time, under a sanitizer's
+    # slower accept loop, the default 10 s deadline had closed the first
+    # ones (the fresh-clone CI under TSan: never all held at once).
     d, port, token = tcp_daemon(own_daemon, tmp_path,
                                 ["--max-connections-per-peer", str(HOSTILE + 100),
                                  "--max-connections", str(HOSTILE + 500),
-                                 "--max-sandboxes", "100"])
+                                 "--max-sandboxes", "100", "--header-timeout", "120"])
     hostile = Hostile(port, HOSTILE)
     try:
         held = wait_until(lambda: metric(d, "sandlot_http_connections", 'state="pending"')
