@@ -486,6 +486,14 @@ static int parse_seconds(const char *name, json_t *v, uint32_t *out, sandlot_err
 	return 0;
 }
 
+static int parse_bool(const char *name, json_t *v, int *out, sandlot_error_t **err)
+{
+	if (!json_is_boolean(v))
+		return bad(err, "field \"%s\" must be a boolean, not %s", name, json_type_name(v));
+	*out = json_is_true(v);
+	return 0;
+}
+
 /* A JSON string without embedded NUL bytes. */
 static int plain_string(json_t *v)
 {
@@ -641,19 +649,11 @@ int domain_create_parse(struct daemon *d, json_t *body, struct domain_create *c,
 			if (parse_seconds(key, v, &c->retention, err) < 0)
 				goto fail;
 		} else if (strcmp(key, "auto_resume") == 0) {
-			if (!json_is_boolean(v)) {
-				bad(err, "field \"auto_resume\" must be a boolean, not %s",
-				    json_type_name(v));
+			if (parse_bool(key, v, &c->auto_resume, err) < 0)
 				goto fail;
-			}
-			c->auto_resume = json_is_true(v);
 		} else if (strcmp(key, "wait_ready") == 0) {
-			if (!json_is_boolean(v)) {
-				bad(err, "field \"wait_ready\" must be a boolean, not %s",
-				    json_type_name(v));
+			if (parse_bool(key, v, &c->wait_ready, err) < 0)
 				goto fail;
-			}
-			c->wait_ready = json_is_true(v);
 		} else if (strcmp(key, "from_snapshot") == 0) {
 			if (!plain_string(v))
 				goto wrong_type_string;
