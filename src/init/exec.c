@@ -917,19 +917,16 @@ void init__exec_request(struct loop *l, const struct sl_frame_header *h, const u
 			}
 			break;
 		case SL_TAG_STDIN:
-			if (sl_rec_u8(&r, &stdin_pipe) < 0 || stdin_pipe > 1) {
+		case SL_TAG_LAST: {
+			/* Flags: 0 or 1. */
+			uint8_t *flag = r.tag == SL_TAG_STDIN ? &stdin_pipe : &last;
+			if (sl_rec_u8(&r, flag) < 0 || *flag > 1) {
 				err = EINVAL;
-				what = "STDIN";
+				what = r.tag == SL_TAG_STDIN ? "STDIN" : "LAST";
 				goto out;
 			}
 			break;
-		case SL_TAG_LAST:
-			if (sl_rec_u8(&r, &last) < 0 || last > 1) {
-				err = EINVAL;
-				what = "LAST";
-				goto out;
-			}
-			break;
+		}
 		default:
 			break;
 		}
