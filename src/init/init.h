@@ -194,6 +194,7 @@ int init_serve(const struct init_config *cfg, struct sl_reader *rd);
  * capability bounding and ambient sets (which every child inherits; init
  * itself executes nothing) and work out the commands' rlimits.  0, or -1
  * with the reason for init_setup_error(); no command may be started then.
+ * Once it succeeded, later calls return 0 at once.
  * (setup.c) */
 int init_setup_children(const struct init_config *cfg);
 

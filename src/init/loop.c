@@ -72,6 +72,10 @@ void init__fail(struct loop *l, int status, const char *why)
  * exec.c).  After OK, off the host's wait. */
 static void reset_inherited_signals(void)
 {
+	static int done; /* by init_start_early() */
+	if (done)
+		return;
+	done = 1;
 	/* The kernel's sigaction, not libc's: musl refuses signals 32 to 34
 	 * (its own), which a host may have left ignored all the same.  Only
 	 * ignored ones are touched (a handler cannot be inherited). */
@@ -670,9 +674,6 @@ static void ensure_std_fds(void)
 	}
 }
 
-/* Done by init_start_early() already. */
-static int signals_reset, children_ready_early;
-
 void init_start_early(const struct init_config *cfg)
 {
 	/* Before any descriptor is made, and the umask the commands get (the
@@ -680,10 +681,8 @@ void init_start_early(const struct init_config *cfg)
 	ensure_std_fds();
 	umask(022);
 	reset_inherited_signals();
-	signals_reset = 1;
 	if (init_setup_early(cfg) < 0 || init_setup_children(cfg) < 0)
 		return;
-	children_ready_early = 1;
 	init__warm_early(cfg);
 }
 
@@ -775,10 +774,9 @@ int init_serve(const struct init_config *cfg, struct sl_reader *rd)
 		 * after init_setup_finish() succeeded (on failure
 		 * init__kill_all() ends it). */
 		queue_flush(&l);
-		if (!signals_reset)
-			reset_inherited_signals();
+		reset_inherited_signals();
 		int err = 0;
-		if (!children_ready_early && init_setup_children(cfg) < 0) {
+		if (init_setup_children(cfg) < 0) {
 			const char *why = init_setup_error(&err);
 			init__log("cannot prepare the commands' credentials: %s", why);
 			l.status = 1;

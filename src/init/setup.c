@@ -726,6 +726,8 @@ static int clamp_rlimit(int res, uint64_t v, struct rlimit *out)
 
 int init_setup_children(const struct init_config *cfg)
 {
+	if (children_ready)
+		return 0; /* by init_start_early() */
 	/* No command may ever hold a capability, and init runs nothing but
 	 * commands: the bounding set goes here once (a commit of new
 	 * credentials per capability) instead of in every command's child.
